@@ -1,0 +1,222 @@
+"""Tasks: dataset splits + prompt formatting + a verifier that returns a reward with its parts.
+
+A task never knows which algorithm calls it. Build one from the task config with::
+
+    task = esopt.tasks.get(cfg.task, tokenizer=tok, style=cfg.model.prompt_style)
+    rows = task.split("test")                  # datasets.Dataset: prompt, id, gold columns
+    v = task.verify(completion, rows[0])       # Verdict(reward, format, answer, correct, extracted)
+
+Prompt styles: ``compact`` (the tiny character-level models: ``"3 7 2=23:"`` -> ``"3*7+2"``) and
+``chat`` (instruct models: a chat-templated prompt). The style is, in order: the task config's
+``style`` key when set, else the ``style`` argument (the model's ``prompt_style``), else ``chat``
+when the tokenizer has a chat template and the task supports it, else ``compact``.
+
+Splits are always ``train``, ``test`` and ``heldout``, pairwise disjoint (by the task's problem
+key), and the same for the same knobs and seed. Each task module documents its split rule.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from esopt.config import ConfigError
+
+TASK_NAMES: tuple[str, ...] = ("countdown", "gsm8k", "addition", "compare", "reverse")
+SPLITS: tuple[str, ...] = ("train", "test", "heldout")
+STYLES: tuple[str, ...] = ("compact", "chat")
+
+# task name -> (module, class name); modules are imported on first use.
+_CLASSES = {
+    "countdown": ("esopt.tasks.countdown", "CountdownTask"),
+    "gsm8k": ("esopt.tasks.gsm8k", "GSM8KTask"),
+    "addition": ("esopt.tasks.synthetic", "AdditionTask"),
+    "compare": ("esopt.tasks.synthetic", "CompareTask"),
+    "reverse": ("esopt.tasks.synthetic", "ReverseTask"),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    reward: float  # total reward used for training (e.g. 0.1*format + answer)
+    format: float  # format part
+    answer: float  # answer part (1.0 correct / 0.0)
+    correct: bool
+    extracted: str | None  # normalised final answer (for majority voting), None if none found
+
+
+class Task:
+    """Base class: one subclass per task. Subclasses set the class attributes and implement
+    ``_build`` (-> {"train": Dataset, "test": ..., "heldout": ...}) and ``verify``."""
+
+    name: str = ""
+    styles: tuple[str, ...] = ("compact",)  # prompt styles this task supports
+    knobs: dict[str, Any] = {}  # option -> default (besides name and style)
+    budgets: dict[str, int] = {"compact": 24, "chat": 1024}  # style -> default max_new_tokens
+    stops: dict[str, tuple[str, ...]] = {}  # style -> extra stop strings
+
+    def __init__(self, cfg: Mapping | None = None, tokenizer=None, style: str | None = None):
+        self.cfg: dict[str, Any] = resolve_knobs(self.name, cfg or {}, self.knobs)
+        self.tokenizer = tokenizer
+        chosen = self.cfg["style"] or style
+        if chosen is None:
+            has_template = getattr(tokenizer, "chat_template", None) is not None
+            chosen = "chat" if has_template and "chat" in self.styles else "compact"
+        if chosen not in self.styles:
+            raise ConfigError(
+                f"task {self.name} supports style {' or '.join(self.styles)}, not {chosen!r}"
+            )
+        self.style: str = chosen
+        self.max_new_tokens: int = self.budgets[chosen]
+        self.stop: list[str] = list(self.stops.get(chosen, ()))
+        self._splits: dict | None = None
+        self._validate()
+
+    def _validate(self) -> None:
+        """Check knob values (raise ConfigError); subclasses override."""
+
+    def _build(self) -> dict:
+        raise NotImplementedError
+
+    def split(self, name: str):
+        """The split ``name`` ("train" | "test" | "heldout") as a ``datasets.Dataset``."""
+        if name not in SPLITS:
+            raise ConfigError(f"unknown split {name!r}; known splits: {', '.join(SPLITS)}")
+        if self._splits is None:
+            self._splits = self._build()
+        return self._splits[name]
+
+    def verify(self, completion: str, row: Mapping) -> Verdict:
+        raise NotImplementedError
+
+    def rewards(self, completions: Sequence[str], rows: Sequence[Mapping]) -> list[float]:
+        """``[verify(c, r).reward for c, r in zip(completions, rows)]`` (same lengths)."""
+        if len(completions) != len(rows):
+            raise ValueError(f"{len(completions)} completions for {len(rows)} rows")
+        return [self.verify(c, r).reward for c, r in zip(completions, rows)]
+
+    def reference(self, row: Mapping) -> str | None:
+        """A gold completion in this task's style (for pretraining / sanity checks), or None."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} style={self.style}>"
+
+
+def get(cfg: Mapping, tokenizer=None, style: str | None = None) -> Task:
+    """Build the task named ``cfg["name"]`` with the other keys of ``cfg`` as its knobs."""
+    cfg = to_dict(cfg)
+    name = cfg.get("name")
+    if name not in _CLASSES:
+        raise ConfigError(f"unknown task {name!r}; known tasks: {', '.join(TASK_NAMES)}")
+    module, cls = _CLASSES[name]
+    return getattr(importlib.import_module(module), cls)(cfg, tokenizer=tokenizer, style=style)
+
+
+# ---------------------------------------------------------------- helpers for task modules
+
+
+def to_dict(cfg: Mapping | None) -> dict:
+    """A plain dict (resolving an OmegaConf DictConfig and its nested lists)."""
+    if cfg is None:
+        return {}
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(cfg):
+            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except ImportError:  # pragma: no cover - omegaconf comes with hydra-core
+        pass
+    return dict(cfg)
+
+
+def resolve_knobs(name: str, cfg: Mapping, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults overlaid with ``cfg``; ``name`` and ``style`` always present; unknown keys fail."""
+    cfg = to_dict(cfg)
+    known = {"name": name, "style": None, **defaults}
+    unknown = sorted(set(cfg) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"task {name}: unknown option(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+    return {**known, **cfg}
+
+
+def check_int(task: str, key: str, value: Any, minimum: int = 0, allow_none: bool = False):
+    """``value`` as an int >= minimum (or None if allowed); ConfigError otherwise."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"task {task}: {key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_counts(task: str, value: Any) -> list[int]:
+    """``count`` knob: an int in 2..6 or a non-empty list of those -> list; ConfigError else."""
+    counts = [value] if isinstance(value, int) else value
+    if (
+        not isinstance(counts, (list, tuple))
+        or not counts
+        or not all(type(k) is int and 2 <= k <= 6 for k in counts)
+    ):
+        raise ConfigError(f"task {task}: count must be 2..6 or a list of those, got {value!r}")
+    return list(counts)
+
+
+def chat_prompt(tokenizer, messages: list[dict], suffix: str = "") -> str:
+    """Chat-templated prompt text with the assistant turn opened, plus ``suffix``.
+
+    Without a tokenizer or a chat template: a plain-text rendering of the same messages
+    (``System: ...`` / ``User: ...`` / ``Assistant:``), so the prompt still ends with ``suffix``.
+    """
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return text + suffix
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    return "\n".join(lines) + "\nAssistant: " + suffix
+
+
+def make_dataset(rows: list[dict], features: Mapping[str, Any]):
+    """``datasets.Dataset`` with the given features (``features``: column -> datasets feature)."""
+    import datasets
+
+    cols = {k: [r[k] for r in rows] for k in features}
+    return datasets.Dataset.from_dict(cols, features=datasets.Features(features))
+
+
+def load_rows(source: str, task: str, hub_config: str | None = None, hub_split: str = "train"):
+    """Load a dataset through ``datasets``: a local .json/.jsonl/.parquet file, a directory written
+    by ``save_to_disk``, or (anything else) a hub dataset name (needs network)."""
+    import os
+
+    import datasets
+
+    path = os.path.expanduser(str(source))
+    kind = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}.get(
+        os.path.splitext(path)[1].lower()
+    )
+    try:
+        if kind is not None:
+            if not os.path.isfile(path):
+                raise ConfigError(f"task {task}: data file not found: {path}")
+            return datasets.load_dataset(kind, data_files=path, split="train")
+        if os.path.isdir(path):
+            ds = datasets.load_from_disk(path)
+            if isinstance(ds, datasets.DatasetDict):
+                if hub_split not in ds:
+                    raise ConfigError(
+                        f"task {task}: {path} has splits {', '.join(ds)}, not {hub_split!r}"
+                    )
+                ds = ds[hub_split]
+            return ds
+        if os.path.sep in path and (path.startswith((".", "/", "~")) or os.path.exists(path)):
+            raise ConfigError(f"task {task}: data file not found: {path}")
+        return datasets.load_dataset(source, hub_config, split=hub_split)
+    except ConfigError:
+        raise
+    except Exception as e:  # datasets raises many types; give the user one line
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"task {task}: cannot load {source!r}: {msg}") from e

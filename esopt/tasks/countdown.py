@@ -1,0 +1,499 @@
+"""Countdown: use each given number exactly once with + - * / and parentheses to hit the target.
+
+Data (``source``):
+  * ``null``: a seeded procedural generator. Each problem draws ``count`` numbers uniformly from
+    ``min_number..max_number`` (repeats allowed), then combines two random pool items with a
+    random operator until one value is left: ``a+b``, ``a*b``, ``a-b`` only when positive,
+    ``a/b`` only when exact, so every intermediate value is a positive integer. The result is the
+    target (kept only if ``1 <= target <= max_target``) and the expression is kept as
+    ``solution`` (minimal parentheses, no spaces), so every target is reachable by construction.
+    Problems are deduplicated by ``(sorted numbers, target)`` and dealt in generation order:
+    first ``n_test`` to test, then ``n_heldout`` to heldout, then ``n_train`` to train. So test and
+    heldout do not change when only ``n_train`` changes (a bigger ``n_train`` with the same other
+    knobs yields a superset train split, disjoint from the same test/heldout).
+  * a local ``.json`` (array or JSON lines), ``.jsonl`` or ``.parquet`` file, a ``save_to_disk``
+    directory, or a hub dataset name, in either public format: ``{nums, target}``
+    (Countdown-Tasks-3to4, TinyZero) or ``{numbers, target, context, solution}`` (the ES repo's
+    file). Split rule (as the ES repo: first rows train, the rest test): train = the first
+    ``n_train`` rows; heldout = the last ``n_heldout`` rows; test = the rows in between, at most
+    ``n_test`` (``null`` = all). Rows of test/heldout whose key already occurs in an earlier split
+    are dropped so the splits stay disjoint. ``context`` is not used as the prompt: prompts are
+    always rendered from numbers and target in the chosen style.
+
+Styles:
+  * ``compact`` (tiny models): prompt ``"3 7 2=23:"`` (numbers in given order, ``=``, target,
+    ``:``); completion = a bare expression, ended by EOS. Verdict: format = 1 iff the stripped
+    completion is a syntactically valid allowed expression; answer = ``check_expression``;
+    reward = 0.1*format + answer; extracted = canonical expression (no spaces, minimal
+    parentheses) or None.
+  * ``chat`` (instruct models): TinyZero-style think/answer prompt, assistant turn opened with
+    ``<think>``; reward = the public ES reward (``reward``). Stop string ``</answer>``: the engine
+    must keep the stop string in the completion, or the format part cannot score 1.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+
+from esopt.tasks import (
+    ConfigError,
+    Task,
+    Verdict,
+    chat_prompt,
+    check_counts,
+    check_int,
+    load_rows,
+    make_dataset,
+)
+
+# ------------------------------------------------------------------------------ the verifier
+
+MAX_LEN = 200  # longer expressions are rejected before parsing
+MAX_DEPTH = 16  # parenthesis nesting cap (checked on the text, before ast)
+MAX_DIGITS = 12  # longest integer literal
+MAX_MAGNITUDE = 10**12  # any intermediate numerator/denominator above this -> False
+_ALLOWED = frozenset("0123456789+-*/() \t")
+_LITERAL = re.compile(r"[0-9]+")
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+def parse_expression(expr: str) -> ast.expr | None:
+    """The ``ast`` of ``expr`` if it is an allowed expression, else None. Never evaluates.
+
+    Allowed: ASCII integer literals (no sign, no leading zeros except ``0`` itself, at most
+    12 digits), binary ``+ - * /``, parentheses (nesting <= 16), spaces/tabs; at most 200
+    characters after stripping surrounding whitespace. Rejected before ``ast`` is called: any
+    other character (non-ASCII or unicode digits, letters, ``.``, ``_``, ``e``, quotes, ``,``,
+    ``=``), ``**``, ``//``, unbalanced or too deep parentheses. Rejected on the tree: unary
+    ``+``/``-`` (so ``-3`` or ``3--4`` are not allowed: Countdown uses the given numbers as
+    they are), calls such as ``(3)(4)``, anything but BinOp/Constant(int).
+    """
+    if not isinstance(expr, str):
+        return None
+    expr = expr.strip()
+    if not expr or len(expr) > MAX_LEN or not _ALLOWED.issuperset(expr):
+        return None
+    if "**" in expr or "//" in expr:
+        return None
+    depth = 0
+    for ch in expr:
+        if ch == "(":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return None
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                return None
+    if depth:
+        return None
+    for lit in _LITERAL.findall(expr):
+        if len(lit) > MAX_DIGITS or (lit[0] == "0" and len(lit) > 1):
+            return None
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    body = tree.body
+    for node in ast.walk(body):
+        if isinstance(node, ast.BinOp):
+            if type(node.op) not in _OPS:
+                return None
+        elif isinstance(node, ast.Constant):
+            if type(node.value) is not int:
+                return None
+        elif not isinstance(node, ast.operator):
+            return None
+    return body
+
+
+def _value(node: ast.expr) -> Fraction | None:
+    """Exact value of a parsed tree; None on division by zero or a magnitude over the cap."""
+    if isinstance(node, ast.Constant):
+        return Fraction(node.value)
+    left, right = _value(node.left), _value(node.right)  # type: ignore[attr-defined]
+    if left is None or right is None:
+        return None
+    op = type(node.op)  # type: ignore[attr-defined]
+    if op is ast.Add:
+        v = left + right
+    elif op is ast.Sub:
+        v = left - right
+    elif op is ast.Mult:
+        v = left * right
+    else:
+        if right == 0:
+            return None
+        v = left / right
+    if abs(v.numerator) > MAX_MAGNITUDE or v.denominator > MAX_MAGNITUDE:
+        return None
+    return v
+
+
+def evaluate(expr: str) -> Fraction | None:
+    """Exact ``Fraction`` value of an allowed expression (see ``parse_expression``), else None."""
+    tree = parse_expression(expr)
+    return None if tree is None else _value(tree)
+
+
+def canonical(expr: str) -> str | None:
+    """Normal form of an allowed expression: minimal parentheses, no spaces; None if not allowed.
+
+    e.g. ``" (3 * 7) + 2"`` -> ``"3*7+2"``.
+    """
+    tree = parse_expression(expr)
+    return None if tree is None else ast.unparse(tree).replace(" ", "")
+
+
+def check_expression(expr: str, numbers: Iterable[int], target) -> bool:
+    """True iff ``expr`` is an allowed expression (``parse_expression``) that uses exactly the
+    multiset ``numbers`` as its literals and whose exact rational value equals ``target``.
+
+    Arithmetic is exact (``fractions.Fraction``), so ``6/4*8`` == 12 is True and ``1/3*3`` == 1
+    is True; the public verifiers used float ``eval`` within 1e-5 instead. Never calls ``eval``;
+    any input returns quickly (length, character and nesting checks come before ``ast``;
+    intermediate values are capped at 10**12).
+    """
+    tree = parse_expression(expr)
+    if tree is None:
+        return False
+    try:
+        want = Counter(int(n) for n in numbers)
+        goal = Fraction(target)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    used = Counter(
+        node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+    )
+    if used != want:
+        return False
+    value = _value(tree)
+    return value is not None and value == goal
+
+
+# ------------------------------------------------------------------- the chat (public) reward
+
+_FULL = re.compile(r"^<think>.*?</think>\n<answer>.*?</answer>$", re.DOTALL)
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def format_score(completion: str) -> float:
+    """Public ES format reward on ``"<think>" + completion`` (the prompt opens the think block):
+    1.0 if it matches ``^<think>.*?</think>\\n<answer>.*?</answer>$`` (DOTALL; ``$`` as in
+    Python ``re``, so one trailing newline is tolerated), else 0.1 if it contains a
+    ``<think>...</think>`` block plus 0.5 if it contains an ``<answer>...</answer>`` block."""
+    text = "<think>" + completion
+    if _FULL.match(text):
+        return 1.0
+    return (0.1 if _THINK.search(text) else 0.0) + (0.5 if _ANSWER.search(text) else 0.0)
+
+
+def last_answer(completion: str) -> str | None:
+    """Content of the last ``<answer>...</answer>`` block, whitespace-stripped; None if none."""
+    found = _ANSWER.findall(completion)
+    return found[-1].strip() if found else None
+
+
+def reward(completion: str, numbers: Sequence[int], target) -> float:
+    """Public ES Countdown reward: ``0.1 * format + answer``.
+
+    format = ``format_score(completion)`` (in {0, 0.1, 0.5, 0.6, 1}); answer = 1.0 if the last
+    ``<answer>`` content (stripped) passes ``check_expression`` else 0.0. Differences from the
+    public verifier: exact rational arithmetic instead of float ``eval`` within 1e-5, and the
+    stricter expression grammar of ``parse_expression`` (e.g. no ``**``, no unary minus).
+    """
+    return chat_verdict(completion, numbers, target).reward
+
+
+def chat_verdict(completion: str, numbers: Sequence[int], target) -> Verdict:
+    fmt = format_score(completion)
+    content = last_answer(completion)
+    ok = content is not None and check_expression(content, numbers, target)
+    extracted = None if content is None else (canonical(content) or content)
+    return Verdict(0.1 * fmt + float(ok), fmt, float(ok), ok, extracted)
+
+
+def compact_verdict(completion: str, numbers: Sequence[int], target) -> Verdict:
+    """Compact style: format = 1 iff the stripped completion is an allowed expression;
+    answer = check_expression; reward = 0.1*format + answer."""
+    extracted = canonical(completion)
+    fmt = 0.0 if extracted is None else 1.0
+    ok = extracted is not None and check_expression(completion, numbers, target)
+    return Verdict(0.1 * fmt + float(ok), fmt, float(ok), ok, extracted)
+
+
+# ------------------------------------------------------------------------------- prompts
+
+SYSTEM = (
+    "You are a helpful assistant. You first think about the reasoning process in the mind "
+    "and then provide the user with the answer."
+)
+USER = (
+    "Using the numbers {numbers}, create an equation that equals {target}. You can use basic "
+    "arithmetic operations (+, -, *, /) and each number can only be used once. Show your work "
+    "in <think> </think> tags. And return the final answer in <answer> </answer> tags, for "
+    "example <answer> (1 + 2) / 3 </answer>."
+)
+
+
+def compact_prompt(numbers: Sequence[int], target: int) -> str:
+    """``"3 7 2=23:"``: numbers space-separated in the given order, '=', target, ':'."""
+    return " ".join(str(int(n)) for n in numbers) + "=" + str(int(target)) + ":"
+
+
+def chat_messages(numbers: Sequence[int], target: int) -> list[dict]:
+    nums = "[" + ", ".join(str(int(n)) for n in numbers) + "]"
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": USER.format(numbers=nums, target=int(target))},
+    ]
+
+
+# ----------------------------------------------------------------------------- generator
+
+
+def _combine(a: tuple[int, ast.expr], b: tuple[int, ast.expr], rng: random.Random):
+    """One random allowed operation on two (value, tree) items keeping the value a positive
+    integer: a+b, a*b, larger-smaller (if different), larger/smaller (if exact)."""
+    (x, ex), (y, ey) = a, b
+    if x < y:
+        (x, ex), (y, ey) = (y, ey), (x, ex)
+    options = [(x + y, ast.Add()), (x * y, ast.Mult())]
+    if x != y:
+        options.append((x - y, ast.Sub()))
+    if y and x % y == 0:
+        options.append((x // y, ast.Div()))
+    value, op = rng.choice(options)
+    return value, ast.BinOp(left=ex, op=op, right=ey)
+
+
+def random_problem(
+    rng: random.Random,
+    count: int,
+    min_number: int,
+    max_number: int,
+    max_target: int | None,
+    tries: int = 20,
+) -> dict | None:
+    """One problem ``{"numbers", "target", "solution"}`` (numbers in random order), or None if
+    ``tries`` random expression trees over one draw of numbers all missed ``1..max_target``."""
+    numbers = [rng.randint(min_number, max_number) for _ in range(count)]
+    for _ in range(tries):
+        pool: list[tuple[int, ast.expr]] = [(n, ast.Constant(n)) for n in numbers]
+        while len(pool) > 1:
+            i, j = rng.sample(range(len(pool)), 2)
+            item = _combine(pool[i], pool[j], rng)
+            pool = [p for k, p in enumerate(pool) if k not in (i, j)] + [item]
+        target, tree = pool[0]
+        if target >= 1 and (max_target is None or target <= max_target):
+            solution = ast.unparse(tree).replace(" ", "")
+            return {"numbers": numbers, "target": target, "solution": solution}
+    return None
+
+
+def key(numbers: Sequence[int], target) -> tuple:
+    """Problem identity for deduplication: (sorted numbers, target)."""
+    return (tuple(sorted(int(n) for n in numbers)), int(target))
+
+
+def generate(
+    n: int,
+    *,
+    count: int | Sequence[int] = 3,
+    min_number: int = 1,
+    max_number: int = 12,
+    max_target: int | None = 100,
+    seed: int = 0,
+    exclude: Iterable[tuple] = (),
+) -> list[dict]:
+    """``n`` distinct problems (by ``key``), none in ``exclude``; deterministic for the knobs.
+
+    Raises ConfigError when the knobs admit too few distinct problems.
+    """
+    counts = [count] if isinstance(count, int) else list(count)
+    rng = random.Random(seed)
+    seen = set(exclude)
+    out: list[dict] = []
+    budget = 50 * n + 1000
+    while len(out) < n:
+        budget -= 1
+        if budget < 0:
+            raise ConfigError(
+                f"task countdown: only {len(out)} distinct problems found of {n} wanted; widen "
+                f"min_number..max_number ({min_number}..{max_number}), raise max_target "
+                f"({max_target}) or lower n_train/n_test/n_heldout"
+            )
+        p = random_problem(rng, rng.choice(counts), min_number, max_number, max_target)
+        if p is None:
+            continue
+        k = key(p["numbers"], p["target"])
+        if k in seen:
+            continue
+        seen.add(k)
+        out.append(p)
+    return out
+
+
+# ----------------------------------------------------------------------------- the task
+
+
+
+def _features():
+    import datasets
+
+    return {
+        "prompt": datasets.Value("string"),
+        "id": datasets.Value("string"),
+        "numbers": datasets.Sequence(datasets.Value("int64")),
+        "target": datasets.Value("int64"),
+        "solution": datasets.Value("string"),
+    }
+
+
+def _as_int(v) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    try:  # numpy integers
+        import numbers as _n
+
+        if isinstance(v, _n.Integral):
+            return int(v)
+    except Exception:  # pragma: no cover
+        pass
+    return None
+
+
+def parse_row(row: Mapping, where: str) -> dict:
+    """A public-format row -> ``{"numbers", "target", "solution"}``; ConfigError if malformed."""
+    nums = row.get("nums", row.get("numbers"))
+    target = _as_int(row.get("target"))
+    numbers = None
+    if isinstance(nums, (list, tuple)) and len(nums) >= 2:
+        numbers = [_as_int(n) for n in nums]
+        if any(n is None or n < 0 for n in numbers):
+            numbers = None
+    if numbers is None or target is None:
+        raise ConfigError(
+            f"{where}: malformed countdown row (need 'nums' or 'numbers' = list of >= 2 "
+            f"non-negative integers and an integer 'target'): {dict(row)!r:.120}"
+        )
+    solution = row.get("solution")
+    return {
+        "numbers": numbers,
+        "target": target,
+        "solution": solution if isinstance(solution, str) else None,
+    }
+
+
+class CountdownTask(Task):
+    name = "countdown"
+    styles = ("compact", "chat")
+    knobs = {
+        "count": 3,
+        "min_number": 1,
+        "max_number": 12,
+        "max_target": 100,
+        "n_train": 2000,
+        "n_test": 500,
+        "n_heldout": 500,
+        "seed": 0,
+        "source": None,
+        "hub_config": None,
+        "hub_split": "train",
+    }
+    budgets = {"compact": 24, "chat": 1024}
+    stops = {"chat": ("</answer>",)}
+
+    def _validate(self) -> None:
+        c = self.cfg
+        c["count"] = check_counts("countdown", c["count"])
+        check_int("countdown", "min_number", c["min_number"], 1)
+        check_int("countdown", "max_number", c["max_number"], c["min_number"])
+        check_int("countdown", "max_target", c["max_target"], 1, allow_none=True)
+        check_int("countdown", "n_train", c["n_train"], 0)
+        check_int("countdown", "n_test", c["n_test"], 1, allow_none=c["source"] is not None)
+        check_int("countdown", "n_heldout", c["n_heldout"], 0)
+        check_int("countdown", "seed", c["seed"], 0)
+
+    # -- data
+    def _build(self) -> dict:
+        c = self.cfg
+        if c["source"] is None:
+            probs = generate(
+                c["n_test"] + c["n_heldout"] + c["n_train"],
+                count=c["count"],
+                min_number=c["min_number"],
+                max_number=c["max_number"],
+                max_target=c["max_target"],
+                seed=c["seed"],
+            )
+            a, b = c["n_test"], c["n_test"] + c["n_heldout"]
+            parts = {"test": probs[:a], "heldout": probs[a:b], "train": probs[b:]}
+        else:
+            parts = self._load(str(c["source"]))
+        return {
+            name: make_dataset(
+                [self._row(p, f"countdown/{name}/{i}") for i, p in enumerate(ps)], _features()
+            )
+            for name, ps in parts.items()
+        }
+
+    def _load(self, source: str) -> dict[str, list[dict]]:
+        c = self.cfg
+        ds = load_rows(source, "countdown", c["hub_config"], c["hub_split"])
+        total = len(ds)
+        n_train, n_heldout = c["n_train"], c["n_heldout"]
+        if n_train + n_heldout >= total:
+            raise ConfigError(
+                f"task countdown: {source} has {total} rows; n_train={n_train} + "
+                f"n_heldout={n_heldout} leaves no test rows"
+            )
+        end = total - n_heldout
+        stop = end if c["n_test"] is None else min(end, n_train + c["n_test"])
+        ranges = {"train": (0, n_train), "test": (n_train, stop), "heldout": (end, total)}
+        parts, seen = {}, set()
+        for name in ("train", "test", "heldout"):
+            lo, hi = ranges[name]
+            rows = ds.select(range(lo, hi)).to_list() if hi > lo else []
+            kept = []
+            for i, row in enumerate(rows):
+                p = parse_row(row, f"{source}: row {lo + i}")
+                k = key(p["numbers"], p["target"])
+                if name == "train" or k not in seen:
+                    kept.append(p)
+                seen.add(k)
+            parts[name] = kept
+        return parts
+
+    def _row(self, p: dict, id_: str) -> dict:
+        if self.style == "compact":
+            prompt = compact_prompt(p["numbers"], p["target"])
+        else:
+            prompt = chat_prompt(
+                self.tokenizer, chat_messages(p["numbers"], p["target"]), suffix="<think>"
+            )
+        return {"prompt": prompt, "id": id_, **p}
+
+    # -- verifier
+    def verify(self, completion: str, row: Mapping) -> Verdict:
+        if self.style == "compact":
+            return compact_verdict(completion, row["numbers"], row["target"])
+        return chat_verdict(completion, row["numbers"], row["target"])
+
+    def reference(self, row: Mapping) -> str | None:
+        sol = row.get("solution")
+        if not sol:
+            return None
+        if self.style == "compact":
+            return sol
+        return f" ...</think>\n<answer>{sol}</answer>"

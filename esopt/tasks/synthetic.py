@@ -1,0 +1,173 @@
+"""Held-out synthetic tasks (compact style only) that the tiny family is pretrained on but never
+RL-trained on, to measure forgetting:
+
+  * ``addition``: ``"add 12 34:"`` -> ``"46"`` (operand digit counts drawn from
+    ``min_digits..max_digits``);
+  * ``compare``:  ``"max 3 9 4:"`` -> ``"9"`` (``count`` numbers from ``min_number..max_number``);
+  * ``reverse``:  ``"reverse 1234:"`` -> ``"4321"`` (a digit string of ``min_length..max_length``).
+
+Prompts and answers are short ASCII (at most ~30 prompt and 8 answer characters at the knob
+limits). Each generator is seeded; problems are deduplicated by their key (the sorted operands
+for addition/compare, the digit string for reverse) and dealt in generation order: first
+``n_test`` to test, then ``n_heldout`` to heldout, then ``n_train`` to train (test/heldout do not
+change when only ``n_train`` changes).
+
+Verdict: extracted = the stripped completion (None if empty); correct iff it equals the gold
+answer string exactly; format = 1 if extracted is a plain ASCII integer; reward = answer.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Mapping
+
+from esopt.tasks import ConfigError, Task, Verdict, check_counts, check_int, make_dataset
+
+_INT = re.compile(r"-?[0-9]+")
+COMMON = {"n_train": 2000, "n_test": 500, "n_heldout": 500, "seed": 0}
+
+
+def _features():
+    import datasets
+
+    return {
+        "prompt": datasets.Value("string"),
+        "id": datasets.Value("string"),
+        "numbers": datasets.Sequence(datasets.Value("int64")),
+        "answer": datasets.Value("string"),
+    }
+
+
+def deal(
+    task: str,
+    make: Callable[[random.Random], dict],
+    key: Callable[[dict], object],
+    n_test: int,
+    n_heldout: int,
+    n_train: int,
+    seed: int,
+) -> dict[str, list[dict]]:
+    """Distinct problems from ``make(rng)`` dealt to test, heldout, train (in that order)."""
+    n = n_test + n_heldout + n_train
+    rng = random.Random(seed)
+    seen, probs = set(), []
+    budget = 50 * n + 1000
+    while len(probs) < n:
+        budget -= 1
+        if budget < 0:
+            raise ConfigError(
+                f"task {task}: only {len(probs)} distinct problems found of {n} wanted; "
+                "widen the number range or lower n_train/n_test/n_heldout"
+            )
+        p = make(rng)
+        k = key(p)
+        if k not in seen:
+            seen.add(k)
+            probs.append(p)
+    a, b = n_test, n_test + n_heldout
+    return {"test": probs[:a], "heldout": probs[a:b], "train": probs[b:]}
+
+
+class SyntheticTask(Task):
+    styles = ("compact",)
+    budgets = {"compact": 8}
+
+    def _validate(self) -> None:
+        for k, lo in (("n_train", 0), ("n_test", 1), ("n_heldout", 0), ("seed", 0)):
+            check_int(self.name, k, self.cfg[k], lo)
+
+    def make(self, rng: random.Random) -> dict:
+        """One problem ``{"numbers": [...], "prompt": str, "answer": str}``."""
+        raise NotImplementedError
+
+    def key(self, p: dict) -> object:
+        return tuple(sorted(p["numbers"]))
+
+    def _build(self) -> dict:
+        c = self.cfg
+        parts = deal(
+            self.name, self.make, self.key, c["n_test"], c["n_heldout"], c["n_train"], c["seed"]
+        )
+        return {
+            name: make_dataset(
+                [{**p, "id": f"{self.name}/{name}/{i}"} for i, p in enumerate(ps)], _features()
+            )
+            for name, ps in parts.items()
+        }
+
+    def verify(self, completion: str, row: Mapping) -> Verdict:
+        extracted = completion.strip() or None
+        ok = extracted is not None and extracted == str(row["answer"])
+        fmt = 1.0 if extracted is not None and _INT.fullmatch(extracted) else 0.0
+        return Verdict(float(ok), fmt, float(ok), ok, extracted)
+
+    def reference(self, row: Mapping) -> str | None:
+        return str(row["answer"])
+
+
+class AdditionTask(SyntheticTask):
+    name = "addition"
+    knobs = {"min_digits": 1, "max_digits": 3, **COMMON}
+
+    def _validate(self) -> None:
+        super()._validate()
+        check_int("addition", "min_digits", self.cfg["min_digits"], 1)
+        check_int("addition", "max_digits", self.cfg["max_digits"], self.cfg["min_digits"])
+        if self.cfg["max_digits"] > 7:
+            raise ConfigError("task addition: max_digits must be <= 7 (the answer budget is 8)")
+
+    def make(self, rng: random.Random) -> dict:
+        lo, hi = self.cfg["min_digits"], self.cfg["max_digits"]
+        a, b = (_number(rng, rng.randint(lo, hi)) for _ in range(2))
+        return {"numbers": [a, b], "prompt": f"add {a} {b}:", "answer": str(a + b)}
+
+
+class CompareTask(SyntheticTask):
+    name = "compare"
+    knobs = {"count": 3, "min_number": 0, "max_number": 99, **COMMON}
+
+    def _validate(self) -> None:
+        super()._validate()
+        c = self.cfg
+        c["count"] = check_counts("compare", c["count"])
+        check_int("compare", "min_number", c["min_number"], 0)
+        check_int("compare", "max_number", c["max_number"], c["min_number"])
+        if c["max_number"] >= 10**6:
+            raise ConfigError("task compare: max_number must be < 1000000 (short prompts)")
+
+    def make(self, rng: random.Random) -> dict:
+        c = self.cfg
+        n = rng.choice(c["count"])
+        nums = [rng.randint(c["min_number"], c["max_number"]) for _ in range(n)]
+        return {
+            "numbers": nums,
+            "prompt": "max " + " ".join(map(str, nums)) + ":",
+            "answer": str(max(nums)),
+        }
+
+
+class ReverseTask(SyntheticTask):
+    name = "reverse"
+    knobs = {"min_length": 2, "max_length": 6, **COMMON}
+
+    def _validate(self) -> None:
+        super()._validate()
+        check_int("reverse", "min_length", self.cfg["min_length"], 1)
+        check_int("reverse", "max_length", self.cfg["max_length"], self.cfg["min_length"])
+        if self.cfg["max_length"] > 8:
+            raise ConfigError("task reverse: max_length must be <= 8 (the answer budget is 8)")
+
+    def make(self, rng: random.Random) -> dict:
+        n = rng.randint(self.cfg["min_length"], self.cfg["max_length"])
+        digits = [rng.randint(0, 9) for _ in range(n)]
+        text = "".join(map(str, digits))
+        return {"numbers": digits, "prompt": f"reverse {text}:", "answer": text[::-1]}
+
+    def key(self, p: dict) -> object:
+        return tuple(p["numbers"])
+
+
+def _number(rng: random.Random, digits: int) -> int:
+    """Uniform integer with exactly ``digits`` digits (0..9 for one digit)."""
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
