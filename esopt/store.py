@@ -1,0 +1,173 @@
+"""Results layout, run ids and atomic writes.
+
+A sweep lives in ``<root>/<sweep>/``; each run in ``<root>/<sweep>/runs/<run_id>/``::
+
+    config.yaml      the resolved run config (RunConfig.to_dict)
+    metrics.jsonl    one JSON object per line: train iterations and evaluations
+    summary.json     status, evaluations before/after, tokens, wall time (written atomically)
+    checkpoint/      latest checkpoint (HF save_pretrained + algorithm state), for resume
+
+The run id is a hash of the part of the config that defines the result
+(:meth:`esopt.config.RunConfig.identity`), so rerunning a sweep finds its finished runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+STATUSES = ("running", "completed", "pruned", "failed")
+
+
+def _json_default(obj: Any):
+    try:
+        import numpy as np
+
+        if isinstance(obj, np.integer):
+            return int(obj)
+        if isinstance(obj, np.floating):
+            return float(obj)
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _finite(obj: Any) -> Any:
+    """Replace NaN/inf floats by None so files stay strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any, **kw) -> str:
+    return json.dumps(_finite(obj), default=_json_default, **kw)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half.
+
+    Write to a temporary file in the same directory, fsync, then ``os.replace`` (atomic on
+    POSIX filesystems, including NFS/Lustre for a rename within one directory).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def run_id(identity: dict) -> str:
+    """12 hex digits of sha256 over the canonical JSON of the run's identity config."""
+    canon = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=_json_default)
+    return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+
+def sweep_dir(root: str, name: str) -> Path:
+    return Path(root) / name
+
+
+class RunDir:
+    """One run's directory: the only place a run writes to."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.summary_path = self.path / "summary.json"
+        self.config_path = self.path / "config.yaml"
+        self.checkpoint_dir = self.path / "checkpoint"
+
+    @classmethod
+    def for_run(cls, root: str, sweep: str, rid: str) -> "RunDir":
+        return cls(sweep_dir(root, sweep) / "runs" / rid)
+
+    def create(self, config: dict) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        import yaml  # PyYAML comes with omegaconf
+
+        atomic_write_text(self.config_path, yaml.safe_dump(config, sort_keys=False))
+
+    # --- metrics.jsonl -------------------------------------------------------------
+    def log(self, **line: Any) -> None:
+        """Append one JSON line (flushed and fsynced, so a kill loses at most this line)."""
+        with open(self.metrics_path, "a") as f:
+            f.write(dumps(line) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def lines(self) -> Iterator[dict]:
+        """Metrics lines; a torn last line (killed mid-write) is skipped."""
+        if not self.metrics_path.exists():
+            return
+        with open(self.metrics_path) as f:
+            for raw in f:
+                raw = raw.strip()
+                if not raw:
+                    continue
+                try:
+                    yield json.loads(raw)
+                except json.JSONDecodeError:
+                    continue
+
+    def truncate_metrics(self, keep: "callable") -> None:
+        """Keep only the lines for which ``keep(line)`` is true (used on resume)."""
+        kept = [line for line in self.lines() if keep(line)]
+        atomic_write_text(self.metrics_path, "".join(dumps(x) + "\n" for x in kept))
+
+    # --- summary.json ----------------------------------------------------------------
+    def write_summary(self, summary: dict) -> None:
+        atomic_write_json(self.summary_path, summary)
+
+    def read_summary(self) -> dict | None:
+        try:
+            return json.loads(self.summary_path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    @property
+    def status(self) -> str | None:
+        s = self.read_summary()
+        return s.get("status") if s else None
+
+    def has_checkpoint(self) -> bool:
+        return (self.checkpoint_dir / "state.json").exists()
+
+
+def completed_run_ids(root: str, sweep: str) -> dict[str, str]:
+    """run_id -> status for every run of a sweep that has a summary."""
+    out = {}
+    runs = sweep_dir(root, sweep) / "runs"
+    if runs.is_dir():
+        for d in sorted(runs.iterdir()):
+            s = RunDir(d).read_summary()
+            if s and s.get("status"):
+                out[d.name] = s["status"]
+    return out
