@@ -1,0 +1,245 @@
+"""Hugging Face `generate` engine (CPU or GPU).
+
+Sampling is done by esopt, not by `generate`'s global-RNG multinomial: a logits processor turns
+the logits into z/T (+ nucleus filter) + Gumbel noise and `generate` then takes the argmax
+(Gumbel-max: an exact sample from softmax(z/T)). The Gumbel noise of token v at generation
+step t of sequence r is a counter-based hash of (seed, r, t, v), where r = prompt_index * n +
+sample_index. So a seed gives the same completions whatever `max_batch` (chunking) is, sample r
+of a prompt sees the same noise under every model (common random numbers across ES members),
+and no global torch RNG state is touched.
+
+Entropy is computed on the fly from each step's raw logits at the sampling temperature
+(temperature 1 for greedy), so no [B, L, V] logits are stored; per sample it is the mean over
+its generated tokens (EOS included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import StopStringCriteria
+
+from esopt.engines import Generation
+from esopt.metrics import entropy_per_token
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 integer hash on int64 tensors holding uint32 values (no int64 overflow:
+    each 32-bit multiply is split into 16-bit halves)."""
+    x = x ^ (x >> 16)
+    x = ((x * 0x352D) + (((x * 0x7FEB) & 0xFFFF) << 16)) & _M32  # x * 0x7FEB352D mod 2^32
+    x = x ^ (x >> 15)
+    x = ((x * 0xA68B) + (((x * 0x846C) & 0xFFFF) << 16)) & _M32  # x * 0x846CA68B mod 2^32
+    return x ^ (x >> 16)
+
+
+def _row_keys(seed: int, rows: torch.Tensor) -> torch.Tensor:
+    """Per-row 32-bit keys from (seed, global row index); constant over the steps of a call."""
+    s = _mix32(seed & _M32) ^ ((seed >> 32) & _M32)  # python-int hash of the (any-size) seed
+    return _mix32(rows.to(torch.int64) ^ s)
+
+
+def _vocab_keys(vocab: int, device) -> torch.Tensor:
+    return _mix32(torch.arange(vocab, device=device, dtype=torch.int64) + 0x632BE5AB)
+
+
+def _gumbel(row_keys: torch.Tensor, step: int, vocab_keys: torch.Tensor) -> torch.Tensor:
+    r = _mix32(row_keys ^ _mix32((step * 0x9E3779B9) & _M32))
+    bits = _mix32(r[:, None] ^ vocab_keys[None, :]) >> 8  # 24 random bits
+    u = (bits.float() + 0.5) / float(1 << 24)  # uniform in (0, 1), exactly representable
+    return -torch.log(-torch.log(u))
+
+
+def gumbel_noise(seed: int, rows: torch.Tensor, step: int, vocab: int) -> torch.Tensor:
+    """Standard Gumbel noise [len(rows), vocab], a pure function of (seed, row, step, token):
+    a counter-based generator (lowbias32 hashes), no torch RNG state involved."""
+    return _gumbel(_row_keys(seed, rows), step, _vocab_keys(vocab, rows.device))
+
+
+def top_p_filter(z: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter: keep the smallest set of highest-probability tokens whose mass reaches
+    top_p (a token is kept iff the mass of strictly more probable tokens is < top_p)."""
+    sz, idx = z.sort(dim=-1, descending=True)
+    p = sz.softmax(-1)
+    remove = (p.cumsum(-1) - p) >= top_p
+    remove[..., 0] = False
+    return z.scatter(-1, idx, sz.masked_fill(remove, float("-inf")))
+
+
+class _Sampler(LogitsProcessor):
+    """Records per-step entropy of the raw logits; for temperature > 0 returns z/T (nucleus
+    filtered) + Gumbel noise so that generate's argmax is a seeded sample."""
+
+    def __init__(self, rows, seed, temperature, top_p, prompt_width, entropy):
+        self.row_keys = _row_keys(seed, rows)
+        self.vocab_keys: torch.Tensor | None = None
+        self.temperature, self.top_p = temperature, top_p
+        self.prompt_width = prompt_width
+        self.entropy = entropy
+        self.entropies: list[torch.Tensor] = []
+
+    def __call__(self, input_ids, scores):
+        if self.entropy:
+            self.entropies.append(entropy_per_token(scores, self.temperature if self.temperature > 0 else 1.0))
+        if self.temperature <= 0:
+            return scores
+        z = scores / self.temperature
+        if self.top_p < 1.0:
+            z = top_p_filter(z, self.top_p)
+        if self.vocab_keys is None or self.vocab_keys.shape[0] != z.shape[-1]:
+            self.vocab_keys = _vocab_keys(z.shape[-1], z.device)
+        step = input_ids.shape[1] - self.prompt_width
+        return z + _gumbel(self.row_keys, step, self.vocab_keys)
+
+
+class _Finish(StoppingCriteria):
+    """EOS / stop-string criterion that also records each row's generated length (the step at
+    which it finished, finishing token included)."""
+
+    def __init__(self, eos_ids, stop_criteria, prompt_width, batch, device):
+        self.eos_ids = eos_ids
+        self.stop_criteria = stop_criteria
+        self.prompt_width = prompt_width
+        self.length = torch.full((batch,), -1, dtype=torch.long, device=device)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        done = torch.isin(input_ids[:, -1], self.eos_ids)
+        if self.stop_criteria is not None:
+            done = done | self.stop_criteria(input_ids, scores)
+        self.length = torch.where(done & (self.length < 0), input_ids.shape[1] - self.prompt_width, self.length)
+        return done
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class HFEngine:
+    """Batched `model.generate` with n samples per prompt, chunked to `max_batch` sequences."""
+
+    def __init__(self, model, tokenizer, device="auto", max_batch: int = 256):
+        if max_batch < 1:
+            from esopt.config import ConfigError
+
+            raise ConfigError(f"engine.max_batch must be >= 1, got {max_batch}")
+        self.device = resolve_device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.max_batch = int(max_batch)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
+        if not eos:
+            raise ValueError("tokenizer has no eos_token_id")
+        self.eos_ids = sorted(eos)
+        self._stop_cache: dict[tuple[str, ...], StopStringCriteria] = {}
+
+    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The model's live parameters (edit in place under torch.no_grad() for ES)."""
+        return self.model.named_parameters()
+
+    def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
+        # Prompts already carrying the BOS text (chat templates) get no second BOS.
+        bos = self.tokenizer.bos_token
+        add_special = not (bos and all(p.startswith(bos) for p in prompts))
+        return self.tokenizer(list(prompts), add_special_tokens=add_special, padding=False)["input_ids"]
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 32,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        return_entropy: bool = False,
+    ) -> Generation:
+        """n samples for each prompt; temperature 0 = greedy (all n identical). See module doc."""
+        if n < 1 or max_new_tokens < 1:
+            raise ValueError(f"generate needs n >= 1 and max_new_tokens >= 1, got {n}, {max_new_tokens}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        encoded = self._encode(prompts)
+        eos_t = torch.tensor(self.eos_ids, device=self.device)
+        stop = tuple(stop)
+        stop_crit = None
+        if stop:
+            if stop not in self._stop_cache:
+                self._stop_cache[stop] = StopStringCriteria(self.tokenizer, list(stop))
+            stop_crit = self._stop_cache[stop]
+        gconf = GenerationConfig(
+            max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
+            eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
+        )
+        total = len(encoded) * n
+        ids_flat: list[list[int]] = []
+        len_flat: list[int] = []
+        ent_flat: list[float] = []
+        # The model's own generation_config (e.g. an instruct model's repetition_penalty, top_k)
+        # would fill every unset field of gconf; generate under a neutral one instead.
+        saved = self.model.generation_config
+        self.model.generation_config = GenerationConfig()
+        try:
+            for start in range(0, total, self.max_batch):
+                rows = list(range(start, min(start + self.max_batch, total)))
+                seqs = [encoded[r // n] for r in rows]
+                width = max(len(s) for s in seqs)
+                input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+                attn = torch.zeros((len(rows), width), dtype=torch.long)
+                for i, s in enumerate(seqs):
+                    input_ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+                    attn[i, width - len(s):] = 1
+                input_ids, attn = input_ids.to(self.device), attn.to(self.device)
+                rows_t = torch.tensor(rows, device=self.device)
+                sampler = _Sampler(rows_t, seed, temperature, top_p, width, return_entropy)
+                finish = _Finish(eos_t, stop_crit, width, len(rows), self.device)
+                out = self.model.generate(
+                    input_ids=input_ids, attention_mask=attn, generation_config=gconf,
+                    logits_processor=LogitsProcessorList([sampler]),
+                    stopping_criteria=StoppingCriteriaList([finish]),
+                )
+                gen = out[:, width:]
+                steps = gen.shape[1]
+                lengths = torch.where(finish.length < 0, steps, finish.length).clamp(max=steps)
+                ended_eos = torch.isin(gen[torch.arange(len(rows)), (lengths - 1).clamp(min=0)], eos_t) & (lengths > 0)
+                keep = (lengths - ended_eos.long()).tolist()
+                gen_list = gen.tolist()
+                ids_flat += [g[:k] for g, k in zip(gen_list, keep)]
+                len_flat += lengths.tolist()
+                if return_entropy:
+                    ent = torch.stack(sampler.entropies[:steps], dim=1)  # [B, steps]
+                    mask = torch.arange(steps, device=ent.device)[None, :] < lengths[:, None]
+                    ent_flat += ((ent * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
+        finally:
+            self.model.generation_config = saved
+        texts = self.tokenizer.batch_decode(ids_flat, skip_special_tokens=True)
+        if stop:
+            texts = [_trim_at_stop(t, stop) for t in texts]
+        P = len(encoded)
+        return Generation(
+            completions=[texts[p * n:(p + 1) * n] for p in range(P)],
+            token_ids=[ids_flat[p * n:(p + 1) * n] for p in range(P)],
+            lengths=[len_flat[p * n:(p + 1) * n] for p in range(P)],
+            entropy=[ent_flat[p * n:(p + 1) * n] for p in range(P)] if return_entropy else None,
+            n_tokens=int(sum(len_flat)),
+        )
+
+
+def _trim_at_stop(text: str, stop: Sequence[str]) -> str:
+    """Cut text just after the earliest occurrence of any stop string (kept in the text)."""
+    cut = len(text)
+    for s in stop:
+        i = text.find(s)
+        if i >= 0:
+            cut = min(cut, i + len(s))
+    return text[:cut]
