@@ -16,6 +16,14 @@ from typing import Any, Mapping
 
 ALGOS = ("none", "es", "grpo", "grpo_es", "es_grpo")
 SPLITS = ("train", "test", "heldout")
+# Config keys each algorithm ignores (they do not enter its run id).
+IRRELEVANT = {
+    "none": ("pop", "sigma", "lr", "iterations", "es", "grpo", "sequence", "analysis"),
+    "es": ("grpo", "sequence"),
+    "grpo": ("pop", "sigma", "es", "sequence"),
+    "grpo_es": (),
+    "es_grpo": (),
+}
 
 
 class ConfigError(ValueError):
@@ -88,7 +96,15 @@ class RunConfig:
             d.pop(key, None)
         d["eval"].pop("out", None)
         d["engine"] = {k: v for k, v in d["engine"].items() if k in ("name",)}
+        # Knobs the algorithm does not read do not make a different run: a grid
+        # `algo=none,es,grpo pop=8,16` has one base run and one GRPO run per seed.
+        for key in IRRELEVANT[self.algo]:
+            d.pop(key, None)
         return d
+
+    def uses(self, key: str) -> bool:
+        """Whether this run's algorithm reads the top-level or block key ``key``."""
+        return key not in IRRELEVANT[self.algo]
 
 
 def _plain(value: Any) -> Any:
@@ -145,10 +161,11 @@ def _eval_config(raw: Mapping) -> EvalConfig:
     return ev
 
 
-def validate(cfg: Any) -> RunConfig:
+def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     """Check a composed Hydra config and return the typed :class:`RunConfig`.
 
-    Raises :class:`ConfigError` (one line) on the first problem found.
+    Raises :class:`ConfigError` (one line) on the first problem found. With ``check_data``
+    the task's data is loaded once (cached per task config) to catch missing or bad files.
     """
     raw = _plain(cfg)
     if not isinstance(raw, Mapping):
@@ -227,7 +244,28 @@ def validate(cfg: Any) -> RunConfig:
         analysis=tuple(analysis),
     )
     _validate_algo(rc)
+    if check_data:
+        _check_task_data(rc)
     return rc
+
+
+_CHECKED_TASKS: set[str] = set()
+
+
+def _check_task_data(rc: RunConfig) -> None:
+    """Build the task once per distinct task config and read its splits, so a missing data
+    file or a malformed row is one line before anything is dispatched, not a failed run."""
+    import json
+
+    key = json.dumps([rc.task, rc.model.get("prompt_style")], sort_keys=True, default=str)
+    if key in _CHECKED_TASKS:
+        return
+    from esopt import tasks
+
+    task = tasks.get(rc.task, tokenizer=None, style=rc.task.get("style") or rc.model.get("prompt_style") or "compact")
+    for split in {"train", rc.eval.split}:
+        task.split(split)
+    _CHECKED_TASKS.add(key)
 
 
 def _validate_algo(rc: RunConfig) -> None:

@@ -148,3 +148,48 @@ def format_table(result: dict) -> str:
 # CLI (lead): `python -m esopt.evaluate model=... task=... eval.out=FILE.json` — Hydra `main`
 # goes below this line.
 # ---------------------------------------------------------------------------------------------
+
+
+def main(cfg) -> dict:
+    """Evaluate one model (name or checkpoint directory) on a task split; print, maybe save."""
+    from esopt import store
+    from esopt.config import ConfigError, validate
+    from esopt.sweep import fail, load_components
+
+    try:
+        rc = validate(cfg)
+        model, tokenizer, engine, task = load_components(rc)
+    except ConfigError as e:
+        fail(str(e))
+    ev = rc.eval
+    result = evaluate(
+        engine, task, split=ev.split, problems=ev.problems, samples=ev.samples,
+        temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=ev.max_new_tokens,
+        seed=ev.seed, greedy=ev.greedy,
+    )
+    result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
+    print(format_table(result))
+    if ev.out:
+        store.atomic_write_json(ev.out, result)
+        print(f"wrote {ev.out}")
+    return result
+
+
+def cli() -> None:
+    import sys
+
+    import hydra
+
+    from esopt.sweep import CONF_DIR, prepare_argv
+
+    sys.argv[1:] = prepare_argv(sys.argv[1:])
+
+    @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+    def _main(cfg):
+        main(cfg)
+
+    _main()
+
+
+if __name__ == "__main__":
+    cli()
