@@ -1,0 +1,82 @@
+"""Aggregation speed on a large synthetic sweep (goal: 10,000 run directories in <= 5 s).
+
+    python benchmarks/bench_aggregate.py [--runs 10000] [--dir DIR] [--iterations 10]
+
+Writes N synthetic run directories (esopt.aggregate.write_synthetic_sweep: 10 model sizes x
+4 pops x N/40 seeds of ES; each run: summary.json with base/final evaluations over 200 problems
+x 32 samples incl. per-problem counts, metrics.jsonl with `iterations` train lines carrying the
+per-member rewards list, plus an eval line every 5 iterations), then times, in-process:
+
+    aggregate (no page)  read + tables + runs.parquet/csv + curves.parquet + trend fit
+                         (1000 bootstrap resamples) + trend.json      <- the 5 s goal
+    page                 report.html (all figures, plotly.js embedded)
+    total                both
+
+The file cache is warm (the sweep was just written), as after a sweep on the same machine.
+Wall seconds decide "met"; CPU seconds (this process, all its threads) and the load average
+are printed too, since on a shared machine wall time mostly measures the other users.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from esopt.aggregate import aggregate, write_synthetic_sweep
+from esopt import report
+
+GOAL_S = 5.0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10_000)
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--dir", default=None, help="reuse/keep the synthetic sweep here")
+    args = ap.parse_args(argv)
+
+    tmp = None
+    if args.dir:
+        root = Path(args.dir)
+    else:
+        tmp = tempfile.mkdtemp(prefix="esopt-bench-agg-")
+        root = Path(tmp) / "sweep"
+    models = {f"m{i}": 1e6 * 2 ** i for i in range(10)}
+    pops = (8, 16, 32, 64)
+    n_seeds = max(1, args.runs // (len(models) * len(pops)))
+    try:
+        if not (root / "runs").is_dir():
+            t = time.perf_counter()
+            write_synthetic_sweep(root, models=models, pops=pops, seeds=range(n_seeds),
+                                  iterations=args.iterations, eval_every=5, problems=200, samples=32)
+            print(f"wrote synthetic sweep in {time.perf_counter() - t:.1f} s: {root}", file=sys.stderr)
+        out = root.parent / "agg-out"
+        load0 = os.getloadavg()[0]
+        t0, c0 = time.perf_counter(), time.process_time()
+        agg = aggregate(root, out=out, html=False)
+        t1, c1 = time.perf_counter(), time.process_time()
+        (out / "report.html").write_text(report.build(agg), encoding="utf-8")
+        t2, c2 = time.perf_counter(), time.process_time()
+        n, lines = len(agg.runs), len(agg.curves)
+        rows = [("aggregate (no page)", t1 - t0, c1 - c0), ("page", t2 - t1, c2 - c1), ("total", t2 - t0, c2 - c0)]
+        print(f"\n{n} runs, {lines} metrics lines; load average {load0:.1f} -> {os.getloadavg()[0]:.1f} "
+              f"on {os.cpu_count()} cores; stages (wall): "
+              + ", ".join(f"{k} {v:.2f}s" for k, v in agg.timings.items() if k.endswith("_s")))
+        print(f"{'stage':<22}{'runs':>8}{'wall s':>9}{'cpu s':>8}{'runs/s':>9}{'goal s':>8}{'met':>6}")
+        for name, sec, cpu in rows:
+            goal = GOAL_S if name == "aggregate (no page)" else None
+            met = "-" if goal is None else ("yes" if sec <= goal else "no")
+            print(f"{name:<22}{n:>8}{sec:>9.2f}{cpu:>8.2f}{n / sec:>9.0f}{goal or '-':>8}{met:>6}")
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
