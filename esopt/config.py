@@ -53,6 +53,7 @@ class SweepConfig:
     dry_run: bool = False
     retry_failed: bool = False
     aggregate: bool = True
+    save_model: bool = True  # write the trained weights to <run>/model/ (HF format)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ A sweep lives in ``<root>/<sweep>/``; each run in ``<root>/<sweep>/runs/<run_id>
     metrics.jsonl    one JSON object per line: train iterations and evaluations
     summary.json     status, evaluations before/after, tokens, wall time (written atomically)
     checkpoint/      latest checkpoint (HF save_pretrained + algorithm state), for resume
+    model/           the trained model at the end (HF save_pretrained), for analyses
 
 The run id is a hash of the part of the config that defines the result
 (:meth:`esopt.config.RunConfig.identity`), so rerunning a sweep finds its finished runs.
@@ -104,6 +105,7 @@ class RunDir:
         self.summary_path = self.path / "summary.json"
         self.config_path = self.path / "config.yaml"
         self.checkpoint_dir = self.path / "checkpoint"
+        self.model_dir = self.path / "model"  # final trained weights (HF save_pretrained)
 
     @classmethod
     def for_run(cls, root: str, sweep: str, rid: str) -> "RunDir":

@@ -167,6 +167,21 @@ def load_components(cfg: RunConfig):
     return model, tokenizer, engine, task
 
 
+def save_model(model, tokenizer, path: Path) -> None:
+    """The trained weights, in HF format, where analyses and `esopt.evaluate` find them.
+
+    Written to a temporary sibling and renamed, so a kill never leaves half a model.
+    """
+    import shutil
+
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    getattr(model, "module", model).save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
 def _train(ctx: RunContext) -> None:
     algo = ctx.cfg.algo
     if algo == "none":
@@ -234,6 +249,8 @@ def run(cfg: RunConfig) -> dict:
             ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
             rd.write_summary(summary)
         _train(ctx)
+        if cfg.algo != "none" and cfg.sweep.save_model:
+            save_model(model, tokenizer, rd.model_dir)
         total = cfg.iterations if cfg.algo != "none" else 0
         if cfg.algo == "none":
             summary["final"] = summary["base"]
