@@ -97,6 +97,7 @@ class RunConfig:
             d.pop(key, None)
         d["eval"].pop("out", None)
         d["engine"] = {k: v for k, v in d["engine"].items() if k in ("name",)}
+        d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
         # Knobs the algorithm does not read do not make a different run: a grid
         # `algo=none,es,grpo pop=8,16` has one base run and one GRPO run per seed.
         for key in IRRELEVANT[self.algo]:
