@@ -1,0 +1,106 @@
+"""Models: a registry of short names -> hub ids, and the embedded tiny family.
+
+    model, tok = esopt.models.load("tiny-s")                 # shipped weights, no network
+    model, tok = esopt.models.load("qwen1.5b", dtype="bfloat16", device="cuda")
+    model, tok = esopt.models.load("qwen1.5b", path="/data/qwen")   # a local copy instead
+
+Every tokenizer comes back with ``padding_side="left"`` and a pad token (the EOS token when the
+hub tokenizer has none). Models come back in eval mode.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from esopt.config import ConfigError
+from esopt.models.tiny import TINY, TINY_DIR, char_tokenizer
+
+REGISTRY: dict[str, str] = {
+    "qwen0.5b": "Qwen/Qwen2.5-0.5B-Instruct",
+    "qwen1.5b": "Qwen/Qwen2.5-1.5B-Instruct",
+    "qwen3b": "Qwen/Qwen2.5-3B-Instruct",
+    "qwen7b": "Qwen/Qwen2.5-7B-Instruct",
+    "llama1b": "meta-llama/Llama-3.2-1B-Instruct",
+    "llama3b": "meta-llama/Llama-3.2-3B-Instruct",
+    "llama8b": "meta-llama/Llama-3.1-8B-Instruct",
+}
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+__all__ = ["REGISTRY", "TINY", "load", "n_params", "char_tokenizer", "known_names"]
+
+
+def known_names() -> tuple[str, ...]:
+    return (*TINY, *REGISTRY)
+
+
+def _source(name: str, path: str | None) -> str:
+    """Where to load ``name`` from: ``path`` if given, the shipped tiny dir, or the hub id."""
+    if path:
+        p = Path(path).expanduser()
+        if not p.is_dir():
+            raise ConfigError(f"model path not found: {path}")
+        return str(p)
+    if name in TINY:
+        d = TINY_DIR / name
+        if not (d / "config.json").is_file():
+            raise ConfigError(
+                f"tiny model weights missing in {d}; build them with `python -m esopt.models.pretrain`"
+            )
+        return str(d)
+    if name in REGISTRY:
+        return REGISTRY[name]
+    raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
+
+
+def _is_char_tokenizer(src: str) -> bool:
+    """True if ``src`` is a local directory holding the tiny family's character tokenizer."""
+    f = Path(src) / "tokenizer.json"
+    if not f.is_file():
+        return False
+    try:
+        return json.loads(f.read_text())["model"]["type"] == "WordLevel"
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu"):
+    """``(model, tokenizer)`` for a registry / tiny name, or a local HF directory ``path``.
+
+    Unknown name (without ``path``) -> ``ConfigError``. The model is in eval mode on ``device``
+    with ``dtype``; the tokenizer pads on the left and has a pad token.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    if not path and name not in TINY and name not in REGISTRY:
+        raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
+    src = _source(name, path)
+    try:
+        if _is_char_tokenizer(src):
+            # AutoTokenizer would build a Qwen2Tokenizer from config.json's model_type and
+            # replace the character pre-tokenizer (spaces would vanish): load the file as is.
+            tok = PreTrainedTokenizerFast.from_pretrained(src)
+        else:
+            tok = AutoTokenizer.from_pretrained(src)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype])
+    except OSError as e:  # missing files / no network for a hub id
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"cannot load model {name!r} from {src}: {first}") from e
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tok.pad_token_id
+    model.to(device)
+    model.eval()
+    return model, tok
+
+
+def n_params(model) -> int:
+    """Total number of parameters (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters())
