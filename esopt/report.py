@@ -15,6 +15,10 @@ Figures (stable ids):
     fig-heatmap      the metric over (model, pop) for the fitted algorithm
     fig-trend        pop* against params on log-log axes, the fit and its 95% band
     fig-status       run counts by status and algorithm
+    fig-sparsity     share of the Pass@1 gain kept vs keep fraction, per algorithm and mode
+                     (only when runs have sparsity.json, esopt.analyze)
+    fig-drift / fig-drift-top   relative drift and top-1% update share by module type, per
+                     algorithm (only when runs have drift.json)
     fig-optuna-<i>-intermediate / fig-optuna-<i>-importance   Optuna's own plots per study
 Tables: table-problems (pruned / failed / running runs), table-skipped (unreadable runs).
 """
@@ -437,6 +441,114 @@ def fig_status(runs: pd.DataFrame):
     return fig, None
 
 
+# ---------------------------------------------------------------------------------------
+# mechanism analyses (esopt.analyze): drawn only when some run has the file
+SPARSITY_DASH = {"global": "solid", "per_tensor": "dash", "smallest": "dot"}
+DRIFT_TYPES = ("embeddings", "attn_q", "attn_k", "attn_v", "attn_o", "attn_qkv", "mlp", "norm", "lm_head",
+               "other")                              # esopt.analyze.MODULE_TYPES (no torch import here)
+
+
+def _analysis_groups(runs: pd.DataFrame, column: str) -> dict[str, dict[str, list[str]]]:
+    """facet -> algo -> run ids of completed runs that have the analysis column."""
+    if column not in runs:
+        return {}
+    ok = runs[(runs["status"] == "completed") & runs[column].notna()]
+    multi_task = runs["task"].nunique() > 1
+    out: dict[str, dict[str, list[str]]] = {}
+    for (model, task, algo), g in ok.groupby(["model", "task", "algo"], dropna=False, sort=False):
+        out.setdefault(_facet(model, task, multi_task), {})[algo] = g["run_id"].tolist()
+    return out
+
+
+def _algo_sorted(algos):
+    return sorted(algos, key=lambda a: (ALGO_ORDER.index(a) if a in ALGO_ORDER else 99, str(a)))
+
+
+def fig_sparsity(runs: pd.DataFrame, runs_dir: Path | None):
+    """Share of the Pass@1 gain kept against the keep fraction: per algorithm (colour) and
+    mode (line style; smallest = the control), mean over runs; band: mean of the runs' 95% CIs."""
+    groups = _analysis_groups(runs, "sparsity_nnz")
+    if not groups or runs_dir is None:
+        return None, None
+    traces, counts, labels = [], [], []
+    for facet in _facet_order(groups, runs):
+        n0 = len(traces)
+        for algo in _algo_sorted(groups[facet]):
+            rows = []
+            for rid in groups[facet][algo]:
+                try:
+                    rows += [dict(c, run_id=rid) for c in json.loads((runs_dir / rid / "sparsity.json").read_bytes())["curves"]]
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+            df = pd.DataFrame(rows)
+            if df.empty or "share_pass@1" not in df:
+                continue
+            df = df[df["keep"] > 0]
+            color = COLORS.get(algo, "#333333")
+            for mode in [m for m in SPARSITY_DASH if m in set(df["mode"])]:
+                d = df[df["mode"] == mode]
+                share = pd.to_numeric(d["share_pass@1"], errors="coerce")
+                ci = d["share_pass@1_ci"].apply(lambda v: v if isinstance(v, list) and len(v) == 2 else [np.nan, np.nan])
+                d = d.assign(share=share, lo=[c[0] for c in ci], hi=[c[1] for c in ci])
+                agg = d.groupby("keep").agg(mean=("share", "mean"), lo=("lo", "mean"), hi=("hi", "mean"), n=("run_id", "nunique"))
+                x = agg.index.to_numpy(dtype=float)
+                meta = {"facet": facet, "algo": algo, "mode": mode, "run_ids": groups[facet][algo]}
+                if mode != "smallest" and np.isfinite(agg["lo"]).all() and np.isfinite(agg["hi"]).all():
+                    traces.append(_band(x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color, f"{facet} {algo} {mode}",
+                                        {**meta, "kind": "band"}))
+                traces.append(_trace("scatter", x=x, y=agg["mean"].to_numpy(), mode="lines+markers",
+                                     name=f"{algo} {mode}", line=dict(color=color, dash=SPARSITY_DASH[mode]),
+                                     legendgroup=f"{facet} {algo} {mode}", meta={**meta, "kind": "mean"}))
+        if len(traces) > n0:
+            labels.append(facet)
+            counts.append(len(traces) - n0)
+    if not traces:
+        return None, "sparsity.json files unreadable"
+    for t in traces[counts[0]:]:
+        t["visible"] = False
+    fig = _figure(traces)
+    fig["layout"] = _layout(title="Functional sparsity: share of the Pass@1 gain kept when only the largest "
+                            "(global, per tensor) or smallest (control) update entries are kept; menu: model",
+                            xaxis=dict(type="log", title="fraction of nonzero update entries kept"),
+                            yaxis_title="share of gain kept",
+                            updatemenus=[_dropdown(labels, counts)] if len(labels) > 1 else [])
+    return fig, None
+
+
+def fig_drift(runs: pd.DataFrame, value: str = "relative"):
+    """Drift by module type per algorithm (mean over runs): value = relative (||delta||/||base||
+    per module type; overall first) or top_share (share of the largest 1% of update entries)."""
+    groups = _analysis_groups(runs, "drift_relative")
+    if not groups:
+        return None, None
+    types = [t for t in DRIFT_TYPES if f"drift_modules.{t}.{value}" in runs]
+    x = (["overall"] if value == "relative" else []) + types
+    traces, counts, labels = [], [], []
+    for facet in _facet_order(groups, runs):
+        n0 = len(traces)
+        for algo in _algo_sorted(groups[facet]):
+            sub = runs[runs["run_id"].isin(groups[facet][algo])]
+            cols = (["drift_relative"] if value == "relative" else []) + [f"drift_modules.{t}.{value}" for t in types]
+            y = np.array([pd.to_numeric(sub[c], errors="coerce").mean() for c in cols])
+            traces.append(_trace("bar", x=x, y=y, name=algo, marker=dict(color=COLORS.get(algo, "#333333")),
+                                 meta={"facet": facet, "algo": algo, "run_ids": groups[facet][algo]}))
+        if len(traces) > n0:
+            labels.append(facet)
+            counts.append(len(traces) - n0)
+    for t in traces[counts[0]:]:
+        t["visible"] = False
+    fig = _figure(traces)
+    if value == "relative":
+        title, ylab, yaxis = ("Relative L2 drift ||Δθ|| / ||θ_base|| by module type (mean over runs); menu: model",
+                              "relative drift", dict(type="log", title="relative drift"))
+    else:
+        title, ylab, yaxis = ("Where the largest 1% of update entries sit: share by module type (mean over runs); "
+                              "menu: model", "share of top-1% entries", dict(title="share of top-1% entries"))
+    fig["layout"] = _layout(title=title, barmode="group", xaxis_title="module type", yaxis=yaxis,
+                            updatemenus=[_dropdown(labels, counts)] if len(labels) > 1 else [])
+    return fig, None
+
+
 def optuna_figures(sweep_dir: Path):
     """[(id, title, figure)] from ``<sweep>/optuna.journal``, plus notes."""
     path = sweep_dir / "optuna.journal"
@@ -538,6 +650,15 @@ def _figure_block(fig_id: str, title: str, fig) -> str:
             f'<script type="application/json" class="figure-data" data-figure="{fig_id}">{data}</script></section>\n')
 
 
+def claims_html(result: dict | None) -> str:
+    """The claims section (esopt.claims) at the top of the page; empty without claims."""
+    if not result:
+        return ""
+    from esopt.claims import html_section
+
+    return html_section(result)
+
+
 def build(agg, sweep_dir: Path | None = None) -> str:
     """The whole page for an :class:`esopt.aggregate.Aggregate` (with its trend) as HTML text."""
     from plotly.offline import get_plotlyjs
@@ -567,8 +688,13 @@ def build(agg, sweep_dir: Path | None = None) -> str:
         ("fig-heatmap", "Population vs model size: heatmap", lambda: fig_heatmap(trend)),
         ("fig-trend", "Population vs model size: trend fit", lambda: fig_trend(trend)),
         ("fig-status", "Run status", lambda: fig_status(runs)),
+        ("fig-sparsity", "Functional sparsity of the updates", lambda: fig_sparsity(runs, runs_dir)),
+        ("fig-drift", "Parameter drift by module type", lambda: fig_drift(runs, "relative")),
+        ("fig-drift-top", "Largest 1% of updates by module type", lambda: fig_drift(runs, "top_share")),
     ):
         fig, note = make()
+        if fig is None and note is None:                   # optional figure without data: no section
+            continue
         if fig is None:
             notes.append(note)
             blocks.append(f'<section><h2>{_html.escape(title)}</h2><p class="missing" id="{fig_id}-missing">'
@@ -604,6 +730,7 @@ table {{ border-collapse: collapse; font-size: 0.85em; }} td, th {{ border: 1px 
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
 <h1>{title}</h1>
+{claims_html(getattr(agg, "claims", None))}
 <section id="summary"><h2>Summary</h2><ul>{summary}</ul>
 <p>Files beside this page: runs.csv / runs.parquet (one row per run), curves.parquet (every metrics line),
 trend.json (the fit), aggregate.json (skipped runs, notes).</p></section>
