@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 ALGOS = ("none", "es", "grpo", "grpo_es", "es_grpo")
 SPLITS = ("train", "test", "heldout")
+ANALYSES = ("sparsity", "drift", "forgetting")  # esopt/analyze.py, run after training
 # Config keys each algorithm ignores (they do not enter its run id).
 IRRELEVANT = {
     "none": ("pop", "sigma", "lr", "iterations", "es", "grpo", "sequence", "analysis"),
@@ -93,7 +94,7 @@ class RunConfig:
         launched locally or on Slurm, or in a sweep of another name, is the same run.
         """
         d = self.to_dict()
-        for key in ("sweep", "tuning"):
+        for key in ("sweep", "tuning", "analysis"):  # analyses read the result, never change it
             d.pop(key, None)
         d["eval"].pop("out", None)
         d["engine"] = {k: v for k, v in d["engine"].items() if k in ("name",)}
@@ -226,6 +227,9 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     analysis = raw.get("analysis") or ()
     if isinstance(analysis, str):
         analysis = (analysis,)
+    unknown = [a for a in analysis if a not in ANALYSES]
+    if unknown:
+        raise ConfigError(f"unknown analysis {unknown[0]!r} (known: {', '.join(ANALYSES)})")
 
     rc = RunConfig(
         model=model,
@@ -294,3 +298,8 @@ def _validate_algo(rc: RunConfig) -> None:
             raise ConfigError(f"sequence.split must be in (0, 1), got {split!r}")
         if rc.iterations < 2:
             raise ConfigError(f"iterations must be >= 2 for a sequence ({rc.algo}), got {rc.iterations}")
+        if rc.lr is not None:
+            raise ConfigError(
+                f"lr sets one step size for both phases of {rc.algo}, whose scales differ ~100x; "
+                "leave lr=null and set es.lr / grpo.lr"
+            )
