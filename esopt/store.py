@@ -173,3 +173,55 @@ def completed_run_ids(root: str, sweep: str) -> dict[str, str]:
             if s and s.get("status"):
                 out[d.name] = s["status"]
     return out
+
+
+# --- who runs a run (so one run is never started twice) ------------------------------------
+def _proc_start(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _slurm_job_id() -> str | None:
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID")
+
+
+def worker_info() -> dict:
+    """The process running a run: host, pid (+ start time) and Slurm job id (summary["worker"])."""
+    import socket
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
+            "slurm_job_id": _slurm_job_id()}
+
+
+def worker_alive(worker: dict | None) -> str | None:
+    """Where a run recorded ``running`` is still being run by another live process: ``"Slurm
+    job J (running)"`` or ``"pid P on HOST"``; None when that worker is gone or is this very
+    process (a requeued Slurm job keeps its id and must resume its own run)."""
+    import socket
+    import subprocess
+
+    worker = worker or {}
+    job = worker.get("slurm_job_id")
+    if job:
+        if job == _slurm_job_id():
+            return None
+        try:
+            r = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True,
+                               text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        state = r.stdout.strip().splitlines()[0].lower() if r.returncode == 0 and r.stdout.strip() else ""
+        return f"Slurm job {job} ({state})" if state in ("running", "pending", "completing", "configuring") else None
+    pid, host = worker.get("pid"), worker.get("host")
+    if not pid or host != socket.gethostname() or int(pid) == os.getpid():
+        return None
+    start = _proc_start(int(pid))
+    if start is None or (worker.get("pid_start") is not None and start != worker["pid_start"]):
+        return None
+    return f"pid {pid} on {host}"

@@ -200,6 +200,19 @@ def _train(ctx: RunContext) -> None:
         sequence.train(ctx)
 
 
+def _missing_analyses(cfg: RunConfig, rd: store.RunDir) -> list[str]:
+    if cfg.algo == "none" or not rd.model_dir.is_dir():
+        return []
+    return [a for a in cfg.analysis if not (rd.path / f"{a}.json").exists()]
+
+
+def _analyses(cfg: RunConfig, rd: store.RunDir) -> dict:
+    """Run the analyses named in ``analysis=[...]`` on the trained model (never raises)."""
+    from esopt import analyze
+
+    return analyze.run_analyses(cfg, rd.path, list(cfg.analysis))
+
+
 def _attach_trial(cfg: RunConfig, rid: str, params: dict):
     try:
         from esopt import tuning
@@ -216,8 +229,16 @@ def run(cfg: RunConfig) -> dict:
     previous = rd.read_summary() or {}
     status = previous.get("status")
     if status in ("completed", "pruned") or (status == "failed" and not cfg.sweep.retry_failed):
+        if status == "completed" and _missing_analyses(cfg, rd):
+            previous["analyses"] = _analyses(cfg, rd)  # asked for after the run finished
+            rd.write_summary(previous)
         print(f"esopt: run {rid} already {status}; skipped ({rd.path})", file=sys.stderr)
         return previous
+    if status == "running":  # interrupted, or still running elsewhere (never start it twice)
+        where = store.worker_alive(previous.get("worker"))
+        if where:
+            print(f"esopt: run {rid} is still running ({where}); not started twice", file=sys.stderr)
+            return previous
 
     rd.create(cfg.to_dict())
     t0 = time.time() - float(previous.get("wall_s") or 0.0)  # resumed runs keep counting
@@ -229,7 +250,8 @@ def run(cfg: RunConfig) -> dict:
         "lr": cfg.lr if cfg.uses("lr") else None, "seed": cfg.seed,
         "iterations": cfg.iterations if cfg.uses("iterations") else 0, "base": previous.get("base"), "final": None, "phases": [],
         "tokens_generated": 0, "wall_s": 0.0, "sweep": cfg.sweep.name,
-        "attempts": int(previous.get("attempts") or 0) + 1, "config": cfg.to_dict(),
+        "attempts": int(previous.get("attempts") or 0) + 1, "worker": store.worker_info(),
+        "config": cfg.to_dict(),
     }
     rd.write_summary(summary)
     shared = _Shared(t0)
@@ -258,6 +280,8 @@ def run(cfg: RunConfig) -> dict:
             summary["final"] = shared.last_eval
         else:
             summary["final"] = ctx.evaluate(cfg.iterations)
+        if cfg.analysis and cfg.algo != "none" and cfg.sweep.save_model:
+            summary["analyses"] = _analyses(cfg, rd)
         summary["status"] = "completed"
     except Pruned as e:
         summary["status"], summary["error"] = "pruned", str(e)

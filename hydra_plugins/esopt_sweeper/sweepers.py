@@ -1,0 +1,543 @@
+"""The ``esopt`` (grid) and ``optuna`` (search) Hydra sweepers. See the package docstring.
+
+Both share one path: compose + validate every job -> skip runs already recorded in the store ->
+group the rest by the launcher request they resolve to (``hydra.launcher`` interpolates the
+model's ``resources``) -> launch each group in batches -> read every run's summary.json ->
+print a table. esopt, optuna and pandas are imported lazily (plugin discovery stays fast).
+"""
+
+
+import copy
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+SKIP_STATUSES = ("completed", "pruned")
+
+
+@dataclass
+class EsoptSweeperConf:
+    _target_: str = "hydra_plugins.esopt_sweeper.sweepers.EsoptSweeper"
+    # runs per launch call (for Slurm: per job array); null = all runs of a resource group at once
+    max_batch_size: Optional[int] = None
+    # the grid, as Hydra sweep strings, e.g. {pop: "8,16,32", seed: "range(3)"} (presets use this)
+    params: Optional[Dict[str, str]] = None
+    # several grids in one sweep (esopt.claims presets): each entry's keys override `params`;
+    # the jobs are the union of the grids, one per run id (duplicates run once)
+    grids: Optional[List[Dict[str, Any]]] = None
+
+
+@dataclass
+class OptunaSweeperConf:
+    _target_: str = "hydra_plugins.esopt_sweeper.sweepers.OptunaSweeper"
+    sampler: str = "tpe"  # tpe | random
+    seed: int = 0  # sampler seed (the search is reproducible for a given history)
+    n_trials: int = 8  # trials run by this invocation
+    n_jobs: int = 2  # trials asked per batch and run in parallel by the launcher
+    n_startup_trials: int = 4  # TPE: random trials before the model kicks in
+    study: Optional[str] = None  # null = esopt:<sweep.name>:search
+    # search space: choice(8,16,32) | range(1,5) | interval(0.1,0.9) | tag(log,interval(1e-4,1e-2));
+    # a plain value fixes the key
+    params: Optional[Dict[str, str]] = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="esopt", node=EsoptSweeperConf, provider="esopt")
+ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="esopt")
+
+
+@dataclass
+class Job:
+    """One run of the sweep: its overrides, typed config, run id and launcher request."""
+
+    overrides: List[str]
+    rc: Any
+    rid: str
+    launcher: dict
+    before: Optional[str] = None  # status recorded before this sweep launched anything
+    summary: Optional[dict] = None
+    dispatched: bool = False
+    trial: Any = None  # optuna sweeper: the study trial number
+
+
+def _fail(message: str, code: int = 2) -> None:
+    print(f"esopt: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+class EsoptSweeper(Sweeper):
+    """Grid sweeper: BasicSweeper's expansion with validation, dry run, skip, grouping, table."""
+
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
+                 grids: Optional[List[Dict[str, Any]]] = None):
+        super().__init__()
+        self.max_batch_size = max_batch_size
+        self.params = dict(params or {})
+        self.grids = [{k: str(v) for k, v in (g or {}).items()} for g in (grids or [])]
+        self.hydra_context: Optional[HydraContext] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.config: Optional[DictConfig] = None
+        self._launchers: Dict[str, Any] = {}
+        self._job_idx = 0
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+
+    # --- composition and validation ---------------------------------------------------------
+    def _arguments(self, arguments: List[str]) -> list:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        lines = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
+        return OverridesParser.create(config_loader=self.hydra_context.config_loader).parse_overrides(lines)
+
+    def _grid(self, arguments: List[str]) -> List[List[str]]:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+        if not self.grids:
+            return BasicSweeper.split_arguments(self._arguments(arguments), None)[0]
+        # sub-grids (hydra.sweeper.grids): params < grid entry < command line, per key
+        given = {a.split("=", 1)[0].lstrip("+~") for a in arguments if "=" in a}
+        saved, out = self.params, []
+        try:
+            for grid in self.grids:
+                self.params = {k: v for k, v in {**saved, **grid}.items() if k.lstrip("+~") not in given}
+                out += BasicSweeper.split_arguments(self._arguments(arguments), None)[0]
+        finally:
+            self.params = saved
+        return out
+
+    def compose(self, overrides: Sequence[str]) -> Job:
+        """Compose one job's config exactly as its worker will and validate it.
+
+        Raises ConfigError (esopt's validation) or Hydra's composition errors.
+        """
+        from esopt import store, tuning
+        from esopt.config import validate
+
+        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        rc = validate(cfg)
+        tuning.settings(rc.tuning)
+        rid = store.run_id(rc.identity())
+        before = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid).status
+        return Job(list(overrides), rc, rid, launcher, before)
+
+    def compose_all(self, grid: List[List[str]]) -> List[Job]:
+        """Every job composed and validated before anything runs; the first bad one exits 2."""
+        jobs = []
+        for i, overrides in enumerate(grid):
+            try:
+                jobs.append(self.compose(overrides))
+            except Exception as e:  # noqa: BLE001 - ConfigError or a Hydra composition error
+                shown = " ".join(o for o in overrides if not o.startswith("hydra.")) or "defaults"
+                _fail(f"{_first_line(e)} (run {i}: {shown})")
+        return jobs
+
+    # --- launching --------------------------------------------------------------------------
+    def _launcher(self, request: dict):
+        """A launcher instantiated for one resolved ``hydra.launcher`` request (cached)."""
+        from hydra.core.plugins import Plugins
+
+        key = json.dumps(request, sort_keys=True, default=str)
+        if key not in self._launchers:
+            config = copy.deepcopy(self.config)
+            OmegaConf.copy_cache(from_config=self.config, to_config=config)
+            with open_dict(config):
+                config.hydra.launcher = OmegaConf.create(request)
+            self._launchers[key] = Plugins.instance().instantiate_launcher(
+                hydra_context=self.hydra_context, task_function=self.task_function, config=config)
+        return self._launchers[key]
+
+    def skipped(self, job: Job) -> bool:
+        return job.before in SKIP_STATUSES or (job.before == "failed" and not job.rc.sweep.retry_failed)
+
+    def live_elsewhere(self, job: Job) -> Optional[str]:
+        """Where a run recorded ``running`` is still alive (a Slurm job of a killed sweep, or a
+        live process on this host), so it must not be started twice; None if it is not."""
+        if job.before != "running":
+            return None
+        from esopt import store
+
+        s = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
+        return store.worker_alive(s.get("worker"))
+
+    def launch(self, jobs: List[Job]) -> None:
+        """Run the jobs not already done (one per run id), grouped by launcher request."""
+        from esopt import store
+
+        todo, seen = [], set()
+        for job in jobs:
+            where = self.live_elsewhere(job)
+            if where:
+                print(f"esopt: warning: run {job.rid} is still running ({where}); not launched again",
+                      file=sys.stderr)
+                seen.add(job.rid)
+            if not self.skipped(job) and job.rid not in seen:
+                seen.add(job.rid)
+                todo.append(job)
+        groups: Dict[str, List[Job]] = {}
+        for job in todo:
+            groups.setdefault(json.dumps(job.launcher, sort_keys=True, default=str), []).append(job)
+        for group in groups.values():
+            n = self.max_batch_size or len(group)
+            for start in range(0, len(group), n):
+                batch = group[start:start + n]
+                launcher = self._launcher(batch[0].launcher)
+                try:
+                    results = launcher.launch([j.overrides for j in batch], initial_job_idx=self._job_idx)
+                except Exception as e:  # noqa: BLE001 - e.g. a Slurm job killed: see summaries
+                    print(f"esopt: warning: launcher: {_first_line(e)}", file=sys.stderr)
+                    results = [None] * len(batch)
+                self._job_idx += len(batch)
+                for job, r in zip(batch, results):
+                    job.dispatched = True
+                    ok = r is not None and getattr(getattr(r, "status", None), "name", "") == "COMPLETED"
+                    if not ok and r is not None:
+                        err = getattr(r, "_return_value", None)
+                        print(f"esopt: warning: run {job.rid} raised: {err!r}"[:500], file=sys.stderr)
+        for job in jobs:  # the store is the truth (also for runs done elsewhere)
+            rd = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid)
+            job.summary = rd.read_summary()
+
+    # --- output -----------------------------------------------------------------------------
+    def table(self, jobs: List[Job], *, dry: bool = False):
+        import pandas as pd
+        from esopt import tuning
+
+        keys = _varying_keys([j.overrides for j in jobs])
+        rows = []
+        for i, job in enumerate(jobs):
+            row = {"#": i, "run_id": job.rid}
+            kv = dict(o.split("=", 1) for o in job.overrides if "=" in o)
+            for k in keys:
+                row[k.lstrip("+~")] = kv.get(k, "")
+            if dry:
+                row["status"] = job.before or "new"
+                row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
+                row["max_tokens"] = estimate_tokens(job.rc)
+            else:
+                s = job.summary or {}
+                metric = tuning.settings(job.rc.tuning)["metric"]
+                row["status"] = s.get("status", "missing") + (" (kept)" if self.skipped(job) else "")
+                v = tuning.metric_value(s.get("final"), metric)
+                row[metric] = None if v is None else round(v, 4)
+                row["wall_s"] = s.get("wall_s")
+                row["error"] = (s.get("error") or "")[:60]
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def sweep_dir(self, jobs: List[Job]) -> Path:
+        from esopt import store
+
+        rc = jobs[0].rc if jobs else None
+        root = rc.sweep.root if rc else self.config.sweep.root
+        name = rc.sweep.name if rc else self.config.sweep.name
+        return store.sweep_dir(root, name).resolve()
+
+    def dry_run(self, jobs: List[Job]) -> None:
+        df = self.table(jobs, dry=True)
+        print(f"esopt: dry run: {len(jobs)} runs in {self.sweep_dir(jobs)} (nothing launched)")
+        with _wide():
+            print(df.to_string(index=False))
+        done = [j for j in jobs if self.skipped(j)]
+        todo = [j for j in jobs if not self.skipped(j)]
+        print(f"completed already (skipped): {len(done)}"
+              + (f" [{', '.join(j.rid for j in done)}]" if done else ""))
+        print(f"to run: {len(todo)}; max generated tokens (upper bound): "
+              f"{sum(estimate_tokens(j.rc) for j in todo):,} to run, "
+              f"{sum(estimate_tokens(j.rc) for j in jobs):,} for the whole grid")
+
+    def finish(self, jobs: List[Job], title: str = "runs") -> int:
+        """Print the table and sweep dir, aggregate, and return the exit code (1 if any failed)."""
+        df = self.table(jobs)
+        sdir = self.sweep_dir(jobs)
+        statuses = [(j.summary or {}).get("status", "missing") for j in jobs]
+        counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
+        print(f"\nesopt: {len(jobs)} {title}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        with _wide():
+            print(df.to_string(index=False))
+        print(f"sweep dir: {sdir}")
+        if jobs and jobs[0].rc.sweep.aggregate:
+            from esopt import tuning
+
+            _aggregate(sdir, str(tuning.settings(jobs[0].rc.tuning)["metric"]))
+        bad = sum(s not in ("completed", "pruned") for s in statuses)
+        if bad:
+            how = ", ".join(f"{n} {s}" for s, n in counts.items() if s not in ("completed", "pruned"))
+            print(f"esopt: error: {bad} of {len(jobs)} runs did not complete ({how}; see the table)",
+                  file=sys.stderr)
+        return 1 if bad else 0
+
+    def _pin_time(self) -> None:
+        """Resolve ``hydra.sweep.dir`` (``${now:...}``) once in the master config: every job
+        composed later copies its cache, so all jobs share one sweep dir and launcher request."""
+        str(self.config.hydra.sweep.dir)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        self._pin_time()
+        _quiet_sacct()
+        grid = self._grid(arguments)
+        jobs = self.compose_all(grid)
+        if self.grids:  # the union of sub-grids: one job per run id
+            seen_ids: set = set()
+            jobs = [j for j in jobs if not (j.rid in seen_ids or seen_ids.add(j.rid))]
+        if self.config.sweep.get("dry_run"):
+            self.dry_run(jobs)
+            return []
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, Path(str(self.config.hydra.sweep.dir)) / "multirun.yaml")
+        kept = sum(self.skipped(j) for j in jobs)
+        if kept:
+            print(f"esopt: {kept} of {len(jobs)} runs already recorded; not launched again "
+                  "(sweep.retry_failed=true reruns failed ones)")
+        self.launch(jobs)
+        code = self.finish(jobs)
+        if code:
+            sys.exit(code)
+        return []
+
+
+class OptunaSweeper(EsoptSweeper):
+    """Search mode: an Optuna 5 sampler proposes configs; runs report and are pruned inside."""
+
+    def __init__(self, sampler: str = "tpe", seed: int = 0, n_trials: int = 8, n_jobs: int = 2,
+                 n_startup_trials: int = 4, study: Optional[str] = None,
+                 params: Optional[Dict[str, str]] = None):
+        super().__init__(max_batch_size=None, params=params)
+        self.sampler_name, self.seed, self.n_trials = sampler, int(seed), int(n_trials)
+        self.n_jobs, self.n_startup_trials, self.study_name = max(1, int(n_jobs)), int(n_startup_trials), study
+
+    def _space(self, arguments: List[str]):
+        """(fixed overrides, {key: optuna distribution}) from params + command line."""
+        fixed, space = [], {}
+        for ov in self._arguments(arguments):
+            key = ov.get_key_element()
+            if not ov.is_sweep_override():
+                fixed.append(f"{key}={ov.get_value_element_as_str()}")
+                continue
+            try:
+                space[key] = _distribution(ov)
+            except ValueError as e:
+                _fail(f"{key}: {e}")
+        if not space:
+            _fail("hydra/sweeper=optuna needs a search space, e.g. sigma='tag(log,interval(1e-4,1e-2))' "
+                  "pop='choice(8,16,32)' (or hydra.sweeper.params)")
+        return fixed, space
+
+    def _sampler(self):
+        import optuna
+
+        if self.sampler_name == "tpe":
+            return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials,
+                                              constant_liar=True)
+        if self.sampler_name == "random":
+            return optuna.samplers.RandomSampler(seed=self.seed)
+        _fail(f"unknown hydra.sweeper.sampler {self.sampler_name!r} (known: tpe, random)")
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from optuna.trial import TrialState
+
+        from esopt import tuning
+
+        self._pin_time()
+        _quiet_sacct()
+        fixed, space = self._space(arguments)
+        base = self.compose_all([fixed])[0]  # the fixed part must be valid on its own
+        name = self.study_name or f"esopt:{base.rc.sweep.name}:search"
+        if self.config.sweep.get("dry_run"):
+            print(f"esopt: dry run: optuna search, study {name!r} in {tuning.storage_url(base.rc)}, "
+                  f"{self.n_trials} trials in batches of {self.n_jobs}; space: "
+                  + ", ".join(f"{k}={v}" for k, v in space.items()) + f"; fixed: {' '.join(fixed) or '-'}")
+            print(f"max generated tokens per run (upper bound, at the fixed values): {estimate_tokens(base.rc):,}")
+            return []
+        study = tuning.open_study(base.rc, sampler=self._sampler(), name=name)
+        all_jobs: List[Job] = []
+        asked = 0
+        while asked < self.n_trials:
+            batch: List[Job] = []
+            for _ in range(min(self.n_jobs, self.n_trials - asked)):
+                asked += 1
+                trial = study.ask(space)
+                overrides = fixed + [f"{k}={_encode(v)}" for k, v in trial.params.items()]
+                overrides.append(f"++tuning.study={name}")
+                try:
+                    job = self.compose(overrides)
+                except Exception as e:  # noqa: BLE001 - a proposal the config rejects
+                    print(f"esopt: warning: trial {trial.number} rejected: {_first_line(e)}", file=sys.stderr)
+                    study.tell(trial.number, state=TrialState.FAIL)
+                    continue
+                job.trial = trial.number
+                trial.set_user_attr("run_id", job.rid)
+                batch.append(job)
+            self.launch(batch)
+            for job in batch:  # workers tell their trial; tell here too for skipped / crashed runs
+                s = job.summary or {"status": "failed"}
+                tuning.RunTrial(study, _Number(job.trial), str(tuning.settings(job.rc.tuning)["metric"]),
+                                False).finish(s)
+            all_jobs += batch
+        code = self.finish(all_jobs, title="trials")
+        done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+        if done:
+            best = study.best_trial
+            print(f"best trial #{best.number}: {best.value:.4f} "
+                  f"({tuning.settings(base.rc.tuning)['metric']}), params {best.params}, "
+                  f"run {best.user_attrs.get('run_id')} (study {name!r})")
+        else:
+            print(f"no completed trial in study {name!r}")
+        if code:
+            sys.exit(code)
+        return []
+
+
+@dataclass
+class _Number:
+    """Stand-in trial with only a number (RunTrial.finish needs trial.number)."""
+
+    number: int
+
+
+class _OnceFilter(logging.Filter):
+    """Let submitit's "Bypassing sacct error" warning through once (Slurm without slurmdbd
+    has no sacct; submitit then reads its own result files, which is fine)."""
+
+    seen = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "sacct" not in record.getMessage():
+            return True
+        if _OnceFilter.seen:
+            return False
+        _OnceFilter.seen = True
+        return True
+
+
+def _quiet_sacct() -> None:
+    lg = logging.getLogger("submitit")
+    if not any(isinstance(f, _OnceFilter) for f in lg.filters):
+        lg.addFilter(_OnceFilter())
+
+
+def _distribution(ov):
+    """Hydra sweep override -> Optuna distribution (choice / range / interval, tag(log, ...))."""
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    v = ov.value()
+    if isinstance(v, ChoiceSweep):
+        return CategoricalDistribution([_plain(x) for x in v.list])
+    if isinstance(v, RangeSweep):
+        return CategoricalDistribution([_plain(x) for x in ov.sweep_iterator()])
+    if isinstance(v, IntervalSweep):
+        log = "log" in (v.tags or set())
+        if isinstance(v.start, int) and isinstance(v.end, int) and "float" not in (v.tags or set()):
+            return IntDistribution(int(v.start), int(v.end), log=log)
+        return FloatDistribution(float(v.start), float(v.end), log=log)
+    raise ValueError(f"unsupported search space {ov.input_line!r}")
+
+
+def _plain(x):
+    return x if isinstance(x, (str, int, float, bool)) or x is None else str(x)
+
+
+def _encode(v) -> str:
+    return "null" if v is None else (repr(v) if isinstance(v, float) else str(v))
+
+
+def _varying_keys(grid: List[List[str]]) -> List[str]:
+    """Override keys whose value differs between runs (the grid's axes), in order."""
+    values: Dict[str, set] = {}
+    for overrides in grid:
+        for o in overrides:
+            if "=" in o and not o.startswith(("hydra.", "++tuning.study")):
+                k, v = o.split("=", 1)
+                values.setdefault(k, set()).add(v)
+    return [k for k, vs in values.items() if len(vs) > 1] or [k for k in values if not k.startswith("sweep.")][:4]
+
+
+class _wide:
+    def __enter__(self):
+        import pandas as pd
+
+        self._ctx = pd.option_context("display.width", 200, "display.max_columns", 30,
+                                      "display.max_rows", 500)
+        self._ctx.__enter__()
+
+    def __exit__(self, *exc):
+        self._ctx.__exit__(*exc)
+
+
+def estimate_tokens(rc) -> int:
+    """Upper bound on generated tokens of one run (every sample uses its whole budget).
+
+    evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
+    eval tokens = evals * problems * (samples + greedy) * budget;
+    ES: iterations * pop * es.batch_size * es.samples (1 when greedy) * budget;
+    GRPO: iterations * prompts_per_step * num_generations * budget;
+    sequences split the iterations between the two.
+    """
+    budget = _budget(rc)
+    ev = rc.eval
+    n_evals = 0 if rc.algo == "none" else rc.iterations // ev.every + (1 if rc.iterations % ev.every else 0)
+    ev_budget = ev.max_new_tokens or budget
+    tokens = (1 + n_evals) * ev.problems * (ev.samples + (1 if ev.greedy else 0)) * ev_budget
+    es_it, grpo_it = 0, 0
+    split = float(rc.sequence.get("split", 0.5)) if rc.sequence else 0.5
+    if rc.algo == "es":
+        es_it = rc.iterations
+    elif rc.algo == "grpo":
+        grpo_it = rc.iterations
+    elif rc.algo == "es_grpo":
+        es_it = int(round(rc.iterations * split)); grpo_it = rc.iterations - es_it
+    elif rc.algo == "grpo_es":
+        grpo_it = int(round(rc.iterations * split)); es_it = rc.iterations - grpo_it
+    es = rc.es or {}
+    greedy = float(es.get("temperature") or 0.0) == 0.0
+    prompts = int(es.get("batch_size") or 32) * (1 if greedy else int(es.get("samples") or 1))
+    es_budget = es.get("max_new_tokens") or budget
+    g = rc.grpo or {}
+    grpo_budget = g.get("max_completion_length") or budget
+    tokens += es_it * rc.pop * prompts * es_budget
+    tokens += grpo_it * int(g.get("prompts_per_step") or 8) * int(g.get("num_generations") or 8) * grpo_budget
+    return int(tokens)
+
+
+def _budget(rc) -> int:
+    """The task's default completion budget for this model's prompt style."""
+    style = rc.task.get("style") or rc.model.get("prompt_style") or "compact"
+    if rc.task.get("max_new_tokens"):
+        return int(rc.task["max_new_tokens"])
+    try:
+        from esopt import tasks
+
+        return int(tasks.get(rc.task, style=style).max_new_tokens)
+    except Exception:  # noqa: BLE001 - an estimate only
+        return {"compact": 24, "chat": 1024}.get(style, 1024)
+
+
+def _aggregate(sweep_dir: Path, metric: str = "pass@1") -> None:
+    """Run esopt.aggregate on the sweep directory if it is available (never fails the sweep)."""
+    try:
+        from esopt import aggregate
+    except ImportError:
+        return
+    try:
+        aggregate.aggregate(str(sweep_dir), metric=metric)
+        print(f"aggregated: {sweep_dir / 'report.html'} (runs.parquet, trend.json beside it)")
+    except Exception as e:  # noqa: BLE001 - the runs are recorded; aggregation can be rerun
+        print(f"esopt: warning: aggregation failed ({_first_line(e)}); rerun: "
+              f"python -m esopt.aggregate {sweep_dir}", file=sys.stderr)
