@@ -1,0 +1,162 @@
+"""Multi-process ES with ``torch.distributed``: members split across ranks, rewards gathered.
+
+Every rank holds the full model, scores members ``i`` with ``i % world == rank``, and the
+rewards (plus per-prompt success, for the diagnostics) are combined across ranks; every rank
+then applies the identical update from the shared seeds and rewards (esopt.noise.update), so
+weights never travel. A periodic checksum (esopt.noise.checksum, exact integer arithmetic on the
+weights' bit patterns) is compared across ranks to catch drift.
+
+Launch::
+
+    torchrun --nproc-per-node 2 -m esopt.sweep algo=es ...        (RANK/WORLD_SIZE set by torchrun)
+    srun --ntasks 4 python -m esopt.sweep algo=es ...             (SLURM_PROCID/SLURM_NTASKS)
+
+Backend: NCCL when the weights are on CUDA, gloo on CPU. Without either environment this is a
+single process and every helper is a no-op.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import subprocess
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from esopt import noise
+
+
+def _slurm_env() -> None:
+    """Translate a multi-task Slurm step into torch.distributed's env:// variables."""
+    if "RANK" in os.environ or int(os.environ.get("SLURM_NTASKS", "1")) < 2:
+        return
+    os.environ["RANK"] = os.environ["SLURM_PROCID"]
+    os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
+    os.environ.setdefault("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))
+    if "MASTER_ADDR" not in os.environ:
+        nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST", "localhost")
+        try:
+            host = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                                  text=True, check=True).stdout.split()[0]
+        except (OSError, subprocess.CalledProcessError, IndexError):
+            host = first_host(nodelist)
+        os.environ["MASTER_ADDR"] = host
+    os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a Slurm node list: ``gpu[07-08,11],cpu1`` -> ``gpu07``."""
+    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
+    if not m:
+        return "localhost"
+    prefix, ranges = m.group(1), m.group(2)
+    return prefix + (re.split(r"[,-]", ranges)[0] if ranges else "")
+
+
+def launched_world() -> int:
+    """Processes in this launch, from the environment (torchrun WORLD_SIZE or Slurm
+    SLURM_NTASKS), before any process group exists; 1 when not launched as a group."""
+    return int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
+
+
+def launched_rank() -> int:
+    """This process's rank in the launch (RANK or SLURM_PROCID); 0 when not launched as a group.
+    The sweep entry uses it to make ranks > 0 silent ES workers (no summary, no evaluation)."""
+    if launched_world() < 2:
+        return 0
+    return int(os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or 0)
+
+
+def init(device: str | torch.device | None = None) -> bool:
+    """Join the process group if launched by torchrun or Slurm with several tasks.
+
+    Returns True when running distributed. Idempotent.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return True
+    _slurm_env()
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        return False
+    cuda = torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda")
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="env://")
+    atexit.register(_destroy)  # a live gloo/NCCL group at interpreter exit can abort the process
+    return True
+
+
+def _destroy() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def shutdown() -> None:
+    """Wait for every rank, then leave the process group (call at the end of a launch)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        dist.barrier()
+
+
+def _device() -> torch.device:
+    if world_size() > 1 and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def my_members(pop: int, world: int, rank_: int, antithetic: bool = False) -> list[int]:
+    """Member indices scored by ``rank_``: round robin (antithetic pairs stay together)."""
+    if antithetic:
+        return [i for j in range(pop // 2) if j % world == rank_ for i in (2 * j, 2 * j + 1)]
+    return [i for i in range(pop) if i % world == rank_]
+
+
+def gather_members(mine, rewards_local, success_local, tokens_local: int, pop: int, n_prompts: int):
+    """Combine every rank's members into full ``rewards [pop]``, ``success [pop, P]`` and the
+    total token count. Each rank fills its own rows of a zero table and the tables are summed
+    (all_reduce): every entry has one non-zero contributor, so the sum is exact."""
+    table = np.zeros((pop, 1 + n_prompts), dtype=np.float64)
+    if len(mine):
+        table[mine, 0] = rewards_local
+        table[mine, 1:] = success_local
+    if world_size() == 1:
+        return table[:, 0], table[:, 1:], int(tokens_local)
+    t = torch.from_numpy(table).to(_device())
+    tok = torch.tensor([float(tokens_local)], dtype=torch.float64, device=_device())
+    dist.all_reduce(t)
+    dist.all_reduce(tok)
+    table = t.cpu().numpy()
+    return table[:, 0], table[:, 1:], int(tok.item())
+
+
+def check_same_weights(params, where: str = "") -> int:
+    """All ranks must hold bitwise-identical weights (esopt.noise.checksum of ``params``);
+    raise RuntimeError naming the checksums if not. Returns the local checksum."""
+    return check_same(noise.checksum(params), where)
+
+
+def check_same(c: int, where: str = "") -> int:
+    """Compare one integer checksum across ranks (all_reduce MIN and MAX)."""
+    if world_size() > 1:
+        lo = torch.tensor([c], dtype=torch.int64, device=_device())
+        hi = lo.clone()
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        if int(lo.item()) != int(hi.item()):
+            raise RuntimeError(f"weights differ across ranks at {where}: checksums {int(lo)}..{int(hi)}")
+    return c

@@ -1,0 +1,310 @@
+"""Seeded per-tensor noise and the ES weight operations: perturb, exact restore, update.
+
+Everything here is pure weight arithmetic on ``(name, tensor)`` pairs; it works on the
+parameters of a Hugging Face model, of a vLLM worker's model, or on plain tensors.
+
+Noise
+    Member ``i`` has an integer seed ``s_i``. The noise of a tensor named ``name`` is
+    ``eps = N(0, 1)`` drawn in fp32 by a ``torch.Generator`` on the tensor's device, seeded with
+    ``tensor_seed(s_i, name)`` (SHA-256 of seed and name), so same-shaped tensors get independent
+    noise and the noise never depends on iteration order. CPU and CUDA generators differ: all
+    processes of one run must keep weights on the same device type.
+    With ``rank=r`` (EGGROLL, Sarkar et al. 2025) the noise of a 2-D tensor ``W`` (m x n) is
+    low-rank, ``eps = A B^T / sqrt(r)`` with ``A`` (m x r) then ``B`` (n x r) drawn from the same
+    generator; tensors of any other dimension keep full-rank noise. ``esopt.population`` applies the
+    same factors inside the forward pass.
+
+Exact restore (sparse fix-up)
+    ``perturb`` sets ``w' = fl(w + d)`` with ``d = fl(sign * sigma * eps)`` (fp32 arithmetic, one
+    cast to the tensor dtype). ``restore`` computes ``fl(w' - d)`` with the same ops, which equals
+    ``w`` for most entries but misses by about one ulp for a few percent of them (REFERENCE.md s.2:
+    ~4.6% at sigma 1e-3, ~22% at 1e-2). At perturb time we evaluate that very subtraction, compare
+    bit patterns (so -0.0 vs +0.0 and NaN payloads count), and keep ``(flat index, original
+    value)`` only where it differs; restore = subtraction + write-back of those entries. The ops are
+    deterministic elementwise IEEE ops on the same device, so the restore reproduces the
+    perturb-time check bit for bit and the result is exactly ``w`` in fp32, bf16 and fp16.
+    Memory: tensors are processed in flat chunks of ``CHUNK`` elements (2**22), so the transient
+    is a few fp32 buffers of one chunk (~64 MiB), whatever the model size; persistent until
+    restore = ``miss_rate * numel * (4 + itemsize)`` bytes (int32 index + value; int64 index for
+    tensors over 2**31 entries): bf16 ~0.28 bytes/param at sigma 1e-3 (4.6% misses, 14% of the
+    weights' bytes), fp32 ~1.8 bytes/param at sigma 1e-2 (22% misses, 45%).
+    ``RestoreState.nbytes`` reports it. The update holds one fp32 accumulator chunk.
+
+Update
+    ``update`` applies ``theta += (lr / N) * sum_i w_i * eps_i`` per tensor, accumulated in fp32
+    and cast once. ``w_i`` are the normalised rewards (times the antithetic sign). There is no
+    ``1 / sigma`` factor: as in the published setups (Salimans et al. 2017 in practice, Qiu et al.
+    2025), ``1 / sigma`` is absorbed into ``lr``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+Params = Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
+
+_INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _items(params: Params) -> list[tuple[str, torch.Tensor]]:
+    return list(params.items()) if isinstance(params, Mapping) else list(params)
+
+
+def tensor_seed(member_seed: int, name: str) -> int:
+    """Seed of tensor ``name`` for a member: first 63 bits of ``sha256(f"{member_seed}/{name}")``.
+
+    Stable across processes and Python versions (unlike ``hash()``).
+    """
+    digest = hashlib.sha256(f"{int(member_seed)}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+CHUNK = 1 << 22  # elements per noise chunk (16 MiB of fp32): bounds every transient buffer
+
+
+def _chunks(tensor: torch.Tensor, seed: int, rank: int | None = None):
+    """Yield ``(start, end, eps)``: the tensor's noise as consecutive flat chunks, fp32.
+
+    Full rank: one ``torch.Generator`` on the tensor's device seeded with ``seed`` draws
+    ``randn(end - start)`` for each chunk of ``CHUNK`` elements in turn (this chunked stream IS
+    the definition of the noise, so it never depends on free memory). Low rank (2-D, ``rank``):
+    the factors are drawn whole and the product is emitted by blocks of rows.
+    """
+    numel, dev = tensor.numel(), tensor.device
+    if rank is not None and tensor.dim() == 2:
+        a, b = lowrank_factors(tensor, seed, rank)
+        n = tensor.shape[1]
+        rows = max(1, CHUNK // max(n, 1))
+        scale = 1.0 / float(rank) ** 0.5
+        for r0 in range(0, tensor.shape[0], rows):
+            r1 = min(r0 + rows, tensor.shape[0])
+            yield r0 * n, r1 * n, (a[r0:r1] @ b.T).mul_(scale).view(-1)
+        return
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    for start in range(0, numel, CHUNK):
+        end = min(start + CHUNK, numel)
+        yield start, end, torch.randn(end - start, generator=gen, device=dev, dtype=torch.float32)
+
+
+def noise_like(tensor: torch.Tensor, seed: int, rank: int | None = None) -> torch.Tensor:
+    """fp32 noise with ``tensor``'s shape on its device from generator seed ``seed``.
+
+    Full rank: ``eps ~ N(0, I)`` (drawn chunk by chunk, see ``_chunks``). Low rank (``rank``
+    given, 2-D tensor m x n): ``eps = A B^T / sqrt(rank)``, ``A ~ N(0,1)^{m x r}`` then
+    ``B ~ N(0,1)^{n x r}`` (``lowrank_factors``), so every entry has unit variance.
+    """
+    out = torch.empty(tensor.numel(), dtype=torch.float32, device=tensor.device)
+    for start, end, eps in _chunks(tensor, seed, rank):
+        out[start:end] = eps
+    return out.view(tensor.shape)
+
+
+def lowrank_factors(tensor: torch.Tensor, seed: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The EGGROLL factors of a 2-D tensor (m x n): ``A`` (m x rank), ``B`` (n x rank), fp32."""
+    m, n = tensor.shape
+    gen = torch.Generator(device=tensor.device).manual_seed(seed)
+    a = torch.randn((m, rank), generator=gen, device=tensor.device, dtype=torch.float32)
+    b = torch.randn((n, rank), generator=gen, device=tensor.device, dtype=torch.float32)
+    return a, b
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_INT_VIEW[t.element_size()])
+
+
+@dataclass
+class RestoreState:
+    """What ``restore`` needs: the member's seed/scale and the sparse fix-ups per tensor."""
+
+    member_seed: int
+    scale: float                      # sign * sigma
+    rank: int | None
+    fixups: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the fix-ups (indices + original values)."""
+        return sum(i.numel() * i.element_size() + v.numel() * v.element_size()
+                   for i, v in self.fixups.values())
+
+    @property
+    def n_fixups(self) -> int:
+        return sum(i.numel() for i, _ in self.fixups.values())
+
+
+@torch.no_grad()
+def perturb(params: Params, member_seed: int, sigma: float, sign: float = 1.0,
+            rank: int | None = None) -> RestoreState:
+    """In place ``w <- fl(w + sign * sigma * eps(member_seed, name))`` for every tensor.
+
+    Returns the state ``restore`` needs to put every tensor back bitwise (module docstring).
+    """
+    state = RestoreState(int(member_seed), float(sign) * float(sigma), rank)
+    for name, w in _items(params):
+        flat = w.view(-1)
+        idx_type = torch.int32 if flat.numel() < 2**31 else torch.int64
+        idxs, vals = [], []
+        for start, end, eps in _chunks(w, tensor_seed(member_seed, name), rank):
+            part = flat[start:end]
+            d = eps.mul_(state.scale)
+            new = (part.float() + d).to(w.dtype)
+            back = (new.float() - d).to(w.dtype)
+            miss = (_bits(back) != _bits(part)).nonzero().view(-1)
+            idxs.append((miss + start).to(idx_type))
+            vals.append(part[miss].clone())
+            part.copy_(new)
+        state.fixups[name] = ((torch.cat(idxs), torch.cat(vals)) if idxs else
+                              (torch.empty(0, dtype=idx_type, device=w.device), flat[:0].clone()))
+    return state
+
+
+@torch.no_grad()
+def restore(params: Params, state: RestoreState) -> None:
+    """Undo ``perturb`` exactly: ``w <- fl(w' - d)``, then write back the recorded misses."""
+    for name, w in _items(params):
+        flat = w.view(-1)
+        for start, end, eps in _chunks(w, tensor_seed(state.member_seed, name), state.rank):
+            part = flat[start:end]
+            part.copy_((part.float() - eps.mul_(state.scale)).to(w.dtype))
+        idx, vals = state.fixups[name]
+        if idx.numel():
+            flat[idx] = vals
+
+
+def member_coefficients(seeds: Sequence[int], weights: Sequence[float]) -> dict[int, float]:
+    """Sum the weights of members that share a seed (antithetic pairs: ``w_+ - w_-``)."""
+    coef: dict[int, float] = {}
+    for s, w in zip(seeds, weights, strict=True):
+        coef[int(s)] = coef.get(int(s), 0.0) + float(w)
+    return coef
+
+
+@torch.no_grad()
+def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: float,
+           rank: int | None = None, n: int | None = None) -> float:
+    """ES step ``theta += (lr / N) * sum_i weights_i * eps(seeds_i)``; returns the step's L2 norm.
+
+    ``weights_i`` = normalised reward times the member's sign (+1, or -1 for the mirrored member of
+    an antithetic pair, which shares its partner's seed). ``N = n or len(seeds)``. The sum is
+    accumulated in fp32 (chunk by chunk, all members' noise streams in lockstep) and cast once
+    to the tensor dtype. ``1/sigma`` is absorbed into ``lr`` (Qiu et al. 2025). The returned
+    norm is that of the fp32 step before the cast.
+    """
+    n = len(seeds) if n is None else n
+    coef = [(s, c) for s, c in member_coefficients(seeds, weights).items() if c != 0.0]
+    sq = 0.0
+    for name, w in _items(params):
+        flat = w.view(-1)
+        streams = [_chunks(w, tensor_seed(s, name), rank) for s, _ in coef]
+        for pieces in zip(*streams):
+            start, end = pieces[0][0], pieces[0][1]
+            acc = torch.zeros(end - start, dtype=torch.float32, device=w.device)
+            for (_, c), (_, _, eps) in zip(coef, pieces):
+                acc.add_(eps, alpha=c)
+            acc.mul_(lr / n)
+            sq += float(acc.double().pow(2).sum())
+            part = flat[start:end]
+            part.copy_((part.float() + acc).to(w.dtype))
+    return sq ** 0.5
+
+
+@torch.no_grad()
+def checksum(params: Params, chunk: int = 1 << 20) -> int:
+    """Exact, order-independent weight fingerprint: ``sum_j bits(w_j) * (j mod 65521 + 1)`` over
+    every tensor's raw bit patterns (integer arithmetic mod 2**63). Equal weights give equal sums
+    on any process; a one-ulp drift anywhere changes it."""
+    total = 0
+    for name, w in _items(params):
+        flat = _bits(w.detach().contiguous()).view(-1)
+        total = (total + tensor_seed(0, name) % 1000003) % 2**63
+        for start in range(0, flat.numel(), chunk):
+            part = flat[start:start + chunk].long()
+            pos = torch.arange(start, start + part.numel(), device=part.device) % 65521 + 1
+            total = (total + int((part * pos).sum())) % 2**63
+    return total
+
+
+def l2_norm(params: Params) -> float:
+    """``||theta||_2`` over all tensors (fp64 accumulation)."""
+    return sum(float(w.detach().double().pow(2).sum()) for _, w in _items(params)) ** 0.5
+
+
+def l2_distance(params: Params, ref: Mapping[str, torch.Tensor]) -> float:
+    """``||theta - ref||_2`` over the tensors present in ``ref`` (fp64 accumulation)."""
+    sq = 0.0
+    for name, w in _items(params):
+        if name in ref:
+            sq += float((w.detach().double() - ref[name].detach().to(w.device).double()).pow(2).sum())
+    return sq ** 0.5
+
+
+class Weights:
+    """The ES weight operations bound to one set of live parameters (an HF model, or the model
+    inside a vLLM worker): perturb / restore / update / checksum / drift, holding the pending
+    restore state and, optionally, a host copy of the base weights for the drift diagnostic.
+
+    ``shard`` is appended to every tensor name when seeding (tensor-parallel shards of one
+    tensor must not share noise); ``""`` for unsharded models.
+    """
+
+    def __init__(self, named_params: Params, shard: str = ""):
+        self.params = _items(named_params)
+        self.shard = shard
+        self.state: RestoreState | None = None
+        self.base: dict[str, torch.Tensor] | None = None
+        self.base_norm: float | None = None
+
+    def _named(self) -> list[tuple[str, torch.Tensor]]:
+        return [(n + self.shard, w) for n, w in self.params] if self.shard else self.params
+
+    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
+        if self.state is not None:
+            raise RuntimeError("perturb called twice without restore")
+        self.state = perturb(self._named(), member_seed, sigma, sign, rank)
+        return self.state.nbytes
+
+    def restore(self) -> None:
+        if self.state is None:
+            raise RuntimeError("restore called without a pending perturbation")
+        restore(self._named(), self.state)
+        self.state = None
+
+    def update(self, seeds: Sequence[int], weights: Sequence[float], lr: float, rank: int | None = None,
+               n: int | None = None) -> float:
+        return update(self._named(), seeds, weights, lr, rank, n)
+
+    def checksum(self) -> int:
+        return checksum(self.params)
+
+    def nonfinite(self) -> str | None:
+        """Name of the first tensor holding a NaN or inf, or None."""
+        for name, w in self.params:
+            if not bool(torch.isfinite(w).all()):
+                return name
+        return None
+
+    def snapshot_base(self) -> None:
+        """Keep a host (CPU) copy of the current weights as the drift reference."""
+        self.base = {n: w.detach().to("cpu", copy=True) for n, w in self.params}
+        self.base_norm = l2_norm(self.base)
+
+    def drift(self) -> float | None:
+        """Relative L2 drift ``||theta - theta_0|| / ||theta_0||`` (None without a snapshot)."""
+        if self.base is None:
+            return None
+        return l2_distance(self.params, self.base) / max(self.base_norm, 1e-30)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {n: w.detach() for n, w in self.params}
+
+    @torch.no_grad()
+    def load_state_dict(self, saved: Mapping[str, torch.Tensor]) -> None:
+        """Copy saved tensors into the live parameters, bitwise; every parameter must be present."""
+        for name, w in self.params:
+            if name not in saved:
+                raise KeyError(f"saved weights lack parameter {name}")
+            w.copy_(saved[name].to(w.device))
