@@ -346,7 +346,9 @@ def train(ctx) -> None:
     es = ESConfig.from_run(ctx.cfg)
     es.iterations = int(ctx.iterations)
     es.validate()
-    ctx.set_effective(sigma=es.sigma, lr=es.lr)
+    # the summary's sigma/lr are ES's only for algo=es; in a sequence GRPO's lr is its own
+    ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr,
+                      **({"lr": es.lr} if ctx.cfg.algo == "es" else {}))
     distributed.init()
     lead = distributed.rank() == 0
     train_rows = list(ctx.task.split("train"))
@@ -363,6 +365,10 @@ def train(ctx) -> None:
         start = int(state["iteration"])
         ctx.add_tokens(int(state["tokens_total"]) - ctx.tokens_total)
     distributed.check_same(weights.checksum(), where=f"start (iteration {start})")
+    if lead and ctx.run is not None:  # lines an interrupted attempt wrote after its checkpoint
+        last = ctx.iteration_offset + start
+        ctx.run.truncate_metrics(
+            lambda line: line.get("phase") != ctx.phase or int(line.get("iteration", 0)) <= last)
 
     for it in range(start + 1, es.iterations + 1):
         line = es_step(ctx.engine, ctx.task, train_rows, es, it, weights)
@@ -378,6 +384,7 @@ def train(ctx) -> None:
             save_checkpoint(ctx.run.checkpoint_dir, ctx.model, ctx.tokenizer,
                             {"algo": "es", "phase": ctx.phase, "iteration": it,
                              "tokens_total": ctx.tokens_total, "config": asdict(es)}, weights)
-        if lead and (it % ctx.cfg.eval.every == 0 or it == es.iterations):
+        # the eval schedule counts run iterations, so a sequence's curves line up with GRPO's
+        if lead and ((ctx.iteration_offset + it) % ctx.cfg.eval.every == 0 or it == es.iterations):
             ctx.evaluate(it)
         distributed.barrier()

@@ -309,6 +309,14 @@ def run(cfg: RunConfig) -> dict:
     return summary
 
 
+def run_worker(cfg: RunConfig) -> dict:
+    """Rank > 0 of a multi-process ES run: train alongside rank 0, which alone records."""
+    model, tokenizer, engine, task = load_components(cfg)
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, store.run_id(cfg.identity()))
+    _train(RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo, iterations=cfg.iterations))
+    return {"status": "worker"}
+
+
 def print_summary(summary: dict, path: Path) -> None:
     base, final = summary.get("base") or {}, summary.get("final") or {}
 
@@ -370,6 +378,10 @@ def main_run(cfg) -> dict:
         rc = validate(cfg)
     except ConfigError as e:
         fail(str(e))
+    from esopt import distributed
+
+    if distributed.launched_rank() > 0:  # torchrun / srun rank > 0: a silent ES worker
+        return run_worker(rc)
     summary = run(rc)
     rid = summary.get("run_id", "")
     print_summary(summary, store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid).path)

@@ -110,7 +110,10 @@ def test_single_process_is_a_no_op():
 
 def test_slurm_env_translation(monkeypatch):
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
-        monkeypatch.delenv(k, raising=False)
+        # set then delete, so monkeypatch records the key and removes what _slurm_env adds
+        # (a leaked RANK/WORLD_SIZE makes later tests' accelerate try to rendezvous)
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
     monkeypatch.setenv("SLURM_PROCID", "3")
     monkeypatch.setenv("SLURM_NTASKS", "4")
     monkeypatch.setenv("SLURM_LOCALID", "1")

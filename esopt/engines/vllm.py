@@ -57,7 +57,9 @@ class VLLMEngine:
             tensor_parallel_size=int(cfg.get("tensor_parallel_size", 1)),
             enforce_eager=bool(cfg.get("enforce_eager", False)),
             max_num_seqs=int(cfg.get("max_batch", 256)),
-            enable_prefix_caching=False,
+            enable_prefix_caching=False,  # a KV cache from one perturbation must not serve another
+            # ES weight ops (perturb / restore / update) run inside the workers via collective_rpc
+            worker_extension_cls="esopt.engines.vllm_worker.ESWorkerExtension",
             seed=int(cfg.get("seed", 0)),
             **({"max_model_len": int(cfg["max_model_len"])} if cfg.get("max_model_len") else {}),
         )
