@@ -31,6 +31,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from esopt import distributed, metrics, noise
 
@@ -370,9 +371,13 @@ def train(ctx) -> None:
         ctx.run.truncate_metrics(
             lambda line: line.get("phase") != ctx.phase or int(line.get("iteration", 0)) <= last)
 
-    for it in range(start + 1, es.iterations + 1):
+    # progress bar per run (iteration, reward, ETA) on a terminal; silent in logs and on ranks > 0
+    bar = tqdm(range(start + 1, es.iterations + 1), initial=start, total=es.iterations,
+               desc=f"es {ctx.phase}", disable=None if lead else True, leave=False, dynamic_ncols=True)
+    for it in bar:
         line = es_step(ctx.engine, ctx.task, train_rows, es, it, weights)
         ctx.add_tokens(line["tokens_generated"])
+        bar.set_postfix(reward=f"{line['reward_mean']:.3f}", refresh=False)
         if es.drift:
             line["drift"] = weights.drift()
         if es.checksum_every and it % es.checksum_every == 0:
