@@ -199,6 +199,9 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     engine = dict(raw.get("engine") or {"name": "hf"})
     if engine.get("name") not in ("hf", "vllm"):
         raise ConfigError(f"unknown engine {engine.get('name')!r} (known: hf, vllm)")
+    threads = engine.get("threads", "auto")
+    if threads not in (None, "auto") and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"engine.threads must be an integer >= 1 or auto, got {threads!r}")
 
     pop = _number(raw, "pop", int)
     sigma = _number(raw, "sigma", float, allow_none=True)

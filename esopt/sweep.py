@@ -150,6 +150,19 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
+def set_threads(threads, tiny: bool) -> None:
+    """CPU torch threads for this process (``engine.threads``; see conf/engine/hf.yaml)."""
+    import torch
+
+    if threads in (None, "auto"):
+        if not tiny:
+            return
+        threads = 1
+    if int(threads) < 1:
+        raise ConfigError(f"engine.threads must be >= 1 or auto, got {threads!r}")
+    torch.set_num_threads(int(threads))
+
+
 def load_components(cfg: RunConfig):
     """Model, tokenizer, engine and task for a run (the same loading for every algorithm)."""
     from transformers.utils import logging as hf_logging
@@ -158,6 +171,7 @@ def load_components(cfg: RunConfig):
 
     hf_logging.disable_progress_bar()
     m = cfg.model
+    set_threads(cfg.engine.get("threads", "auto"), tiny=m["name"] in models.TINY and not m.get("path"))
     model, tokenizer = models.load(
         m["name"], path=m.get("path"), dtype=m.get("dtype", "float32"),
         device=resolve_device(cfg.engine.get("device", "auto")),

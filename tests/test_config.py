@@ -30,6 +30,7 @@ def test_defaults_validate():
         ("pop=2.5", "pop must be an integer"),
         ("model.name=nope", "unknown model 'nope'"),
         ("task.name=nope", "unknown task 'nope'"),
+        ("engine.threads=0", "engine.threads must be an integer >= 1 or auto"),
     ],
 )
 def test_bad_values_are_one_line(override, message):
