@@ -565,6 +565,7 @@ class Aggregate:
     trend: dict | None = None
     timings: dict = field(default_factory=dict)
     tables: tuple | None = None           # (runs, curves) as Arrow tables, written as they are
+    claims: dict | None = None            # esopt.claims result (claims.json), when computed
 
 
 def find_runs_dir(sweep_dir: Path) -> Path:
@@ -678,7 +679,7 @@ def write_json(path: Path, obj: Any) -> None:
 
 def aggregate(sweep_dir: str | os.PathLike, *, metric: str = "pass@1", tolerance: float = 0.01,
               bootstrap: int = 1000, seed: int = 0, algo: str = "es", out: str | os.PathLike | None = None,
-              html: bool = True, verbose: bool = False) -> Aggregate:
+              html: bool = True, verbose: bool = False, claims: bool | None = None) -> Aggregate:
     """Read, fit, write every output. The Python entry (the sweep calls this at its end)."""
     from esopt import fit, report
 
@@ -705,6 +706,23 @@ def aggregate(sweep_dir: str | os.PathLike, *, metric: str = "pass@1", tolerance
     write_json(out / "trend.json", agg.trend)
     paths["trend.json"] = out / "trend.json"
     agg.timings["fit_s"] = time.perf_counter() - t
+    # --- esopt.claims: claims.json (+ the page's claims section); None = esopt.claims.wanted ---
+    try:
+        from esopt import claims as claims_mod
+    except ImportError:  # a checkout without esopt/claims.py
+        claims_mod, claims = None, False
+    if claims is None:
+        claims = claims_mod.wanted(agg)
+    if claims:
+        t = time.perf_counter()
+        try:
+            agg.claims = claims_mod.claims(agg, n_boot=bootstrap or 1000, seed=seed)
+            write_json(out / "claims.json", agg.claims)
+            paths["claims.json"] = out / "claims.json"
+        except Exception as e:  # noqa: BLE001 - the tables and page must still be written
+            agg.notes.append(f"claims failed ({type(e).__name__}: {e}); rerun: python -m esopt.claims {agg.sweep_dir}")
+        agg.timings["claims_s"] = time.perf_counter() - t
+    # --- end esopt.claims ---
     if html:
         t = time.perf_counter()
         page = report.build(agg, sweep_dir=agg.sweep_dir)
@@ -848,12 +866,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--algo", default="es", help="algorithm whose runs enter the pop-vs-size fit (default es)")
     ap.add_argument("--out", default=None, help="output directory (default: the sweep directory)")
     ap.add_argument("--no-html", action="store_true", help="skip report.html")
+    ap.add_argument("--claims", action=argparse.BooleanOptionalAction, default=None,
+                    help="write claims.json (esopt.claims); default: for paper_* sweeps and sweeps with ES "
+                         "and other algorithms")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
         agg = aggregate(args.sweep_dir, metric=args.metric, tolerance=args.tolerance,
                         bootstrap=args.bootstrap, seed=args.seed, algo=args.algo, out=args.out,
-                        html=not args.no_html)
+                        html=not args.no_html, claims=args.claims)
     except ConfigError as e:
         print(f"esopt: error: {e}", file=sys.stderr)
         return 2
@@ -874,8 +895,12 @@ def main(argv: list[str] | None = None) -> int:
               f"-> {tr['verdict']}")
     else:
         print(f"trend: {tr['verdict']} ({tr['verdict_reason']})")
+    if agg.claims:
+        from esopt.claims import table_lines
+
+        print("claims:\n  " + "\n  ".join(table_lines(agg.claims)))
     print(f"wrote {out}/{{runs.parquet,runs.csv,curves.parquet,trend.json,aggregate.json"
-          f"{'' if args.no_html else ',report.html'}}}")
+          f"{'' if args.no_html else ',report.html'}{',claims.json' if agg.claims else ''}}}")
     return 0
 
 

@@ -1,0 +1,70 @@
+"""Wall time of the whole paper_cpu preset (runs + aggregate + claims) against its goal.
+
+    python benchmarks/bench_paper_cpu.py [--quick] [--root DIR] [--keep] [--threads 1] [overrides ...]
+
+Runs ``python -m esopt.sweep -m +experiment=paper_cpu`` (``--quick``: paper_cpu_quick, goal 5
+minutes) into a fresh results root (a temporary directory unless ``--root``), prints the wall
+time against the goal (30 minutes on a 2-core CPU), the per-algorithm run time from the
+summaries, and the claims table from claims.json. Not run by the tests. Exit code 1 if the
+sweep failed or the goal was missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the paper_cpu_quick preset (goal 5 minutes)")
+    ap.add_argument("--root", default=None, help="results root (default: a fresh temporary directory)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary results root")
+    ap.add_argument("--threads", default="1",
+                    help="OMP_NUM_THREADS for the sweep (default 1, the fastest for tiny models; 'inherit' keeps "
+                         "the environment's)")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hydra/launcher=submitit_local")
+    a = ap.parse_args()
+    preset, goal = ("paper_cpu_quick", 300) if a.quick else ("paper_cpu", 1800)
+    root = Path(a.root) if a.root else Path(tempfile.mkdtemp(prefix="bench_paper_cpu_"))
+    cmd = [sys.executable, "-m", "esopt.sweep", "-m", f"+experiment={preset}", f"sweep.root={root}", *a.overrides]
+    env = dict(os.environ)
+    if a.threads != "inherit":
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(a.threads)
+    print(f"$ OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', '(unset)')}", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, env=env)
+    wall = time.perf_counter() - t0
+    sweep = root / preset
+    by_algo: dict[str, list[float]] = {}
+    for s in sorted((sweep / "runs").glob("*/summary.json")):
+        d = json.loads(s.read_text())
+        by_algo.setdefault(d["algo"], []).append(float(d.get("wall_s") or 0.0))
+    print(f"\n{preset}: wall {wall:.0f} s ({wall / 60:.1f} min) against the goal of {goal // 60} min: "
+          f"{'OK' if wall <= goal else 'MISSED'} (exit code {proc.returncode})")
+    for algo, ws in by_algo.items():
+        print(f"  {algo:<8} {len(ws):>3} runs, run time sum {sum(ws):7.0f} s, mean {sum(ws) / len(ws):6.1f} s")
+    cj = sweep / "claims.json"
+    if cj.exists():
+        from esopt.claims import table_lines
+
+        print("\n".join(table_lines(json.loads(cj.read_text()))))
+    else:
+        print(f"no {cj}")
+    print(f"results: {sweep}")
+    if not a.root and not a.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if proc.returncode == 0 and wall <= goal and cj.exists() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
