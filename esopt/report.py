@@ -539,11 +539,11 @@ def fig_drift(runs: pd.DataFrame, value: str = "relative"):
         t["visible"] = False
     fig = _figure(traces)
     if value == "relative":
-        title, ylab, yaxis = ("Relative L2 drift ||Δθ|| / ||θ_base|| by module type (mean over runs); menu: model",
-                              "relative drift", dict(type="log", title="relative drift"))
+        title, yaxis = ("Relative L2 drift ||Δθ|| / ||θ_base|| by module type (mean over runs); menu: model",
+                        dict(type="log", title="relative drift"))
     else:
-        title, ylab, yaxis = ("Where the largest 1% of update entries sit: share by module type (mean over runs); "
-                              "menu: model", "share of top-1% entries", dict(title="share of top-1% entries"))
+        title, yaxis = ("Where the largest 1% of update entries sit: share by module type (mean over runs); "
+                        "menu: model", dict(title="share of top-1% entries"))
     fig["layout"] = _layout(title=title, barmode="group", xaxis_title="module type", yaxis=yaxis,
                             updatemenus=[_dropdown(labels, counts)] if len(labels) > 1 else [])
     return fig, None

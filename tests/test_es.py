@@ -17,14 +17,6 @@ from esopt.sweep import NonFinite, RunContext
 from esopt.tasks import Task, Verdict
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread is as fast and immune to OpenMP spin contention on a shared box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 class SevensTask(Task):
     """A tiny verifiable problem: reward = fraction of the 8 generated characters that are '7'."""

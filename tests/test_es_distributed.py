@@ -7,19 +7,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 import torch
 
 from esopt import distributed, es, noise
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread is as fast and immune to OpenMP spin contention on a shared box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 TESTS = Path(__file__).resolve().parent

@@ -6,14 +6,6 @@ import torch
 from esopt import noise
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread is as fast and immune to OpenMP spin contention on a shared box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _bits(t):
     return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])

@@ -10,14 +10,6 @@ from esopt.engines.hf import HFEngine
 from esopt.models.tiny import char_tokenizer, tiny_config
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread is as fast and immune to OpenMP spin contention on a shared box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 PROMPTS = ["3 7 2=23:", "1 2 3=6:", "12 4 5=9:"]
 MEMBERS = [(11, 1.0), (11, -1.0), (12, 1.0), (13, 1.0)]

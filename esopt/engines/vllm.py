@@ -68,8 +68,8 @@ class VLLMEngine:
 
     def named_parameters(self) -> Iterator:
         raise NotImplementedError(
-            "the vllm engine edits weights inside its workers via LLM.collective_rpc; the ES worker "
-            "extension (esopt.noise) is not wired yet - use engine=hf"
+            "the vllm engine's weights live inside its workers: ES edits them through "
+            "esopt.engines.vllm_worker (LLM.collective_rpc); analyses and GRPO need engine=hf"
         )
 
     def generate(
