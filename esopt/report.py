@@ -148,6 +148,18 @@ def _dropdown(labels: list[str], n_traces_each: list[int], y: float = 1.18) -> d
     return dict(buttons=buttons, direction="down", x=0.0, xanchor="left", y=y, yanchor="top")
 
 
+def _menu_figure(traces: list[dict], labels: list[str], counts: list[int], *, always_menu: bool = False,
+                 **layout) -> dict:
+    """A figure whose traces come in groups (one per label), the first group shown and a
+    dropdown to switch (shown when there is more than one group, or always)."""
+    for t in traces[counts[0]:]:
+        t["visible"] = False
+    fig = _figure(traces)
+    menu = [_dropdown(labels, counts)] if always_menu or len(labels) > 1 else []
+    fig["layout"] = _layout(updatemenus=menu, **layout)
+    return fig
+
+
 def _band(x, lo, hi, color, name, meta) -> dict:
     x = list(x)
     return _trace("scatter", x=x + x[::-1], y=list(hi) + list(lo)[::-1], fill="toself", mode="lines",
@@ -217,12 +229,10 @@ def fig_curves(runs: pd.DataFrame, curves: pd.DataFrame, metric: str):
                 counts.append(n)
     if not traces:
         return None, "no reward / pass@1 / entropy / JS lines in metrics.jsonl"
-    for t in traces[counts[0]:]:
-        t["visible"] = False
-    fig = _figure(traces)
     note = f" (best {len(chosen)} of {len(runs)} runs by {metric})" if len(runs) > len(chosen) else ""
-    fig["layout"] = _layout(title=f"Learning curves{note}; menu: quantity and x axis",
-                            updatemenus=[_dropdown(labels, counts)], xaxis_title="iteration / generated tokens")
+    fig = _menu_figure(traces, labels, counts, always_menu=True,
+                       title=f"Learning curves{note}; menu: quantity and x axis",
+                       xaxis_title="iteration / generated tokens")
     return fig, None
 
 
@@ -299,12 +309,9 @@ def fig_passk(runs: pd.DataFrame, metric: str, runs_dir: Path | None, seed: int 
             counts.append(len(traces) - n0)
     if not traces:
         return None, "no Pass@K data (no pass@k in summaries)"
-    for t in traces[counts[0]:]:
-        t["visible"] = False
-    fig = _figure(traces)
-    fig["layout"] = _layout(title="Pass@K (mean over seeds, 95% bootstrap band over problems); menu: model",
-                      xaxis=dict(type="log", title="k"), yaxis_title="pass@k",
-                      updatemenus=[_dropdown(labels, counts)] if len(labels) > 1 else [])
+    fig = _menu_figure(traces, labels, counts,
+                       title="Pass@K (mean over seeds, 95% bootstrap band over problems); menu: model",
+                       xaxis=dict(type="log", title="k"), yaxis_title="pass@k")
     return fig, None
 
 
@@ -361,12 +368,9 @@ def fig_entropy(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, groups=No
             counts.append(len(traces) - n0)
     if not traces:
         return None, "no held-out entropy for trained runs"
-    for t in traces[counts[0]:]:
-        t["visible"] = False
-    fig = _figure(traces)
-    fig["layout"] = _layout(title="Held-out token entropy over training (mean over seeds; band: evaluator 95% CI); "
-                            "menu: model", xaxis_title="iteration", yaxis_title="entropy (nats)",
-                      updatemenus=[_dropdown(labels, counts)] if len(labels) > 1 else [])
+    fig = _menu_figure(traces, labels, counts,
+                       title="Held-out token entropy over training (mean over seeds; band: evaluator 95% CI); "
+                       "menu: model", xaxis_title="iteration", yaxis_title="entropy (nats)")
     return fig, None
 
 
@@ -504,14 +508,11 @@ def fig_sparsity(runs: pd.DataFrame, runs_dir: Path | None):
             counts.append(len(traces) - n0)
     if not traces:
         return None, "sparsity.json files unreadable"
-    for t in traces[counts[0]:]:
-        t["visible"] = False
-    fig = _figure(traces)
-    fig["layout"] = _layout(title="Functional sparsity: share of the Pass@1 gain kept when only the largest "
-                            "(global, per tensor) or smallest (control) update entries are kept; menu: model",
-                            xaxis=dict(type="log", title="fraction of nonzero update entries kept"),
-                            yaxis_title="share of gain kept",
-                            updatemenus=[_dropdown(labels, counts)] if len(labels) > 1 else [])
+    fig = _menu_figure(traces, labels, counts,
+                       title="Functional sparsity: share of the Pass@1 gain kept when only the largest "
+                       "(global, per tensor) or smallest (control) update entries are kept; menu: model",
+                       xaxis=dict(type="log", title="fraction of nonzero update entries kept"),
+                       yaxis_title="share of gain kept")
     return fig, None
 
 
@@ -535,17 +536,14 @@ def fig_drift(runs: pd.DataFrame, value: str = "relative"):
         if len(traces) > n0:
             labels.append(facet)
             counts.append(len(traces) - n0)
-    for t in traces[counts[0]:]:
-        t["visible"] = False
-    fig = _figure(traces)
     if value == "relative":
         title, yaxis = ("Relative L2 drift ||Δθ|| / ||θ_base|| by module type (mean over runs); menu: model",
                         dict(type="log", title="relative drift"))
     else:
         title, yaxis = ("Where the largest 1% of update entries sit: share by module type (mean over runs); "
                         "menu: model", dict(title="share of top-1% entries"))
-    fig["layout"] = _layout(title=title, barmode="group", xaxis_title="module type", yaxis=yaxis,
-                            updatemenus=[_dropdown(labels, counts)] if len(labels) > 1 else [])
+    fig = _menu_figure(traces, labels, counts, title=title, barmode="group", xaxis_title="module type",
+                       yaxis=yaxis)
     return fig, None
 
 
