@@ -262,14 +262,14 @@ def run(cfg: RunConfig) -> dict:
         "pop": cfg.pop if cfg.uses("pop") else None,
         "sigma": cfg.sigma if cfg.uses("sigma") else None,
         "lr": cfg.lr if cfg.uses("lr") else None, "seed": cfg.seed,
-        "iterations": cfg.iterations if cfg.uses("iterations") else 0, "base": previous.get("base"), "final": None, "phases": [],
+        "iterations": cfg.iterations if cfg.uses("iterations") else 0,
+        "base": previous.get("base"), "final": None, "phases": [],
         "tokens_generated": 0, "wall_s": 0.0, "sweep": cfg.sweep.name,
         "attempts": int(previous.get("attempts") or 0) + 1, "worker": store.worker_info(),
         "config": cfg.to_dict(),
     }
     rd.write_summary(summary)
     shared = _Shared(t0)
-    ctx = None
     try:
         model, tokenizer, engine, task = load_components(cfg)
         from esopt.models import n_params
