@@ -154,24 +154,19 @@ def main(cfg) -> dict:
     """Evaluate one model (name or checkpoint directory) on a task split; print, maybe save."""
     from esopt import store
     from esopt.config import ConfigError, validate
-    from esopt.sweep import fail, load_components
+    from esopt.sweep import fail, load_components, run_eval
 
     try:
         rc = validate(cfg)
         model, tokenizer, engine, task = load_components(rc)
     except ConfigError as e:
         fail(str(e))
-    ev = rc.eval
-    result = evaluate(
-        engine, task, split=ev.split, problems=ev.problems, samples=ev.samples,
-        temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=ev.max_new_tokens,
-        seed=ev.seed, greedy=ev.greedy,
-    )
+    result = run_eval(rc, engine, task)
     result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
     print(format_table(result))
-    if ev.out:
-        store.atomic_write_json(ev.out, result)
-        print(f"wrote {ev.out}")
+    if rc.eval.out:
+        store.atomic_write_json(rc.eval.out, result)
+        print(f"wrote {rc.eval.out}")
     return result
 
 

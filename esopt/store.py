@@ -159,9 +159,6 @@ class RunDir:
         s = self.read_summary()
         return s.get("status") if s else None
 
-    def has_checkpoint(self) -> bool:
-        return (self.checkpoint_dir / "state.json").exists()
-
 
 def completed_run_ids(root: str, sweep: str) -> dict[str, str]:
     """run_id -> status for every run of a sweep that has a summary."""
