@@ -2,7 +2,7 @@
 
     python benchmarks/bench_aggregate.py [--runs 10000] [--dir DIR] [--iterations 10]
 
-Writes N synthetic run directories (esopt.aggregate.write_synthetic_sweep: 10 model sizes x
+Writes N synthetic run directories (tests/helpers.py write_synthetic_sweep: 10 model sizes x
 4 pops x N/40 seeds of ES; each run: summary.json with base/final evaluations over 200 problems
 x 32 samples incl. per-problem counts, metrics.jsonl with `iterations` train lines carrying the
 per-member rewards list, plus an eval line every 5 iterations), then times, in-process:
@@ -27,8 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from esopt.aggregate import aggregate, write_synthetic_sweep
-from esopt import report
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from helpers import write_synthetic_sweep  # noqa: E402
+
+from esopt.study import report  # noqa: E402
+from esopt.study.aggregate import aggregate  # noqa: E402
 
 GOAL_S = 5.0
 

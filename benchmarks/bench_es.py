@@ -45,7 +45,7 @@ def setup(model_name: str, prompts: int):
     import torch
 
     from esopt import engines, models, tasks
-    from esopt.config import ConfigError
+    from esopt.core.errors import ConfigError
 
     torch.set_num_threads(1)  # one thread per process: robust on a shared machine
     torch.manual_seed(0)
@@ -66,9 +66,9 @@ def setup(model_name: str, prompts: int):
 
 
 def es_cfg(pop, prompts, batched=False, seed=0):
-    from esopt import es
+    from esopt.algorithms import es
 
-    return es.ESConfig(pop=pop, sigma=0.01, lr=0.005, batch_size=prompts, seed=seed, batched=batched, rank=1)
+    return es.ESRun(pop=pop, sigma=0.01, lr=0.005, batch_size=prompts, seed=seed, batched=batched, rank=1)
 
 
 def timed(fn):
@@ -78,7 +78,9 @@ def timed(fn):
 
 
 def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
-    from esopt import es, noise, population
+    from esopt import noise
+    from esopt.algorithms import es
+    from esopt.engines import population
 
     engine, task, rows = setup(name, prompts)
     prompt_rows = [rows[i] for i in es.prompt_batch(0, 1, len(rows), prompts)]
@@ -117,7 +119,7 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
 
 def _worker_memory(name: str, mode: str, pop: int, prompts: int) -> None:
     """In a fresh process: one ES iteration, or the same generation without ES; print peak RSS."""
-    from esopt import es
+    from esopt.algorithms import es
 
     engine, task, rows = setup(name, prompts)
     if mode == "es":
@@ -133,7 +135,7 @@ def _worker_memory(name: str, mode: str, pop: int, prompts: int) -> None:
 def _worker_ranks(name: str, pop: int, prompts: int, iters: int, out: str) -> None:
     import torch
 
-    from esopt import distributed, es
+    from esopt.algorithms import distributed, es
 
     torch.set_num_threads(1)
     distributed.init()

@@ -55,7 +55,7 @@ def main() -> int:
         print(f"  {algo:<8} {len(ws):>3} runs, run time sum {sum(ws):7.0f} s, mean {sum(ws) / len(ws):6.1f} s")
     cj = sweep / "claims.json"
     if cj.exists():
-        from esopt.claims import table_lines
+        from esopt.study.claims import table_lines
 
         print("\n".join(table_lines(json.loads(cj.read_text()))))
     else:

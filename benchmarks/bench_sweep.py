@@ -99,8 +99,12 @@ def components(root: Path, reps: int):
     """Median in-process seconds per run of each piece of bookkeeping."""
     from hydra import compose, initialize_config_dir
 
-    from esopt import store, tuning
-    from esopt.config import validate
+    from esopt.cli import configs
+    from esopt.core import store
+    from esopt.runtime import tuning
+    from esopt.runtime.validate import run_id, validate
+
+    configs.register()
 
     overrides = [o for o in TINY if not o.startswith("hydra/")] + [f"sweep.root={root}", "sweep.name=comp"]
     times: dict[str, list[float]] = {"compose+validate+run_id": [], "store writes": [], "optuna journal": []}
@@ -108,7 +112,7 @@ def components(root: Path, reps: int):
         for i in range(reps):
             t = time.perf_counter()
             rc = validate(compose(config_name="config", overrides=overrides + [f"seed={i}"]))
-            rid = store.run_id(rc.identity())
+            rid = run_id(rc)
             times["compose+validate+run_id"].append(time.perf_counter() - t)
 
             t = time.perf_counter()

@@ -11,7 +11,7 @@ Noise
     processes of one run must keep weights on the same device type.
     With ``rank=r`` (EGGROLL, Sarkar et al. 2025) the noise of a 2-D tensor ``W`` (m x n) is
     low-rank, ``eps = A B^T / sqrt(r)`` with ``A`` (m x r) then ``B`` (n x r) drawn from the same
-    generator; tensors of any other dimension keep full-rank noise. ``esopt.population`` applies the
+    generator; tensors of any other dimension keep full-rank noise. ``esopt.engines.population`` applies the
     same factors inside the forward pass.
 
 Exact restore (sparse fix-up)

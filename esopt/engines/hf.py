@@ -21,8 +21,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from esopt.engines import Generation
-from esopt.metrics import entropy_per_token
+from esopt.engines.base import Generation, entropy_per_token
 
 _M32 = 0xFFFFFFFF
 
@@ -125,7 +124,7 @@ class HFEngine:
 
     def __init__(self, model, tokenizer, device="auto", max_batch: int = 256):
         if max_batch < 1:
-            from esopt.config import ConfigError
+            from esopt.core.errors import ConfigError
 
             raise ConfigError(f"engine.max_batch must be >= 1, got {max_batch}")
         self.device = resolve_device(device)
@@ -144,6 +143,31 @@ class HFEngine:
     def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The model's live parameters (edit in place under torch.no_grad() for ES)."""
         return self.model.named_parameters()
+
+    def weights(self):
+        """ES's weight operations on the model this engine generates with (in place)."""
+        from esopt.noise import Weights
+
+        if getattr(self, "_weights", None) is None:
+            self._weights = Weights(self.model.named_parameters())
+        return self._weights
+
+    def sync_from(self, model) -> None:
+        """Generate with ``model``'s weights: a no-op, this engine generates with that object."""
+        if model is not self.model:
+            raise ValueError("the hf engine generates with its own model object; pass that one")
+
+    sync_to = sync_from
+
+    def generate_population(self, prompts, members, sigma: float, *, rank: int | None, **kw):
+        """Every member's completions of ``prompts`` in batched forward passes
+        (``esopt.engines.population``: EGGROLL low-rank or full-rank member weights)."""
+        from esopt.engines import population
+
+        return population.generate(self, prompts, members, sigma, rank=rank, **kw)
+
+    def close(self) -> None:
+        """Nothing to release (the model belongs to the caller)."""
 
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
         # Prompts already carrying the BOS text (chat templates) get no second BOS.

@@ -15,12 +15,12 @@ Differences from the hf engine, by design of vLLM:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from esopt.config import ConfigError
-from esopt.engines import Generation
+from esopt.core.errors import ConfigError
+from esopt.engines.base import Generation
 
 
 def _import_vllm():
@@ -44,33 +44,41 @@ class VLLMEngine:
         self.special_ids = set(self.tokenizer.all_special_ids)
 
     @classmethod
-    def from_config(cls, cfg: Mapping, model, tokenizer) -> "VLLMEngine":
-        """model: a hub id / local path, or a loaded HF model (its name_or_path is used)."""
+    def from_config(cls, cfg, model, tokenizer) -> "VLLMEngine":
+        """cfg: ``esopt.engines.VLLMConfig``; model: a hub id / local path, or a loaded HF model
+        (its name_or_path is used)."""
         vllm = _import_vllm()
         path = model if isinstance(model, str) else getattr(model, "name_or_path", None)
         if not path:
             raise ConfigError("engine 'vllm' needs a model name or path (the HF model has no name_or_path)")
         llm = vllm.LLM(
             model=str(path),
-            dtype=cfg.get("dtype", "auto"),
-            gpu_memory_utilization=float(cfg.get("gpu_memory_utilization", 0.85)),
-            tensor_parallel_size=int(cfg.get("tensor_parallel_size", 1)),
-            enforce_eager=bool(cfg.get("enforce_eager", False)),
-            max_num_seqs=int(cfg.get("max_batch", 256)),
+            dtype=cfg.dtype,
+            gpu_memory_utilization=float(cfg.gpu_memory_utilization),
+            tensor_parallel_size=int(cfg.tensor_parallel_size),
+            enforce_eager=bool(cfg.enforce_eager),
+            max_num_seqs=int(cfg.max_batch),
             enable_prefix_caching=False,  # a KV cache from one perturbation must not serve another
             # ES weight ops (perturb / restore / update) run inside the workers via collective_rpc
             worker_extension_cls="esopt.engines.vllm_worker.ESWorkerExtension",
-            seed=int(cfg.get("seed", 0)),
-            **({"max_model_len": int(cfg["max_model_len"])} if cfg.get("max_model_len") else {}),
+            seed=int(cfg.seed),
+            **({"max_model_len": int(cfg.max_model_len)} if cfg.max_model_len else {}),
         )
-        return cls(llm, tokenizer, max_batch=int(cfg.get("max_batch", 256)),
-                   entropy_topk=int(cfg.get("entropy_topk", 20)))
+        return cls(llm, tokenizer, max_batch=int(cfg.max_batch), entropy_topk=int(cfg.entropy_topk))
 
-    def named_parameters(self) -> Iterator:
-        raise NotImplementedError(
-            "the vllm engine's weights live inside its workers: ES edits them through "
-            "esopt.engines.vllm_worker (LLM.collective_rpc); analyses and GRPO need engine=hf"
-        )
+    def weights(self):
+        """ES's weight operations inside the vLLM workers (``LLM.collective_rpc``)."""
+        from esopt.engines.vllm_worker import VLLMWeights
+
+        return VLLMWeights(self.llm)
+
+    def sync_from(self, model) -> None:
+        raise NotImplementedError("copying HF weights into the vLLM workers is not wired yet")
+
+    sync_to = sync_from
+
+    def close(self) -> None:
+        self.llm = None
 
     def generate(
         self,

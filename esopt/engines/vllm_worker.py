@@ -7,7 +7,7 @@ vLLM runs the model in worker processes; the ES weight operations (esopt.noise) 
     LLM(model=..., worker_extension_cls="esopt.engines.vllm_worker.ESWorkerExtension",
         enable_prefix_caching=False)     # a KV cache from one perturbation must not serve another
 
-and drive it with :class:`VLLMWeights` (what ``esopt.es`` does when the engine has ``.llm``).
+and drive it with :class:`VLLMWeights` (what ``VLLMEngine.weights()`` returns).
 In-place edits keep CUDA graphs valid (their captured pointers do not move).
 
 Names: vLLM fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (and may pad the

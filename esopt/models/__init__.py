@@ -11,11 +11,14 @@ hub tokenizer has none). Models come back in eval mode.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
-from esopt.config import ConfigError
+from esopt.core.errors import ConfigError
 from esopt.models.tiny import TINY, TINY_DIR, char_tokenizer
 
 REGISTRY: dict[str, str] = {
@@ -30,7 +33,8 @@ REGISTRY: dict[str, str] = {
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
-__all__ = ["REGISTRY", "TINY", "load", "n_params", "char_tokenizer", "known_names"]
+__all__ = ["REGISTRY", "TINY", "char_tokenizer", "is_tiny", "known_names", "load", "load_weights",
+           "n_params", "save"]
 
 
 def known_names() -> tuple[str, ...]:
@@ -54,6 +58,15 @@ def _source(name: str, path: str | None) -> str:
     if name in REGISTRY:
         return REGISTRY[name]
     raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
+
+
+def is_tiny(model_cfg: Mapping) -> bool:
+    """The one rule for "a tiny-family model": a shipped tiny name without a path, or a local
+    directory holding the tiny family's character tokenizer (e.g. a run's ``model/``)."""
+    path = model_cfg.get("path")
+    if path:
+        return _is_char_tokenizer(str(Path(path).expanduser()))
+    return model_cfg.get("name") in TINY
 
 
 def _is_char_tokenizer(src: str) -> bool:
@@ -104,3 +117,48 @@ def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu
 def n_params(model) -> int:
     """Total number of parameters (tied weights counted once)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | None = None) -> Path:
+    """Write ``model`` (HF ``save_pretrained``), ``tokenizer`` and the ``extra`` text files
+    (name -> content, e.g. a checkpoint's ``state.json``) to ``path`` as a whole or not at all:
+    into a temporary sibling first, then renamed over ``path`` (a kill mid-swap leaves the
+    previous version as ``<path>.old``). The one model writer of esopt (a run's ``model/``, ES
+    checkpoints, sequence phases)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    getattr(model, "module", model).save_pretrained(tmp)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    for name, text in (extra or {}).items():
+        (tmp / name).write_text(text)
+    old = path.with_name(path.name + ".old")
+    if path.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+@torch.no_grad()
+def load_weights(model, path: str | os.PathLike) -> None:
+    """Copy the safetensors weights saved in ``path`` into ``model``'s parameters in place,
+    bitwise (the live object keeps its identity, so an engine wrapping it sees the change).
+    A tied ``lm_head`` absent from the files is fine; any other mismatch raises."""
+    from safetensors.torch import load_file
+
+    saved: dict = {}
+    for f in sorted(Path(path).glob("*.safetensors")):
+        saved.update(load_file(str(f)))
+    params = dict(model.named_parameters())
+    missing = [n for n in params if n not in saved and "lm_head" not in n]
+    unexpected = [n for n in saved if n not in params]
+    if missing or unexpected:
+        raise RuntimeError(f"weights in {path} do not match the model: missing {missing[:3]}, "
+                           f"unexpected {unexpected[:3]}")
+    for name, w in params.items():
+        if name in saved:
+            w.copy_(saved[name].to(w.device))

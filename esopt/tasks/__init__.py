@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from esopt.config import ConfigError
+from esopt.core.config import SPLITS
+from esopt.core.errors import ConfigError
 
 TASK_NAMES: tuple[str, ...] = ("countdown", "gsm8k", "addition", "compare", "reverse")
-SPLITS: tuple[str, ...] = ("train", "test", "heldout")
 STYLES: tuple[str, ...] = ("compact", "chat")
 
 # task name -> (module, class name); modules are imported on first use.
@@ -105,14 +105,25 @@ class Task:
         return f"<Task {self.name} style={self.style}>"
 
 
-def get(cfg: Mapping, tokenizer=None, style: str | None = None) -> Task:
-    """Build the task named ``cfg["name"]`` with the other keys of ``cfg`` as its knobs."""
-    cfg = to_dict(cfg)
-    name = cfg.get("name")
+def task_class(name: str) -> type:
+    """The ``Task`` subclass of task ``name`` (its module is imported on first use)."""
     if name not in _CLASSES:
         raise ConfigError(f"unknown task {name!r}; known tasks: {', '.join(TASK_NAMES)}")
     module, cls = _CLASSES[name]
-    return getattr(importlib.import_module(module), cls)(cfg, tokenizer=tokenizer, style=style)
+    return getattr(importlib.import_module(module), cls)
+
+
+def defaults(name: str) -> dict:
+    """Task ``name``'s config at its defaults: ``{"name", "style": None, **knobs}`` (the
+    ``task`` config group is built from this; the knobs are documented in each task module)."""
+    cls = task_class(name)
+    return {"name": name, "style": None, **cls.knobs}
+
+
+def get(cfg: Mapping, tokenizer=None, style: str | None = None) -> Task:
+    """Build the task named ``cfg["name"]`` with the other keys of ``cfg`` as its knobs."""
+    cfg = to_dict(cfg)
+    return task_class(cfg.get("name"))(cfg, tokenizer=tokenizer, style=style)
 
 
 # ---------------------------------------------------------------- helpers for task modules

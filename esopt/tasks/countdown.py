@@ -398,18 +398,23 @@ def parse_row(row: Mapping, where: str) -> dict:
 class CountdownTask(Task):
     name = "countdown"
     styles = ("compact", "chat")
+    # Every knob of `task=countdown` (defaults registered with Hydra from here). The generator
+    # (source null) deals test, heldout, train from one seeded stream of distinct problems
+    # (distinct by sorted numbers + target), so test/heldout stay fixed when only n_train changes.
     knobs = {
-        "count": 3,
-        "min_number": 1,
-        "max_number": 12,
-        "max_target": 100,
-        "n_train": 2000,
-        "n_test": 500,
-        "n_heldout": 500,
-        "seed": 0,
-        "source": None,
-        "hub_config": None,
-        "hub_split": "train",
+        "count": 3,             # numbers per problem: 3, 4, or a list such as [3, 4] (drawn per problem)
+        "min_number": 1,        # smallest number (>= 1)
+        "max_number": 12,       # largest number
+        "max_target": 100,      # largest target (targets are >= 1); null = no cap
+        "n_train": 2000,        # train problems (files: the first n_train rows)
+        "n_test": 500,          # test problems (files: null = every row between train and heldout)
+        "n_heldout": 500,       # held-out problems (files: the last n_heldout rows)
+        "seed": 0,              # generator seed: same knobs + seed = same data
+        "source": None,         # null = the generator; or a local .json/.jsonl/.parquet file, a
+        #                         save_to_disk directory, or a hub dataset name, with rows
+        #                         {nums, target} or {numbers, target, context, solution}
+        "hub_config": None,     # hub dataset config name (source = hub name only)
+        "hub_split": "train",   # hub split (or save_to_disk DatasetDict split) that is loaded and carved
     }
     budgets = {"compact": 24, "chat": 1024}
     stops = {"chat": ("</answer>",)}

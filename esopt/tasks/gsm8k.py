@@ -129,17 +129,19 @@ def _features():
 class GSM8KTask(Task):
     name = "gsm8k"
     styles = ("compact", "chat")
+    # Every knob of `task=gsm8k` (defaults registered with Hydra from here).
     knobs = {
-        "source": "openai/gsm8k",
-        "hub_config": "main",
-        "hub_split": "test",
-        "n_train": None,
-        "n_test": 500,
-        "n_heldout": 500,
-        "seed": 0,
-        "extraction": "flexible",
-        "math_verify": False,
-        "math_verify_timeout": 5.0,
+        "source": "openai/gsm8k",  # hub dataset name, or a local .json/.jsonl/.parquet file / save_to_disk
+        #                            directory with question/answer columns
+        "hub_config": "main",      # hub dataset config name
+        "hub_split": "test",       # hub split that is loaded and carved into train/test/heldout
+        "n_train": None,           # train problems; null = all remaining rows
+        "n_test": 500,             # test problems
+        "n_heldout": 500,          # held-out problems
+        "seed": 0,                 # shuffle seed
+        "extraction": "flexible",  # strict: only "#### N" counts; flexible: else the last number
+        "math_verify": False,      # also accept answers math-verify judges equal (needs math-verify)
+        "math_verify_timeout": 5.0,  # seconds per completion for math-verify
     }
     budgets = {"compact": 256, "chat": 1024}
     stops = {"compact": ("\nQ:",)}

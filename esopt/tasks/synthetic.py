@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from esopt.tasks import ConfigError, Task, Verdict, check_counts, check_int, make_dataset
 
 _INT = re.compile(r"-?[0-9]+")
+# Knobs every synthetic task has: split sizes of one seeded stream of distinct problems dealt
+# test, heldout, train, and the generator seed (same knobs + seed = same data).
 COMMON = {"n_train": 2000, "n_test": 500, "n_heldout": 500, "seed": 0}
 
 
@@ -108,7 +110,9 @@ class SyntheticTask(Task):
 
 class AdditionTask(SyntheticTask):
     name = "addition"
-    knobs = {"min_digits": 1, "max_digits": 3, **COMMON}
+    knobs = {"min_digits": 1,  # fewest digits of an operand (>= 1)
+             "max_digits": 3,  # most digits of an operand (<= 7: the answer budget is 8 characters)
+             **COMMON}
 
     def _validate(self) -> None:
         super()._validate()
@@ -125,7 +129,10 @@ class AdditionTask(SyntheticTask):
 
 class CompareTask(SyntheticTask):
     name = "compare"
-    knobs = {"count": 3, "min_number": 0, "max_number": 99, **COMMON}
+    knobs = {"count": 3,        # numbers per problem: 2..6 or a list such as [2, 3, 4]
+             "min_number": 0,   # smallest number (>= 0)
+             "max_number": 99,  # largest number (< 1000000)
+             **COMMON}
 
     def _validate(self) -> None:
         super()._validate()
@@ -149,7 +156,9 @@ class CompareTask(SyntheticTask):
 
 class ReverseTask(SyntheticTask):
     name = "reverse"
-    knobs = {"min_length": 2, "max_length": 6, **COMMON}
+    knobs = {"min_length": 2,  # shortest digit string (>= 1)
+             "max_length": 6,  # longest digit string (<= 8: the answer budget is 8 characters)
+             **COMMON}
 
     def _validate(self) -> None:
         super()._validate()

@@ -31,7 +31,7 @@ class EsoptSweeperConf:
     max_batch_size: Optional[int] = None
     # the grid, as Hydra sweep strings, e.g. {pop: "8,16,32", seed: "range(3)"} (presets use this)
     params: Optional[Dict[str, str]] = None
-    # several grids in one sweep (esopt.claims presets): each entry's keys override `params`;
+    # several grids in one sweep (the claims presets): each entry's keys override `params`;
     # the jobs are the union of the grids, one per run id (duplicates run once)
     grids: Optional[List[Dict[str, Any]]] = None
 
@@ -124,8 +124,9 @@ class EsoptSweeper(Sweeper):
 
         Raises ConfigError (esopt's validation) or Hydra's composition errors.
         """
-        from esopt import store, tuning
-        from esopt.config import validate
+        from esopt.core import store
+        from esopt.runtime import tuning
+        from esopt.runtime.validate import run_id, validate
 
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
@@ -133,7 +134,7 @@ class EsoptSweeper(Sweeper):
             del cfg["hydra"]
         rc = validate(cfg)
         tuning.settings(rc.tuning)
-        rid = store.run_id(rc.identity())
+        rid = run_id(rc)
         before = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid).status
         return Job(list(overrides), rc, rid, launcher, before)
 
@@ -171,14 +172,14 @@ class EsoptSweeper(Sweeper):
         live process on this host), so it must not be started twice; None if it is not."""
         if job.before != "running":
             return None
-        from esopt import store
+        from esopt.core import store
 
         s = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
         return store.worker_alive(s.get("worker"))
 
     def launch(self, jobs: List[Job]) -> None:
         """Run the jobs not already done (one per run id), grouped by launcher request."""
-        from esopt import store
+        from esopt.core import store
 
         todo, seen = [], set()
         for job in jobs:
@@ -217,7 +218,7 @@ class EsoptSweeper(Sweeper):
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):
         import pandas as pd
-        from esopt import tuning
+        from esopt.runtime import tuning
 
         keys = _varying_keys([j.overrides for j in jobs])
         rows = []
@@ -242,7 +243,7 @@ class EsoptSweeper(Sweeper):
         return pd.DataFrame(rows)
 
     def sweep_dir(self, jobs: List[Job]) -> Path:
-        from esopt import store
+        from esopt.core import store
 
         rc = jobs[0].rc if jobs else None
         root = rc.sweep.root if rc else self.config.sweep.root
@@ -273,7 +274,7 @@ class EsoptSweeper(Sweeper):
             print(df.to_string(index=False))
         print(f"sweep dir: {sdir}")
         if jobs and jobs[0].rc.sweep.aggregate:
-            from esopt import tuning
+            from esopt.runtime import tuning
 
             _aggregate(sdir, str(tuning.settings(jobs[0].rc.tuning)["metric"]))
         bad = sum(s not in ("completed", "pruned") for s in statuses)
@@ -352,7 +353,7 @@ class OptunaSweeper(EsoptSweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from optuna.trial import TrialState
 
-        from esopt import tuning
+        from esopt.runtime import tuning
 
         self._pin_time()
         _quiet_sacct()
@@ -485,58 +486,32 @@ def estimate_tokens(rc) -> int:
     """Upper bound on generated tokens of one run (every sample uses its whole budget).
 
     evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
-    eval tokens = evals * problems * (samples + greedy) * budget;
-    ES: iterations * pop * es.batch_size * es.samples (1 when greedy) * budget;
-    GRPO: iterations * prompts_per_step * num_generations * budget;
-    sequences split the iterations between the two.
+    eval tokens = evals * problems * (samples + greedy) * budget; plus the algorithm's own
+    training estimate (``esopt.algorithms``: ES, GRPO, or both phases of a sequence).
     """
+    from esopt import algorithms
+
     budget = _budget(rc)
     ev = rc.eval
     n_evals = 0 if rc.algo == "none" else rc.iterations // ev.every + (1 if rc.iterations % ev.every else 0)
-    ev_budget = ev.max_new_tokens or budget
-    tokens = (1 + n_evals) * ev.problems * (ev.samples + (1 if ev.greedy else 0)) * ev_budget
-    es_it, grpo_it = 0, 0
-    split = float(rc.sequence.get("split", 0.5)) if rc.sequence else 0.5
-    if rc.algo == "es":
-        es_it = rc.iterations
-    elif rc.algo == "grpo":
-        grpo_it = rc.iterations
-    elif rc.algo == "es_grpo":
-        es_it = int(round(rc.iterations * split)); grpo_it = rc.iterations - es_it
-    elif rc.algo == "grpo_es":
-        grpo_it = int(round(rc.iterations * split)); es_it = rc.iterations - grpo_it
-    es = rc.es or {}
-    greedy = float(es.get("temperature") or 0.0) == 0.0
-    prompts = int(es.get("batch_size") or 32) * (1 if greedy else int(es.get("samples") or 1))
-    es_budget = es.get("max_new_tokens") or budget
-    g = rc.grpo or {}
-    grpo_budget = g.get("max_completion_length") or budget
-    tokens += es_it * rc.pop * prompts * es_budget
-    tokens += grpo_it * int(g.get("prompts_per_step") or 8) * int(g.get("num_generations") or 8) * grpo_budget
-    return int(tokens)
+    tokens = (1 + n_evals) * ev.problems * (ev.samples + (1 if ev.greedy else 0)) * (ev.max_new_tokens or budget)
+    return int(tokens + algorithms.get(rc.algo).estimate_tokens(rc, budget))
 
 
 def _budget(rc) -> int:
     """The task's default completion budget for this model's prompt style."""
-    style = rc.task.get("style") or rc.model.get("prompt_style") or "compact"
-    if rc.task.get("max_new_tokens"):
-        return int(rc.task["max_new_tokens"])
-    try:
-        from esopt import tasks
+    from esopt import tasks
 
-        return int(tasks.get(rc.task, style=style).max_new_tokens)
-    except Exception:  # noqa: BLE001 - an estimate only
-        return {"compact": 24, "chat": 1024}.get(style, 1024)
+    style = rc.task.get("style") or rc.model.get("prompt_style") or "compact"
+    return int(tasks.get(rc.task, style=style).max_new_tokens)
 
 
 def _aggregate(sweep_dir: Path, metric: str = "pass@1") -> None:
-    """Run esopt.aggregate on the sweep directory if it is available (never fails the sweep)."""
+    """Aggregate the sweep directory (never fails the sweep: the runs are recorded)."""
+    from esopt.study.aggregate import aggregate
+
     try:
-        from esopt import aggregate
-    except ImportError:
-        return
-    try:
-        aggregate.aggregate(str(sweep_dir), metric=metric)
+        aggregate(str(sweep_dir), metric=metric)
         print(f"aggregated: {sweep_dir / 'report.html'} (runs.parquet, trend.json beside it)")
     except Exception as e:  # noqa: BLE001 - the runs are recorded; aggregation can be rerun
         print(f"esopt: warning: aggregation failed ({_first_line(e)}); rerun: "

@@ -1,0 +1,360 @@
+"""Evolution strategies for LLM post-training, readable top to bottom.
+
+Algorithm (Qiu et al. 2025; Ba et al. 2026; REFERENCE.md sections 1-3)::
+
+    for t = 1..T:
+        draw N member seeds s_i (antithetic: members 2j, 2j+1 share s_j with signs +, -)
+        draw a fresh batch of B training prompts
+        for each member i:                                    (or all at once: es.batched)
+            theta <- theta + sign_i * sigma * eps(s_i)          (esopt.noise.perturb)
+            R_i   <- mean task reward of greedy completions of the batch
+            theta <- theta - ...                                (exact restore, bitwise)
+        z = normalize(R)                                      (zscore | rank | none)
+        theta <- theta + (lr / N) * sum_i z_i * sign_i * eps(s_i)   (1/sigma absorbed in lr)
+
+Seeds and prompt batches are pure functions of (run seed, iteration), so a resumed run draws
+exactly what an uninterrupted one would, and every distributed rank draws the same.
+The weight arithmetic lives in ``esopt.noise``; population-batched generation in
+``esopt.engines.population``; multi-process helpers in ``esopt.algorithms.distributed``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from esopt import models
+from esopt.algorithms import distributed
+from esopt.core import metrics
+from esopt.core.config import block, model_default
+from esopt.core.errors import ConfigError, NonFinite
+
+
+# --------------------------------------------------------------------------------------------
+# Hyperparameters: the `es:` config block (registered with Hydra by esopt.cli.configs).
+# --------------------------------------------------------------------------------------------
+@dataclass
+class ESConfig:
+    """The ``es:`` block. The run's grid axes (``pop``, ``sigma``, ``lr``, ``iterations``,
+    ``seed``) are top-level keys; ``ESRun`` joins them with this block."""
+
+    sigma: Optional[float] = None  # noise scale when the top-level sigma is null; null = the model's (model.hparams.es_sigma)
+    lr: Optional[float] = None     # step size (1/sigma absorbed) when the top-level lr is null; null = model.hparams.es_lr
+    batch_size: int = 64           # training prompts per iteration, a fresh draw from the train split (the study: 64)
+    temperature: float = 0.0       # training decoding temperature; 0 = greedy (the study's easy setting; hard: 0.6)
+    samples: int = 1               # completions per prompt per member (forced to 1 when greedy)
+    max_new_tokens: Optional[int] = None  # generation budget while training; null = the task's default
+    normalize: str = "zscore"      # reward normalisation: zscore (the study) | rank (centred ranks) | none
+    antithetic: bool = False       # mirrored pairs (+eps, -eps) sharing a seed; pop must be even (the study: no gain)
+    batched: bool = False          # score the population in batched generate calls (esopt/engines/population.py)
+    full_rank: bool = False        # batched: full-rank per-member weights (N model copies: small models only)
+    rank: int = 1                  # batched without full_rank: EGGROLL low-rank perturbation rank r
+    checkpoint_every: int = 10     # checkpoint every k iterations and at the end (0 = never)
+    checksum_every: int = 10       # multi-process: compare a weight checksum across ranks every k (0 = never)
+    drift: bool = True             # log relative L2 drift from the base (keeps a host copy of it)
+
+
+NORMALIZE = ("zscore", "rank", "none")
+
+
+@dataclass
+class ESRun(ESConfig):
+    """``ESConfig`` resolved for one run: sigma and lr filled in, plus the run's axes."""
+
+    pop: int = 16                  # N, members per iteration (top-level `pop`)
+    iterations: int = 30           # ES iterations of this run (or of this sequence phase)
+    seed: int = 0                  # run seed: member seeds and prompt batches
+
+    @classmethod
+    def from_run(cls, cfg) -> "ESRun":
+        """Top-level ``sigma`` / ``lr`` if set, else ``es.sigma`` / ``es.lr``, else the model's
+        defaults (``model.hparams.es_sigma`` / ``es_lr``); plus ``pop``, ``iterations``, ``seed``."""
+        es = asdict(block(ESConfig, cfg.es, "es"))
+        es["sigma"] = cfg.sigma if cfg.sigma is not None else es["sigma"]
+        es["lr"] = cfg.lr if cfg.lr is not None else es["lr"]
+        if es["sigma"] is None:
+            es["sigma"] = model_default(cfg, "es_sigma")
+        if es["lr"] is None:
+            es["lr"] = model_default(cfg, "es_lr")
+        return cls(**es, pop=int(cfg.pop), iterations=int(cfg.iterations), seed=int(cfg.seed))
+
+    def validate(self) -> "ESRun":
+        """Raise ConfigError (one line) on the first bad value."""
+        checks = [
+            (self.pop >= 2, f"pop must be >= 2 (ES needs at least two members), got {self.pop}"),
+            (self.sigma > 0 and math.isfinite(self.sigma), f"sigma must be > 0, got {self.sigma}"),
+            (self.lr > 0 and math.isfinite(self.lr), f"lr must be > 0, got {self.lr}"),
+            (self.iterations >= 1, f"iterations must be >= 1, got {self.iterations}"),
+            (self.rank >= 1, f"es.rank must be >= 1, got {self.rank}"),
+            (self.batch_size >= 1, f"es.batch_size must be >= 1, got {self.batch_size}"),
+            (self.samples >= 1, f"es.samples must be >= 1, got {self.samples}"),
+            (self.temperature >= 0, f"es.temperature must be >= 0, got {self.temperature}"),
+            (self.normalize in NORMALIZE,
+             f"es.normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}"),
+            (not self.antithetic or self.pop % 2 == 0, f"es.antithetic needs an even pop, got {self.pop}"),
+            (self.max_new_tokens is None or self.max_new_tokens >= 1,
+             f"es.max_new_tokens must be >= 1, got {self.max_new_tokens}"),
+            (self.checkpoint_every >= 0, f"es.checkpoint_every must be >= 0, got {self.checkpoint_every}"),
+            (self.checksum_every >= 0, f"es.checksum_every must be >= 0, got {self.checksum_every}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+        return self
+
+    @property
+    def noise_rank(self) -> int | None:
+        """Rank of the perturbations: EGGROLL low rank in batched mode, else full (None)."""
+        return self.rank if self.batched and not self.full_rank else None
+
+
+def validate(cfg) -> None:
+    """Config-time check for algorithms that use ES (before any work)."""
+    es = ESRun.from_run(cfg).validate()
+    if es.batched and not supports_population(cfg.engine):
+        raise ConfigError("es.batched needs engine=hf (vLLM schedules its own batches; "
+                          "use es.batched=false, member by member, with engine=vllm)")
+
+
+def supports_population(engine_cfg) -> bool:
+    """Whether the engine can score a whole population in one batched generate (hf only)."""
+    return (engine_cfg or {}).get("name", "hf") == "hf"
+
+
+def estimate_tokens(cfg, iterations: int, budget: int) -> int:
+    """Upper bound on ES's generated training tokens: iterations * pop * batch_size *
+    samples (1 when greedy) * budget (es.max_new_tokens or the task's)."""
+    es = block(ESConfig, cfg.es, "es")
+    per_prompt = 1 if es.temperature <= 0 else es.samples
+    return int(iterations * cfg.pop * es.batch_size * per_prompt * (es.max_new_tokens or budget))
+
+
+# --------------------------------------------------------------------------------------------
+# Pure pieces.
+# --------------------------------------------------------------------------------------------
+def normalize_rewards(r: Sequence[float], mode: str = "zscore") -> np.ndarray:
+    """Normalised rewards ``z`` used as the update weights.
+
+    zscore: ``z_i = (r_i - mean r) / (std r + 1e-8)`` (population std, as Qiu et al.).
+    rank:   centred ranks ``z_i = rank(r_i) / (N - 1) - 0.5`` in [-0.5, 0.5] (ties share the
+            mean rank), Salimans et al. 2017.
+    none:   ``z_i = r_i``.
+    """
+    a = np.asarray(r, dtype=np.float64)
+    if mode == "zscore":
+        return (a - a.mean()) / (a.std() + 1e-8)
+    if mode == "rank":
+        from scipy.stats import rankdata
+
+        return (rankdata(a) - 1.0) / max(len(a) - 1, 1) - 0.5
+    if mode == "none":
+        return a.copy()
+    raise ValueError(f"unknown normalisation {mode!r}")
+
+
+def member_seeds(run_seed: int, iteration: int, pop: int, antithetic: bool) -> tuple[list[int], list[float]]:
+    """Seeds and signs of the N members of ``iteration`` (a pure function of its arguments).
+
+    Antithetic: members 2j and 2j+1 share seed s_j with signs +1 and -1.
+    """
+    rng = np.random.default_rng([int(run_seed), int(iteration), 0xE5])
+    if antithetic:
+        half = rng.integers(0, 2**62, size=pop // 2).tolist()
+        return [s for s in half for _ in (0, 1)], [1.0, -1.0] * (pop // 2)
+    return rng.integers(0, 2**62, size=pop).tolist(), [1.0] * pop
+
+
+def prompt_batch(run_seed: int, iteration: int, n_rows: int, batch_size: int) -> list[int]:
+    """Indices of the iteration's training prompts: a fresh draw without replacement."""
+    rng = np.random.default_rng([int(run_seed), int(iteration), 0xBA7C])
+    return sorted(rng.choice(n_rows, size=min(batch_size, n_rows), replace=False).tolist())
+
+
+# --------------------------------------------------------------------------------------------
+# One ES iteration: the algorithm box.
+# --------------------------------------------------------------------------------------------
+def _gen_kwargs(es: ESRun, task, seed: int) -> dict:
+    """Training decoding. Every member of an iteration uses the same sampling seed: with the hf
+    engine's row-keyed sampling noise these are common random numbers, so members differ by
+    their weights, not by sampling luck (irrelevant when greedy)."""
+    greedy = es.temperature <= 0
+    return dict(n=1 if greedy else es.samples, temperature=es.temperature,
+                max_new_tokens=es.max_new_tokens or task.max_new_tokens, seed=seed,
+                stop=tuple(task.stop))
+
+
+def score(task, gen, rows: Sequence[Mapping]) -> tuple[float, list[float]]:
+    """Member reward = mean verifier reward over prompts and samples; also the per-prompt
+    success probability estimated from the samples (greedy: one sample, p in {0, 1})."""
+    rewards, success = [], []
+    for comps, row in zip(gen.completions, rows):
+        verdicts = [task.verify(c, row) for c in comps]
+        rewards += [v.reward for v in verdicts]
+        success.append(float(np.mean([v.correct for v in verdicts])))
+    return float(np.mean(rewards)), success
+
+
+class Clock(dict):
+    """Seconds spent per phase of an iteration (``with clock("gen"): ...``), for diagnostics."""
+
+    @contextmanager
+    def __call__(self, phase: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self[phase] = self.get(phase, 0.0) + time.perf_counter() - t
+
+
+def score_members(engine, weights, task, rows, members: Sequence[int], seeds, signs, es: ESRun,
+                  gen_seed: int, clock: Clock) -> tuple[np.ndarray, np.ndarray, int]:
+    """Rewards [len(members)], per-prompt success [len(members), P] and generated tokens of
+    the given members: perturb in place, generate, restore bitwise (or, with ``es.batched``,
+    all members in batched forward passes without touching the shared weights)."""
+    prompts = [r["prompt"] for r in rows]
+    kw = _gen_kwargs(es, task, gen_seed)
+    if es.batched and members:
+        with clock("gen"):
+            gens = engine.generate_population(prompts, [(seeds[i], signs[i]) for i in members], es.sigma,
+                                              rank=es.noise_rank, **kw)
+    else:
+        gens = []
+        for i in members:
+            with clock("noise"):
+                weights.perturb(seeds[i], es.sigma, signs[i])      # theta_i = theta + sign_i sigma eps_i
+            try:
+                with clock("gen"):
+                    gens.append(engine.generate(prompts, **kw))
+            finally:
+                with clock("noise"):
+                    weights.restore()                              # back to theta, bitwise
+    with clock("score"):
+        scored = [score(task, g, rows) for g in gens]
+    rewards = np.asarray([r for r, _ in scored], dtype=np.float64)
+    success = np.asarray([s for _, s in scored], dtype=np.float64).reshape(len(members), len(rows))
+    return rewards, success, int(sum(g.n_tokens for g in gens))
+
+
+def es_step(engine, task, train_rows, es: ESRun, iteration: int, weights=None) -> dict:
+    """One ES iteration on the engine's weights; returns its diagnostics line (no drift).
+
+    Every rank calls it: each scores its share of the members, rewards are all-gathered, and
+    every rank applies the same update from the shared seeds and rewards.
+    """
+    weights = weights if weights is not None else engine.weights()
+    clock = Clock()
+    seeds, signs = member_seeds(es.seed, iteration, es.pop, es.antithetic)        # s_1..s_N
+    rows = [train_rows[i] for i in prompt_batch(es.seed, iteration, len(train_rows), es.batch_size)]
+    mine = distributed.my_members(es.pop, distributed.world_size(), distributed.rank(), es.antithetic)
+    r_mine, s_mine, tokens = score_members(engine, weights, task, rows, mine, seeds, signs, es,
+                                           es.seed * 1_000_003 + iteration, clock)  # R_i
+    rewards, success, tokens = distributed.gather_members(mine, r_mine, s_mine, tokens, es.pop, len(rows))
+    if not np.all(np.isfinite(rewards)):
+        raise NonFinite(f"non-finite reward at iteration {iteration}: {rewards.tolist()}")
+    z = normalize_rewards(rewards, es.normalize)                                  # z = normalise(R)
+    with clock("update"):
+        step_norm = weights.update(seeds, (z * np.asarray(signs)).tolist(), es.lr,  # theta += lr/N sum z_i eps_i
+                                   rank=es.noise_rank)
+    bad = weights.nonfinite()
+    if bad is not None:
+        raise NonFinite(f"non-finite weights in {bad} after the update of iteration {iteration}")
+    return {
+        "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+        "reward_max": float(rewards.max()), "reward_min": float(rewards.min()),
+        "rewards": [round(float(x), 6) for x in rewards],
+        "js_succ": float(np.mean([metrics.js_succ(success[:, p]) for p in range(success.shape[1])])),
+        "p_pop": float(np.mean([metrics.p_pop(success[:, p]) for p in range(success.shape[1])])),
+        "update_norm": step_norm, "tokens_generated": int(tokens),
+        **{f"wall_{k}": round(v, 4) for k, v in clock.items()},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints: the engine's weights as an HF folder (esopt.models.save) + state.json.
+# --------------------------------------------------------------------------------------------
+def save_checkpoint(ctx, state: dict) -> None:
+    """Write ``<run>/checkpoint/`` as a whole or not at all: the weights the engine generates
+    with (copied into the HF model first when the engine holds its own copy) and state.json."""
+    ctx.engine.sync_to(ctx.model)
+    models.save(ctx.model, ctx.tokenizer, ctx.run.checkpoint_dir,
+                extra={"state.json": json.dumps(state, indent=2)})
+
+
+def load_checkpoint(ctx, phase: str) -> dict | None:
+    """Copy a checkpoint's weights into the model and the engine (bitwise); return its state."""
+    directory = Path(ctx.run.checkpoint_dir)
+    if not (directory / "state.json").exists():
+        directory = directory.with_name(directory.name + ".old")  # killed mid-swap
+        if not (directory / "state.json").exists():
+            return None
+    state = json.loads((directory / "state.json").read_text())
+    if state.get("algo") != "es" or state.get("phase") != phase:
+        return None
+    models.load_weights(ctx.model, directory)
+    ctx.engine.sync_from(ctx.model)
+    return state
+
+
+# --------------------------------------------------------------------------------------------
+# The training loop: iterations, plus recording, checkpoints and evaluations around them.
+# --------------------------------------------------------------------------------------------
+def train(ctx) -> None:
+    """ES on the engine's weights for ``ctx.iterations`` iterations.
+
+    Logs one train line per iteration (rank 0), evaluates every ``eval.every`` run iterations
+    and at the end, checkpoints every ``es.checkpoint_every``, resumes from the run's
+    checkpoint. Drift is measured from the weights this phase started from.
+    """
+    es = ESRun.from_run(ctx.cfg)
+    es.iterations = int(ctx.iterations)
+    es.validate()
+    # the summary's sigma/lr are ES's only for algo=es; in a sequence GRPO's lr is its own
+    ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr,
+                      **({"lr": es.lr} if ctx.cfg.algo == "es" else {}))
+    distributed.init()
+    lead = distributed.rank() == 0
+    train_rows = list(ctx.task.split("train"))
+    weights = ctx.engine.weights()
+    if es.drift:  # a host copy of the starting weights (7B bf16: 14 GB; es.drift=false there)
+        weights.snapshot_base()
+
+    start = 0
+    state = load_checkpoint(ctx, ctx.phase) if ctx.run is not None else None
+    if state is not None:
+        start = int(state["iteration"])
+        ctx.add_tokens(int(state["tokens_total"]) - ctx.tokens_total)
+    distributed.check_same(weights.checksum(), where=f"start (iteration {start})")
+    if lead and ctx.run is not None:  # lines an interrupted attempt wrote after its checkpoint
+        last = ctx.iteration_offset + start
+        ctx.run.truncate_metrics(
+            lambda line: line.get("phase") != ctx.phase or int(line.get("iteration", 0)) <= last)
+
+    # progress bar per run (iteration, reward, ETA) on a terminal; silent in logs and on ranks > 0
+    bar = tqdm(range(start + 1, es.iterations + 1), initial=start, total=es.iterations,
+               desc=f"es {ctx.phase}", disable=None if lead else True, leave=False, dynamic_ncols=True)
+    for it in bar:
+        line = es_step(ctx.engine, ctx.task, train_rows, es, it, weights)
+        ctx.add_tokens(line["tokens_generated"])
+        bar.set_postfix(reward=f"{line['reward_mean']:.3f}", refresh=False)
+        if es.drift:
+            line["drift"] = weights.drift()
+        if es.checksum_every and it % es.checksum_every == 0:
+            distributed.check_same(weights.checksum(), where=f"iteration {it}")
+        if lead:
+            ctx.log(kind="train", iteration=it, **line)
+        if es.checkpoint_every and (it % es.checkpoint_every == 0 or it == es.iterations) and lead \
+                and ctx.run is not None:
+            save_checkpoint(ctx, {"algo": "es", "phase": ctx.phase, "iteration": it,
+                                  "tokens_total": ctx.tokens_total, "config": asdict(es)})
+        # the eval schedule counts run iterations, so a sequence's curves line up with GRPO's
+        if lead and ((ctx.iteration_offset + it) % ctx.cfg.eval.every == 0 or it == es.iterations):
+            ctx.evaluate(it)
+        distributed.barrier()

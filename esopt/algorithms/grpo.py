@@ -1,0 +1,489 @@
+"""GRPO baseline: TRL's ``GRPOTrainer`` wired to esopt's tasks, evaluator and run directory.
+
+Nothing here re-implements GRPO. This module only
+  * turns the ``grpo:`` config block into a ``trl.GRPOConfig`` (:class:`GRPOSettings`),
+  * builds the reward function from the task's verifier (``Verdict.reward`` of ``task.verify``),
+  * records every optimizer step into ``metrics.jsonl`` (a ``TrainerCallback.on_log``, one log
+    per step), in the same shape as ES train lines: reward_mean/std/max/min, accuracy, format,
+    TRL's entropy, kl (beta > 0), clip_ratio(_low/_high), frac_reward_zero_std,
+    completion_length, loss, grad_norm, lr, tokens_generated, tokens_fwd_bwd, wall_step;
+    then runs the shared held-out evaluator (``ctx.evaluate``: model in eval mode, no grad,
+    the same weights the engine wraps) every ``eval.every`` run iterations and at the end,
+    before that step's checkpoint is written,
+  * counts compute the same way as ES: generated tokens (EOS included; into ``ctx.add_tokens``),
+    prompt+completion tokens through the policy's forward+backward (padding excluded), wall time,
+  * checkpoints with the Trainer's own ``save_steps`` (HF weights + optimizer, scheduler, RNG
+    and ``trainer_state.json``, which also keeps the run's token count) under
+    ``<run>/checkpoint/grpo/checkpoint-<step>/`` (a sequence phase: under its phase directory)
+    and resumes from the newest one, so a requeued job continues at the step it reached;
+    metrics lines a killed attempt wrote after that checkpoint are dropped first.
+
+Batch geometry (TRL's terms): one optimizer step consumes ``prompts_per_step`` prompts x
+``num_generations`` completions = ``B`` completions, split into ``grad_accum`` micro-batches of
+``B / grad_accum`` (``per_device_train_batch_size``); generation happens once per step
+(``steps_per_generation = grad_accum``), so with ``num_iterations = 1`` GRPO is on-policy.
+The top-level ``iterations`` is the number of optimizer steps (``max_steps``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import torch
+
+from esopt.core.config import model_default
+from esopt.core.errors import ConfigError
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")
+SCALE_REWARDS = ("group", "batch", "none")
+
+
+# GRPOConfig fields esopt derives from its own keys (grpo.trl may not override them): batch
+# geometry, the step budget, lr, one log line per step, checkpoint location and cadence.
+MANAGED = frozenset({
+    "output_dir", "max_steps", "num_train_epochs", "learning_rate", "per_device_train_batch_size",
+    "gradient_accumulation_steps", "generation_batch_size", "steps_per_generation", "num_generations",
+    "logging_steps", "logging_strategy", "save_strategy", "save_steps", "save_total_limit", "seed",
+    "data_seed", "use_cpu", "report_to", "max_completion_length", "temperature", "beta",
+})
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """The ``grpo:`` config block (registered with Hydra by esopt.cli.configs). Defaults are the
+    study's GRPO setting (group size 8, temperature 1.0; lr per model in model.hparams.grpo_lr:
+    1e-6 for hub models) and TRL's defaults elsewhere (beta 0, epsilon 0.2, loss dapo, group
+    reward scaling). The top-level ``iterations`` is the number of optimizer steps."""
+
+    num_generations: int = 8          # group size G (completions per prompt); the study: 8
+    prompts_per_step: int = 8         # prompts per optimizer step (B = prompts * G completions)
+    grad_accum: int = 1               # micro-batches per step; must divide B
+    num_iterations: int = 1           # TRL's mu: optimizer passes per generation batch
+    beta: float = 0.0                 # KL coefficient; 0 = no reference model (TRL default)
+    epsilon: float = 0.2              # lower clip range
+    epsilon_high: float | None = None  # upper clip range; null = epsilon (DAPO suggests 0.28)
+    loss_type: str = "dapo"           # TRL default
+    scale_rewards: str = "group"      # group | batch | none
+    temperature: float = 1.0          # sampling temperature during training; the study: 1.0
+    top_p: float = 1.0
+    max_completion_length: int | None = None  # null = the task's max_new_tokens
+    lr: Optional[float] = None        # when the top-level lr is null; null = the model's (model.hparams.grpo_lr)
+    lr_scheduler: str = "constant"    # HF scheduler name; constant = like ES
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    save_every: int | None = None     # checkpoint every N steps; null = eval.every
+    gradient_checkpointing: bool = False
+    bf16: bool = False                # bf16 autocast; keep off on CPU
+    use_vllm: bool = False            # GPU only: TRL's vLLM generation, colocated
+    vllm_gpu_memory_utilization: float = 0.3
+    trl: dict = field(default_factory=dict)  # extra GRPOConfig fields, passed through verbatim
+
+    @classmethod
+    def from_config(cls, raw: Mapping | None) -> "GRPOSettings":
+        """Build and check the settings; raise ConfigError (one line) on bad input."""
+        raw = dict(raw or {})
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown grpo key(s): {', '.join(unknown)} (known: {', '.join(known)})")
+        nullable = ("epsilon_high", "max_completion_length", "save_every")
+        raw = {k: v for k, v in raw.items() if v is not None or k in nullable}
+        try:
+            s = cls(**raw)
+        except TypeError as exc:  # pragma: no cover - dataclass signature errors
+            raise ConfigError(f"grpo: {exc}") from None
+        s.validate()
+        return s
+
+    def validate(self) -> None:
+        """One clear line for every input TRL would reject mid-run (or silently misuse)."""
+        def integer(name: str, lo: int) -> int:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ConfigError(f"grpo.{name} must be an integer >= {lo}, got {v!r}")
+            return v
+
+        g = integer("num_generations", 1)
+        if g < 2:
+            raise ConfigError(f"grpo.num_generations (group size) must be >= 2 to form advantages, got {g}")
+        p = integer("prompts_per_step", 1)
+        a = integer("grad_accum", 1)
+        integer("num_iterations", 1)
+        integer("warmup_steps", 0)
+        if (p * g) % a:
+            raise ConfigError(
+                f"grpo.grad_accum={a} must divide prompts_per_step*num_generations={p}*{g}={p * g} "
+                "(each micro-batch must hold whole completions)"
+            )
+        if self.max_completion_length is not None:
+            integer("max_completion_length", 1)
+        if self.save_every is not None:
+            integer("save_every", 1)
+        for name, lo in (("beta", 0.0), ("epsilon", 0.0), ("weight_decay", 0.0), ("max_grad_norm", 0.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
+                raise ConfigError(f"grpo.{name} must be a number >= {lo}, got {v!r}")
+        if self.epsilon_high is not None and (
+            not isinstance(self.epsilon_high, (int, float)) or self.epsilon_high < 0
+        ):
+            raise ConfigError(f"grpo.epsilon_high must be null or a number >= 0, got {self.epsilon_high!r}")
+        if not isinstance(self.temperature, (int, float)) or self.temperature <= 0:
+            raise ConfigError(f"grpo.temperature must be > 0 (GRPO samples), got {self.temperature!r}")
+        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise ConfigError(f"grpo.top_p must be in (0, 1], got {self.top_p!r}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError(f"grpo.loss_type must be one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}")
+        if self.scale_rewards not in SCALE_REWARDS:
+            raise ConfigError(
+                f"grpo.scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {self.scale_rewards!r}"
+            )
+        if self.lr is not None and (isinstance(self.lr, bool) or not isinstance(self.lr, (int, float))
+                                    or not self.lr > 0):
+            raise ConfigError(f"grpo.lr must be null or a number > 0, got {self.lr!r}")
+        from transformers import SchedulerType
+
+        if self.lr_scheduler not in {t.value for t in SchedulerType}:
+            raise ConfigError(f"grpo.lr_scheduler must be a transformers scheduler name, got {self.lr_scheduler!r}")
+        if not isinstance(self.trl, Mapping):
+            raise ConfigError(f"grpo.trl must be a mapping of GRPOConfig fields, got {self.trl!r}")
+        from trl import GRPOConfig
+
+        bad = sorted(set(self.trl) - {f.name for f in fields(GRPOConfig)})
+        if bad:
+            raise ConfigError(f"grpo.trl has unknown GRPOConfig field(s): {', '.join(bad)}")
+        managed = sorted(set(self.trl) & MANAGED)
+        if managed:
+            raise ConfigError(
+                f"grpo.trl may not set {', '.join(managed)}: esopt sets it (use the grpo./eval./top-level keys)"
+            )
+
+    @property
+    def completions_per_step(self) -> int:
+        return self.prompts_per_step * self.num_generations
+
+    @property
+    def micro_batch(self) -> int:
+        """TRL's per_device_train_batch_size (completions per micro-batch)."""
+        return self.completions_per_step // self.grad_accum
+
+
+def validate(rc) -> GRPOSettings:
+    """Config-time check for grpo / grpo_es / es_grpo (before any work)."""
+    settings = GRPOSettings.from_config(rc.grpo)
+    resolve_lr(rc, settings)
+    return settings
+
+
+def resolve_lr(cfg, settings: GRPOSettings) -> float:
+    """Top-level ``lr`` if set, else ``grpo.lr``, else the model's ``hparams.grpo_lr``."""
+    if cfg.lr is not None:
+        return float(cfg.lr)
+    if settings.lr is not None:
+        return float(settings.lr)
+    return model_default(cfg, "grpo_lr")
+
+
+def estimate_tokens(cfg, iterations: int, budget: int) -> int:
+    """Upper bound on GRPO's generated training tokens: steps * prompts_per_step *
+    num_generations * budget (grpo.max_completion_length or the task's)."""
+    g = GRPOSettings.from_config(cfg.grpo)
+    return int(iterations * g.prompts_per_step * g.num_generations * (g.max_completion_length or budget))
+
+
+# --------------------------------------------------------------------------- rewards
+
+
+def make_reward(task, stats: dict):
+    """TRL reward callable from the task's verifier.
+
+    TRL calls it with ``prompts``, ``completions``, ``completion_ids`` and every dataset column
+    as a keyword list (one entry per completion). Returns ``Verdict.reward`` per completion and
+    accumulates generated tokens / accuracy / format into ``stats`` for the step's train line.
+    """
+    skip = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+            "environments"}
+
+    def reward(prompts, completions, completion_ids=None, **columns):
+        cols = {k: v for k, v in columns.items() if k not in skip and isinstance(v, list)}
+        rows = [{k: v[i] for k, v in cols.items()} | {"prompt": prompts[i]} for i in range(len(completions))]
+        verdicts = [task.verify(c, r) for c, r in zip(completions, rows)]
+        stats["tokens_generated"] += sum(len(ids) for ids in (completion_ids or []))
+        stats["n"] += len(verdicts)
+        stats["correct"] += sum(bool(v.correct) for v in verdicts)
+        stats["format"] += sum(float(v.format) for v in verdicts)
+        stats["rewards"].extend(float(v.reward) for v in verdicts)
+        return [float(v.reward) for v in verdicts]
+
+    reward.__name__ = f"{task.name}_reward"
+    return reward
+
+
+# --------------------------------------------------------------------------- trainer + recorder
+
+
+def _trainer_class():
+    from trl import GRPOTrainer
+
+    class Trainer(GRPOTrainer):
+        """GRPOTrainer plus one counter: tokens (prompt + completion, no padding) per fwd+bwd."""
+
+        esopt_fwd_bwd = 0
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            self.esopt_fwd_bwd += int(inputs["prompt_mask"].sum()) + int(inputs["completion_mask"].sum())
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    return Trainer
+
+
+# TRL log key -> metrics.jsonl key
+_LOG_KEYS = {
+    "reward": "reward_mean",
+    "reward_std": "reward_std",
+    "entropy": "entropy",
+    "kl": "kl",
+    "clip_ratio/region_mean": "clip_ratio",
+    "clip_ratio/low_mean": "clip_ratio_low",
+    "clip_ratio/high_mean": "clip_ratio_high",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "completions/mean_length": "completion_length",
+    "completions/clipped_ratio": "completion_clipped",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "learning_rate": "lr",
+}
+
+
+def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings, max_steps: int):
+    from transformers import TrainerCallback
+
+    every = int(ctx.cfg.eval.every)
+    offset = int(getattr(ctx, "iteration_offset", 0))  # a sequence's phase two counts on
+
+    class Recorder(TrainerCallback):
+        """One train line per optimizer step (on_log, logging_steps=1); evaluation after it."""
+
+        last_eval_step = -1
+        last_eval: dict | None = None
+        t_step = time.perf_counter()
+        fwd_bwd_seen = 0
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t_step = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, model=None, **kw):
+            logs = logs or {}
+            if "reward" not in logs:  # the end-of-train summary log
+                return
+            step = int(state.global_step)
+            trainer = trainer_ref[0]
+            line: dict[str, Any] = {"kind": "train", "iteration": step}
+            for src, dst in _LOG_KEYS.items():
+                if logs.get(src) is not None:
+                    line[dst] = float(logs[src])
+            rewards = stats["rewards"]
+            if rewards:
+                line["reward_max"] = max(rewards)
+                line["reward_min"] = min(rewards)
+            if stats["n"]:
+                line["accuracy"] = stats["correct"] / stats["n"]
+                line["format"] = stats["format"] / stats["n"]
+            line["tokens_generated"] = int(stats["tokens_generated"])
+            line["tokens_fwd_bwd"] = int(trainer.esopt_fwd_bwd - self.fwd_bwd_seen)
+            line["wall_step"] = time.perf_counter() - self.t_step
+            self.fwd_bwd_seen = trainer.esopt_fwd_bwd
+            ctx.add_tokens(int(stats["tokens_generated"]))
+            if state.log_history and state.log_history[-1].get("step") == step:
+                # saved with the checkpoint (trainer_state.json), restored on resume
+                state.log_history[-1]["esopt_tokens_total"] = int(ctx.tokens_total)
+            for k in ("tokens_generated", "n", "correct", "format"):
+                stats[k] = 0
+            stats["rewards"].clear()
+            ctx.log(**line)
+            if (offset + step) % every == 0 or step >= max_steps:
+                self.evaluate(model if model is not None else trainer.model, step)
+
+        def evaluate(self, model, step: int) -> dict:
+            """Shared evaluator on the same weights: eval mode, no grad, then back to train."""
+            was_training = model.training
+            model.eval()
+            try:
+                with torch.no_grad():
+                    ctx.engine.sync_from(ctx.model)  # an engine holding its own copy (vLLM) pulls them
+                    result = ctx.evaluate(step)
+            finally:
+                if was_training:
+                    model.train()
+            self.last_eval_step, self.last_eval = step, result
+            return result
+
+    return Recorder()
+
+
+def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float):
+    """The ``trl.GRPOConfig`` for this run (CPU: use_cpu, no bf16)."""
+    from trl import GRPOConfig
+
+    cfg = ctx.cfg
+    device = next(ctx.model.parameters()).device
+    on_cpu = device.type == "cpu"
+    max_len = settings.max_completion_length or int(ctx.task.max_new_tokens)
+    save_every = settings.save_every or int(cfg.eval.every)
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        max_steps=int(ctx.iterations),
+        learning_rate=lr,
+        lr_scheduler_type=settings.lr_scheduler,
+        warmup_steps=settings.warmup_steps,
+        weight_decay=settings.weight_decay,
+        max_grad_norm=settings.max_grad_norm,
+        per_device_train_batch_size=settings.micro_batch,
+        gradient_accumulation_steps=settings.grad_accum,
+        num_generations=settings.num_generations,
+        num_iterations=settings.num_iterations,
+        beta=settings.beta,
+        epsilon=settings.epsilon,
+        epsilon_high=settings.epsilon_high,
+        loss_type=settings.loss_type,
+        scale_rewards=settings.scale_rewards,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_completion_length=max_len,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        bf16=bool(settings.bf16) and not on_cpu,
+        fp16=False,
+        use_cpu=on_cpu,
+        use_vllm=bool(settings.use_vllm),
+        seed=int(cfg.seed),
+        data_seed=int(cfg.seed),
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=save_every,
+        save_total_limit=1,
+        report_to="none",
+        disable_tqdm=True,
+        log_completions=False,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+    )
+    if settings.use_vllm:
+        kwargs.update(vllm_mode="colocate", vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization)
+    if ctx.task.stop and settings.use_vllm:
+        kwargs["generation_kwargs"] = {"stop": list(ctx.task.stop)}
+    kwargs.update(settings.trl)
+    return GRPOConfig(**kwargs)
+
+
+def checkpoint_dir(ctx) -> Path:
+    """Where this run's (or this sequence phase's) Trainer checkpoints live."""
+    return Path(ctx.run.checkpoint_dir) / "grpo"
+
+
+def last_checkpoint(path: Path) -> str | None:
+    """Newest ``checkpoint-<step>`` folder with a trainer state, or None."""
+    if not path.is_dir():
+        return None
+    done = [p for p in path.glob("checkpoint-*") if (p / "trainer_state.json").exists()
+            and p.name.split("-")[-1].isdigit()]
+    return str(max(done, key=lambda p: int(p.name.split("-")[-1]))) if done else None
+
+
+def _strip_double_bos(dataset, tokenizer):
+    """TRL tokenizes prompts with the tokenizer's special tokens; a chat-templated prompt that
+    already starts with the BOS text would get two (the engine avoids that, so must we)."""
+    bos = tokenizer.bos_token
+    if not bos or not all(p.startswith(bos) for p in dataset["prompt"]):
+        return dataset
+    ids = tokenizer("x")["input_ids"]
+    if not ids or ids[0] != tokenizer.bos_token_id:
+        return dataset
+    return dataset.map(lambda row: {"prompt": row["prompt"][len(bos):]})
+
+
+def _prepare_resume(ctx, resume: str | None) -> None:
+    """Before (re)starting at checkpoint step k (0 = none): restore the run's token count
+    saved with the checkpoint, and drop this phase's metrics lines after step k (written by
+    an attempt that died before its next checkpoint), so every step is recorded once."""
+    step = 0
+    if resume is not None:
+        state = json.loads((Path(resume) / "trainer_state.json").read_text())
+        step = int(state.get("global_step", 0))
+        saved = [h["esopt_tokens_total"] for h in state.get("log_history", []) if "esopt_tokens_total" in h]
+        if saved:
+            ctx.add_tokens(int(saved[-1]) - int(ctx.tokens_total))
+    last = int(getattr(ctx, "iteration_offset", 0)) + step
+    if hasattr(ctx.run, "truncate_metrics"):
+        ctx.run.truncate_metrics(
+            lambda line: line.get("phase") != ctx.phase or int(line.get("iteration", 0)) <= last
+        )
+
+
+def train(ctx) -> dict | None:
+    """Train ``ctx.model`` in place with TRL's GRPOTrainer for ``ctx.iterations`` steps.
+
+    Resumes from the newest checkpoint under :func:`checkpoint_dir`. Returns the final
+    evaluation dict (also logged and reported through ``ctx.evaluate``).
+    """
+    import datasets
+
+    settings = GRPOSettings.from_config(ctx.cfg.grpo)
+    if settings.use_vllm and next(ctx.model.parameters()).device.type != "cuda":
+        raise ConfigError("grpo.use_vllm=true needs the model on a GPU (engine.device=cuda)")
+    lr = resolve_lr(ctx.cfg, settings)
+    max_steps = int(ctx.iterations)
+    if hasattr(ctx, "set_effective"):  # summary: lr for algo=grpo; grpo_lr always (sequences)
+        ctx.set_effective(grpo_lr=lr, **({"lr": lr} if ctx.cfg.algo == "grpo" else {}))
+    out = checkpoint_dir(ctx)
+    out.mkdir(parents=True, exist_ok=True)
+
+    dataset = ctx.task.split("train")
+    if not isinstance(dataset, datasets.Dataset) or "prompt" not in dataset.column_names:
+        raise ConfigError(f"task {ctx.task.name!r} train split must be a Dataset with a 'prompt' column")
+    if len(dataset) < settings.prompts_per_step:
+        raise ConfigError(
+            f"grpo.prompts_per_step={settings.prompts_per_step} exceeds the task's train split "
+            f"({len(dataset)} prompts)"
+        )
+
+    dataset = _strip_double_bos(dataset, ctx.tokenizer)
+    stats = {"tokens_generated": 0, "n": 0, "correct": 0, "format": 0.0, "rewards": []}
+    args = grpo_config(ctx, settings, out, lr)
+    trainer_ref: list = []
+    recorder = _recorder(ctx, trainer_ref, stats, settings, max_steps)
+    Trainer = _trainer_class()
+    tokenizer = ctx.tokenizer
+    trainer = Trainer(
+        model=ctx.model,
+        reward_funcs=[make_reward(ctx.task, stats)],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[recorder],
+    )
+    trainer_ref.append(trainer)
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for noisy in (PrinterCallback, ProgressCallback):  # metrics go to metrics.jsonl, not stdout
+        trainer.remove_callback(noisy)
+    if trainer.model is not ctx.model:  # pragma: no cover - TRL must train the engine's weights
+        raise RuntimeError("GRPOTrainer replaced the model object; evaluation would not see its weights")
+
+    resume = last_checkpoint(out)
+    _prepare_resume(ctx, resume)
+    ctx.model.train()
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        ctx.model.eval()
+        ctx.model.zero_grad(set_to_none=True)
+    # A requeue that lands after the final checkpoint trains nothing: still evaluate the end.
+    if recorder.last_eval_step != max_steps:
+        recorder.evaluate(ctx.model, max_steps)
+        ctx.model.eval()
+    del trainer
+    return recorder.last_eval

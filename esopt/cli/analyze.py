@@ -1,0 +1,121 @@
+"""``python -m esopt.analyze sparsity|drift|forgetting <run-dir> ...``: the mechanism analyses
+of trained runs (``esopt.study.analyze``), printed as tables and written beside the run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from esopt.core.errors import ConfigError
+from esopt.core.store import atomic_write_json
+from esopt.study.analyze import (DEFAULT_FRACTIONS, MODES, EvalOpts, compare_drift, drift, forgetting,
+                                 format_drift, sparsity)
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own usage dump is noise here)
+        print(f"esopt: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m esopt.analyze", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="analysis", required=True, parser_class=_Parser)
+
+    def eval_args(sp, greedy_default: bool):
+        sp.add_argument("--split", default="heldout", help="task split evaluated (default heldout)")
+        sp.add_argument("--problems", type=int, default=64, help="problems evaluated (default 64)")
+        sp.add_argument("--samples", type=int, default=8, help="samples per problem; K = samples (default 8)")
+        sp.add_argument("--temperature", type=float, default=None, help="default: the run's eval.temperature")
+        sp.add_argument("--top-p", type=float, default=None, help="default: the run's eval.top_p")
+        sp.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's / the task's")
+        sp.add_argument("--seed", type=int, default=None, help="evaluation seed (default: the run's eval.seed)")
+        sp.add_argument("--greedy", action=argparse.BooleanOptionalAction, default=greedy_default,
+                        help="also measure greedy accuracy")
+        sp.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates (default 1000)")
+        sp.add_argument("--base", default=None, help="base model name or directory (default: the run's model)")
+        sp.add_argument("--device", default=None, help="cpu | cuda (default: the run's engine.device)")
+        sp.add_argument("--no-write", action="store_true", help="print only; do not write the JSON")
+
+    s = sub.add_parser("sparsity", help="functional sparsity of the update (sparsity.json)")
+    s.add_argument("run_dir")
+    s.add_argument("--fractions", type=_floats, default=list(DEFAULT_FRACTIONS),
+                   help="keep fractions of the nonzero update entries (default 1,0.5,0.22,0.1,0.05,0.01)")
+    s.add_argument("--modes", type=_names, default=list(MODES), help="global,per_tensor,smallest (default all)")
+    eval_args(s, greedy_default=False)
+
+    d = sub.add_parser("drift", help="relative L2 drift by module type and layer (drift.json)")
+    d.add_argument("run_dirs", nargs="+", metavar="run_dir", help="one or more runs (side by side)")
+    d.add_argument("--top", type=float, default=0.01, help="fraction of largest updates located (default 0.01)")
+    d.add_argument("--base", default=None, help="base model name or directory (default: each run's model)")
+    d.add_argument("--device", default="cpu")
+    d.add_argument("--out", default=None, help="also write the side-by-side comparison JSON here")
+    d.add_argument("--no-write", action="store_true", help="print only; do not write drift.json")
+
+    f = sub.add_parser("forgetting", help="change on tasks not trained on (forgetting.json)")
+    f.add_argument("run_dir")
+    f.add_argument("--tasks", type=_names, default=None,
+                   help="held-out tasks (default tiny: addition,compare,reverse; others: gsm8k)")
+    eval_args(f, greedy_default=True)
+    return p
+
+
+def _eval_opts(a) -> EvalOpts:
+    return EvalOpts(split=a.split, problems=a.problems, samples=a.samples, temperature=a.temperature,
+                    top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed, greedy=a.greedy,
+                    bootstrap=a.bootstrap)
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:+.3f}" if isinstance(v, float) else str(v)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    say = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    try:
+        if a.analysis == "sparsity":
+            r = sparsity(a.run_dir, fractions=a.fractions, modes=a.modes, base=a.base, device=a.device,
+                         opts=_eval_opts(a), write=not a.no_write, log=say)
+            print(f"base pass@1 {r['base_score']['pass@1']:.4f}, trained {r['trained_score']['pass@1']:.4f} "
+                  f"({r['nnz']} of {r['n_params']} entries changed)")
+            print(f"{'mode':<11}{'keep':>6}{'pass@1':>9}{'pass@K':>9}{'share@1':>9}  95% CI")
+            for c in r["curves"]:
+                ci = c["share_pass@1_ci"]
+                print(f"{c['mode']:<11}{c['keep']:>6g}{c['pass@1']:>9.4f}{c['pass@K']:>9.4f}"
+                      f"{_fmt(c['share_pass@1']):>9}  {'' if ci is None else f'[{ci[0]:+.3f}, {ci[1]:+.3f}]'}")
+        elif a.analysis == "drift":
+            rs = [drift(rd, top=a.top, base=a.base, device=a.device, write=not a.no_write) for rd in a.run_dirs]
+            cmp = compare_drift(rs)
+            print(format_drift(cmp))
+            if rs[0]["tied_embeddings"]:
+                print("note: lm_head is tied to the embeddings (counted under embeddings)")
+            if a.out:
+                atomic_write_json(a.out, cmp)
+        else:
+            r = forgetting(a.run_dir, tasks=a.tasks, base=a.base, device=a.device, opts=_eval_opts(a),
+                           write=not a.no_write, log=say)
+            print(f"{'task':<12}{'base@1':>8}{'trained@1':>11}{'change':>9}  95% CI")
+            for t, v in r["tasks"].items():
+                ci = v["change"]["pass@1_ci"]
+                print(f"{t:<12}{v['base']['pass@1']:>8.4f}{v['trained']['pass@1']:>11.4f}"
+                      f"{v['change']['pass@1']:>+9.4f}  [{ci[0]:+.4f}, {ci[1]:+.4f}]")
+    except ConfigError as e:
+        print(f"esopt: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""``python -m esopt.evaluate model=... task=... [eval.out=FILE.json]``: evaluate one model
+(a name or a checkpoint directory) on a task split with the shared evaluator; print a table."""
+
+from __future__ import annotations
+
+from esopt.cli.common import fail, hydra_app
+from esopt.core import store
+from esopt.core.errors import ConfigError
+from esopt.evaluator import evaluate_config, format_table
+from esopt.runtime.run import load_components
+from esopt.runtime.validate import validate
+
+
+def evaluate_model(cfg) -> dict:
+    """The Hydra task function: validate, load, evaluate, print, maybe save."""
+    try:
+        rc = validate(cfg)
+        model, tokenizer, engine, task = load_components(rc)
+    except ConfigError as e:
+        fail(str(e))
+    result = evaluate_config(rc.eval, engine, task)
+    result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
+    print(format_table(result))
+    if rc.eval.out:
+        store.atomic_write_json(rc.eval.out, result)
+        print(f"wrote {rc.eval.out}")
+    return result
+
+
+def main() -> None:
+    hydra_app(evaluate_model)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""``python -m esopt.sweep [-m] key=value ...``: one run, or a grid of runs (Hydra multirun).
+
+    python -m esopt.sweep model=tiny-s algo=es pop=16 iterations=30
+    python -m esopt.sweep -m model=tiny-s,tiny-m pop=8,16,32 seed=0,1,2
+
+Each run: validate (one line, exit 2 on bad input), run (``esopt.runtime.run``), then the
+analyses it asks for (``analysis=[...]``, ``esopt.study.analyze``). In a multirun the esopt
+sweeper validates the whole grid first, skips recorded runs and aggregates at the end.
+Exit codes: 0 ok, 1 a run failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from esopt.cli.common import fail, hydra_app
+from esopt.core import store
+from esopt.core.config import RunConfig
+from esopt.core.errors import ConfigError
+from esopt.runtime.run import print_summary, run, run_worker
+from esopt.runtime.validate import run_id, validate
+
+
+def analyses(cfg: RunConfig, summary: dict) -> dict:
+    """Run the analyses of ``analysis=[...]`` still missing for a completed run (never raises);
+    they read ``<run>/model/`` and write ``<analysis>.json`` beside it."""
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, summary.get("run_id") or run_id(cfg))
+    if summary.get("status") != "completed" or cfg.algo == "none" or not rd.model_dir.is_dir():
+        return summary
+    missing = [a for a in cfg.analysis if not (rd.path / f"{a}.json").exists()]
+    if missing:
+        from esopt.study import analyze
+
+        summary["analyses"] = {**(summary.get("analyses") or {}),
+                               **analyze.run_analyses(cfg, rd.path, missing)}
+        rd.write_summary(summary)
+    return summary
+
+
+def main_run(cfg) -> dict:
+    """The Hydra task function: validate, run, analyse, report."""
+    from esopt.algorithms import distributed
+
+    try:
+        rc = validate(cfg)
+    except ConfigError as e:
+        fail(str(e))
+    if distributed.launched_rank() > 0:  # torchrun / srun rank > 0: a silent ES worker
+        return run_worker(rc)
+    summary = analyses(rc, run(rc))
+    print_summary(summary, store.RunDir.for_run(rc.sweep.root, rc.sweep.name, summary.get("run_id", "")).path)
+    return summary
+
+
+def _task(cfg):
+    from hydra.core.hydra_config import HydraConfig
+
+    summary = main_run(cfg)
+    multirun = HydraConfig.get().mode.name == "MULTIRUN"
+    if not multirun and summary.get("status") == "failed":
+        if summary.get("error_type") == "ConfigError":  # bad input found while loading
+            fail(summary["error"].removeprefix("ConfigError: "))
+        sys.exit(1)
+    return summary
+
+
+def main() -> None:
+    hydra_app(_task)
+
+
+if __name__ == "__main__":
+    main()

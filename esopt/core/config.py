@@ -1,0 +1,208 @@
+"""The typed run configuration: one :class:`RunConfig` per run, parsed once at the entry point.
+
+The Hydra config (``conf/config.yaml``, its groups, and the structured blocks registered by
+``esopt.cli.configs``) is turned into a :class:`RunConfig` by :func:`parse`, which checks
+everything that needs no other layer (types, ranges, the eval and sweep blocks). The checks
+that need the model registry, the tasks or the algorithms run one layer up, in
+``esopt.runtime.validate`` (which calls this first). Every problem is a ``ConfigError`` with
+one clear line, before any work starts.
+
+Note: a top-level key named ``pop`` collides with ``DictConfig.pop`` (a method), so the raw
+config is always read as ``cfg["pop"]``; code after parsing uses ``RunConfig.pop``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping, Optional
+
+from esopt.core.errors import ConfigError
+
+SPLITS = ("train", "test", "heldout")
+ANALYSES = ("sparsity", "drift", "forgetting")  # esopt/study/analyze.py, run after training
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The ``eval:`` block: held-out evaluation shared by every algorithm (esopt.evaluator)."""
+
+    split: str = "test"                  # split the run is evaluated on (train | test | heldout)
+    problems: int = 200                  # problems evaluated (the first N of the split)
+    samples: int = 32                    # samples per problem for Pass@K / Maj@K (the study: 32)
+    temperature: float = 0.6             # sampling temperature (the study: 0.6)
+    top_p: float = 1.0
+    max_new_tokens: Optional[int] = None  # null = the task's default budget
+    seed: int = 0                        # sampling seed of the evaluation
+    every: int = 10                      # evaluate every N iterations while training (and at the end)
+    greedy: bool = True                  # also measure greedy accuracy
+    out: Optional[str] = None            # esopt.evaluate only: write the evaluation JSON here
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The ``sweep:`` block: where runs land and how a sweep treats recorded runs."""
+
+    name: str = "default"        # results/<name>/
+    root: str = "results"
+    dry_run: bool = False        # print the grid, recorded runs and token estimates; launch nothing
+    retry_failed: bool = False   # rerun runs recorded as failed
+    aggregate: bool = True       # aggregate the sweep (report.html) when a multirun ends
+    save_model: bool = True      # keep the trained weights in <run>/model/ (HF format) for analyses
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run: what to train, how, and where its results land.
+
+    ``model``, ``task``, ``engine``, ``es``, ``grpo``, ``sequence`` and ``tuning`` stay plain
+    dicts (the layers that own them parse their knobs); the grid axes are typed fields.
+    """
+
+    model: dict
+    task: dict
+    algo: str
+    engine: dict
+    pop: int
+    sigma: float | None
+    lr: float | None
+    seed: int
+    iterations: int
+    eval: EvalConfig
+    sweep: SweepConfig
+    es: dict = field(default_factory=dict)
+    grpo: dict = field(default_factory=dict)
+    sequence: dict = field(default_factory=dict)
+    tuning: dict = field(default_factory=dict)
+    analysis: tuple = ()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["analysis"] = list(self.analysis)
+        return d
+
+
+def plain(value: Any) -> Any:
+    """OmegaConf containers -> plain Python (dict / list), resolving interpolations."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return value
+
+
+def number(cfg: Mapping, key: str, kind: type, *, allow_none: bool = False, where: str = ""):
+    """``cfg[key]`` as an int or a finite float; ConfigError naming ``where + key`` otherwise."""
+    value = cfg.get(key)
+    name = f"{where}{key}"
+    if value is None:
+        if allow_none:
+            return None
+        raise ConfigError(f"{name} is required")
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    try:
+        out = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {value!r}") from None
+    if kind is int and float(value) != out:
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if kind is float and not math.isfinite(out):
+        raise ConfigError(f"{name} must be finite, got {value!r}")
+    return out
+
+
+def block(cls, raw: Mapping | None, name: str):
+    """Build dataclass ``cls`` from config block ``raw``; unknown keys are one ConfigError."""
+    raw = dict(raw or {})
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown {name} key(s): {', '.join(unknown)} (known: {', '.join(known)})")
+    return cls(**raw)
+
+
+def _eval_config(raw: Mapping) -> EvalConfig:
+    ev = block(EvalConfig, raw, "eval")
+    raw = {**ev.__dict__}
+    if ev.split not in SPLITS:
+        raise ConfigError(f"eval.split must be one of {', '.join(SPLITS)}, got {ev.split!r}")
+    for key in ("samples", "problems", "every"):
+        if number(raw, key, int, where="eval.") < 1:
+            raise ConfigError(f"eval.{key} must be >= 1, got {raw[key]}")
+    if not 0.0 <= number(raw, "temperature", float, where="eval."):
+        raise ConfigError(f"eval.temperature must be >= 0, got {ev.temperature}")
+    if not 0.0 < number(raw, "top_p", float, where="eval.") <= 1.0:
+        raise ConfigError(f"eval.top_p must be in (0, 1], got {ev.top_p}")
+    if ev.max_new_tokens is not None and number(raw, "max_new_tokens", int, where="eval.") < 1:
+        raise ConfigError(f"eval.max_new_tokens must be >= 1, got {ev.max_new_tokens}")
+    return ev
+
+
+def parse(cfg: Any) -> RunConfig:
+    """Check a composed Hydra config (or a plain mapping) and return the typed RunConfig.
+
+    Raises ConfigError (one line) on the first problem found. Only what needs no other layer is
+    checked here; ``esopt.runtime.validate.validate`` adds the model, task and algorithm checks.
+    """
+    raw = plain(cfg)
+    if not isinstance(raw, Mapping):
+        raise ConfigError("the configuration is not a mapping")
+
+    model = dict(raw.get("model") or {})
+    if not model.get("name"):
+        raise ConfigError("model.name is required (e.g. model=tiny-s)")
+    task = dict(raw.get("task") or {})
+    if not task.get("name"):
+        raise ConfigError("task.name is required (e.g. task=countdown)")
+    engine = dict(raw.get("engine") or {"name": "hf"})
+
+    pop = number(raw, "pop", int)
+    sigma = number(raw, "sigma", float, allow_none=True)
+    lr = number(raw, "lr", float, allow_none=True)
+    seed = number(raw, "seed", int)
+    iterations = number(raw, "iterations", int)
+    if pop < 2:
+        raise ConfigError(f"pop must be >= 2 (ES needs at least two members), got {pop}")
+    if sigma is not None and sigma <= 0:
+        raise ConfigError(f"sigma must be > 0, got {sigma}")
+    if lr is not None and lr <= 0:
+        raise ConfigError(f"lr must be > 0, got {lr}")
+    if iterations < 1:
+        raise ConfigError(f"iterations must be >= 1, got {iterations}")
+    if seed < 0:
+        raise ConfigError(f"seed must be >= 0, got {seed}")
+
+    sweep = block(SweepConfig, raw.get("sweep"), "sweep")
+    if not sweep.name or "/" in str(sweep.name):
+        raise ConfigError(f"sweep.name must be a non-empty name without '/', got {sweep.name!r}")
+
+    analysis = raw.get("analysis") or ()
+    if isinstance(analysis, str):
+        analysis = (analysis,)
+    unknown = [a for a in analysis if a not in ANALYSES]
+    if unknown:
+        raise ConfigError(f"unknown analysis {unknown[0]!r} (known: {', '.join(ANALYSES)})")
+
+    return RunConfig(
+        model=model, task=task, algo=str(raw.get("algo", "none")), engine=engine, pop=pop,
+        sigma=sigma, lr=lr, seed=seed, iterations=iterations,
+        eval=_eval_config(dict(raw.get("eval") or {})), sweep=sweep,
+        es=dict(raw.get("es") or {}), grpo=dict(raw.get("grpo") or {}),
+        sequence=dict(raw.get("sequence") or {}), tuning=dict(raw.get("tuning") or {}),
+        analysis=tuple(analysis),
+    )
+
+
+def model_default(cfg: RunConfig, key: str) -> float:
+    """A hyperparameter default of the run's model (``model.hparams.<key>``, e.g. ``es_sigma``,
+    ``es_lr``, ``grpo_lr``; conf/model/*.yaml), used when neither the top-level axis nor the
+    algorithm's block sets it. ConfigError when the model config has none."""
+    value = (cfg.model.get("hparams") or {}).get(key)
+    if value is None:
+        raise ConfigError(f"model {cfg.model.get('name')!r} has no default for {key} "
+                          f"(set model.hparams.{key}, or the top-level / block value)")
+    return float(value)

@@ -1,0 +1,91 @@
+"""What every engine returns and offers: the ``Generation`` record, the ``Engine`` protocol,
+and the token-entropy formulas the engines compute while generating.
+
+Every caller (the evaluator, ES, GRPO, the run lifecycle, the analyses) talks to an engine only
+through this protocol, weight access included, so none of them asks which engine it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class Generation:
+    completions: list[list[str]]  # [prompt][sample], decoded, without prompt / pad / EOS
+    token_ids: list[list[list[int]]]  # generated ids per sample (EOS excluded)
+    lengths: list[list[int]]  # generated token count per sample (EOS included)
+    entropy: list[list[float]] | None  # per-sample token-mean entropy (nats) if requested
+    n_tokens: int  # total generated tokens (sum of lengths)
+
+
+class WeightOps(Protocol):
+    """ES's weight operations on the weights an engine generates with (``esopt.noise.Weights``
+    for in-process models; ``esopt.engines.vllm_worker.VLLMWeights`` inside vLLM workers).
+    Noise is keyed by Hugging Face parameter names, so the same member seed perturbs the same
+    weights on every engine."""
+
+    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int: ...
+    def restore(self) -> None: ...
+    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None) -> float: ...
+    def checksum(self) -> int: ...
+    def nonfinite(self) -> str | None: ...
+    def snapshot_base(self) -> None: ...
+    def drift(self) -> float | None: ...
+    def save(self, directory) -> None: ...
+    def load(self, directory) -> None: ...
+
+
+class Engine(Protocol):
+    """A generator over one set of weights.
+
+    ``generate`` samples completions; ``weights()`` gives ES's in-place weight operations on the
+    weights ``generate`` uses; ``sync_from(model)`` makes the engine generate with an HF model's
+    current weights (after a GRPO step) and ``sync_to(model)`` copies the engine's weights into
+    the HF model (before saving it) -- both are no-ops when the engine generates with that very
+    model object (the hf engine).
+    """
+
+    tokenizer: object
+    device: torch.device
+    max_batch: int
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 32,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        return_entropy: bool = False,
+    ) -> Generation: ...
+
+    def weights(self) -> WeightOps: ...
+
+    def sync_from(self, model) -> None: ...
+
+    def sync_to(self, model) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def entropy_per_token(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy (nats) of softmax(z / T) at every position: H = logsumexp(z/T) - sum softmax(z/T) * z/T.
+
+    logits [..., V] -> entropies [...], computed in float32; -inf logits (masked tokens) add 0.
+    """
+    if temperature <= 0:
+        raise ValueError(f"entropy temperature must be > 0, got {temperature}")
+    z = logits.float() / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    p = torch.softmax(z, dim=-1)
+    pz = torch.where(p > 0, p * z, torch.zeros_like(z))
+    return lse - pz.sum(dim=-1)
+

@@ -1,0 +1,109 @@
+"""What an algorithm's ``train(ctx)`` gets: the run's objects and its recorder."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from esopt.core import store
+from esopt.core.config import RunConfig
+from esopt.core.errors import Pruned
+from esopt.evaluator import evaluate_config
+
+PER_PROBLEM_KEYS = ("correct_counts", "greedy_correct")
+
+
+@dataclass
+class Shared:
+    """State shared by a run's context and its phase views."""
+
+    t0: float
+    tokens_total: int = 0
+    last_eval: dict | None = None
+    last_eval_iteration: int | None = None
+    phases: list = field(default_factory=list)
+    effective: dict = field(default_factory=dict)
+    trial: Any = None
+
+
+@dataclass
+class RunContext:
+    """The run's model, tokenizer, engine, task and run directory, plus its recorder.
+
+    ``iterations`` is this phase's budget; ``iteration_offset`` shifts the iteration numbers
+    it logs, so a sequence's second phase continues the first one's count.
+    """
+
+    cfg: RunConfig
+    model: Any
+    tokenizer: Any
+    engine: Any
+    task: Any
+    run: store.RunDir
+    phase: str
+    iterations: int
+    iteration_offset: int = 0
+    shared: Shared = field(default_factory=lambda: Shared(time.time()))
+
+    # --- recording ---------------------------------------------------------------------
+    @property
+    def tokens_total(self) -> int:
+        return self.shared.tokens_total
+
+    def add_tokens(self, n: int) -> None:
+        self.shared.tokens_total += int(n)
+
+    def wall_s(self) -> float:
+        return time.time() - self.shared.t0
+
+    def log(self, **line: Any) -> None:
+        """Append a metrics line; ``iteration`` is phase-local and shifted to the run's count."""
+        line.setdefault("kind", "train")
+        line["iteration"] = int(line.get("iteration", 0)) + self.iteration_offset
+        line.setdefault("phase", self.phase)
+        line.setdefault("tokens_total", self.tokens_total)
+        line.setdefault("wall_s", round(self.wall_s(), 4))
+        self.run.log(**line)
+
+    def set_effective(self, **values: Any) -> None:
+        """Record hyperparameters an algorithm resolved from defaults (e.g. sigma, lr)."""
+        self.shared.effective.update(values)
+
+    # --- evaluation --------------------------------------------------------------------
+    def evaluate(self, iteration: int) -> dict:
+        """Shared held-out evaluation: log an eval line, report to Optuna, maybe prune."""
+        result = evaluate_config(self.cfg.eval, self.engine, self.task)
+        step = int(iteration) + self.iteration_offset
+        self.shared.last_eval, self.shared.last_eval_iteration = result, step
+        self.log(kind="eval", iteration=iteration, **eval_line(result))
+        trial = self.shared.trial
+        if trial is not None:
+            trial.report(result, step)
+            if trial.should_prune():
+                raise Pruned(f"pruned at iteration {step}")
+        return result
+
+    def for_phase(self, algo: str, iterations: int, iteration_offset: int) -> "RunContext":
+        return RunContext(
+            self.cfg, self.model, self.tokenizer, self.engine, self.task, self.run,
+            phase=algo, iterations=int(iterations), iteration_offset=int(iteration_offset),
+            shared=self.shared,
+        )
+
+    def phase_done(self, algo: str, eval_result: dict | None = None) -> None:
+        """Record the evaluation after a sequence phase into the summary's ``phases``."""
+        if eval_result is None:
+            eval_result = self.evaluate(self.iterations)
+        self.shared.phases.append({"algo": algo, "iterations": self.iterations, "eval": eval_result})
+
+
+def eval_line(result: dict) -> dict:
+    """The evaluator's result without per-problem lists, flattened for metrics.jsonl."""
+    line = {k: v for k, v in result.items() if k not in PER_PROBLEM_KEYS}
+    # the evaluation's own cost, under names that do not shadow the run's cumulative counters
+    line["eval_wall_s"] = line.pop("wall_s", None)
+    line["eval_tokens"] = line.pop("tokens_generated", None)
+    for k, v in result.get("pass@k", {}).items():
+        line[f"pass@{k}"] = v
+    return line

@@ -1,0 +1,176 @@
+"""One run's lifecycle, top to bottom: find or create its directory, load task / model /
+engine, evaluate the base model, train with the chosen algorithm, save the trained weights,
+evaluate again, record ``summary.json``.
+
+    summary = run(validate(cfg))
+
+A run never raises into the sweep: failures are recorded as ``failed`` with their error,
+pruning as ``pruned``; KeyboardInterrupt / SystemExit leave it resumable. The analyses of
+``analysis=[...]`` run after it, on ``<run>/model/`` (``esopt.cli.sweep``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from esopt import algorithms, engines, models, tasks
+from esopt.core import store
+from esopt.core.config import RunConfig
+from esopt.core.errors import Pruned
+from esopt.evaluator import evaluate_config
+from esopt.runtime import tuning
+from esopt.runtime.context import RunContext, Shared, eval_line
+from esopt.runtime.validate import run_id, uses
+
+
+def resolve_device(device: str | None) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
+    if device in (None, "auto"):
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def set_threads(threads, tiny: bool) -> None:
+    """CPU torch threads for this process (``engine.threads``; see esopt.engines.HFConfig)."""
+    import torch
+
+    if threads in (None, "auto"):
+        if not tiny:
+            return
+        threads = 1
+    torch.set_num_threads(int(threads))
+
+
+def load_components(cfg: RunConfig):
+    """Model, tokenizer, engine and task for a run (the same loading for every algorithm)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    m = cfg.model
+    set_threads(cfg.engine.get("threads", "auto"), tiny=models.is_tiny(m))
+    model, tokenizer = models.load(
+        m["name"], path=m.get("path"), dtype=m.get("dtype", "float32"),
+        device=resolve_device(cfg.engine.get("device", "auto")),
+    )
+    task = tasks.get(cfg.task, tokenizer=tokenizer, style=cfg.task.get("style") or m.get("prompt_style"))
+    engine = engines.get(cfg.engine, model, tokenizer)
+    return model, tokenizer, engine, task
+
+
+def save_model(ctx: RunContext) -> None:
+    """The trained weights (whichever engine trained them) as an HF folder in ``<run>/model/``."""
+    ctx.engine.sync_to(ctx.model)
+    models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir)
+
+
+def run(cfg: RunConfig) -> dict:
+    """Run one configuration to a recorded end and return its summary."""
+    rid = run_id(cfg)
+    algo = algorithms.get(cfg.algo)
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
+    previous = rd.read_summary() or {}
+    status = previous.get("status")
+    if status in ("completed", "pruned") or (status == "failed" and not cfg.sweep.retry_failed):
+        print(f"esopt: run {rid} already {status}; skipped ({rd.path})", file=sys.stderr)
+        return previous
+    if status == "running":  # interrupted, or still running elsewhere (never start it twice)
+        where = store.worker_alive(previous.get("worker"))
+        if where:
+            print(f"esopt: run {rid} is still running ({where}); not started twice", file=sys.stderr)
+            return previous
+
+    rd.create(cfg.to_dict())
+    t0 = time.time() - float(previous.get("wall_s") or 0.0)  # resumed runs keep counting
+    summary = {
+        "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,
+        "task": cfg.task.get("name"), "model": {"name": cfg.model["name"], "params": None},
+        "pop": cfg.pop if uses(cfg, "pop") else None,
+        "sigma": cfg.sigma if uses(cfg, "sigma") else None,
+        "lr": cfg.lr if uses(cfg, "lr") else None, "seed": cfg.seed,
+        "iterations": cfg.iterations if uses(cfg, "iterations") else 0,
+        "base": previous.get("base"), "final": None, "phases": [],
+        "tokens_generated": 0, "wall_s": 0.0, "sweep": cfg.sweep.name,
+        "attempts": int(previous.get("attempts") or 0) + 1, "worker": store.worker_info(),
+        "config": cfg.to_dict(),
+    }
+    rd.write_summary(summary)
+    shared = Shared(t0)
+    try:
+        model, tokenizer, engine, task = load_components(cfg)
+        summary["model"]["params"] = models.n_params(model)
+        params = {"model": cfg.model["name"], "params": summary["model"]["params"], "pop": cfg.pop,
+                  "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo}
+        shared.trial = tuning.attach(cfg, rid, params)
+        ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
+                         iterations=cfg.iterations, shared=shared)
+        if summary["base"] is None:
+            summary["base"] = evaluate_config(cfg.eval, engine, task)
+            ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
+            rd.write_summary(summary)
+        algo.train(ctx)
+        if cfg.algo != "none" and cfg.sweep.save_model:
+            save_model(ctx)
+        total = cfg.iterations if cfg.algo != "none" else 0
+        if cfg.algo == "none":
+            summary["final"] = summary["base"]
+        elif shared.last_eval is not None and shared.last_eval_iteration == total:
+            summary["final"] = shared.last_eval
+        else:
+            summary["final"] = ctx.evaluate(cfg.iterations)
+        summary["status"] = "completed"
+    except Pruned as e:
+        summary["status"], summary["error"] = "pruned", str(e)
+        summary["final"] = shared.last_eval
+    except Exception as e:  # noqa: BLE001 - a failing run is recorded, never raised
+        summary["status"] = "failed"
+        summary["error_type"] = type(e).__name__
+        summary["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:500]
+        store.atomic_write_text(rd.path / "error.txt", traceback.format_exc())
+    finally:
+        summary["phases"] = shared.phases
+        summary["tokens_generated"] = shared.tokens_total
+        summary["wall_s"] = round(time.time() - t0, 3)
+        for key in ("sigma", "lr"):
+            if shared.effective.get(key) is not None:
+                summary[key] = shared.effective[key]
+        summary["effective"] = dict(shared.effective)
+        if summary["status"] != "running":
+            rd.write_summary(summary)
+            if shared.trial is not None:
+                try:
+                    shared.trial.finish(summary)
+                except Exception as e:  # noqa: BLE001 - bookkeeping must not lose the result
+                    print(f"esopt: warning: could not record trial: {e}", file=sys.stderr)
+    return summary
+
+
+def run_worker(cfg: RunConfig) -> dict:
+    """Rank > 0 of a multi-process ES run: train alongside rank 0, which alone records."""
+    model, tokenizer, engine, task = load_components(cfg)
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, run_id(cfg))
+    algorithms.get(cfg.algo).train(RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
+                                              iterations=cfg.iterations))
+    return {"status": "worker"}
+
+
+def print_summary(summary: dict, path: Path) -> None:
+    base, final = summary.get("base") or {}, summary.get("final") or {}
+
+    def p(d, k):
+        v = (d.get("pass@k") or {}).get(k)
+        return "-" if v is None else f"{v:.3f}"
+
+    kmax = max((int(k) for k in (final.get("pass@k") or {})), default=1)
+    print(
+        f"run {summary['run_id']} {summary['status']}: algo={summary['algo']} "
+        f"model={summary['model']['name']} pass@1 {p(base, '1')} -> {p(final, '1')}, "
+        f"pass@{kmax} {p(base, str(kmax))} -> {p(final, str(kmax))}, "
+        f"wall {summary['wall_s']:.1f}s"
+        + (f"  error: {summary['error']}" if summary.get("error") else "")
+    )
+    print(f"  {path}")

@@ -1,0 +1,288 @@
+"""Optuna 5, used directly: one study per group, every run a trial, pruning inside runs.
+
+Why not ``hydra-optuna-sweeper``: it pins ``optuna<3`` and tells Optuna only whole-run results,
+so it cannot prune. Here each run attaches to its own trial and reports its held-out metric at
+every evaluation; the pruner decides whether it goes on.
+
+- Group and study: runs of one (sweep, model, algo, task) share a study named
+  ``esopt:<sweep>:<model>:<algo>:<task>`` (see :func:`study_name`), so pruners compare like with
+  like. The direction comes from ``tuning.direction`` (default maximize).
+- Storage: ``tuning.storage`` null = a journal file ``<sweep.root>/<sweep.name>/optuna.journal``
+  (``JournalStorage(JournalFileBackend(path))``: several writers on a shared filesystem); a
+  path ending in ``.journal``/``.log`` = that journal file; anything with ``://`` = a database
+  URL (e.g. ``postgresql://user@host/db``; not SQLite for parallel writers). Open it with
+  ``optuna-dashboard <file-or-url>``.
+- Trials: :func:`attach` creates the run's trial or attaches to the one already made for this
+  run id (by the ``optuna`` sweeper, or by an earlier, interrupted attempt of the same run); the
+  run id and the run's key params are user attributes. Finishing marks the trial
+  ``COMPLETE`` (value = final metric), ``PRUNED`` or ``FAIL``.
+- Pruners are not stored with a study, so every worker builds the same one from the config
+  knobs (:func:`make_pruner`): ``none`` (default), ``median``, ``percentile``,
+  ``successive_halving``, ``hyperband``, ``wilcoxon``.
+
+Config: the ``tuning:`` block, :class:`TuningConfig` (every knob documented there).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Optional
+
+from esopt.core.config import block
+from esopt.core.errors import ConfigError
+
+PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "wilcoxon")
+
+
+@dataclass
+class TuningConfig:
+    """The ``tuning:`` block: Optuna bookkeeping and pruning for every run. Each run is a trial
+    in the study of its group (sweep, model, algo, task); it reports ``metric`` at every
+    evaluation and the pruner decides whether it goes on."""
+
+    enabled: bool = True
+    metric: str = "pass@1"            # pass@K | maj@K | greedy | entropy | format (held-out eval)
+    direction: str = "maximize"
+    storage: Optional[str] = None     # null = <sweep.root>/<sweep.name>/optuna.journal; a path; a DB URL
+    study: Optional[str] = None       # null = esopt:<sweep>:<model>:<algo>:<task>
+    pruner: str = "none"              # none | median | percentile | successive_halving | hyperband | wilcoxon
+    # median / percentile
+    n_startup_trials: int = 5         # trials that are never pruned (and set the reference)
+    n_warmup_steps: int = 0           # a trial is not pruned before this step (iteration)
+    interval_steps: int = 1
+    n_min_trials: int = 1
+    percentile: float = 25.0          # percentile pruner: prune below this percentile of the others
+    # successive_halving / hyperband (resource = iteration of the report)
+    min_resource: Any = "auto"
+    max_resource: Any = "auto"
+    reduction_factor: int = 3
+    min_early_stopping_rate: int = 0
+    bootstrap_count: int = 0
+    # wilcoxon
+    p_threshold: float = 0.1
+    n_startup_steps: int = 2
+
+
+JOURNAL_NAME = "optuna.journal"
+
+
+def settings(tuning: Mapping | None) -> dict:
+    """The tuning block with defaults filled in and checked (ConfigError, one line)."""
+    t = asdict(block(TuningConfig, tuning, "tuning"))
+    if str(t["pruner"]).lower() not in PRUNERS:
+        raise ConfigError(f"unknown tuning.pruner {t['pruner']!r} (known: {', '.join(PRUNERS)})")
+    t["pruner"] = str(t["pruner"]).lower()
+    if t["direction"] not in ("maximize", "minimize"):
+        raise ConfigError(f"tuning.direction must be maximize or minimize, got {t['direction']!r}")
+    if not 0.0 <= float(t["percentile"]) <= 100.0:
+        raise ConfigError(f"tuning.percentile must be in [0, 100], got {t['percentile']}")
+    if not 0.0 < float(t["p_threshold"]) <= 1.0:
+        raise ConfigError(f"tuning.p_threshold must be in (0, 1], got {t['p_threshold']}")
+    if int(t["reduction_factor"]) < 2:
+        raise ConfigError(f"tuning.reduction_factor must be >= 2, got {t['reduction_factor']}")
+    if not _METRIC.match(str(t["metric"])):
+        raise ConfigError(f"tuning.metric must look like pass@1, maj@8, greedy or entropy, got {t['metric']!r}")
+    return t
+
+
+_METRIC = re.compile(r"^(?:(pass|maj)@(\d+)|[A-Za-z_][\w.]*)$")
+
+
+def make_pruner(tuning: Mapping | None):
+    """Build the pruner named by ``tuning.pruner`` from its knobs (identically in every worker).
+
+    none -> NopPruner; median -> MedianPruner(n_startup_trials, n_warmup_steps, interval_steps,
+    n_min_trials); percentile -> PercentilePruner(percentile, same knobs); successive_halving
+    -> SuccessiveHalvingPruner(min_resource, reduction_factor, min_early_stopping_rate,
+    bootstrap_count); hyperband -> HyperbandPruner(min_resource, max_resource, reduction_factor,
+    bootstrap_count); wilcoxon -> WilcoxonPruner(p_threshold, n_startup_steps).
+    """
+    import optuna.pruners as P
+
+    t = settings(tuning)
+    name = t["pruner"]
+
+    def res(v):
+        return v if v == "auto" else int(v)
+
+    if name == "none":
+        return P.NopPruner()
+    steps = dict(n_startup_trials=int(t["n_startup_trials"]), n_warmup_steps=int(t["n_warmup_steps"]),
+                 interval_steps=int(t["interval_steps"]), n_min_trials=int(t["n_min_trials"]))
+    if name == "median":
+        return P.MedianPruner(**steps)
+    if name == "percentile":
+        return P.PercentilePruner(float(t["percentile"]), **steps)
+    if name == "successive_halving":
+        return P.SuccessiveHalvingPruner(
+            min_resource=res(t["min_resource"]), reduction_factor=int(t["reduction_factor"]),
+            min_early_stopping_rate=int(t["min_early_stopping_rate"]),
+            bootstrap_count=int(t["bootstrap_count"]))
+    if name == "hyperband":
+        min_r = 1 if t["min_resource"] == "auto" else int(t["min_resource"])
+        return P.HyperbandPruner(min_resource=min_r, max_resource=res(t["max_resource"]),
+                                 reduction_factor=int(t["reduction_factor"]),
+                                 bootstrap_count=int(t["bootstrap_count"]))
+    import warnings
+
+    with warnings.catch_warnings():  # experimental in Optuna 5; the interface we use is stable
+        warnings.simplefilter("ignore")
+        return P.WilcoxonPruner(p_threshold=float(t["p_threshold"]), n_startup_steps=int(t["n_startup_steps"]))
+
+
+def metric_value(result: Mapping | float | int | None, metric: str = "pass@1") -> float | None:
+    """The tuning metric from an evaluator dict (``{"pass@k": {"1": v}}`` or flattened
+    ``{"pass@1": v}``), or the number itself. None when absent or not finite."""
+    import math
+
+    if result is None or isinstance(result, (int, float)):
+        v = result
+    else:
+        m = _METRIC.match(metric)
+        v = result.get(metric)
+        if v is None and m and m.group(1):
+            v = (result.get(f"{m.group(1)}@k") or {}).get(m.group(2))
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+# --- studies ---------------------------------------------------------------------------------
+
+def _get(cfg: Any, key: str) -> Any:
+    return cfg[key] if isinstance(cfg, Mapping) else getattr(cfg, key)
+
+
+def _sweep(cfg: Any) -> tuple[str, str]:
+    s = _get(cfg, "sweep")
+    return str(_get(s, "root")), str(_get(s, "name"))
+
+
+def study_name(cfg: Any) -> str:
+    """``esopt:<sweep>:<model>:<algo>:<task>`` unless ``tuning.study`` names one."""
+    t = settings(_get(cfg, "tuning"))
+    if t["study"]:
+        return str(t["study"])
+    _, sweep = _sweep(cfg)
+    return f"esopt:{sweep}:{_get(cfg, 'model')['name']}:{_get(cfg, 'algo')}:{_get(cfg, 'task')['name']}"
+
+
+_STORAGES: dict[str, Any] = {}
+
+
+def storage_url(cfg: Any) -> str:
+    """Where the studies live: a journal file path or a database URL (see module doc)."""
+    t = settings(_get(cfg, "tuning"))
+    if t["storage"]:
+        return str(t["storage"])
+    root, name = _sweep(cfg)
+    return str(Path(root) / name / JOURNAL_NAME)
+
+
+def open_storage(url: str):
+    """A (per-process cached) Optuna storage for a journal path or a database URL."""
+    if url in _STORAGES:
+        return _STORAGES[url]
+    if "://" in url:
+        import optuna
+
+        st = optuna.storages.RDBStorage(url)
+    else:
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        Path(url).parent.mkdir(parents=True, exist_ok=True)
+        st = JournalStorage(JournalFileBackend(url))
+    _STORAGES[url] = st
+    return st
+
+
+def open_study(cfg: Any, *, sampler=None, name: str | None = None):
+    """Create or load the run group's study, with the configured pruner attached."""
+    import optuna
+
+    t = settings(_get(cfg, "tuning"))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        storage=open_storage(storage_url(cfg)), study_name=name or study_name(cfg),
+        direction=t["direction"], pruner=make_pruner(t), sampler=sampler, load_if_exists=True,
+    )
+
+
+def find_trial(study, run_id: str, states=None):
+    """The newest trial of ``study`` whose user attribute ``run_id`` matches, or None."""
+    found = None
+    for ft in study.get_trials(deepcopy=False, states=states):
+        if ft.user_attrs.get("run_id") == run_id:
+            found = ft
+    return found
+
+
+class RunTrial:
+    """A run's handle on its Optuna trial: report / should_prune / finish."""
+
+    def __init__(self, study, trial, metric: str, pruning: bool):
+        self.study, self.trial, self.metric, self.pruning = study, trial, metric, pruning
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+    def report(self, result: Mapping | float, step: int) -> None:
+        """Report the tuning metric of an evaluation (dict or number) at ``step``."""
+        v = metric_value(result, self.metric)
+        if v is not None:
+            import warnings
+
+            with warnings.catch_warnings():  # a resumed run re-reports a step: ignored
+                warnings.simplefilter("ignore")
+                self.trial.report(v, int(step))
+
+    def should_prune(self) -> bool:
+        return bool(self.pruning and self.trial.should_prune())
+
+    def finish(self, summary: Mapping | str, value: float | None = None) -> None:
+        """Mark the trial from the run's summary (or a status string): completed -> COMPLETE
+        with the final metric; pruned -> PRUNED; anything else -> FAIL."""
+        from optuna.trial import TrialState
+
+        if isinstance(summary, Mapping):
+            status = summary.get("status")
+            if value is None:
+                value = metric_value(summary.get("final"), self.metric)
+        else:
+            status = summary
+        if status == "completed" and value is not None:
+            self.study.tell(self.trial.number, value, skip_if_finished=True)
+        elif status == "pruned":
+            self.study.tell(self.trial.number, state=TrialState.PRUNED, skip_if_finished=True)
+        else:
+            self.study.tell(self.trial.number, state=TrialState.FAIL, skip_if_finished=True)
+
+
+def attach(cfg: Any, run_id: str, params: Mapping | None = None) -> RunTrial | None:
+    """The run's trial: attach to the RUNNING one with this run id, else create it.
+
+    ``params`` (model, pop, sigma, ...) become user attributes, beside ``run_id``.
+    Returns None when ``tuning.enabled`` is false.
+    """
+    from optuna.trial import Trial, TrialState
+
+    t = settings(_get(cfg, "tuning"))
+    if not t["enabled"]:
+        return None
+    study = open_study(cfg)
+    ft = find_trial(study, run_id, states=(TrialState.RUNNING,))
+    if ft is not None:
+        trial = Trial(study, ft._trial_id)
+    else:
+        trial = study.ask()
+        trial.set_user_attr("run_id", run_id)
+    for k, v in dict(params or {}).items():
+        if isinstance(v, (str, int, float, bool)) or v is None:
+            trial.set_user_attr(k, v)
+    return RunTrial(study, trial, str(t["metric"]), t["pruner"] != "none")

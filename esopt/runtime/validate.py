@@ -1,0 +1,80 @@
+"""Everything checkable about a run before it is dispatched, in one call, and the run's identity.
+
+    rc = validate(cfg)        # RunConfig, or ConfigError with one line
+    rid = run_id(rc)          # 12 hex digits: results/<sweep>/runs/<rid>/
+
+``validate`` = ``esopt.core.config.parse`` (types and ranges) + the model, task and engine
+names + the algorithm's own checks (``esopt.algorithms``) + the task's data (built once per
+distinct task config, so a missing file or a malformed row is one line here, not a failed run).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from esopt import algorithms, engines, models, tasks
+from esopt.core import store
+from esopt.core.config import RunConfig, parse
+from esopt.core.errors import ConfigError
+
+
+def validate(cfg: Any, check_data: bool = True) -> RunConfig:
+    """Check a composed config and return the typed RunConfig (ConfigError, one line)."""
+    rc = parse(cfg)
+    algo = algorithms.get(rc.algo)
+    known_models = models.known_names()
+    if rc.model["name"] not in known_models and not rc.model.get("path"):
+        raise ConfigError(
+            f"unknown model {rc.model['name']!r} (known: {', '.join(known_models)}; "
+            "or set model.path=/local/checkpoint)"
+        )
+    if rc.task.get("name") not in tasks.TASK_NAMES:
+        raise ConfigError(f"unknown task {rc.task.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
+    engines.parse(rc.engine)
+    algo.validate(rc)
+    if check_data:
+        _check_task_data(rc)
+    return rc
+
+
+_CHECKED_TASKS: set[str] = set()
+
+
+def _check_task_data(rc: RunConfig) -> None:
+    """Build the task once per distinct task config and read its splits."""
+    key = json.dumps([rc.task, rc.model.get("prompt_style")], sort_keys=True, default=str)
+    if key in _CHECKED_TASKS:
+        return
+    task = tasks.get(rc.task, tokenizer=None, style=rc.task.get("style") or rc.model.get("prompt_style") or "compact")
+    for split in {"train", rc.eval.split}:
+        task.split(split)
+    _CHECKED_TASKS.add(key)
+
+
+def identity(rc: RunConfig) -> dict:
+    """The part of the config that defines the run's result (its id is a hash of this).
+
+    Launcher, sweep bookkeeping, tuning, analyses and output paths are excluded: the same run
+    launched locally or on Slurm, or in a sweep of another name, is the same run. Knobs the
+    algorithm does not read are excluded too: a grid ``algo=none,es,grpo pop=8,16`` has one
+    base run and one GRPO run per seed.
+    """
+    d = rc.to_dict()
+    for key in ("sweep", "tuning", "analysis"):  # analyses read the result, never change it
+        d.pop(key, None)
+    d["eval"].pop("out", None)
+    d["engine"] = {k: v for k, v in d["engine"].items() if k in ("name",)}
+    d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
+    for key in algorithms.get(rc.algo).ignores:
+        d.pop(key, None)
+    return d
+
+
+def run_id(rc: RunConfig) -> str:
+    return store.run_id(identity(rc))
+
+
+def uses(rc: RunConfig, key: str) -> bool:
+    """Whether the run's algorithm reads the top-level or block key ``key``."""
+    return algorithms.get(rc.algo).uses(key)

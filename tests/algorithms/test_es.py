@@ -1,0 +1,275 @@
+"""esopt.es: normalisation, seeds, config checks, learning, checkpoint/resume, non-finite."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from esopt import noise
+from esopt.algorithms import es
+from esopt.core.config import EvalConfig, RunConfig, SweepConfig
+from esopt.core.errors import ConfigError
+from esopt.engines.hf import HFEngine
+from esopt.models.tiny import char_tokenizer
+from esopt.core.store import RunDir
+from esopt.core.errors import NonFinite
+from esopt.runtime.context import RunContext
+from helpers import SevensTask, tiny_model
+
+from esopt.tasks import Verdict
+
+
+
+def run_config(**over):
+    es_over = over.pop("es", {})
+    base = dict(model={"name": "tiny-xs"}, task={"name": "sevens"}, algo="es", engine={"name": "hf"},
+                pop=4, sigma=0.05, lr=0.05, seed=0, iterations=4,
+                eval=EvalConfig(problems=1, samples=1, every=100), sweep=SweepConfig(),
+                es={"batch_size": 4, "checkpoint_every": 2, **es_over})
+    base.update(over)
+    return RunConfig(**base)
+
+
+def make_ctx(tmp_path, cfg, seed=0):
+    model = tiny_model(seed)
+    tok = char_tokenizer()
+    engine = HFEngine(model, tok, device="cpu")
+    rd = RunDir(tmp_path / "run")
+    rd.create(cfg.to_dict())
+    return RunContext(cfg, model, tok, engine, SevensTask({}), rd, phase="es", iterations=cfg.iterations)
+
+
+def lines(ctx, kind="train"):
+    return [json.loads(x) for x in ctx.run.metrics_path.read_text().splitlines() if json.loads(x)["kind"] == kind]
+
+
+# --- pure pieces ----------------------------------------------------------------------------
+def test_normalize_modes():
+    r = [1.0, 3.0, 2.0, 2.0]
+    z = es.normalize_rewards(r, "zscore")
+    assert abs(z.mean()) < 1e-12 and abs(z.std() - 1.0) < 1e-6
+    np.testing.assert_allclose(z, (np.array(r) - 2.0) / (np.std(r) + 1e-8))
+    np.testing.assert_allclose(es.normalize_rewards(r, "rank"), [-0.5, 0.5, 0.0, 0.0])
+    np.testing.assert_allclose(es.normalize_rewards(r, "none"), r)
+    assert np.all(es.normalize_rewards([0.3] * 5, "zscore") == 0)  # equal rewards: no step
+    with pytest.raises(ValueError):
+        es.normalize_rewards(r, "bogus")
+
+
+def test_member_seeds_deterministic_and_antithetic():
+    s1, g1 = es.member_seeds(0, 3, 8, False)
+    assert s1 == es.member_seeds(0, 3, 8, False)[0] and len(set(s1)) == 8 and g1 == [1.0] * 8
+    assert s1 != es.member_seeds(0, 4, 8, False)[0] and s1 != es.member_seeds(1, 3, 8, False)[0]
+    s2, g2 = es.member_seeds(0, 3, 8, True)
+    assert s2[0::2] == s2[1::2] and len(set(s2)) == 4 and g2 == [1.0, -1.0] * 4
+    b = es.prompt_batch(0, 1, 100, 32)
+    assert len(set(b)) == 32 and b == es.prompt_batch(0, 1, 100, 32) and b != es.prompt_batch(0, 2, 100, 32)
+
+
+def test_antithetic_update_is_the_mirrored_sum():
+    p = {"w": torch.zeros(50)}
+    seeds, signs = es.member_seeds(0, 1, 4, True)
+    z = np.array([1.0, 0.2, -0.5, 0.3])
+    noise.update(p, seeds, (z * np.array(signs)).tolist(), lr=1.0)
+    e = [noise.noise_like(p["w"], noise.tensor_seed(s, "w")) for s in seeds[::2]]
+    torch.testing.assert_close(p["w"], ((1.0 - 0.2) * e[0] + (-0.5 - 0.3) * e[1]) / 4)
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"pop": 1}, "pop must be >= 2"), ({"sigma": 0.0}, "sigma must be > 0"),
+    ({"lr": -1.0}, "lr must be > 0"), ({"iterations": 0}, "iterations must be >= 1"),
+    ({"es": {"rank": 0}}, "es.rank must be >= 1"), ({"es": {"normalize": "x"}}, "es.normalize"),
+    ({"es": {"antithetic": True}, "pop": 5}, "even pop"), ({"es": {"bogus": 1}}, "unknown es key"),
+])
+def test_config_errors_are_one_line(over, needle):
+    with pytest.raises(ConfigError) as e:
+        es.validate(run_config(**over))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_null_sigma_lr_take_block_then_model_defaults():
+    """sigma / lr: the top-level axis, else the es block, else the model's hparams (conf/model)."""
+    c = es.ESRun.from_run(run_config(sigma=None, lr=None, es={"sigma": 0.03, "lr": 0.004}))
+    assert (c.sigma, c.lr) == (0.03, 0.004)
+    from helpers import run_config as composed
+
+    tiny = es.ESRun.from_run(composed("algo=es", "model=tiny-s"))
+    hub = es.ESRun.from_run(composed("algo=es", "model=qwen1.5b", check_data=False))
+    assert (tiny.sigma, tiny.lr) == (tiny.sigma, tiny.lr) and tiny.sigma != hub.sigma
+    assert (hub.sigma, hub.lr) == (1.5e-3, 2.5e-4)  # the study's setting
+    assert es.ESRun.from_run(composed("algo=es", "sigma=0.3")).sigma == 0.3
+    assert es.ESRun.from_run(composed("algo=es", "es.lr=0.02")).lr == 0.02
+    with pytest.raises(ConfigError, match="no default for es_sigma"):
+        es.ESRun.from_run(run_config(sigma=None, lr=None))  # a model config without hparams
+
+
+# --- the loop -------------------------------------------------------------------------------
+def _mean_reward(engine, task):
+    rows = list(task.split("train"))
+    g = engine.generate([r["prompt"] for r in rows], max_new_tokens=8)
+    return float(np.mean([task.verify(c[0], r).reward for c, r in zip(g.completions, rows)]))
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_es_raises_reward(batched):
+    model = tiny_model()
+    engine = HFEngine(model, char_tokenizer(), device="cpu")
+    task = SevensTask({})
+    # model seed 0 emits some '7's (a signal to climb); both ES seeds 0, 1 gain +0.39..0.86 here
+    cfg = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=8, seed=0, batched=batched, rank=2)
+    before = _mean_reward(engine, task)
+    rows = list(task.split("train"))
+    log = [es.es_step(engine, task, rows, cfg, it) for it in range(1, 7)]
+    after = _mean_reward(engine, task)
+    assert after > before + 0.2, (before, after)
+    assert all(len(x["rewards"]) == 6 and x["update_norm"] > 0 for x in log)
+
+
+def test_train_logs_diagnostics_and_checkpoints(tmp_path):
+    ctx = make_ctx(tmp_path, run_config(iterations=3, es={"checkpoint_every": 5}))
+    es.train(ctx)
+    train = lines(ctx)
+    assert [x["iteration"] for x in train] == [1, 2, 3]
+    for x in train:
+        for key in ("reward_mean", "reward_std", "reward_max", "reward_min", "js_succ", "p_pop",
+                    "update_norm", "drift", "tokens_generated", "wall_gen", "wall_noise", "wall_update",
+                    "tokens_total", "wall_s", "phase"):
+            assert key in x, key
+        assert len(x["rewards"]) == 4 and x["reward_min"] <= x["reward_mean"] <= x["reward_max"]
+        assert 0.0 <= x["js_succ"] <= np.log(2) and 0.0 <= x["p_pop"] <= 1.0
+        assert x["tokens_generated"] > 0 and x["update_norm"] > 0
+    assert 0 < train[0]["drift"] < train[2]["drift"]  # moves away from the base
+    assert train[2]["tokens_total"] == sum(x["tokens_generated"] for x in train)
+    assert [x["iteration"] for x in lines(ctx, "eval")] == [3]  # eval.every=100: the end only
+    state = json.loads((ctx.run.checkpoint_dir / "state.json").read_text())
+    assert state["iteration"] == 3 and (ctx.run.checkpoint_dir / "model.safetensors").exists()
+
+
+class Killed(BaseException):
+    pass
+
+
+def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
+    cfg = run_config(iterations=4)
+    full = make_ctx(tmp_path / "a", cfg)
+    es.train(full)
+
+    killed = make_ctx(tmp_path / "b", cfg)
+    log = killed.log
+
+    def dying_log(**line):  # the process dies while iteration 3 is being recorded
+        if line.get("iteration") == 3 and line.get("kind") == "train":
+            raise Killed
+        log(**line)
+
+    killed.log = dying_log
+    with pytest.raises(Killed):
+        es.train(killed)
+    assert json.loads((killed.run.checkpoint_dir / "state.json").read_text())["iteration"] == 2
+
+    resumed = make_ctx(tmp_path / "b", cfg)  # a fresh process: base weights, same run dir
+    es.train(resumed)
+    assert [x["iteration"] for x in lines(resumed)] == [1, 2, 3, 4]
+    a, b = dict(full.model.named_parameters()), dict(resumed.model.named_parameters())
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert noise.checksum(a.items()) == noise.checksum(b.items())
+    assert resumed.tokens_total == full.tokens_total
+
+
+def test_nonfinite_weights_fail_and_keep_last_good_checkpoint(tmp_path):
+    ctx = make_ctx(tmp_path, run_config(iterations=3))
+    real = noise.update
+    calls = {"n": 0}
+
+    def update_then_corrupt(params, *a, **k):  # an overflow in iteration 3's update
+        out = real(params, *a, **k)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            with torch.no_grad():
+                params[0][1].view(-1)[0] = float("inf")
+        return out
+
+    noise.update = update_then_corrupt
+    try:
+        with pytest.raises(NonFinite, match="non-finite weights"):
+            es.train(ctx)
+    finally:
+        noise.update = real
+    assert json.loads((ctx.run.checkpoint_dir / "state.json").read_text())["iteration"] == 2
+
+
+def test_nonfinite_reward_fails(tmp_path):
+    ctx = make_ctx(tmp_path, run_config(iterations=2))
+
+    class NaNTask(SevensTask):
+        def verify(self, completion, row):
+            return Verdict(float("nan"), 0.0, 0.0, False, None)
+
+    ctx.task = NaNTask({})
+    with pytest.raises(NonFinite, match="non-finite reward"):
+        es.train(ctx)
+
+
+# --- vLLM worker extension, on CPU against a real model object ------------------------------
+class StandInWorker:
+    """What vLLM's worker looks like to the extension: ``self.model_runner.model``."""
+
+    def __init__(self, model):
+        import types
+
+        self.model_runner = types.SimpleNamespace(model=model)
+
+
+class StandInLLM:
+    """``LLM.collective_rpc``: call the method on every worker, return the list of results."""
+
+    def __init__(self, workers):
+        self.workers = workers
+
+    def collective_rpc(self, method, args=()):
+        return [getattr(w, method)(*args) for w in self.workers]
+
+
+def test_vllm_worker_extension_on_a_real_model(tmp_path):
+    from esopt.engines.vllm_worker import ESWorkerExtension
+
+    Worker = type("Worker", (ESWorkerExtension, StandInWorker), {})
+    model = tiny_model()
+    worker = Worker(model)
+    before = {n: w.clone() for n, w in model.named_parameters()}
+    assert worker.es_checksum() == noise.checksum(model.named_parameters())
+    worker.es_snapshot_base()
+    assert worker.es_perturb(5, 0.05, -1.0) > 0  # fix-up bytes held
+    assert not torch.equal(model.model.layers[0].self_attn.q_proj.weight, before["model.layers.0.self_attn.q_proj.weight"])
+    worker.es_restore()
+    assert all(torch.equal(w, before[n]) for n, w in model.named_parameters())
+    norm = worker.es_update([1, 2], [0.5, -1.0], 0.1)
+    twin = {n: w.clone() for n, w in before.items()}
+    assert abs(norm - noise.update(twin, [1, 2], [0.5, -1.0], 0.1)) < 1e-9
+    assert all(torch.equal(w, twin[n]) for n, w in model.named_parameters())
+    d2, b2 = worker.es_drift()
+    assert abs((d2 / b2) ** 0.5 - noise.l2_distance(model.named_parameters(), before) / noise.l2_norm(before)) < 1e-9
+    assert worker.es_nonfinite() is None
+    worker.es_save(str(tmp_path))
+    with torch.no_grad():
+        model.model.norm.weight.fill_(float("nan"))
+    assert worker.es_nonfinite() == "model.norm.weight"
+    worker.es_load(str(tmp_path))
+    assert all(torch.equal(w, twin[n]) for n, w in model.named_parameters())
+
+
+def test_es_step_through_collective_rpc_matches_local(tmp_path):
+    from esopt.engines.vllm_worker import ESWorkerExtension, VLLMWeights
+
+    Worker = type("Worker", (ESWorkerExtension, StandInWorker), {})
+    task = SevensTask({})
+    rows = list(task.split("train"))
+    cfg = es.ESRun(pop=4, sigma=0.05, lr=0.05, batch_size=4, seed=1)
+    local = HFEngine(tiny_model(), char_tokenizer(), device="cpu")
+    remote = HFEngine(tiny_model(), char_tokenizer(), device="cpu")
+    rpc = VLLMWeights(StandInLLM([Worker(remote.model)]))  # the vLLM path: weights edited via RPC
+    a = [es.es_step(local, task, rows, cfg, it) for it in (1, 2)]
+    b = [es.es_step(remote, task, rows, cfg, it, weights=rpc) for it in (1, 2)]
+    assert [x["rewards"] for x in a] == [x["rewards"] for x in b]
+    assert noise.checksum(local.model.named_parameters()) == noise.checksum(remote.model.named_parameters())

@@ -1,0 +1,62 @@
+"""A 2x2 grid of tiny runs through ``hydra/launcher=slurm`` and a real local Slurm (sbatch job
+array, two runs per array task), then the four run directories. Skipped, with the reason,
+when Slurm is not running (start it with ``scripts/start_slurm.sh``; CI's ``.ci/run`` does)."""
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from helpers import REPO, run_cli
+
+
+def _slurm_reason() -> str | None:
+    if shutil.which("sinfo") is None:
+        return "Slurm is not installed (run scripts/start_slurm.sh)"
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%a %t"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"sinfo failed: {e}"
+    if r.returncode != 0:
+        return f"sinfo failed: {(r.stderr or r.stdout).strip().splitlines()[:1]} (run scripts/start_slurm.sh)"
+    if not re.search(r"^up (idle|mix|alloc|comp)", r.stdout, flags=re.M):
+        return f"no Slurm node is up: {r.stdout.strip()!r}"
+    return None
+
+
+_REASON = _slurm_reason()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
+
+
+def test_2x2_grid_through_slurm_job_array(tmp_path):
+    # Jobs inherit this environment (sbatch --export=ALL) and run submitit with sys.executable,
+    # so they import esopt and hydra_plugins from this checkout.
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    r = run_cli(
+        "esopt.sweep", "-m", "hydra/sweeper=esopt", "hydra/launcher=slurm", "model=tiny-xs", "algo=none",
+        "eval.problems=8", "eval.samples=4", "task.n_train=32", "task.n_test=16", "task.n_heldout=16",
+        "eval.temperature=0.6,1.0", "seed=0,1", "hydra.launcher.timeout_min=10", "hydra.launcher.mem_gb=1",
+        "hydra.launcher.cpus_per_task=1", "hydra.launcher.runs_per_job=2", f"sweep.root={tmp_path}", "sweep.name=slurm",
+        "sweep.aggregate=false", env=env, timeout=900)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    runs = sorted((tmp_path / "slurm" / "runs").iterdir())
+    assert len(runs) == 4
+    seen = set()
+    for d in runs:
+        s = json.loads((d / "summary.json").read_text())
+        assert s["status"] == "completed" and s["run_id"] == d.name
+        assert (d / "config.yaml").exists() and (d / "metrics.jsonl").read_text().strip()
+        assert 0.0 <= s["final"]["pass@k"]["1"] <= 1.0
+        seen.add((s["config"]["eval"]["temperature"], s["seed"]))
+    assert seen == {(0.6, 0), (0.6, 1), (1.0, 0), (1.0, 1)}
+    # the runs really went through sbatch: one job array of two tasks (runs_per_job=2), each
+    # with its own submitit log and result
+    arrays = [p for p in (tmp_path / "slurm" / ".hydra").glob("*/.submitit/*")
+              if p.is_dir() and re.fullmatch(r"\d+_\d+", p.name)]
+    assert len(arrays) == 2, arrays
+    assert len({p.name.split("_")[0] for p in arrays}) == 1
+    for p in arrays:
+        assert list(p.glob("*_result.pkl")), f"no submitit result in {p}"
+        assert "".join(f.read_text() for f in p.glob("*_log.out")).count(" completed: ") == 2

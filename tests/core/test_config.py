@@ -1,0 +1,76 @@
+"""Config validation (esopt.core.config + esopt.runtime.validate): every user error is one clear
+line, raised before any work."""
+
+import pytest
+from helpers import compose as compose_cfg
+
+from esopt.cli.common import check_group_choices
+from esopt.core.errors import ConfigError
+from esopt.runtime.validate import identity, validate
+
+
+def test_defaults_validate():
+    rc = validate(compose_cfg())
+    assert rc.algo == "none" and rc.model["name"] == "tiny-s" and rc.task["name"] == "countdown"
+    assert rc.pop == 16 and rc.eval.samples == 32 and rc.eval.temperature == 0.6
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("pop=1", "pop must be >= 2"),
+        ("sigma=-1", "sigma must be > 0"),
+        ("lr=0", "lr must be > 0"),
+        ("iterations=0", "iterations must be >= 1"),
+        ("eval.samples=0", "eval.samples must be >= 1"),
+        ("eval.split=dev", "eval.split must be one of"),
+        ("pop=2.5", "pop must be an integer"),
+        ("model.name=nope", "unknown model 'nope'"),
+        ("task.name=nope", "unknown task 'nope'"),
+        ("engine.threads=0", "engine.threads must be an integer >= 1 or auto"),
+    ],
+)
+def test_bad_values_are_one_line(override, message):
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(override))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_pop_is_read_as_a_key_not_the_method():
+    rc = validate(compose_cfg("pop=8"))
+    assert rc.pop == 8
+
+
+def test_identity_excludes_sweep_bookkeeping():
+    a = validate(compose_cfg("sweep.name=a", "engine.max_batch=64"))
+    b = validate(compose_cfg("sweep.name=b", "engine.max_batch=128"))
+    c = validate(compose_cfg("sweep.name=a", "seed=1"))
+    assert identity(a) == identity(b)
+    assert identity(a) != identity(c)
+
+
+def test_unknown_group_choice_exits_with_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        check_group_choices(["model=tiny-s,qwen9b", "pop=8"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("esopt: error: unknown model 'qwen9b' (known: ")
+    assert "tiny-s" in err and "\n" not in err
+    check_group_choices(["model=tiny-s,qwen7b", "algo=none"])  # known names pass
+
+
+def test_defaults_come_from_the_code_that_owns_them():
+    """Each block's defaults are stated once, in its dataclass; the composed config carries them."""
+    from dataclasses import asdict
+
+    from esopt.algorithms.es import ESConfig
+    from esopt.algorithms.grpo import GRPOSettings
+    from esopt.core.config import EvalConfig, SweepConfig
+    from esopt.runtime.tuning import TuningConfig
+
+    cfg = compose_cfg("algo=es_grpo")
+    for key, cls in (("eval", EvalConfig), ("sweep", SweepConfig), ("tuning", TuningConfig),
+                     ("es", ESConfig), ("grpo", GRPOSettings)):
+        assert dict(cfg[key]) == asdict(cls()), key
+    assert "es" not in compose_cfg("algo=grpo") and "grpo" not in compose_cfg("algo=es")

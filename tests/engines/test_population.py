@@ -1,0 +1,80 @@
+"""esopt.population: a batched member generates what the same member perturbed alone does."""
+
+import pytest
+import torch
+from torch import nn
+from transformers import Qwen2ForCausalLM
+
+from esopt import noise
+from esopt.engines import population
+from esopt.engines.hf import HFEngine
+from esopt.models.tiny import char_tokenizer, tiny_config
+
+
+
+PROMPTS = ["3 7 2=23:", "1 2 3=6:", "12 4 5=9:"]
+MEMBERS = [(11, 1.0), (11, -1.0), (12, 1.0), (13, 1.0)]
+SIGMA = 0.05
+
+
+@pytest.fixture(scope="module")
+def engine():
+    torch.manual_seed(0)
+    cfg = tiny_config("tiny-xs")
+    cfg.initializer_range = 0.3  # random weights whose greedy outputs react to perturbations
+    return HFEngine(Qwen2ForCausalLM(cfg).eval(), char_tokenizer(), device="cpu", max_batch=256)
+
+
+def _alone(engine, seed, sign, rank, **kw):
+    params = list(engine.named_parameters())
+    before = noise.checksum(params)
+    state = noise.perturb(params, seed, SIGMA, sign, rank=rank)
+    try:
+        return engine.generate(PROMPTS, **kw)
+    finally:
+        noise.restore(params, state)
+        assert noise.checksum(params) == before
+
+
+@pytest.mark.parametrize("rank", [2, None], ids=["lowrank", "fullrank"])
+def test_batched_members_equal_alone(engine, rank):
+    before = noise.checksum(engine.named_parameters())
+    # max_rows=6 packs two members per generate call (3 prompts each): chunking is exercised
+    gens = population.generate(engine, PROMPTS, MEMBERS, SIGMA, rank=rank, max_new_tokens=12, max_rows=6)
+    assert noise.checksum(engine.named_parameters()) == before  # base weights untouched
+    assert len(gens) == len(MEMBERS)
+    for (seed, sign), g in zip(MEMBERS, gens):
+        alone = _alone(engine, seed, sign, rank, max_new_tokens=12)
+        assert g.completions == alone.completions
+        assert g.token_ids == alone.token_ids and g.n_tokens == alone.n_tokens
+    # non-trivial: members differ from each other and from the base model
+    texts = [g.completions for g in gens]
+    assert len({str(t) for t in texts}) == len(MEMBERS)
+    assert engine.generate(PROMPTS, max_new_tokens=12).completions not in texts
+
+
+@pytest.mark.parametrize("rank", [1, None], ids=["lowrank", "fullrank"])
+def test_batched_logits_match_weight_edit(engine, rank):
+    model, tok = engine.model, engine.tokenizer
+    ids = tok(PROMPTS[:2] * len(MEMBERS), padding=True, return_tensors="pt")
+    with torch.no_grad(), population.PopulationForward(model, MEMBERS, SIGMA, rank, rows_per_member=2):
+        batched = model(**ids).logits
+    params = list(model.named_parameters())
+    for k, (seed, sign) in enumerate(MEMBERS):
+        st = noise.perturb(params, seed, SIGMA, sign, rank=rank)
+        with torch.no_grad():
+            alone = model(**{n: v[2 * k:2 * k + 2] for n, v in ids.items()}).logits
+        noise.restore(params, st)
+        torch.testing.assert_close(batched[2 * k:2 * k + 2], alone, atol=2e-5, rtol=1e-4)
+    # forwards are back to normal after the context
+    with torch.no_grad():
+        torch.testing.assert_close(model(**ids).logits[:2], model(**{n: v[:2] for n, v in ids.items()}).logits)
+
+
+def test_stack_memory_and_unsupported_modules():
+    lin = nn.Sequential(nn.Linear(8, 6), nn.LayerNorm(6))
+    with pytest.raises(NotImplementedError, match="LayerNorm"):
+        population.PopulationForward(lin, MEMBERS, SIGMA, 1, rows_per_member=1)
+    m = nn.Sequential(nn.Linear(8, 6))
+    assert population.stack_bytes(m, 4, 2) == 4 * ((8 + 6) * 2 + 6) * 4
+    assert population.stack_bytes(m, 4, None) == 4 * (48 + 6) * 4

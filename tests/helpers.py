@@ -1,0 +1,209 @@
+"""Helpers shared by the tests (and the aggregate benchmark): one place for each.
+
+- ``compose(*overrides)`` / ``run_config(*overrides)``: the Hydra config as the entry points
+  compose it (structured blocks registered), and its validated ``RunConfig``;
+- ``run_cli(module, *args)``: ``python -m <module> ...`` as a user would run it;
+- ``write_synthetic_sweep(root, ...)``: fake but well-formed run directories with a planted
+  scaling law, written through the results store the runs use (``esopt.core.store.RunDir``);
+- ``random_model(tok)`` / ``tiny_model()``: small randomly initialised Qwen2 models, and
+  ``SevensTask``, a trivially verifiable task for training tests;
+- ``REPO``, ``SHARED_DATA``: the checkout, and the real data beside it (absent in a user's clone).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from esopt.core.metrics import pass_at_k
+from esopt.core.store import RunDir, dumps
+from esopt.tasks import Task, Verdict
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+CONF_DIR = REPO / "conf"
+
+
+def random_model(tok, seed=0):
+    """Randomly initialised small Qwen2 (hidden 32, 2 layers) over ``tok``; init std raised so
+    that distributions are not uniform (greedy has clear winners, entropy below ln V)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128,
+        tie_word_embeddings=True, initializer_range=0.5, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+def tiny_model(seed=0, name="tiny-xs", init=0.1):
+    """A tiny-family architecture with random weights (``init`` std: visible structure in
+    greedy outputs)."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from esopt.models.tiny import tiny_config
+
+    torch.manual_seed(seed)
+    cfg = tiny_config(name)
+    cfg.initializer_range = init
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+class SevensTask(Task):
+    """A tiny verifiable task: reward = fraction of the 8 generated characters that are '7'."""
+
+    name = "sevens"
+    budgets = {"compact": 8}
+
+    def _build(self):
+        import datasets
+
+        def mk(k, n):
+            return datasets.Dataset.from_list([{"prompt": f"{k}{i}:", "id": f"{k}{i}"} for i in range(n)])
+
+        return {"train": mk("a", 16), "test": mk("b", 4), "heldout": mk("c", 4)}
+
+    def verify(self, completion, row):
+        r = completion.count("7") / 8
+        return Verdict(r, 0.0, r, r > 0.5, None)
+
+
+def compose(*overrides: str, hydra: bool = False):
+    """The composed config of ``python -m esopt.sweep <overrides>`` (without running anything)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from esopt.cli import configs
+
+    configs.register()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def run_config(*overrides: str, check_data: bool = True):
+    """The validated RunConfig of ``python -m esopt.sweep <overrides>``."""
+    from esopt.runtime.validate import validate
+
+    return validate(compose(*overrides), check_data=check_data)
+
+
+def run_cli(*args: str, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
+    """Run ``python -m <args>`` as a user would, capturing output."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd or REPO, env=full_env, capture_output=True,
+        text=True, timeout=timeout,
+    )
+
+
+def write_synthetic_sweep(
+    root: str | os.PathLike, *, models: dict[str, float] | None = None, pops=(8, 16, 32, 64),
+    seeds=(0, 1, 2), slope: float = -0.5, pop_ref: float = 16.0, params_ref: float | None = None,
+    curvature: float = 0.005, noise: float = 0.005, algos=("es",), iterations: int = 10,
+    eval_every: int = 5, problems: int = 50, samples: int = 32, extra_seeds: int = 0,
+    rng_seed: int = 0, statuses: dict[str, str] | None = None,
+) -> list[str]:
+    """Write a sweep of fake but well-formed run directories with a planted scaling law.
+
+    ES runs: final pass@1 of model m at pop N is
+        peak_m - curvature * (log2 N - log2 N*_m)^2 + noise,   N*_m = pop_ref * (P_m / P_ref)^slope
+    (so ``log N* = const + slope * log P``; P_ref = geometric mean of the params). Other algos
+    get a pop-independent pass@1. Per-problem correct counts are drawn to match pass@1, and
+    pass@k / maj@k / entropy / curves follow from them. Returns the run ids written.
+    ``statuses`` maps run_id -> "failed" / "pruned" / "running" to plant unfinished runs.
+    """
+    rng = np.random.default_rng(rng_seed)
+    models = models or {"tiny-xs": 1e6, "tiny-s": 4e6, "tiny-m": 1.6e7, "tiny-l": 6.4e7}
+    pref = params_ref or float(np.exp(np.mean(np.log(list(models.values())))))
+    runs_dir = Path(root) / "runs"
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= samples]
+    written = []
+    seeds = tuple(seeds) + tuple(range(1000, 1000 + extra_seeds))
+
+    def eval_dict(p: float, ent: float) -> dict:
+        a = max(p, 1e-3) * 4.0                          # per-problem success ~ Beta(a, b)
+        probs = rng.beta(a, a * (1 - p) / max(p, 1e-3) + 1e-3, problems)
+        counts = rng.binomial(samples, probs)
+        frac = counts / samples
+        passk = {str(k): float(np.mean(pass_at_k(samples, counts, k))) for k in ks}
+        passk["1"] = p                                   # the planted value, exactly
+        half = 1.96 * float(np.std(frac)) / math.sqrt(problems)
+        return {"task": "countdown", "split": "test", "n_problems": problems, "samples": samples,
+                "temperature": 0.6, "pass@k": passk,
+                "pass@k_ci": {k: [max(0.0, v - half), min(1.0, v + half)] for k, v in passk.items()},
+                "maj@k": {str(k): float(np.mean(frac > 0.5)) for k in ks if k > 1},
+                "greedy": float(np.mean(frac > 0.5)), "greedy_ci": [0.0, 1.0], "entropy": ent,
+                "entropy_ci": [ent - 0.02, ent + 0.02], "format": 0.9,
+                "tokens_generated": int(problems * samples * 8), "wall_s": 1.0,
+                "correct_counts": counts.tolist(), "greedy_correct": (frac > 0.5).astype(int).tolist()}
+
+    for algo in algos:
+        for mname, params in models.items():
+            log2_star = math.log2(pop_ref) + slope * math.log2(params / pref)
+            peak = 0.5 + 0.05 * math.log10(params / min(models.values()))
+            for pop in (pops if algo in ("es", "grpo_es", "es_grpo") else pops[:1]):
+                for seed in seeds:
+                    cfg = {"model": {"name": mname}, "algo": algo, "pop": pop, "seed": seed,
+                           "sigma": 1e-3, "lr": 5e-4, "iterations": iterations}
+                    rid = f"{algo}-{mname}-p{pop}-s{seed}"
+                    rd = RunDir(runs_dir / rid)
+                    rd.path.mkdir(parents=True, exist_ok=True)
+                    base_p = peak - 0.1
+                    gain = 0.1 - (curvature * (math.log2(pop) - log2_star) ** 2 if algo == "es" else 0.0)
+                    final_p = float(np.clip(base_p + gain + rng.normal(0, noise), 0.01, 0.99))
+                    status = (statuses or {}).get(rid, "completed")
+                    lines, tokens = [], 0
+                    ent0 = 0.8
+                    for it in range(iterations + 1):
+                        frac = it / max(iterations, 1)
+                        ent = ent0 * (1 - 0.4 * frac) if "grpo" in algo else ent0 + rng.normal(0, 0.01)
+                        if it > 0:
+                            n_tok = pop * 64 * 6
+                            tokens += n_tok
+                            r = rng.normal(base_p + gain * frac, 0.05, pop).clip(0, 1.1)
+                            line = {"kind": "train", "iteration": it, "phase": algo, "tokens_total": tokens,
+                                    "wall_s": it * 2.0, "reward_mean": float(r.mean()),
+                                    "reward_std": float(r.std()), "reward_max": float(r.max()),
+                                    "reward_min": float(r.min()), "rewards": [round(float(x), 4) for x in r],
+                                    "js_succ": float(abs(rng.normal(0.05, 0.01))), "p_pop": 0.6,
+                                    "update_norm": 1e-3, "drift": 1e-4 * it, "tokens_generated": n_tok,
+                                    "wall_gen": 1.5, "wall_noise": 0.2, "wall_update": 0.3}
+                            if "grpo" in algo:
+                                line.update(entropy=ent, kl=0.01 * frac, clip_ratio=0.0)
+                            lines.append(line)
+                        if it % eval_every == 0 or it == iterations:
+                            p = base_p + (final_p - base_p) * frac
+                            ev = {k: v for k, v in eval_dict(p, ent).items()
+                                  if k not in ("correct_counts", "greedy_correct")}
+                            lines.append({"kind": "eval", "iteration": it, "phase": "base" if it == 0 else algo,
+                                          **ev, "tokens_total": tokens})
+                            if status == "running" and it >= iterations // 2:
+                                break
+                    summary = {"status": status, "error": "RuntimeError: boom" if status == "failed" else
+                               ("pruned at iteration 5" if status == "pruned" else None),
+                               "run_id": rid, "algo": algo, "task": "countdown",
+                               "model": {"name": mname, "params": int(params)}, "pop": pop,
+                               "sigma": 1e-3, "lr": 5e-4, "seed": seed, "iterations": iterations,
+                               "base": eval_dict(base_p, ent0),
+                               "final": None if status in ("running", "failed") else eval_dict(final_p, ent),
+                               "phases": [] if "_" not in algo or status != "completed" else [
+                                   {"algo": a, "iterations": iterations // 2,
+                                    "eval": eval_dict((base_p + final_p) / 2 if j == 0 else final_p, ent)}
+                                   for j, a in enumerate(algo.split("_"))],
+                               "tokens_generated": tokens, "wall_s": iterations * 2.0,
+                               "sweep": Path(root).name, "config": cfg}
+                    rd.write_summary(summary)
+                    rd.metrics_path.write_text("".join(dumps(x) + "\n" for x in lines))
+                    rd.config_path.write_text(dumps(cfg) + "\n")  # JSON is valid YAML
+                    written.append(rid)
+    return written

@@ -1,0 +1,67 @@
+"""The run entry point end to end: run directories, summaries, bad input, failures."""
+
+import json
+
+from helpers import run_cli
+
+SMALL = ["model=tiny-xs", "eval.problems=8", "eval.samples=4"]
+
+
+def summaries(root, sweep="default"):
+    return {p.parent.name: json.loads(p.read_text()) for p in (root / sweep / "runs").glob("*/summary.json")}
+
+
+def test_base_run_writes_run_directory(results_root):
+    proc = run_cli("esopt.sweep", *SMALL, f"sweep.root={results_root}")
+    assert proc.returncode == 0, proc.stderr
+    (rid, s), = summaries(results_root).items()
+    assert s["status"] == "completed" and s["error"] is None and s["run_id"] == rid
+    assert s["algo"] == "none" and s["model"]["name"] == "tiny-xs" and s["model"]["params"] > 10_000
+    for key in ("pop", "sigma", "lr", "seed", "iterations", "tokens_generated", "wall_s"):
+        assert key in s
+    assert s["final"] == s["base"]
+    assert set(s["base"]["pass@k"]) == {"1", "2", "4"}
+    assert s["base"]["n_problems"] == 8 and s["base"]["samples"] == 4
+    assert len(s["base"]["correct_counts"]) == 8
+    assert s["base"]["pass@k"]["1"] == sum(s["base"]["correct_counts"]) / 32
+    run = results_root / "default" / "runs" / rid
+    assert (run / "config.yaml").exists()
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["kind"] == "eval" and lines[0]["iteration"] == 0
+    assert lines[0]["pass@1"] == s["base"]["pass@k"]["1"]
+    assert "correct_counts" not in lines[0]
+    assert rid in proc.stdout
+
+    again = run_cli("esopt.sweep", *SMALL, f"sweep.root={results_root}")
+    assert again.returncode == 0 and "already completed" in again.stderr
+    assert summaries(results_root)[rid]["wall_s"] == s["wall_s"]  # not redone
+
+
+def test_bad_input_is_one_line_and_nonzero(results_root, tmp_path):
+    cases = [
+        (["model=qwen9b"], "unknown model 'qwen9b'"),
+        (["task=nope"], "unknown task 'nope'"),
+        (["algo=ppo"], "unknown algo 'ppo'"),
+        (["eval.samples=0"], "eval.samples must be >= 1"),
+        ([f"task.source={tmp_path}/missing.jsonl"], "data file not found"),
+    ]
+    bad_rows = tmp_path / "bad.jsonl"
+    bad_rows.write_text('{"nums": [1, 2, 3], "target": 6}\n{"nums": "x", "target": null}\n')
+    cases.append(([f"task.source={bad_rows}"], "countdown"))
+    for args, message in cases:
+        proc = run_cli("esopt.sweep", *SMALL, *args, f"sweep.root={results_root}")
+        assert proc.returncode == 2, (args, proc.stderr)
+        err = proc.stderr.strip()
+        assert err.startswith("esopt: error: ") and message in err, (args, err)
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not (results_root / "default" / "runs").exists()  # nothing was started
+
+
+def test_failing_run_is_recorded_failed(results_root, tmp_path):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    proc = run_cli("esopt.sweep", *SMALL, f"model.path={empty}", f"sweep.root={results_root}")
+    assert proc.returncode != 0
+    (rid, s), = summaries(results_root).items()
+    assert s["status"] == "failed" and s["error"]
+    assert (results_root / "default" / "runs" / rid / "error.txt").exists()

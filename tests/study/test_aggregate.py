@@ -1,0 +1,233 @@
+"""esopt.aggregate: reading run directories into tables, bad input, the CLI."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from helpers import run_cli
+from helpers import write_synthetic_sweep
+
+from esopt.cli.aggregate import main as aggregate_main
+from esopt.study import tables
+from esopt.core.errors import ConfigError
+
+MODELS = {"tiny-xs": 1e6, "tiny-s": 4e6, "tiny-m": 1.6e7}
+
+
+def make_sweep(tmp_path, name="sweep", **kw):
+    """A small synthetic sweep (the helper the benchmark uses too)."""
+    kw = {"models": MODELS, "pops": (8, 16, 32), "seeds": (0, 1), "iterations": 4, "eval_every": 2,
+          "problems": 20, "samples": 8, **kw}
+    root = tmp_path / name
+    ids = write_synthetic_sweep(root, **kw)
+    return root, ids
+
+
+def test_tables_have_one_row_per_run_and_every_metrics_line(tmp_path):
+    root, ids = make_sweep(tmp_path, algos=("es", "grpo", "none"),
+                           statuses={"es-tiny-s-p8-s0": "failed", "es-tiny-s-p16-s1": "running"})
+    agg = tables.load(root)
+    runs = agg.runs.set_index("run_id")
+    assert sorted(runs.index) == sorted(ids)
+    for col in ("status", "error", "algo", "task", "model", "params", "pop", "sigma", "lr", "seed",
+                "iterations", "base_pass@1", "final_pass@1", "final_pass@8", "final_pass@1_lo",
+                "final_maj@8", "final_greedy", "final_entropy", "tokens_generated", "wall_s", "n_lines"):
+        assert col in runs.columns, col
+    # numbers are the summaries' own
+    s = json.loads((root / "runs" / "es-tiny-m-p32-s1" / "summary.json").read_text())
+    r = runs.loc["es-tiny-m-p32-s1"]
+    assert r["final_pass@1"] == s["final"]["pass@k"]["1"]
+    assert r["base_pass@8"] == s["base"]["pass@k"]["8"]
+    assert r["final_pass@4_hi"] == s["final"]["pass@k_ci"]["4"][1]
+    assert r["params"] == 16_000_000 and r["model"] == "tiny-m" and r["pop"] == 32
+    assert runs.loc["es-tiny-s-p16-s1", "status"] == "running"
+    assert runs.loc["es-tiny-s-p8-s0", "status"] == "failed"
+    assert runs.loc["es-tiny-s-p8-s0", "error"] == "RuntimeError: boom"
+    assert np.isnan(runs.loc["es-tiny-s-p8-s0", "final_pass@1"])           # failed: no final
+    # curves: every line, in order, flattened
+    c = agg.curves
+    for rid in ("es-tiny-m-p32-s1", "grpo-tiny-xs-p8-s0"):
+        lines = [json.loads(x) for x in (root / "runs" / rid / "metrics.jsonl").read_text().splitlines()]
+        mine = c[c["run_id"] == rid]
+        assert len(mine) == len(lines) == runs.loc[rid, "n_lines"]
+        assert mine["line"].tolist() == list(range(len(lines)))
+        assert mine["kind"].tolist() == [x["kind"] for x in lines]
+        ev = [x for x in lines if x["kind"] == "eval"]
+        assert mine.loc[mine["kind"] == "eval", "pass@2"].tolist() == [x["pass@k"]["2"] for x in ev]
+        assert mine.loc[mine["kind"] == "eval", "pass@2_lo"].tolist() == [x["pass@k_ci"]["2"][0] for x in ev]
+    assert "rewards" not in c.columns                                      # per-member lists dropped
+    assert c.loc[c["run_id"] == "grpo-tiny-xs-p8-s0", "kl"].notna().any()
+
+
+def test_parquet_and_csv_round_trip(tmp_path):
+    root, _ = make_sweep(tmp_path, algos=("es", "grpo"))
+    agg = tables.load(root)
+    paths = tables.write_tables(agg, tmp_path / "out")
+    pd.testing.assert_frame_equal(pd.read_parquet(paths["runs.parquet"]), agg.runs)
+    pd.testing.assert_frame_equal(pd.read_parquet(paths["curves.parquet"]), agg.curves)
+    csv = pd.read_csv(paths["runs.csv"])
+    assert list(csv.columns) == list(agg.runs.columns)
+    np.testing.assert_allclose(csv["final_pass@1"], agg.runs["final_pass@1"])
+
+
+def test_arrow_fast_path_equals_python_reader(tmp_path):
+    root, _ = make_sweep(tmp_path, algos=("es", "grpo", "none", "es_grpo"),
+                         statuses={"es-tiny-s-p8-s0": "pruned", "es_grpo-tiny-s-p8-s0": "failed"})
+    fast, slow = tables.load(root), tables.load(root, fast=False)
+    assert not fast.skipped and not slow.skipped
+    assert fast.timings["python_fallbacks"] == []              # the fast path really ran
+    seq = fast.runs.set_index("run_id")
+    s = json.loads((root / "runs" / "es_grpo-tiny-m-p16-s1" / "summary.json").read_text())
+    assert seq.loc["es_grpo-tiny-m-p16-s1", "phase1_algo"] == "es"
+    assert seq.loc["es_grpo-tiny-m-p16-s1", "phase2_pass@1"] == s["phases"][1]["eval"]["pass@k"]["1"]
+    assert seq["phase2_pass@1"].isna().sum() == len(seq) - 17      # 18 es_grpo runs, 1 failed
+    assert set(fast.runs.columns) == set(slow.runs.columns)
+    cols = sorted(fast.runs.columns)
+    pd.testing.assert_frame_equal(fast.runs[cols], slow.runs[cols], check_dtype=False)
+    cols = sorted(fast.curves.columns)
+    assert set(fast.curves.columns) == set(slow.curves.columns)
+    pd.testing.assert_frame_equal(fast.curves[cols], slow.curves[cols], check_dtype=False)
+
+
+def test_corrupt_runs_are_skipped_and_listed(tmp_path):
+    root, ids = make_sweep(tmp_path)
+    runs = root / "runs"
+    good = json.loads((runs / ids[0] / "summary.json").read_text())
+    bad = {
+        "trunc": (runs / ids[0] / "summary.json").read_text()[:200],            # torn write
+        "notjson": "this is not json",
+        "array": "[1, 2, 3]",
+        "nostatus": json.dumps({k: v for k, v in good.items() if k != "status"}),
+        "nomodelname": json.dumps({**good, "model": {"params": 5}}),
+    }
+    for name, text in bad.items():
+        (runs / name).mkdir()
+        (runs / name / "summary.json").write_text(text)
+    (runs / "nosummary").mkdir()
+    (runs / "nosummary" / "metrics.jsonl").write_text('{"kind": "train"}\n')
+    # a torn last metrics line (killed mid-write) is dropped, the run kept
+    with open(runs / ids[1] / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "iteration": 9, "rew')
+    for fast in (True, False):
+        agg = tables.load(root, fast=fast)
+        if fast:                                   # bad summaries: Python finds them; curves stay Arrow
+            assert agg.timings["python_fallbacks"] == ["summaries"]
+        reasons = {s["run_id"]: s["reason"] for s in agg.skipped}
+        assert set(reasons) == set(bad) | {"nosummary"}
+        assert reasons["trunc"].startswith("corrupt summary.json")
+        assert reasons["array"] == "corrupt summary.json: a JSON list, not an object"
+        assert reasons["nostatus"] == "summary.json lacks status"
+        assert reasons["nomodelname"] == "summary.json lacks model.name"
+        assert reasons["nosummary"].startswith("no summary.json")
+        assert sorted(agg.runs["run_id"]) == sorted(ids)
+        assert any(ids[1] in n and "unparseable metrics line" in n for n in agg.notes)
+    r = run_cli("esopt.aggregate", str(root), "--bootstrap", "50", "--no-html")
+    assert r.returncode == 0, r.stderr
+    assert "5 skipped" not in r.stdout and "6 skipped" in r.stdout
+    assert "skipped trunc: corrupt summary.json" in r.stdout
+    manifest = json.loads((root / "aggregate.json").read_text())
+    assert {s["run_id"] for s in manifest["skipped"]} == set(bad) | {"nosummary"}
+
+
+def test_different_metric_sets_union_with_nan_and_a_note(tmp_path):
+    root, ids = make_sweep(tmp_path)
+    p = root / "runs" / ids[0] / "summary.json"
+    s = json.loads(p.read_text())
+    s["final"]["pass@k"]["64"] = 0.99
+    p.write_text(json.dumps(s))
+    agg = tables.load(root)
+    col = agg.runs.set_index("run_id")["final_pass@64"]
+    assert col[ids[0]] == 0.99 and col.drop(ids[0]).isna().all()
+    assert any("different metric sets" in n and "pass@64" in n for n in agg.notes)
+
+
+def test_analysis_files_become_columns(tmp_path):
+    root, ids = make_sweep(tmp_path)
+    (root / "runs" / ids[0] / "sparsity.json").write_text(json.dumps({"zeroed_frac": 0.78, "by": {"norm": 0.5}}))
+    (root / "runs" / ids[1] / "drift.json").write_text("{broken")
+    for fast in (True, False):
+        agg = tables.load(root, fast=fast)
+        assert agg.timings["python_fallbacks"] == ([] if fast else ["all"])
+        runs = agg.runs.set_index("run_id")
+        assert runs.loc[ids[0], "sparsity_zeroed_frac"] == 0.78
+        assert runs.loc[ids[0], "sparsity_by.norm"] == 0.5
+        assert runs["sparsity_zeroed_frac"].drop(ids[0]).isna().all()
+        assert any("drift.json unreadable" in n for n in agg.notes)
+
+
+def test_metric_names_map_to_final_columns(tmp_path):
+    root, _ = make_sweep(tmp_path)
+    cols = tables.load(root).runs.columns
+    assert tables.metric_column("pass@1", cols) == "final_pass@1"
+    assert tables.metric_column("maj@8", cols) == "final_maj@8"
+    assert tables.metric_column("greedy", cols) == "final_greedy"
+    assert tables.metric_column("base_pass@1", cols) == "base_pass@1"
+    with pytest.raises(ConfigError, match="metric 'pass@64' not found in the runs; available: .*pass@4, pass@8"):
+        tables.metric_column("pass@64", cols)
+
+
+def test_empty_or_missing_sweep_is_a_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no runs in"):
+        tables.load(tmp_path / "empty")
+    (tmp_path / "empty" / "runs").mkdir()
+    with pytest.raises(ConfigError, match="it is empty"):
+        tables.load(tmp_path / "empty")
+
+
+def test_cli_exit_codes_and_outputs(tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = run_cli("esopt.aggregate", str(tmp_path / "empty"))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("esopt: error: no runs in")
+    r = run_cli("esopt.aggregate", str(tmp_path / "nope"))
+    assert r.returncode == 2 and "no such directory" in r.stderr
+    # only corrupt runs: nothing readable
+    (tmp_path / "allbad" / "runs" / "x").mkdir(parents=True)
+    (tmp_path / "allbad" / "runs" / "x" / "summary.json").write_text("{")
+    r = run_cli("esopt.aggregate", str(tmp_path / "allbad"))
+    assert r.returncode == 2 and "no readable runs" in r.stderr and "x: corrupt summary.json" in r.stderr
+
+    root, _ = make_sweep(tmp_path)
+    r = run_cli("esopt.aggregate", str(root), "--metric", "pass@99")
+    assert r.returncode == 2 and "metric 'pass@99' not found" in r.stderr
+    r = run_cli("esopt.aggregate", str(root), "--bootstrap", "-1")
+    assert r.returncode == 2 and "--bootstrap must be >= 0" in r.stderr
+    r = run_cli("esopt.aggregate", str(root), "--metric", "pass@2", "--bootstrap", "100",
+                "--tolerance", "0.02", "--seed", "3", "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    assert "18 runs (18 completed)" in r.stdout and "trend (final_pass@2, 3 sizes)" in r.stdout
+    for f in ("runs.parquet", "runs.csv", "curves.parquet", "trend.json", "aggregate.json", "report.html"):
+        assert (tmp_path / "o" / f).is_file(), f
+    assert not (root / "trend.json").exists()                            # --out respected
+    tr = json.loads((tmp_path / "o" / "trend.json").read_text())
+    assert tr["metric"] == "final_pass@2" and tr["bootstrap"] == 100 and tr["tolerance"] == 0.02
+    assert tr["seed"] == 3 and tr["n_model_sizes"] == 3 and tr["n_seeds"] == 2
+    for key in ("slope", "intercept", "slope_ci", "intercept_ci", "verdict", "verdict_reason", "method",
+                "models", "variants", "band"):
+        assert key in tr
+    assert set(tr["models"][0]["pop_star"]) == {"continuous", "discrete", "efficient"}
+
+
+def test_sweep_in_progress_minimal_and_odd_summaries(tmp_path, capsys):
+    runs = tmp_path / "s" / "runs"
+    for name, summary in {
+        "a": {"status": "completed", "algo": "es", "model": {"name": "x"}},             # minimal
+        "b": {"status": "running", "algo": "grpo", "model": {"name": "y", "params": 5},
+              "base": None, "final": None},
+        "c": {"status": "failed", "algo": "es", "model": "z", "error": "OOM"},          # model as str
+    }.items():
+        (runs / name).mkdir(parents=True)
+        (runs / name / "summary.json").write_text(json.dumps(summary))
+    (runs / "a" / "metrics.jsonl").write_text('{"kind": "train", "iteration": 1, "reward_mean": 0.5}\n')
+    assert aggregate_main([str(tmp_path / "s"), "--bootstrap", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "3 runs (1 completed, 1 running, 1 failed)" in out
+    assert "no run has a final evaluation yet" in out and "trend: not enough data" in out
+    runs_csv = pd.read_csv(tmp_path / "s" / "runs.csv").set_index("run_id")
+    assert runs_csv.loc["c", "model"] == "z" and runs_csv.loc["c", "error"] == "OOM"
+    assert runs_csv.loc["b", "status"] == "running" and runs_csv.loc["b", "params"] == 5
+    assert {"pop", "sigma", "lr", "seed"} <= set(runs_csv.columns)
+    assert "running" in (tmp_path / "s" / "report.html").read_text()

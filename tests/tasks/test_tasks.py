@@ -1,0 +1,330 @@
+"""Task layer: registry, countdown generator and loaders, gsm8k extraction, synthetic tasks."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import SHARED_DATA
+
+from esopt.core.errors import ConfigError
+from esopt.tasks import TASK_NAMES, Task, Verdict, get
+from esopt.tasks import countdown as cd
+from esopt.tasks import gsm8k as g8
+
+# the real GSM8K test split (MIT) in shared/ beside the checkout (CI lays a copy there too)
+GSM8K = SHARED_DATA / "gsm8k" / "test.jsonl"
+SMALL = {"n_train": 300, "n_test": 100, "n_heldout": 100}
+
+
+def keys(ds):
+    return {cd.key(r["numbers"], r["target"]) for r in ds}
+
+
+# ---------------------------------------------------------------------------- registry
+
+
+def test_registry_and_bad_config():
+    assert TASK_NAMES[:4] == ("countdown", "gsm8k", "addition", "compare")
+    for name in ("countdown", "addition", "compare", "reverse"):
+        task = get({"name": name, **SMALL})
+        assert isinstance(task, Task) and task.name == name and task.style == "compact"
+    with pytest.raises(ConfigError, match="unknown task 'nope'; known tasks: countdown"):
+        get({"name": "nope"})
+    with pytest.raises(ConfigError, match="unknown option"):
+        get({"name": "countdown", "n_trian": 5})
+    with pytest.raises(ConfigError, match="supports style compact"):
+        get({"name": "addition"}, style="chat")
+    with pytest.raises(ConfigError, match="count must be"):
+        get({"name": "countdown", "count": 7})
+    with pytest.raises(ConfigError, match="max_number must be an integer >= 5"):
+        get({"name": "countdown", "min_number": 5, "max_number": 2})
+    with pytest.raises(ConfigError, match="unknown split"):
+        get({"name": "countdown", **SMALL}).split("validation")
+    with pytest.raises(ConfigError, match="distinct problems"):
+        get({"name": "countdown", "max_number": 2, **SMALL}).split("test")
+
+
+def test_omegaconf_and_style_precedence():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"name": "countdown", "count": [3, 4], "style": None, **SMALL})
+    task = get(cfg, style="chat")
+    assert task.style == "chat" and task.stop == ["</answer>"] and task.max_new_tokens == 1024
+    cfg.style = "compact"
+    task = get(cfg, style="chat")  # the task config wins over the model's style
+    assert task.style == "compact" and task.stop == [] and task.max_new_tokens == 24
+
+
+# -------------------------------------------------------------------- countdown generator
+
+
+def test_countdown_generator_determinism_disjoint_reachable():
+    a = get({"name": "countdown", **SMALL})
+    b = get({"name": "countdown", **SMALL})
+    c = get({"name": "countdown", **SMALL, "seed": 1})
+    for split, n in (("train", 300), ("test", 100), ("heldout", 100)):
+        assert a.split(split).to_list() == b.split(split).to_list()
+        assert len(a.split(split)) == n
+    assert a.split("test")["prompt"] != c.split("test")["prompt"]
+    tr, te, ho = (keys(a.split(s)) for s in ("train", "test", "heldout"))
+    assert len(tr) == 300 and len(te) == 100 and len(ho) == 100  # distinct within each split
+    assert not (tr & te) and not (tr & ho) and not (te & ho)
+    for split in ("train", "test", "heldout"):
+        for row in a.split(split):
+            assert len(row["numbers"]) == 3
+            assert all(1 <= n <= 12 for n in row["numbers"]) and 1 <= row["target"] <= 100
+            assert cd.check_expression(row["solution"], row["numbers"], row["target"])
+            assert row["prompt"] == " ".join(map(str, row["numbers"])) + f"={row['target']}:"
+            v = a.verify(row["solution"], row)
+            assert v == Verdict(1.1, 1.0, 1.0, True, row["solution"])
+    # test/heldout do not depend on n_train; train grows as a superset
+    big = get({"name": "countdown", **SMALL, "n_train": 600})
+    assert big.split("test").to_list() == a.split("test").to_list()
+    assert big.split("heldout").to_list() == a.split("heldout").to_list()
+    assert big.split("train")["id"][:300] == a.split("train")["id"]
+    assert big.split("train")["prompt"][:300] == a.split("train")["prompt"]
+
+
+def test_countdown_counts_and_ranges():
+    task = get({"name": "countdown", "count": [3, 4], "min_number": 2, "max_number": 20,
+                "max_target": 500, "n_train": 200, "n_test": 50, "n_heldout": 50, "seed": 3})
+    rows = task.split("train").to_list()
+    sizes = {len(r["numbers"]) for r in rows}
+    assert sizes == {3, 4}
+    for r in rows:
+        assert all(2 <= n <= 20 for n in r["numbers"]) and 1 <= r["target"] <= 500
+        assert cd.check_expression(r["solution"], r["numbers"], r["target"])
+    # compact prompt stays within the tiny models' context
+    assert max(len(r["prompt"]) for r in rows) <= 64
+    assert all(r["prompt"].isascii() for r in rows)
+
+
+def test_countdown_chat_prompt_fallback_and_template():
+    task = get({"name": "countdown", **SMALL}, style="chat")
+    row = task.split("test")[0]
+    assert row["prompt"].endswith("\nAssistant: <think>")
+    assert f"Using the numbers [{', '.join(map(str, row['numbers']))}]" in row["prompt"]
+    assert f"equals {row['target']}." in row["prompt"]
+    assert "<answer> </answer>" in row["prompt"]
+
+    class Templated:  # duck-typed stand-in for a tokenizer with a chat template
+        chat_template = "x"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            assert tokenize is False and add_generation_prompt is True
+            body = "".join(f"<|{m['role']}|>{m['content']}\n" for m in messages)
+            return body + "<|assistant|>"
+
+    task = get({"name": "countdown", **SMALL}, tokenizer=Templated())
+    assert task.style == "chat"  # chosen because the tokenizer has a chat template
+    prompt = task.split("test")[0]["prompt"]
+    assert prompt.startswith("<|system|>You are a helpful assistant.")
+    assert prompt.endswith("<|assistant|><think>")
+    good = " 7*5=35</think>\n<answer>" + row["solution"] + "</answer>"
+    v = task.verify(good, row)
+    assert (v.reward, v.format, v.correct) == (pytest.approx(1.1), 1.0, True)
+    assert v.extracted == cd.canonical(row["solution"])
+    assert task.rewards([good, "no"], [row, row]) == [pytest.approx(1.1), 0.0]
+    v = task.verify(" hmm <answer>1+1</answer>", row)
+    assert v == Verdict(pytest.approx(0.05), 0.5, 0.0, False, "1+1")
+
+
+# -------------------------------------------------------------- countdown public formats
+
+ROWS = [([3, 7, 2], 23), ([6, 4, 8], 12), ([1, 2, 3, 4], 10), ([5, 5, 5], 5), ([9, 8], 72),
+        ([10, 2, 3], 8), ([11, 12], 1), ([4, 4, 4, 4], 16), ([7, 1], 7), ([2, 3], 6),
+        ([12, 6, 3], 6), ([8, 8], 1)]
+
+
+def _write(path: Path, fmt: str, kind: str):
+    if fmt == "nums":
+        recs = [{"nums": n, "target": t} for n, t in ROWS]
+    else:
+        recs = [{"numbers": n, "target": t, "context": f"Using the numbers {n} ... {t}",
+                 "solution": None} for n, t in ROWS]
+    if kind == "json":
+        path.write_text(json.dumps(recs))
+    elif kind == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    else:
+        pd.DataFrame(recs).to_parquet(path)
+
+
+@pytest.mark.parametrize("fmt", ["nums", "numbers"])
+@pytest.mark.parametrize("kind", ["json", "jsonl", "parquet"])
+def test_countdown_public_formats(tmp_path, fmt, kind):
+    path = tmp_path / f"cd.{kind}"
+    _write(path, fmt, kind)
+    task = get({"name": "countdown", "source": str(path), "n_train": 4, "n_test": None,
+                "n_heldout": 3})
+    train, test, held = (task.split(s).to_list() for s in ("train", "test", "heldout"))
+    # rule: first n_train rows train, last n_heldout heldout, the rows between test
+    assert [(r["numbers"], r["target"]) for r in train] == ROWS[:4]
+    assert [(r["numbers"], r["target"]) for r in test] == ROWS[4:9]
+    assert [(r["numbers"], r["target"]) for r in held] == ROWS[9:]
+    assert test[0]["prompt"] == "9 8=72:"
+    assert task.verify("9*8", test[0]).correct
+    capped = get({"name": "countdown", "source": str(path), "n_train": 4, "n_test": 2,
+                  "n_heldout": 3})
+    assert len(capped.split("test")) == 2 and len(capped.split("heldout")) == 3
+
+
+def test_countdown_file_duplicates_dropped_and_errors(tmp_path):
+    path = tmp_path / "dup.jsonl"
+    recs = [{"nums": [3, 7, 2], "target": 23}, {"nums": [1, 2], "target": 3},
+            {"nums": [2, 7, 3], "target": 23}, {"nums": [4, 5], "target": 9},
+            {"nums": [2, 1], "target": 3}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    task = get({"name": "countdown", "source": str(path), "n_train": 1, "n_test": None,
+                "n_heldout": 1})
+    assert len(task.split("train")) == 1
+    assert [r["numbers"] for r in task.split("test")] == [[1, 2], [4, 5]]  # [2,7,3]=23 dropped
+    assert len(task.split("heldout")) == 0  # [2,1]=3 repeats a test problem
+
+    with pytest.raises(ConfigError, match="data file not found"):
+        get({"name": "countdown", "source": str(tmp_path / "missing.json")}).split("test")
+    with pytest.raises(ConfigError, match="leaves no test rows"):
+        get({"name": "countdown", "source": str(path), "n_train": 4, "n_heldout": 1}).split("test")
+    for bad in ({"nums": [3, "x"], "target": 5}, {"nums": [3, 4]}, {"target": 5},
+                {"nums": [3, 4], "target": 2.5}, {"nums": 7, "target": 7}):
+        p = tmp_path / "bad.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in [recs[0], bad, recs[1], recs[3]]))
+        with pytest.raises(ConfigError, match=r"row 1: malformed countdown row"):
+            get({"name": "countdown", "source": str(p), "n_train": 2, "n_heldout": 1}).split("test")
+
+
+def test_hub_name_offline_is_one_line_error(monkeypatch):
+    import datasets
+    import huggingface_hub
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigError, match="cannot load 'esopt-no-such/dataset'") as e:
+        get({"name": "countdown", "source": "esopt-no-such/dataset"}).split("test")
+    assert "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------------------- gsm8k
+
+
+def _gsm8k_rows():
+    return [json.loads(line) for line in GSM8K.read_text().splitlines()]
+
+
+def test_gsm8k_gold_and_extraction_real_rows():
+    rows = _gsm8k_rows()
+    assert len(rows) == 1319
+    assert g8.gold_answer(rows[0]["answer"]) == "18"
+    assert g8.gold_answer(rows[2]["answer"]) == "70000"
+    assert g8.gold_answer(rows[146]["answer"]) == "2125"  # "#### 2,125"
+    assert all(g8.gold_answer(r["answer"]) is not None for r in rows)
+    # the gold solutions themselves pass both extractions
+    for r in rows[:50]:
+        gold = g8.gold_answer(r["answer"])
+        assert g8.extract_strict(r["answer"]) == gold
+        assert g8.extract_flexible(r["answer"]) == gold
+    # the worked text of row 0 before "####": flexible finds the last number, strict nothing
+    body = rows[0]["answer"].split("####")[0]
+    assert g8.extract_strict(body) is None and g8.extract_flexible(body) == "18"
+
+
+def test_gsm8k_extraction_hand_cases():
+    assert g8.extract_strict("so #### 1,234.") == "1234"
+    assert g8.extract_strict("#### 5 then #### -7") == "-7"
+    assert g8.extract_strict("answer: 5") is None
+    assert g8.extract_flexible("I paid $1,200.00 in total.") == "1200"
+    assert g8.extract_flexible("It is 3.5, not 4") == "4"
+    assert g8.extract_flexible("x = -12 ...") == "-12"
+    assert g8.extract_flexible("no numbers, sorry.") is None
+    assert g8.normalize("18.50") == "18.5" and g8.normalize("abc") is None
+
+
+def test_gsm8k_task_from_real_file():
+    cfg = {"name": "gsm8k", "source": str(GSM8K), "n_test": 100, "n_heldout": 50, "n_train": 200}
+    task = get(cfg)
+    assert task.style == "compact" and task.stop == ["\nQ:"]
+    splits = {s: task.split(s) for s in ("train", "test", "heldout")}
+    assert [len(splits[s]) for s in ("train", "test", "heldout")] == [200, 100, 50]
+    qs = [set(splits[s]["question"]) for s in splits]
+    assert not (qs[0] & qs[1]) and not (qs[0] & qs[2]) and not (qs[1] & qs[2])
+    assert get(cfg).split("test").to_list() == splits["test"].to_list()  # seeded, repeatable
+    assert get({**cfg, "seed": 1}).split("test")["question"] != splits["test"]["question"]
+    row = splits["test"][0]
+    assert row["prompt"] == f"Q: {row['question']}\nA:"
+    assert row["gold"] == g8.gold_answer(row["answer"])
+    assert task.verify(f"... so the answer is\n#### {row['gold']}", row) == Verdict(
+        1.0, 1.0, 1.0, True, row["gold"])
+    assert task.verify(f"The answer is {row['gold']}.", row) == Verdict(
+        1.0, 0.0, 1.0, True, row["gold"])
+    wrong = str(int(row["gold"]) + 1)
+    assert task.verify(f"#### {wrong} (maybe {row['gold']})", row).correct is False
+    strict = get({**cfg, "extraction": "strict"})
+    v = strict.verify(f"The answer is {row['gold']}.", row)
+    assert v == Verdict(0.0, 0.0, 0.0, False, None)
+    assert task.rewards([f"#### {row['gold']}", "nothing"], [row, row]) == [1.0, 0.0]
+    chat = get(cfg, style="chat")
+    assert "'#### <answer>'" in chat.split("test")[0]["prompt"] and chat.max_new_tokens == 1024
+
+
+def test_gsm8k_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    rows = [{"question": "q1?", "answer": "1+1=2\n#### 2"},
+            {"question": "q2?", "answer": "no gold"}]
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match="malformed gsm8k row"):
+        get({"name": "gsm8k", "source": str(bad), "n_test": 1, "n_heldout": 0}).split("test")
+    with pytest.raises(ConfigError, match="fewer than n_test"):
+        get({"name": "gsm8k", "source": str(bad), "n_test": 2, "n_heldout": 1}).split("test")
+    with pytest.raises(ConfigError, match="data file not found"):
+        get({"name": "gsm8k", "source": str(tmp_path / "none.jsonl")}).split("test")
+    with pytest.raises(ConfigError, match="extraction must be"):
+        get({"name": "gsm8k", "extraction": "loose"})
+    if importlib.util.find_spec("math_verify") is None:
+        with pytest.raises(ConfigError, match="needs the math-verify package"):
+            get({"name": "gsm8k", "math_verify": True})
+        # the subprocess fails without the package: every pair counts as not verified
+        assert g8.math_verify_batch(["2"], ["#### 2"], timeout=5) == [False]
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+@pytest.mark.parametrize("name", ["addition", "compare", "reverse"])
+def test_synthetic_tasks(name):
+    task = get({"name": name, **SMALL})
+    assert task.max_new_tokens == 8 and task.stop == []
+    splits = {s: task.split(s).to_list() for s in ("train", "test", "heldout")}
+    assert [len(splits[s]) for s in ("train", "test", "heldout")] == [300, 100, 100]
+    assert get({"name": name, **SMALL})._build()["test"].to_list() == splits["test"]
+    seen = {}
+    for s, rows in splits.items():
+        for r in rows:
+            p, a, nums = r["prompt"], r["answer"], r["numbers"]
+            k = tuple(nums) if name == "reverse" else tuple(sorted(nums))
+            assert seen.setdefault(k, s) == s  # disjoint
+            assert p.isascii() and p.isprintable() and len(p) <= 64 and len(a) <= 8
+            if name == "addition":
+                assert p == f"add {nums[0]} {nums[1]}:" and a == str(sum(nums))
+            elif name == "compare":
+                assert p == "max " + " ".join(map(str, nums)) + ":" and a == str(max(nums))
+            else:
+                digits = "".join(map(str, nums))
+                assert p == f"reverse {digits}:" and a == digits[::-1]
+            assert task.verify(f" {a}\n", r) == Verdict(1.0, 1.0, 1.0, True, a)
+    r = splits["test"][0]
+    assert task.verify(r["answer"] + "0", r).correct is False
+    assert task.verify("", r) == Verdict(0.0, 0.0, 0.0, False, None)
+    assert task.verify("abc", r) == Verdict(0.0, 0.0, 0.0, False, "abc")
+    assert task.reference(r) == r["answer"]
+
+
+def test_synthetic_known_examples():
+    add = get({"name": "addition"})
+    row = {"prompt": "add 12 34:", "numbers": [12, 34], "answer": "46"}
+    assert add.verify("46", row).correct and not add.verify("47", row).correct
+    with pytest.raises(ConfigError, match="max_digits must be <= 7"):
+        get({"name": "addition", "max_digits": 9})
+    with pytest.raises(ConfigError, match="distinct problems"):
+        get({"name": "addition", "max_digits": 1, **SMALL}).split("test")
