@@ -207,3 +207,125 @@ def write_synthetic_sweep(
                     rd.config_path.write_text(dumps(cfg) + "\n")  # JSON is valid YAML
                     written.append(rid)
     return written
+
+
+PLANTED_DEFAULTS = {
+    "es_gain": 0.10,         # ES's final Pass@1 gain over the base at its best population
+    "grpo_gain": 0.10,       # GRPO's final Pass@1 gain
+    "es_entropy": 0.0,       # relative change of held-out entropy, final vs base
+    "grpo_entropy": -0.4,
+    "coverage": "es",        # "es": ES keeps coverage (spread successes), GRPO concentrates
+    #                          them (peaked: Pass@K = Pass@1); "grpo": the reverse; None: alike
+    "diversity": 1.0,        # js_succ = 0.05 + diversity * (the run's gain - its cell's mean gain)
+    "sequence": "combine",   # "combine": Pass@1 of the better single and ES's coverage;
+    #                          "neither": below both singles; "base": the base model's; None: none
+    "sparsity": 1.0,         # share of ES's gain kept by the largest 22% of its update
+    "slope": -0.5,           # planted d ln N* / d ln params
+    "curvature": 0.02,       # Pass@1 loss per squared octave away from a size's best population
+}
+
+
+def write_planted_sweep(root, planted: dict | None = None, *, models: dict | None = None, pops=(4, 8, 16, 32, 64),
+                        seeds=(0, 1, 2), problems: int = 200, samples: int = 16, noise: float = 0.003,
+                        cell_model: str | None = None, rng_seed: int = 0) -> dict:
+    """A sweep with the study's effects planted (or removed, or reversed), written through the
+    results store the runs use, for testing that every claim can come out yes, no or unclear.
+
+    Every run of a model is scored on the same problems (a per-problem difficulty shared by all
+    runs); per-problem correct counts are ``round(samples * p_problem)`` (no sampling noise; the
+    only run-to-run noise is ``noise`` on the run's mean Pass@1), so a planted effect is visible
+    through the problems-and-seeds bootstrap exactly as in a real sweep. ES runs cover every model
+    x pop x seed (population sweep); base, GRPO and the sequences run on ``cell_model`` (the
+    comparison cell) at the pop nearest its best. Returns the planted settings used."""
+    p = {**PLANTED_DEFAULTS, **(planted or {})}
+    rng = np.random.default_rng(rng_seed)
+    models = models or {"tiny-xs": 3e4, "tiny-s": 1e5, "tiny-m": 3.3e5, "tiny-l": 8e5, "tiny-xl": 1.7e6}
+    cell_model = cell_model or list(models)[len(models) // 2]
+    pref = float(np.exp(np.mean(np.log(list(models.values())))))
+    runs_dir = RunDir(Path(root) / "runs").path
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= samples]
+
+    def evaluation(difficulty, mean_p, profile, ent):
+        if profile == "peaked":          # successes concentrated on the easiest problems
+            n_solved = int(round(mean_p * len(difficulty)))
+            probs = np.zeros(len(difficulty))
+            probs[np.argsort(-difficulty)[:n_solved]] = 1.0
+        else:                            # successes spread over many problems: high Pass@K
+            probs = np.clip(mean_p + (difficulty - difficulty.mean()), 0.0, 1.0)
+        counts = np.rint(samples * probs).astype(int)
+        passk = {str(k): float(np.mean(pass_at_k(samples, counts, k))) for k in ks}
+        return {"task": "countdown", "split": "test", "n_problems": len(counts), "samples": samples,
+                "temperature": 0.6, "pass@k": passk, "greedy": float(np.mean(probs > 0.5)), "entropy": ent,
+                "format": 1.0, "tokens_generated": int(len(counts) * samples * 8), "wall_s": 1.0,
+                "correct_counts": counts.tolist()}
+
+    def write(rid, algo, model, params, pop, seed, base, final, js=None, phases=()):
+        rd = RunDir(runs_dir / rid)
+        rd.path.mkdir(parents=True, exist_ok=True)
+        cfg = {"model": {"name": model}, "algo": algo, "pop": pop, "seed": seed, "iterations": 20,
+               "es": {"temperature": 0.0, "samples": 1}}
+        lines = [{"kind": "eval", "iteration": 0, "phase": "base", **{k: v for k, v in base.items()
+                                                                    if k != "correct_counts"}}]
+        if js is not None:
+            lines += [{"kind": "train", "iteration": it, "phase": "es", "js_succ": js, "p_pop": 0.5 + js,
+                       "reward_mean": 0.3, "tokens_generated": 100} for it in (1, 2)]
+        lines.append({"kind": "eval", "iteration": 20, "phase": algo,
+                      **{k: v for k, v in final.items() if k != "correct_counts"}})
+        rd.write_summary({"status": "completed", "error": None, "run_id": rid, "algo": algo, "task": "countdown",
+                          "model": {"name": model, "params": int(params)}, "pop": pop, "sigma": 0.01,
+                          "lr": 0.005, "seed": seed, "iterations": 20, "base": base, "final": final,
+                          "phases": list(phases), "tokens_generated": 20 * 512 * 8, "wall_s": 10.0,
+                          "sweep": Path(root).name, "config": cfg})
+        rd.metrics_path.write_text("".join(dumps(x) + "\n" for x in lines))
+        rd.config_path.write_text(dumps(cfg) + "\n")
+
+    ent0 = 0.8
+    profiles = {"es": "spread", "grpo": "peaked"} if p["coverage"] == "es" else \
+        {"es": "peaked", "grpo": "spread"} if p["coverage"] == "grpo" else {"es": "spread", "grpo": "spread"}
+    for j, (model, params) in enumerate(models.items()):
+        difficulty = np.random.default_rng(1000 + j).beta(2, 2, problems)
+        base_p = 0.25 + 0.02 * j
+        base = evaluation(difficulty, base_p, "spread", ent0)
+        star = 16.0 * (params / pref) ** p["slope"]
+        gains = {}
+        for pop in pops:
+            for seed in seeds:
+                g = p["es_gain"] - p["curvature"] * (math.log2(pop) - math.log2(star)) ** 2 + rng.normal(0, noise)
+                gains[(pop, seed)] = g
+        cell_means = {pop: np.mean([gains[(pop, s)] for s in seeds]) for pop in pops}
+        for pop in pops:
+            for seed in seeds:
+                g = gains[(pop, seed)]
+                js = 0.05 + p["diversity"] * (g - cell_means[pop]) + 1e-4 * rng.normal()
+                final = evaluation(difficulty, base_p + g, profiles["es"], ent0 * (1 + p["es_entropy"]))
+                write(f"es-{model}-p{pop}-s{seed}", "es", model, params, pop, seed, base, final, js=js)
+        if model != cell_model:
+            continue
+        best_pop = min(pops, key=lambda q: abs(math.log2(q) - math.log2(star)))  # planted, not observed
+        es_p = base_p + cell_means[best_pop]
+        grpo_p = base_p + p["grpo_gain"]
+        for seed in seeds:
+            write(f"none-{model}-s{seed}", "none", model, params, None, seed, base, base)
+            write(f"grpo-{model}-s{seed}", "grpo", model, params, None, seed, base,
+                  evaluation(difficulty, grpo_p + rng.normal(0, noise), profiles["grpo"],
+                             ent0 * (1 + p["grpo_entropy"])))
+            for seq in ("grpo_es", "es_grpo"):
+                if p["sequence"] is None:
+                    continue
+                if p["sequence"] == "combine":
+                    final = evaluation(difficulty, max(es_p, grpo_p) + 0.05 + rng.normal(0, noise), "spread", ent0)
+                elif p["sequence"] == "base":
+                    final = base
+                else:
+                    final = evaluation(difficulty, base_p - 0.05 + rng.normal(0, noise), "peaked", ent0)
+                write(f"{seq}-{model}-s{seed}", seq, model, params, best_pop, seed, base, final)
+        # the comparison's ES runs (the population sweep's best pop) with their sparsity analysis
+        for seed in seeds:
+            g = gains[(best_pop, seed)]
+            trained = evaluation(difficulty, base_p + g, profiles["es"], ent0)
+            pruned = evaluation(difficulty, base_p + p["sparsity"] * g, profiles["es"], ent0)
+            (runs_dir / f"es-{model}-p{best_pop}-s{seed}" / "sparsity.json").write_text(dumps({
+                "samples": samples, "base_counts": base["correct_counts"],
+                "trained_counts": trained["correct_counts"],
+                "curves": [{"mode": "global", "keep": 0.22, "correct_counts": pruned["correct_counts"]}]}))
+    return {**p, "cell_model": cell_model}

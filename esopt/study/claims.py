@@ -1,14 +1,13 @@
-"""The study's seven claims, each tested on a sweep: effect, 95% interval, reproduced yes/no/unclear.
+"""The study's seven claims, each tested on a sweep: rule, effect, 95% interval, power, verdict.
 
     python -m esopt.aggregate <sweep-dir> --claims     (prints the table, writes claims.json)
     claims(sweep_dir | Aggregate | records, trend=None) -> dict         (the aggregator calls this)
 
 Input: one record per completed run (the aggregator's runs-table row: run_id, algo, model,
 params, pop, seed, iterations, sigma, lr, base_/final_ metrics; plus ``js_succ`` / ``p_pop`` =
-the mean of the run's ES train lines), and, for the runs a claim pairs over problems, the
-per-problem lists read from the run directory: ``samples``, ``base_counts``, ``final_counts``
-(correct samples per problem, summary.json) and ``sparsity`` (sparsity.json). ``trend`` is the
-aggregator's trend.json (esopt.study.fit).
+the mean of the run's ES train lines), and the per-problem lists read from the run directory:
+``samples``, ``base_counts``, ``final_counts`` (correct samples per problem, summary.json),
+``sparsity`` (sparsity.json) and the ES member scoring (``es_temperature``, ``es_samples``).
 
 The comparison cell: the model with the most algorithms among none/es/grpo/grpo_es/es_grpo
 (ties: most runs, then name). Per algorithm one setting is used: ES the (pop, iterations) of
@@ -23,28 +22,51 @@ resamples problems once per replicate (shared by every algorithm and by base/fin
 problems) and runs (seeds) with replacement within each algorithm (base/final of one run stay
 paired); the statistic is recomputed from the resampled cell means.
 
-Claims and their definitions (tol = 0.01 absolute, band = 10% relative, see DEFAULTS):
- 1. ES raises Pass@1: effect = mean_{r,p} (final - base) over ES runs. yes: lo > 0; no: hi <= 0.
+Power. Every claim tests its effect against a boundary b (0, or a tolerance) and states its
+minimum detectable effect mde = (z_0.975 + z_0.80) * se = 2.80 * se, se = the bootstrap standard
+error of the effect: the distance from b that the cell would detect with 80% power at the 5%
+level. A verdict needs |effect - b| >= mde; closer than that it is "unclear: underpowered".
+
+Guards. A claim about ES's coverage, entropy, diversity or combination, or about the population
+ES needs, is "unclear: ES did not learn" unless ES's own Pass@1 gain (final - base, paired) has
+an interval above 0 in the runs it is about: nothing trained can never say "yes".
+
+Claims and their rules (tol = 0.01 absolute, band = 10% relative, see DEFAULTS):
+ 1. ES raises Pass@1: effect = mean_{r,p} (final - base) over the cell's ES runs; b = 0.
+    yes: interval above 0; no: interval below 0.
  2. Entropy: rel_r = (H_final - H_base) / H_base per run (held-out token-mean entropy of the
-    sampled completions, eval split). effect = mean rel over GRPO runs; ES: mean rel over ES runs.
-    Intervals: bootstrap over runs. yes: GRPO hi < 0 and ES interval inside [-band, +band];
-    no: GRPO lo >= 0 or ES interval entirely outside the band; else (or < 3 runs each) unclear.
- 3. Coverage: effect = Pass@K(ES) - Pass@K(GRPO) (cell means). yes: lo >= -tol (ES at least GRPO's
-    within tol); no: hi < 0 (and not yes); details: Pass@1(GRPO) - Pass@1(ES) (GRPO "may" lead).
- 4. Diversity and coverage: Spearman rho across all completed ES runs (every model and pop)
-    between the run's mean js_succ (nats) and its Pass@K gain (final - base); the same for p_pop.
-    Interval: bootstrap over runs. yes: both lo > 0; no: both hi <= 0; else unclear.
+    sampled completions). GRPO part: mean rel over GRPO runs, b = 0, falls if the interval is
+    below 0. ES part: mean rel over ES runs, inside the band if its interval lies in (-band,
+    band), outside if it lies entirely beyond it. Bootstrap over runs (>= 3 each).
+    yes: GRPO falls and ES inside; no: GRPO's interval above 0 or ES outside; guard: ES learned.
+ 3. Coverage: effect = Pass@K(ES) - Pass@K(GRPO) (cell means), b = -tol. yes: interval above
+    -tol (ES at least GRPO's within tol); no: below -tol; details: Pass@1(GRPO) - Pass@1(ES).
+    Guard: ES learned.
+ 4. Diversity and coverage, without the population-size confound: partial Spearman rho, over
+    ES runs, between the run's mean js_succ (nats) and its Pass@K gain (final - base), with
+    the (model, pop) cell removed (ranks centred within each cell, so only runs of the same
+    model and population are compared); the same for p_pop. Bootstrap over runs within cells.
+    b = 0. yes: both intervals above 0; no: both below 0. claims.json says how members were
+    scored (greedy: p_i in {0, 1}; sampled: es.samples completions at es.temperature, p_i a
+    probability as in the study's definition). Guard: ES learned (pooled over those runs).
  5. Functional sparsity (sparsity.json, global mode at keep 0.22, ES runs): share = sum_r (mean_p
     pruned - mean_p base) / sum_r (mean_p trained - mean_p base) (Pass@1, pooled over runs);
-    bootstrap over runs and problems. yes: lo >= 0.9; no: hi < 0.9; unclear when the gain's
-    interval includes 0 (no gain to keep).
- 6. GRPO->ES combines: d1 = Pass@1(grpo_es) - max(Pass@1(grpo), Pass@1(es)), dK = the same at K;
-    effect = min(d1, dK) (its worse margin). yes: lo >= -tol (within tol of the better single
-    algorithm on both); no: hi < -tol; else unclear. es_grpo's margins are in the details.
- 7. Larger models need smaller populations: trend.json's slope of ln pop* on ln params and its
-    bootstrap interval. yes: hi < 0; no: lo > 0; unclear otherwise (and < 3 model sizes: missing).
+    bootstrap over runs and problems; b = 0.9. yes: interval above 0.9; no: below 0.9; unclear
+    when the gain's interval includes 0 (no gain to keep).
+ 6. A sequence combines both strengths, tested in both orders (grpo_es, es_grpo): for each,
+    d1 = Pass@1(seq) - max(Pass@1(grpo), Pass@1(es)), dK = the same at the largest K, effect =
+    min(d1, dK) (its worse margin), b = -d with d = tol: the sequence's Pass@1 within d of the
+    better single algorithm's and its Pass@K at least the better single's minus d. Paired
+    intervals at 1 - 0.05/2 per order (Bonferroni over the two orders). yes: some order's
+    interval above -d; no: every tested order's interval below -d. Guard: ES learned.
+ 7. Larger models need smaller populations, as the study reads it: per model size, N* = the
+    smallest population whose final Pass@1 (cell mean at the fixed iteration budget) is within
+    tol of the best population's; slope of ln N* on ln params (least squares) over >= 5 sizes;
+    bootstrap over seeds and problems (both resampled, N* and the slope refitted per
+    replicate). b = 0. yes: interval below 0; no: above 0. The per-size table (N*, its
+    interval, the cell means) is in the details and on the page. Guard: ES learned in these runs.
 
-Missing data (e.g. no GRPO runs) gives reproduced "unclear" with a reason starting "missing data".
+Missing data (e.g. no GRPO runs) gives "unclear" with a reason starting "missing data".
 """
 
 from __future__ import annotations
@@ -57,22 +79,25 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from esopt.algorithms import ALGORITHMS
-from esopt.core.metrics import pass_at_k, percentile_interval as interval, spearman
+from esopt.core.metrics import pass_at_k, percentile_interval as interval
 from esopt.study import fit, tables
 
 ALGOS = tuple(ALGORITHMS)
 DEFAULTS = {"n_boot": 1000, "seed": 0, "ci_level": 0.95, "tolerance": 0.01, "band": 0.10,
-            "keep": 0.22, "keep_share": 0.90}
+            "keep": 0.22, "keep_share": 0.90, "min_sizes": 5}
+Z_POWER = 1.959964 + 0.841621  # z_0.975 + z_0.80: mde = 2.80 standard errors
 CLAIMS = {
     1: ("es_raises_pass1", "ES raises held-out Pass@1 over the base model."),
     2: ("entropy", "GRPO's held-out token entropy falls over training while ES's stays within a band "
                    "of the base."),
     3: ("coverage", "ES's Pass@K at the largest K is at least GRPO's, while GRPO may lead at Pass@1."),
-    4: ("diversity", "The ES population's JS diversity (js_succ) and P_pop relate to the Pass@K gain "
-                     "across runs."),
+    4: ("diversity", "Within a model and population, the ES population's JS diversity (js_succ) and "
+                     "P_pop relate to the Pass@K gain."),
     5: ("sparsity", "Keeping the largest 22% of ES's update keeps at least 90% of its gain."),
-    6: ("grpo_es_combines", "GRPO->ES combines GRPO's Pass@1 with ES's Pass@K better than either alone."),
-    7: ("pop_vs_size", "Larger models need smaller populations (trend slope < 0, interval below 0)."),
+    6: ("sequence_combines", "GRPO and ES in sequence combine GRPO's Pass@1 with ES's Pass@K (both "
+                             "orders tested)."),
+    7: ("pop_vs_size", "Larger models need smaller ES populations (the smallest population within a "
+                       "tolerance of the best shrinks with model size)."),
 }
 VERDICTS = ("yes", "no", "unclear")
 
@@ -182,16 +207,55 @@ def select_cell(records: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------
 # the claims (pure functions of records)
 def _claim(cid: int, effect=None, ci=None, verdict: str = "unclear", reason: str = "missing data",
-           n: dict | None = None, measure: str = "", definition: str = "", **details) -> dict:
+           n: dict | None = None, measure: str = "", definition: str = "", mde: float | None = None,
+           boundary: float | None = None, **details) -> dict:
     key, text = CLAIMS[cid]
     return {"id": cid, "key": key, "claim": text, "measure": measure, "definition": definition,
-            "effect": None if effect is None else float(effect), "ci": ci,
-            "reproduced": verdict, "reason": reason, "n": n or {}, "details": details}
+            "effect": None if effect is None else float(effect), "ci": ci, "boundary": boundary,
+            "mde": None if mde is None else float(mde), "reproduced": verdict, "reason": reason,
+            "n": n or {}, "details": details}
 
 
 def _fmt(v, ci=None) -> str:
     s = "n/a" if v is None else f"{v:+.3g}"
     return s + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
+
+
+def mde(reps, runs: Iterable | None = None) -> float | None:
+    """Minimum detectable effect: the larger of (z_0.975 + z_0.80) * se_boot, se_boot = the
+    bootstrap replicates' standard deviation (row 0 = observed, rows 1.. = replicates), and the
+    seed-level (t_0.975 + t_0.80; R - 1 df) * sqrt(sum_g var_g / R_g) over ``runs`` (one array of
+    per-run effects per independent group of runs, e.g. [ES gains] or [ES values, GRPO values]),
+    which a bootstrap over a few seeds underestimates (with 3 seeds, t_0.975 = 4.30)."""
+    from scipy.stats import t as student_t
+
+    r = np.asarray(reps, dtype=np.float64)[1:]
+    r = r[np.isfinite(r)]
+    out = None if r.size < 2 else float(Z_POWER * r.std(ddof=1))
+    groups = [np.asarray(g, dtype=np.float64) for g in (runs or [])]
+    groups = [g[np.isfinite(g)] for g in groups]
+    if groups and all(g.size >= 2 for g in groups):
+        df = min(g.size for g in groups) - 1
+        se = math.sqrt(sum(float(g.var(ddof=1)) / g.size for g in groups))
+        seeds = float((student_t.ppf(0.975, df) + student_t.ppf(0.80, df)) * se)
+        out = seeds if out is None else max(out, seeds)
+    return out
+
+
+def decide(effect: float, ci, power: float | None, boundary: float, above_is_yes: bool = True) -> tuple[str, str]:
+    """(verdict, why) of an effect tested against ``boundary``: "yes" when the interval lies on the
+    claim's side of the boundary, "no" on the other side, "unclear" when it straddles it or when
+    the effect is closer to the boundary than the minimum detectable effect (underpowered)."""
+    if ci is None or effect is None or not np.isfinite(effect):
+        return "unclear", "no interval"
+    if power is not None and abs(effect - boundary) < power:
+        return "unclear", (f"underpowered: the effect is {abs(effect - boundary):.3g} from the boundary "
+                           f"{boundary:+.3g}, less than the minimum detectable {power:.3g}")
+    above, below = ci[0] > boundary, ci[1] < boundary
+    if not above and not below:
+        return "unclear", f"interval includes the boundary {boundary:+.3g}"
+    yes = above if above_is_yes else below
+    return ("yes" if yes else "no"), f"interval {'above' if above else 'below'} {boundary:+.3g}"
 
 
 def _counts(runs: list[dict], key: str) -> tuple[np.ndarray, int] | None:
@@ -216,25 +280,55 @@ def _scores(runs, key, k, P=None):
     return pass_at_k(n, c, min(k, n)), n
 
 
-def claim_es_pass1(es: list[dict], *, n_boot: int, seed: int, level: float = 0.95, **_) -> dict:
-    m = "mean over ES runs and problems of Pass@1(final) - Pass@1(base), paired"
-    d = "yes if the 95% interval is above 0; no if its upper end is <= 0"
-    if not es:
-        return _claim(1, reason="missing data: no completed ES runs in the comparison cell", measure=m, definition=d)
-    base, n = _scores(es, "base_counts", 1)
+def es_gain(es: list[dict], *, n_boot: int, seed: int, level: float = 0.95) -> dict | None:
+    """ES's paired Pass@1 gain (final - base) over runs and problems: {"effect", "ci", "reps",
+    "base", "final", "runs", "problems"}, or None without per-problem counts."""
+    base, _ = _scores(es, "base_counts", 1)
     final, _ = _scores(es, "final_counts", 1)
     if base is None or final is None:
-        return _claim(1, reason="missing data: ES runs lack per-problem base/final counts", measure=m, definition=d)
+        return None
     P = min(base.shape[1], final.shape[1])
     b = boot_means({"base": base[:, :P], "final": final[:, :P]}, n_boot=n_boot, seed=seed,
                    pair_rows=[("base", "final")])
     diff = b["final"] - b["base"]
-    ci = interval(diff[1:], level)
-    v = "yes" if ci[0] > 0 else "no" if ci[1] <= 0 else "unclear"
-    why = {"yes": "interval above 0", "no": "interval not above 0 (no gain)", "unclear": "interval includes 0"}[v]
-    return _claim(1, diff[0], ci, v, f"Pass@1 {b['base'][0]:.3f} -> {b['final'][0]:.3f}: {why}",
-                  {"runs": len(es), "problems": P}, m, d,
-                  base=float(b["base"][0]), final=float(b["final"][0]))
+    per_run = (final[:, :P] - base[:, :P]).mean(axis=1)
+    return {"effect": float(diff[0]), "ci": interval(diff[1:], level), "reps": diff, "per_run": per_run,
+            "base": float(b["base"][0]), "final": float(b["final"][0]), "runs": len(es), "problems": P}
+
+
+def _learned(gain: dict | None) -> bool:
+    """ES learned: its paired Pass@1 gain is clearly positive, by claim 1's own rule (interval above
+    0, and the gain at least the minimum detectable effect)."""
+    return gain is not None and decide(gain["effect"], gain["ci"], mde(gain["reps"], [gain["per_run"]]),
+                                       0.0)[0] == "yes"
+
+
+def _guard(cid: int, gain: dict | None, what: str, m: str, d: str, boundary=None) -> dict | None:
+    """The "ES did not learn" verdict for a claim about ES, or None when ES learned."""
+    if _learned(gain):
+        return None
+    shown = "no per-problem counts" if gain is None else f"Pass@1 gain {_fmt(gain['effect'], gain['ci'])}"
+    return _claim(cid, reason=f"unclear: ES did not learn ({what}: {shown}, not clearly above 0)",
+                  measure=m, definition=d, boundary=boundary,
+                  es_gain=None if gain is None else gain["effect"],
+                  es_gain_ci=None if gain is None else gain["ci"])
+
+
+def claim_es_pass1(es: list[dict], *, n_boot: int, seed: int, level: float = 0.95, **_) -> dict:
+    m = "mean over ES runs and problems of Pass@1(final) - Pass@1(base), paired"
+    d = "yes if the 95% interval is above 0, no if below 0, at least the minimum detectable effect from 0"
+    if not es:
+        return _claim(1, reason="missing data: no completed ES runs in the comparison cell", measure=m,
+                      definition=d, boundary=0.0)
+    g = es_gain(es, n_boot=n_boot, seed=seed, level=level)
+    if g is None:
+        return _claim(1, reason="missing data: ES runs lack per-problem base/final counts", measure=m,
+                      definition=d, boundary=0.0)
+    power = mde(g["reps"], [g["per_run"]])
+    v, why = decide(g["effect"], g["ci"], power, 0.0)
+    return _claim(1, g["effect"], g["ci"], v, f"Pass@1 {g['base']:.3f} -> {g['final']:.3f}: {why}",
+                  {"runs": g["runs"], "problems": g["problems"]}, m, d, power, 0.0,
+                  base=g["base"], final=g["final"])
 
 
 def _rel_entropy(runs: list[dict]) -> np.ndarray:
@@ -247,28 +341,38 @@ def _rel_entropy(runs: list[dict]) -> np.ndarray:
 
 
 def claim_entropy(es: list[dict], grpo: list[dict], *, n_boot: int, seed: int, band: float,
-                  level: float = 0.95, **_) -> dict:
+                  level: float = 0.95, gain: dict | None = None, **_) -> dict:
     m = "GRPO: mean relative change of held-out token entropy (H_final - H_base) / H_base over runs"
     d = (f"yes if GRPO's interval is below 0 and ES's relative change interval lies inside "
-         f"[-{band:g}, +{band:g}]; no if GRPO's lower end is >= 0 or ES's interval lies outside the band")
+         f"(-{band:g}, +{band:g}); no if GRPO's interval is above 0 or ES's lies outside the band; "
+         "each at least its minimum detectable effect from its boundary; unclear if ES did not learn")
     g, e = _rel_entropy(grpo), _rel_entropy(es)
     if not len(g) or not len(e):
         miss = ", ".join(a for a, x in (("GRPO", g), ("ES", e)) if not len(x))
         return _claim(2, reason=f"missing data: no {miss} runs with base and final entropy", measure=m,
-                      definition=d, band=band)
+                      definition=d, band=band, boundary=0.0)
+    guard = _guard(2, gain, "the cell's ES runs", m, d, 0.0)
+    if guard is not None:
+        return guard
     gb, eb = boot_runs(g, n_boot=n_boot, seed=seed), boot_runs(e, n_boot=n_boot, seed=seed + 1)
     gci, eci = interval(gb[1:], level), interval(eb[1:], level)
-    falls, not_falls = gci[1] < 0, gci[0] >= 0
-    inside = -band <= eci[0] and eci[1] <= band
-    outside = eci[0] > band or eci[1] < -band
-    v = "yes" if falls and inside else "no" if not_falls or outside else "unclear"
-    if min(len(g), len(e)) < 3:       # a bootstrap over 1-2 runs has no spread worth the name
+    g_mde, e_mde = mde(gb, [g]), mde(eb, [e])
+    gv, gwhy = decide(gb[0], gci, g_mde, 0.0, above_is_yes=False)        # "yes" = falls
+    inside = eci is not None and -band < eci[0] and eci[1] < band
+    outside = eci is not None and (eci[0] > band or eci[1] < -band)
+    e_power_ok = e_mde is not None and e_mde < band                     # can it tell inside from out?
+    ev = "yes" if inside and e_power_ok else "no" if outside else "unclear"
+    v = "yes" if gv == "yes" and ev == "yes" else "no" if gv == "no" or ev == "no" else "unclear"
+    few = min(len(g), len(e)) < 3
+    if few:                           # a bootstrap over 1-2 runs has no spread worth the name
         v = "unclear"
-    why = ("fewer than 3 runs per algorithm; " if min(len(g), len(e)) < 3 else "") + (f"GRPO {_fmt(gb[0], gci)} ({'falls' if falls else 'does not fall' if not_falls else 'unclear'}), "
-           f"ES {_fmt(eb[0], eci)} ({'inside' if inside else 'outside' if outside else 'not clearly inside'} "
-           f"the +-{band:.0%} band)")
-    return _claim(2, gb[0], gci, v, why, {"grpo_runs": len(g), "es_runs": len(e)}, m, d,
-                  es_rel_change=float(eb[0]), es_ci=eci, band=band)
+    why = (("fewer than 3 runs per algorithm; " if few else "")
+           + f"GRPO {_fmt(gb[0], gci)} ({gwhy}); ES {_fmt(eb[0], eci)} "
+           + ("inside" if inside else "outside" if outside else "not clearly inside")
+           + f" the +-{band:.0%} band" + ("" if e_power_ok or outside else
+                                         f" (underpowered: its minimum detectable change {e_mde:.3g})"))
+    return _claim(2, gb[0], gci, v, why, {"grpo_runs": len(g), "es_runs": len(e)}, m, d, g_mde, 0.0,
+                  es_rel_change=float(eb[0]), es_ci=eci, es_mde=e_mde, band=band)
 
 
 def _pair_P(*arrs):
@@ -277,16 +381,21 @@ def _pair_P(*arrs):
 
 
 def claim_coverage(es: list[dict], grpo: list[dict], *, n_boot: int, seed: int, tolerance: float,
-                   level: float = 0.95, **_) -> dict:
+                   level: float = 0.95, gain: dict | None = None, **_) -> dict:
     m = "Pass@K(ES) - Pass@K(GRPO) at the largest K (final evaluations, mean over runs and problems)"
-    d = (f"yes if the 95% interval's lower end is >= -{tolerance:g} (ES at least GRPO's within the tolerance); "
-         "no if its upper end is < 0")
+    d = (f"yes if the 95% interval is above -{tolerance:g} (ES at least GRPO's within the tolerance); "
+         f"no if below -{tolerance:g}; at least the minimum detectable effect from -{tolerance:g}; "
+         "unclear if ES did not learn")
+    b0 = -float(tolerance)
     if not es or not grpo:
         return _claim(3, reason="missing data: " + ("no ES runs" if not es else "no GRPO runs") +
-                      " in the comparison cell", measure=m, definition=d)
+                      " in the comparison cell", measure=m, definition=d, boundary=b0)
     ge, gg = _counts(es, "final_counts"), _counts(grpo, "final_counts")
     if ge is None or gg is None:
-        return _claim(3, reason="missing data: per-problem final counts", measure=m, definition=d)
+        return _claim(3, reason="missing data: per-problem final counts", measure=m, definition=d, boundary=b0)
+    guard = _guard(3, gain, "the cell's ES runs", m, d, b0)
+    if guard is not None:
+        return guard
     K = min(ge[1], gg[1])
     (ce, cg), P = _pair_P(ge[0], gg[0])
     arrays = {"es_K": pass_at_k(ge[1], ce, K), "grpo_K": pass_at_k(gg[1], cg, K),
@@ -294,20 +403,53 @@ def claim_coverage(es: list[dict], grpo: list[dict], *, n_boot: int, seed: int, 
     b = boot_means(arrays, n_boot=n_boot, seed=seed, pair_rows=[("es_K", "es_1"), ("grpo_K", "grpo_1")])
     dk, d1 = b["es_K"] - b["grpo_K"], b["grpo_1"] - b["es_1"]
     ci, ci1 = interval(dk[1:], level), interval(d1[1:], level)
-    v = "yes" if ci[0] >= -tolerance else "no" if ci[1] < 0 else "unclear"
+    power = mde(dk, [arrays["es_K"].mean(axis=1), arrays["grpo_K"].mean(axis=1)])
+    v, vwhy = decide(dk[0], ci, power, b0)
     lead = "GRPO leads at Pass@1" if ci1[0] > 0 else "GRPO does not lead at Pass@1" if ci1[1] <= 0 else \
         "Pass@1 lead unclear"
-    why = (f"Pass@{K} ES {b['es_K'][0]:.3f} vs GRPO {b['grpo_K'][0]:.3f} "
-           f"({'not below' if v == 'yes' else 'below' if v == 'no' else 'unclear'}); {lead} "
+    why = (f"Pass@{K} ES {b['es_K'][0]:.3f} vs GRPO {b['grpo_K'][0]:.3f} ({vwhy}); {lead} "
            f"({_fmt(d1[0], ci1)})")
-    return _claim(3, dk[0], ci, v, why, {"es_runs": len(es), "grpo_runs": len(grpo), "problems": P, "k": K}, m, d,
-                  k=K, es_pass_k=float(b["es_K"][0]), grpo_pass_k=float(b["grpo_K"][0]),
+    return _claim(3, dk[0], ci, v, why, {"es_runs": len(es), "grpo_runs": len(grpo), "problems": P, "k": K},
+                  m, d, power, b0, k=K, es_pass_k=float(b["es_K"][0]), grpo_pass_k=float(b["grpo_K"][0]),
                   grpo_minus_es_pass1=float(d1[0]), grpo_minus_es_pass1_ci=ci1)
 
 
+def _at_best_pop(rows: list[tuple]) -> list[float]:
+    """The Pass@1 gains of the runs at each model's best population (highest mean gain):
+    ``rows`` = (model, pop, gain) per run; [] if any gain is unknown."""
+    if not rows or any(g is None for _, _, g in rows):
+        return []
+    cells: dict = {}
+    for model, pop, g in rows:
+        cells.setdefault(model, {}).setdefault(pop, []).append(g)
+    return [g for pops in cells.values() for g in max(pops.values(), key=lambda v: float(np.mean(v)))]
+
+
+def partial_spearman(x, y, groups, idx) -> np.ndarray:
+    """Spearman rho of x and y with the groups removed, per bootstrap row of run indices ``idx``
+    (B, n): ranks of x and y over the resampled runs, centred within each group, then Pearson's r
+    of the centred ranks (nan where either is constant)."""
+    from scipy.stats import rankdata
+
+    x, y, g = np.asarray(x, float)[idx], np.asarray(y, float)[idx], np.asarray(groups)[idx]
+    rx, ry = rankdata(x, axis=1), rankdata(y, axis=1)
+    out = np.empty(idx.shape[0])
+    for b in range(idx.shape[0]):
+        cx, cy = rx[b].copy(), ry[b].copy()
+        for key in np.unique(g[b]):
+            sel = g[b] == key
+            cx[sel] -= cx[sel].mean()
+            cy[sel] -= cy[sel].mean()
+        den = math.sqrt(float((cx * cx).sum() * (cy * cy).sum()))
+        out[b] = float((cx * cy).sum()) / den if den > 0 else np.nan
+    return out
+
+
 def claim_diversity(es_all: list[dict], *, n_boot: int, seed: int, level: float = 0.95, **_) -> dict:
-    m = "Spearman rho across ES runs between mean js_succ (train lines) and the Pass@K gain (final - base)"
-    d = "yes if the intervals of rho(js_succ) and rho(p_pop) are both above 0; no if both upper ends are <= 0"
+    m = ("partial Spearman rho across ES runs, within (model, pop) cells, between mean js_succ "
+         "(train lines) and the Pass@K gain (final - base)")
+    d = ("yes if the intervals of rho(js_succ) and rho(p_pop) are both above 0, no if both below 0, "
+         "at least the minimum detectable rho from 0; unclear if ES did not learn in these runs")
     rows, seen = [], set()
     for r in es_all:
         key = tuple(str(r.get(c)) for c in ("model", "pop", "seed", "iterations", "sigma", "lr", "task"))
@@ -319,33 +461,63 @@ def claim_diversity(es_all: list[dict], *, n_boot: int, seed: int, level: float 
         if k:
             f, b0 = _num(r.get(f"final_pass@{k}")), _num(r.get(f"base_pass@{k}"))
             gain = None if f is None or b0 is None else f - b0
+        g1 = (_num(r.get("final_pass@1")), _num(r.get("base_pass@1")))
         js, pp = _num(r.get("js_succ")), _num(r.get("p_pop"))
         if gain is not None and js is not None and pp is not None:
-            rows.append((js, pp, gain))
-    if len(rows) < 4:
-        return _claim(4, reason=f"missing data: {len(rows)} ES runs with js_succ, p_pop and a Pass@K gain "
-                      "(need >= 4)", n={"runs": len(rows)}, measure=m, definition=d)
-    a = np.array(rows)
+            rows.append((js, pp, gain, None if None in g1 else g1[0] - g1[1], f"{r.get('model')}|{r.get('pop')}", r))
+    groups = [row[4] for row in rows]
+    paired = [row for row in rows if groups.count(row[4]) >= 2]       # runs with a same-cell partner
+    scoring = sorted({("greedy (p_i in {0, 1})" if (_num(row[5].get("es_temperature")) or 0) <= 0 else
+                       f"sampled: {int(_num(row[5].get('es_samples')) or 1)} completions per prompt at "
+                       f"T={_num(row[5].get('es_temperature')):g}") for row in rows})
+    common = dict(member_scoring=scoring or ["unknown"], confound="(model, pop) removed: ranks centred within cells")
+    if len(paired) < 4:
+        return _claim(4, reason=f"missing data: {len(paired)} ES runs with js_succ, p_pop, a Pass@K gain and "
+                      "another run in the same (model, pop) cell (need >= 4)", n={"runs": len(paired)},
+                      measure=m, definition=d, boundary=0.0, **common)
+    a = np.array([row[:3] for row in paired], dtype=float)
+    best = _at_best_pop([(row[5].get("model"), row[5].get("pop"), row[3]) for row in paired])
+    if not best:
+        return _claim(4, reason="missing data: ES runs without base and final Pass@1 (ES learning unknown)",
+                      n={"runs": len(paired)}, measure=m, definition=d, boundary=0.0, **common)
+    gb = boot_runs(best, n_boot=n_boot, seed=seed + 7)
+    pooled = {"effect": float(gb[0]), "ci": interval(gb[1:], level), "reps": gb, "per_run": np.array(best)}
+    guard = _guard(4, pooled, "runs at each model's best population", m, d, 0.0)
+    if guard is not None:
+        guard["details"].update(common)
+        return guard
+    cells = np.array([row[4] for row in paired])
     rng = np.random.default_rng(seed)
-    idx = np.concatenate([np.arange(len(a))[None], rng.integers(0, len(a), size=(n_boot, len(a)))])
-    rj = spearman(a[idx, 0], a[idx, 2])
-    rp = spearman(a[idx, 1], a[idx, 2])
+    idx = [np.arange(len(a))]
+    for _ in range(n_boot):                       # resample runs within each cell
+        pick = np.empty(len(a), dtype=int)
+        for key in np.unique(cells):
+            members = np.flatnonzero(cells == key)
+            pick[members] = rng.choice(members, size=len(members))
+        idx.append(pick)
+    idx = np.stack(idx)
+    rj = partial_spearman(a[:, 0], a[:, 2], cells, idx)
+    rp = partial_spearman(a[:, 1], a[:, 2], cells, idx)
     cj, cp = interval(rj[1:], level), interval(rp[1:], level)
     if cj is None or cp is None or not np.isfinite(rj[0]) or not np.isfinite(rp[0]):
-        return _claim(4, reason="unclear: js_succ, p_pop or the gain is constant across runs",
-                      n={"runs": len(rows)}, measure=m, definition=d)
-    v = "yes" if cj[0] > 0 and cp[0] > 0 else "no" if cj[1] <= 0 and cp[1] <= 0 else "unclear"
-    why = f"rho(js_succ, gain) {_fmt(rj[0], cj)}, rho(p_pop, gain) {_fmt(rp[0], cp)}"
-    return _claim(4, rj[0], cj, v, why, {"runs": len(rows)}, m, d, rho_p_pop=float(rp[0]), rho_p_pop_ci=cp,
-                  k=int(es_all[0].get("k_max") or 0))
+        return _claim(4, reason="unclear: js_succ, p_pop or the gain is constant within cells",
+                      n={"runs": len(paired)}, measure=m, definition=d, boundary=0.0, **common)
+    mj, mp = mde(rj), mde(rp)
+    vj, wj = decide(rj[0], cj, mj, 0.0)
+    vp, wp = decide(rp[0], cp, mp, 0.0)
+    v = "yes" if vj == vp == "yes" else "no" if vj == vp == "no" else "unclear"
+    why = f"rho(js_succ, gain) {_fmt(rj[0], cj)} ({wj}); rho(p_pop, gain) {_fmt(rp[0], cp)} ({wp})"
+    return _claim(4, rj[0], cj, v, why, {"runs": len(paired), "cells": int(len(np.unique(cells)))}, m, d,
+                  mj, 0.0, rho_p_pop=float(rp[0]), rho_p_pop_ci=cp, rho_p_pop_mde=mp,
+                  k=int(paired[0][5].get("k_max") or 0), **common)
 
 
 def claim_sparsity(es_sp: list[dict], *, n_boot: int, seed: int, keep: float, keep_share: float,
                    level: float = 0.95, **_) -> dict:
     m = (f"share of ES's Pass@1 gain kept with only the largest {keep:.0%} of update entries (global), "
          "pooled over runs: sum(pruned - base) / sum(trained - base)")
-    d = (f"yes if the interval's lower end is >= {keep_share:g}; no if its upper end is < {keep_share:g}; "
-         "unclear if the gain's own interval includes 0")
+    d = (f"yes if the interval is above {keep_share:g}, no if below {keep_share:g}, at least the minimum "
+         "detectable effect away; unclear if the gain's own interval includes 0")
     parts = []
     for r in es_sp:
         s = r.get("sparsity") or {}
@@ -356,7 +528,7 @@ def claim_sparsity(es_sp: list[dict], *, n_boot: int, seed: int, keep: float, ke
             parts.append((int(n), s["base_counts"], s["trained_counts"], curve[0]["correct_counts"]))
     if not parts:
         return _claim(5, reason=f"missing data: no ES run has sparsity.json with a global keep-{keep:g} point "
-                      "(run config analysis=[sparsity])", measure=m, definition=d)
+                      "(run config analysis=[sparsity])", measure=m, definition=d, boundary=keep_share)
     P = min(len(p[1]) for p in parts)
     arr = {name: np.array([np.asarray(p[i][:P], dtype=np.float64) / p[0] for p in parts])
            for i, name in ((1, "base"), (2, "trained"), (3, "pruned"))}
@@ -366,15 +538,18 @@ def claim_sparsity(es_sp: list[dict], *, n_boot: int, seed: int, keep: float, ke
         share = np.where(gain != 0, (b["pruned"] - b["base"]) / gain, np.nan)
     gci = interval(gain[1:], level)
     n = {"runs": len(parts), "problems": P}
-    if gci is None or gci[0] <= 0 <= gci[1] or not np.isfinite(share[0]):
+    per_run = (arr["trained"] - arr["base"]).mean(axis=1)
+    gain_v, _ = decide(gain[0], gci, mde(gain, [per_run]), 0.0)
+    if gain_v != "yes" or not np.isfinite(share[0]):
         finite = bool(np.isfinite(share[0]))
         return _claim(5, share[0] if finite else None, interval(share[1:], level) if finite else None, "unclear",
                       f"ES's own Pass@1 gain on this split {_fmt(gain[0], gci)} is not clearly positive: "
-                      "no gain to keep", n, m, d, gain=float(gain[0]), gain_ci=gci)
+                      "no gain to keep", n, m, d, None, keep_share, gain=float(gain[0]), gain_ci=gci)
     ci = interval(share[1:], level)
-    v = "yes" if ci[0] >= keep_share else "no" if ci[1] < keep_share else "unclear"
-    return _claim(5, share[0], ci, v, f"share kept {_fmt(share[0], ci)} vs {keep_share:g}; gain {_fmt(gain[0], gci)}",
-                  n, m, d, gain=float(gain[0]), gain_ci=gci)
+    power = mde(share)
+    v, why = decide(share[0], ci, power, keep_share)
+    return _claim(5, share[0], ci, v, f"share kept {_fmt(share[0], ci)} ({why}); gain {_fmt(gain[0], gci)}",
+                  n, m, d, power, keep_share, gain=float(gain[0]), gain_ci=gci)
 
 
 def _margins(b: dict, seq: str) -> tuple[np.ndarray, np.ndarray]:
@@ -383,65 +558,149 @@ def _margins(b: dict, seq: str) -> tuple[np.ndarray, np.ndarray]:
     return d1, dk
 
 
-def claim_grpo_es(es: list[dict], grpo: list[dict], grpo_es: list[dict], es_grpo: list[dict], *,
-                  n_boot: int, seed: int, tolerance: float, level: float = 0.95, **_) -> dict:
-    m = ("min(d1, dK): d1 = Pass@1(grpo_es) - max(Pass@1(grpo), Pass@1(es)), dK = the same at the largest K")
-    d = (f"yes if the interval's lower end is >= -{tolerance:g} (GRPO->ES within {tolerance:g} of the better "
-         f"single algorithm at both Pass@1 and Pass@K); no if its upper end is < -{tolerance:g}")
-    missing = [a for a, x in (("grpo_es", grpo_es), ("ES", es), ("GRPO", grpo)) if not x]
+SEQUENCES = ("es_grpo", "grpo_es")  # the study's headline order first
+
+
+def claim_sequence(es: list[dict], grpo: list[dict], grpo_es: list[dict], es_grpo: list[dict], *,
+                   n_boot: int, seed: int, tolerance: float, level: float = 0.95, gain: dict | None = None,
+                   **_) -> dict:
+    d_ = float(tolerance)
+    m = ("per order: min(d1, dK), d1 = Pass@1(sequence) - max(Pass@1(grpo), Pass@1(es)), dK = the same at "
+         "the largest K")
+    d = (f"d = {d_:g}: yes if, for some order, the interval is above -d (the sequence's Pass@1 within d of the "
+         "better single algorithm's and its Pass@K at least the better single's minus d), at least the "
+         "minimum detectable effect away; no if every tested order's interval is below -d; intervals at "
+         f"{1 - (1 - level) / 2:.3f} per order (Bonferroni over the two orders); unclear if ES did not learn")
+    orders = {"es_grpo": es_grpo, "grpo_es": grpo_es}
+    present = [o for o in SEQUENCES if orders[o]]
+    missing = [a for a, x in (("ES", es), ("GRPO", grpo)) if not x] + ([] if present else ["es_grpo or grpo_es"])
     if missing:
         return _claim(6, reason=f"missing data: no {', '.join(missing)} runs in the comparison cell",
-                      measure=m, definition=d)
-    sets = {"es": es, "grpo": grpo, "grpo_es": grpo_es, **({"es_grpo": es_grpo} if es_grpo else {})}
+                      measure=m, definition=d, boundary=-d_, tolerance=d_)
+    sets = {"es": es, "grpo": grpo, **{o: orders[o] for o in present}}
     got = {a: _counts(x, "final_counts") for a, x in sets.items()}
     if any(v is None for v in got.values()):
-        return _claim(6, reason="missing data: per-problem final counts", measure=m, definition=d)
+        return _claim(6, reason="missing data: per-problem final counts", measure=m, definition=d, boundary=-d_)
+    guard = _guard(6, gain, "the cell's ES runs", m, d, -d_)
+    if guard is not None:
+        return guard
     K = min(v[1] for v in got.values())
     arrs, P = _pair_P(*[v[0] for v in got.values()])
     arrays = {}
     for (a, (c, n)), ca in zip(got.items(), arrs):
         arrays[f"{a}_1"], arrays[f"{a}_K"] = pass_at_k(n, ca, 1), pass_at_k(n, ca, K)
     b = boot_means(arrays, n_boot=n_boot, seed=seed, pair_rows=[(f"{a}_1", f"{a}_K") for a in got])
-    d1, dk = _margins(b, "grpo_es")
-    eff = np.minimum(d1, dk)
-    ci = interval(eff[1:], level)
-    v = "yes" if ci[0] >= -tolerance else "no" if ci[1] < -tolerance else "unclear"
+    level_each = 1 - (1 - level) / 2
+    per = {}
+    for o in present:
+        d1, dk = _margins(b, o)
+        eff = np.minimum(d1, dk)
+        ci = interval(eff[1:], level_each)
+        worse_k = bool(dk[0] <= d1[0])                     # the margin that sets the effect
+        suffix = "_K" if worse_k else "_1"
+        power = mde(eff, [arrays[f"{o}{suffix}"].mean(axis=1), arrays[f"grpo{suffix}"].mean(axis=1),
+                          arrays[f"es{suffix}"].mean(axis=1)])
+        v, why = decide(eff[0], ci, power, -d_)
+        per[o] = {"effect": float(eff[0]), "ci": ci, "mde": power, "verdict": v, "why": why,
+                  "d1": float(d1[0]), "d1_ci": interval(d1[1:], level_each),
+                  "dK": float(dk[0]), "dK_ci": interval(dk[1:], level_each),
+                  "pass@1": float(b[f"{o}_1"][0]), f"pass@{K}": float(b[f"{o}_K"][0])}
+    verdicts = [per[o]["verdict"] for o in present]
+    v = "yes" if "yes" in verdicts else "no" if all(x == "no" for x in verdicts) else "unclear"
+    best = max(present, key=lambda o: per[o]["effect"])
     means = {a: {"pass@1": float(b[f"{a}_1"][0]), f"pass@{K}": float(b[f"{a}_K"][0])} for a in got}
-    details = {"k": K, "means": means, "d1": float(d1[0]), "d1_ci": interval(d1[1:], level),
-               "dK": float(dk[0]), "dK_ci": interval(dk[1:], level)}
-    if "es_grpo" in got:
-        e1, ek = _margins(b, "es_grpo")
-        details.update(es_grpo_min_margin=float(min(e1[0], ek[0])),
-                       es_grpo_min_margin_ci=interval(np.minimum(e1, ek)[1:], level))
-    why = (f"GRPO->ES Pass@1 {means['grpo_es']['pass@1']:.3f} (best single {max(means['grpo']['pass@1'], means['es']['pass@1']):.3f}), "
-           f"Pass@{K} {means['grpo_es'][f'pass@{K}']:.3f} (best single "
-           f"{max(means['grpo'][f'pass@{K}'], means['es'][f'pass@{K}']):.3f})")
-    return _claim(6, eff[0], ci, v, why, {a: len(x) for a, x in sets.items()} | {"problems": P}, m, d, **details)
+    single1 = max(means["grpo"]["pass@1"], means["es"]["pass@1"])
+    singleK = max(means["grpo"][f"pass@{K}"], means["es"][f"pass@{K}"])
+    why = "; ".join(f"{'ES->GRPO' if o == 'es_grpo' else 'GRPO->ES'} Pass@1 {per[o]['pass@1']:.3f} / "
+                    f"Pass@{K} {per[o][f'pass@{K}']:.3f}: {per[o]['verdict']} ({per[o]['why']})" for o in present)
+    why += f" (best single: Pass@1 {single1:.3f}, Pass@{K} {singleK:.3f})"
+    return _claim(6, per[best]["effect"], per[best]["ci"], v, why,
+                  {a: len(x) for a, x in sets.items()} | {"problems": P}, m, d, per[best]["mde"], -d_,
+                  k=K, tolerance=d_, orders=per, means=means, best_order=best)
 
 
-def claim_pop_vs_size(trend: Mapping | None, **_) -> dict:
-    m = "slope of ln pop* on ln params (trend.json, ES runs; pop* = the continuous best population)"
-    d = "yes if the slope's 95% interval is below 0; no if it is above 0; unclear otherwise"
-    if not trend:
-        return _claim(7, reason="missing data: no trend.json", measure=m, definition=d)
-    sizes = int(trend.get("n_model_sizes") or 0)
-    n = {"model_sizes": sizes, "runs": trend.get("n_runs"), "seeds": trend.get("n_seeds")}
-    slope, ci = _num(trend.get("slope")), trend.get("slope_ci")
-    if sizes < 3 or slope is None:
-        return _claim(7, slope, ci, "unclear", f"missing data: {sizes} model size(s) in the ES runs (need >= 3)",
-                      n, m, d)
-    if not ci or any(_num(x) is None for x in ci):
-        return _claim(7, slope, None, "unclear", "no bootstrap interval for the slope", n, m, d)
-    v = "yes" if ci[1] < 0 else "no" if ci[0] > 0 else "unclear"
-    stars = {mm.get("model"): (mm.get("pop_star") or {}).get("continuous") for mm in trend.get("models") or []}
-    return _claim(7, slope, list(ci), v, f"slope {_fmt(slope, ci)} ({trend.get('verdict')})", n, m, d,
-                  pop_star=stars, verdict_fit=trend.get("verdict"))
+def claim_pop_vs_size(es_all: list[dict], *, n_boot: int, seed: int, tolerance: float, min_sizes: int = 5,
+                      level: float = 0.95, **_) -> dict:
+    m = ("slope of ln N* on ln params; N* = the smallest population whose final Pass@1 is within tol of the "
+         "best population's, per model size, at a fixed iteration budget")
+    d = (f"yes if the slope's interval is below 0, no if above 0, at least the minimum detectable slope from 0; "
+         f"needs >= {min_sizes} model sizes; bootstrap over seeds and problems; unclear if ES did not learn")
+    # one setting per model: its most common iteration budget (and sigma / lr), every pop of it
+    by_model: dict = {}
+    for r in es_all:
+        if r.get("final_counts") is None or r.get("samples") is None or _num(r.get("pop")) is None:
+            continue
+        by_model.setdefault(r.get("model"), []).append(r)
+    cells: dict = {}
+    for model, rs in by_model.items():
+        budgets: dict = {}
+        for r in rs:
+            budgets.setdefault(tuple(str(_num(r.get(k))) for k in ("iterations", "sigma", "lr")), []).append(r)
+        chosen = max(budgets.values(), key=len)
+        pops: dict = {}
+        for r in chosen:
+            pops.setdefault(int(_num(r["pop"])), []).append(r)
+        if len(pops) >= 2:
+            cells[model] = {p: _one_per_seed(x) for p, x in sorted(pops.items())}
+    sizes = len(cells)
+    n = {"model_sizes": sizes, "runs": sum(len(x) for c in cells.values() for x in c.values())}
+    if sizes < min_sizes:
+        return _claim(7, reason=f"missing data: {sizes} model size(s) with >= 2 populations of ES runs "
+                      f"(need >= {min_sizes})", n=n, measure=m, definition=d, boundary=0.0)
+    gained = [r for c in cells.values() for x in c.values() for r in x]
+    at_best = []
+    for pops in cells.values():           # each size's best population (highest mean final Pass@1)
+        at_best += max(pops.values(), key=lambda rs: float(np.mean(
+            [np.mean(r["final_counts"]) / float(r["samples"]) for r in rs])))
+    gain = es_gain(at_best, n_boot=min(n_boot, 400), seed=seed + 3, level=level)
+    guard = _guard(7, gain, "runs at each model size's best population", m, d, 0.0)
+    if guard is not None:
+        guard["n"] = n
+        return guard
+    rng = np.random.default_rng(seed)
+    P = min(len(r["final_counts"]) for r in gained)
+    probs = np.concatenate([np.arange(P)[None], rng.integers(0, P, size=(n_boot, P))])     # shared problems
+    models = sorted(cells, key=lambda mm: _num(cells[mm][next(iter(cells[mm]))][0].get("params")) or 0)
+    params = np.array([_num(cells[mm][next(iter(cells[mm]))][0].get("params")) for mm in models], dtype=float)
+    if not np.all(np.isfinite(params)) or np.any(params <= 0):
+        return _claim(7, reason="missing data: model sizes (params) unknown", n=n, measure=m, definition=d,
+                      boundary=0.0)
+    stars = np.zeros((n_boot + 1, len(models)))
+    table = []
+    for j, mm in enumerate(models):
+        pops = list(cells[mm])
+        means = np.zeros((n_boot + 1, len(pops)))
+        for i, pp in enumerate(pops):
+            runs = cells[mm][pp]
+            c, nn = _counts(runs, "final_counts")
+            s1 = pass_at_k(nn, c[:, :P], 1)                                   # (R, P)
+            rows = np.concatenate([np.arange(len(runs))[None], rng.integers(0, len(runs), size=(n_boot, len(runs)))])
+            per_run = s1[:, probs].mean(axis=2)                               # (R, B+1)
+            means[:, i] = np.take_along_axis(per_run.T, rows, axis=1).mean(axis=1)
+        best = means.max(axis=1, keepdims=True)
+        first = np.argmax(means >= best - tolerance, axis=1)                  # smallest pop within tol
+        stars[:, j] = np.asarray(pops, dtype=float)[first]
+        star_ci = interval(stars[1:, j], level)
+        table.append({"model": mm, "params": float(params[j]), "n_star": float(stars[0, j]),
+                      "n_star_ci": star_ci, "pops": pops, "pass@1": [float(x) for x in means[0]],
+                      "seeds": [len(cells[mm][pp]) for pp in pops]})
+    x = np.log(params)
+    xc = x - x.mean()
+    ly = np.log(stars)
+    slopes = (ly - ly.mean(axis=1, keepdims=True)) @ xc / float(xc @ xc)
+    ci = interval(slopes[1:], level)
+    power = mde(slopes)
+    v, why = decide(float(slopes[0]), ci, power, 0.0, above_is_yes=False)
+    stars_txt = ", ".join(f"{t['model']} {t['n_star']:g}" for t in table)
+    return _claim(7, float(slopes[0]), ci, v, f"slope {_fmt(float(slopes[0]), ci)} ({why}); N*: {stars_txt}",
+                  n, m, d, power, 0.0, per_size=table, tolerance=float(tolerance))
 
 
 # ---------------------------------------------------------------------------------------
 # all seven
 def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) -> dict:
-    """claims.json's content from run records (see module docstring) and the trend dict."""
+    """claims.json's content from run records (see module docstring). ``trend`` (trend.json, the
+    aggregator's fit) is reported beside claim 7, which computes its own N* from the runs."""
     s = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
     kw = dict(n_boot=int(s["n_boot"]), seed=int(s["seed"]), level=float(s["ci_level"]),
               tolerance=float(s["tolerance"]), band=float(s["band"]), keep=float(s["keep"]),
@@ -451,20 +710,24 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
     done = [r for r in records if r.get("status", "completed") == "completed"]
     es_all = [r for r in done if r.get("algo") == "es"]
     es_sp = [r for r in es_all if r.get("sparsity")]
+    gain = es_gain(A.get("es", []), n_boot=kw["n_boot"], seed=kw["seed"], level=kw["level"]) if A.get("es") else None
     out = [
         claim_es_pass1(A.get("es", []), **kw),
-        claim_entropy(A.get("es", []), A.get("grpo", []), **kw),
-        claim_coverage(A.get("es", []), A.get("grpo", []), **kw),
+        claim_entropy(A.get("es", []), A.get("grpo", []), gain=gain, **kw),
+        claim_coverage(A.get("es", []), A.get("grpo", []), gain=gain, **kw),
         claim_diversity(es_all, **kw),
         claim_sparsity(es_sp, **kw),
-        claim_grpo_es(A.get("es", []), A.get("grpo", []), A.get("grpo_es", []), A.get("es_grpo", []), **kw),
-        claim_pop_vs_size(trend, **kw),
+        claim_sequence(A.get("es", []), A.get("grpo", []), A.get("grpo_es", []), A.get("es_grpo", []),
+                       gain=gain, **kw),
+        claim_pop_vs_size(es_all, min_sizes=int(s["min_sizes"]), **kw),
     ]
+    if trend:
+        out[6]["details"]["trend_json"] = {k: trend.get(k) for k in ("slope", "slope_ci", "verdict", "method")}
     tokens = {a: float(np.mean([_num(r.get("tokens_generated")) or 0 for r in rs])) for a, rs in A.items()
               if a != "none"}
     ref = tokens.get("es") or None
     return {
-        "version": 1,
+        "version": 2,
         "settings": s,
         "cell": {"model": cell["model"], "settings": cell["settings"],
                  "runs": {a: [r["run_id"] for r in rs] for a, rs in A.items()},
@@ -505,8 +768,9 @@ def records_from_tables(runs, curves) -> list[dict]:
 
 
 def attach_details(records: list[dict], runs_dir: Path) -> None:
-    """sparsity.json for the ES runs that have it, then the per-problem lists (summary.json) of
-    the comparison cell's runs (chosen after sparsity is known: it breaks ties between runs)."""
+    """sparsity.json for the ES runs that have it, then the per-problem lists (summary.json) and
+    the ES member scoring of every ES run and of the comparison cell's runs (the cell is chosen
+    after sparsity is known: it breaks ties between runs)."""
     for r in records:
         sp = Path(runs_dir) / str(r["run_id"]) / "sparsity.json"
         if r.get("algo") == "es" and sp.exists():
@@ -515,7 +779,10 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
             except (OSError, ValueError):
                 pass
     cell = select_cell(records)
-    for r in (r for rs in cell["algos"].values() for r in rs):
+    wanted_ids = {id(r) for rs in cell["algos"].values() for r in rs}
+    for r in records:
+        if id(r) not in wanted_ids and r.get("algo") != "es":
+            continue
         try:
             s = json.loads((Path(runs_dir) / str(r["run_id"]) / "summary.json").read_text())
         except (OSError, ValueError):
@@ -523,6 +790,8 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
         base, final = s.get("base") or {}, s.get("final") or {}
         r["samples"] = final.get("samples") or base.get("samples")
         r["base_counts"], r["final_counts"] = base.get("correct_counts"), final.get("correct_counts")
+        es_cfg = ((s.get("config") or {}).get("es") or {})
+        r["es_temperature"], r["es_samples"] = es_cfg.get("temperature"), es_cfg.get("samples")
 
 
 def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:
@@ -556,16 +825,22 @@ def wanted(agg) -> bool:
     return name.startswith("paper") or ("es" in algos and len(algos & {"none", "grpo", "grpo_es", "es_grpo"}) > 0)
 
 
+def _mde_txt(c) -> str:
+    return "n/a" if c.get("mde") is None else f"{c['mde']:.3g}"
+
+
 def table_lines(result: dict) -> list[str]:
-    """Plain-text table: id, claim key, effect [95% CI], n, reproduced, reason."""
-    lines = [f"{'#':<2} {'claim':<17} {'effect [95% CI]':<28} {'reproduced':<10} reason"]
+    """Plain-text table: id, claim key, effect [95% CI], minimum detectable effect, verdict, reason."""
+    lines = [f"{'#':<2} {'claim':<18} {'effect [95% CI]':<28} {'mde':<7} {'verdict':<8} reason"]
     for c in result["claims"]:
-        lines.append(f"{c['id']:<2} {c['key']:<17} {_fmt(c['effect'], c['ci']):<28} {c['reproduced']:<10} {c['reason']}")
+        lines.append(f"{c['id']:<2} {c['key']:<18} {_fmt(c['effect'], c['ci']):<28} {_mde_txt(c):<7} "
+                     f"{c['reproduced']:<8} {c['reason']}")
     return lines
 
 
 def html_section(result: dict) -> str:
-    """``<section id="claims">``: one table row per claim (effect, 95% CI, n, verdict, reason)."""
+    """``<section id="claims">``: one row per claim (claim, rule, effect [95% CI], power, n,
+    verdict, reason), then claim 7's per-size table. Every string is HTML-escaped."""
     import html
 
     def cell(v) -> str:
@@ -575,11 +850,28 @@ def html_section(result: dict) -> str:
     rows = []
     for c in result["claims"]:
         n = ", ".join(f"{k} {v}" for k, v in (c.get("n") or {}).items())
+        b = c.get("boundary")
         rows.append(
             f'<tr id="claim-{c["id"]}"><td>{c["id"]}</td><td>{cell(c["claim"])}</td>'
-            f'<td>{cell(_fmt(c["effect"], c["ci"]))}<br><small>{cell(c["measure"])}</small></td><td>{cell(n)}</td>'
+            f'<td><small>{cell(c["definition"])}</small></td>'
+            f'<td>{cell(_fmt(c["effect"], c["ci"]))}<br><small>{cell(c["measure"])}</small></td>'
+            f'<td>{cell(_mde_txt(c))}<br><small>boundary {cell("n/a" if b is None else f"{b:+.3g}")}</small></td>'
+            f'<td>{cell(n)}</td>'
             f'<td style="color:{colors.get(c["reproduced"], "#222")}"><b>{cell(c["reproduced"])}</b></td>'
-            f'<td>{cell(c["reason"])}<br><small>{cell(c["definition"])}</small></td></tr>')
+            f'<td>{cell(c["reason"])}</td></tr>')
+    sizes = ""
+    per_size = next((c["details"].get("per_size") for c in result["claims"] if c["id"] == 7), None)
+    if per_size:
+        body = ""
+        for t in per_size:
+            ci = t.get("n_star_ci")
+            pops = ", ".join(f"N={p}: {v:.3f} ({k} seeds)" for p, v, k in zip(t["pops"], t["pass@1"], t["seeds"]))
+            body += (f"<tr><td>{cell(t['model'])}</td><td>{cell(format(t['params'], ',.0f'))}</td>"
+                     f"<td>{cell(format(t['n_star'], 'g'))}</td>"
+                     f"<td>{cell('n/a' if not ci else f'[{ci[0]:g}, {ci[1]:g}]')}</td><td>{cell(pops)}</td></tr>")
+        sizes = ('<h3>Claim 7 per model size</h3><table id="table-claim7"><thead><tr><th>model</th><th>params</th>'
+                 '<th>N*</th><th>N* 95% CI</th><th>final Pass@1 per population</th></tr></thead>'
+                 f'<tbody>{body}</tbody></table>')
     cellinfo = result.get("cell") or {}
     ratio = ", ".join(f"{a} {v:.2f}" for a, v in (cellinfo.get("tokens_vs_es") or {}).items() if v is not None)
     s = result.get("settings") or {}
@@ -588,7 +880,9 @@ def html_section(result: dict) -> str:
         f'<p>Comparison cell: model <b>{cell(cellinfo.get("model"))}</b>; generated training tokens relative '
         f'to ES: {cell(ratio or "-")}. 95% percentile bootstrap intervals ({cell(s.get("n_boot"))} resamples, '
         f'seed {cell(s.get("seed"))}) over problems (paired) and seeds; tolerance {cell(s.get("tolerance"))}, '
-        f'entropy band +-{cell(s.get("band"))} relative. Full definitions: claims.json, esopt/claims.py.</p>'
-        '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>effect [95% CI]</th><th>n</th>'
-        f'<th>reproduced</th><th>reason / definition</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
-        '</section>\n')
+        f'entropy band +-{cell(s.get("band"))} relative. Power: mde is the smallest distance from the rule\'s '
+        'boundary this sweep detects with 80% power (2.8 bootstrap standard errors); closer than that the '
+        'verdict is "unclear: underpowered". Full definitions: claims.json, esopt/study/claims.py.</p>'
+        '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>rule</th><th>effect [95% CI]</th>'
+        '<th>power (mde)</th><th>n</th><th>verdict</th><th>reason</th></tr></thead>'
+        f'<tbody>{"".join(rows)}</tbody></table>{sizes}</section>\n')

@@ -105,3 +105,17 @@ def test_bootstrap_ci_contains_mean_and_narrows():
     pairs = np.stack([rng.random(50) * 10, np.full(50, 10.0)], axis=1)
     lo, hi = metrics.bootstrap_ci(pairs, stat=lambda a: a[:, 0].sum() / a[:, 1].sum())
     assert lo <= pairs[:, 0].sum() / pairs[:, 1].sum() <= hi
+
+
+def test_spearman_matches_scipy_and_handles_constant():
+    from scipy.stats import spearmanr
+
+    x, y = np.array([1.0, 3, 2, 5, 4, 4]), np.array([2.0, 1, 4, 6, 5, 7])
+    assert metrics.spearman(x, y)[0] == pytest.approx(spearmanr(x, y).statistic)
+    assert np.isnan(metrics.spearman(np.ones(5), np.arange(5.0))[0])
+
+
+def test_percentile_interval():
+    reps = np.arange(1001, dtype=float)
+    assert metrics.percentile_interval(reps, 0.95) == pytest.approx([25.0, 975.0])
+    assert metrics.percentile_interval([np.nan, np.inf]) is None
