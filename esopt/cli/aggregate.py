@@ -15,12 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+from esopt.cli.common import quiet
 from esopt.core.errors import ConfigError
 from esopt.study import claims
 from esopt.study.aggregate import aggregate
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet()
     ap = argparse.ArgumentParser(
         prog="python -m esopt.aggregate",
         description="Aggregate a sweep into runs.parquet/csv, curves.parquet, trend.json and report.html.")

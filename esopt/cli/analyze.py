@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from esopt.cli.common import quiet
 from esopt.core.errors import ConfigError
 from esopt.core.store import atomic_write_json
 from esopt.study.analyze import (DEFAULT_FRACTIONS, MODES, EvalOpts, compare_drift, drift, forgetting,
@@ -82,6 +83,7 @@ def _fmt(v) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet()
     a = parser().parse_args(argv)
     say = lambda s: print(s, file=sys.stderr)  # noqa: E731
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -9,6 +10,42 @@ from pathlib import Path
 # The Hydra configs: conf/ at the top of the checkout, reached through the esopt/conf link (an
 # installed package holds a copy there).
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+# Libraries whose warnings and info logs are chatter at the command line (deprecations of
+# transformers / TRL internals, torch notices, progress bars); ESOPT_VERBOSE=1 or -v shows them.
+NOISY = ("transformers", "trl", "torch", "datasets", "accelerate", "huggingface_hub", "tokenizers", "optuna",
+         "submitit", "hydra", "omegaconf", "pandas", "pyarrow", "plotly", "scipy", "numpy", "tqdm", "vllm")
+
+
+def verbose(argv: list[str] | None = None) -> bool:
+    """Whether the user asked for library output: ``ESOPT_VERBOSE=1`` or ``-v`` / ``--verbose``."""
+    import os
+
+    return os.environ.get("ESOPT_VERBOSE", "") not in ("", "0") or any(a in ("-v", "--verbose") for a in argv or ())
+
+
+def quiet() -> None:
+    """Silence known library chatter in this process (and, through the environment, in the
+    processes it starts): warnings issued inside the NOISY libraries, transformers' and datasets'
+    info logs and progress bars. Idempotent; a no-op when ``verbose()``."""
+    import logging
+    import os
+    import warnings
+
+    if verbose():
+        return
+    pattern = r"(%s)(\..*)?$" % "|".join(NOISY)
+    warnings.filterwarnings("ignore", module=pattern)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for name in ("transformers", "datasets", "accelerate", "trl", "huggingface_hub", "optuna", "torch"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def fail(message: str, code: int = 2):
@@ -59,5 +96,12 @@ def hydra_app(task_function):
     from esopt.cli import configs
 
     configs.register()
-    sys.argv[1:] = prepare_argv(sys.argv[1:])
+    argv = sys.argv[1:]
+    loud = verbose(argv)
+    argv = [a for a in argv if a not in ("-v", "--verbose")]
+    if loud:  # Hydra's launcher logs back on (conf/config.yaml disables them)
+        argv += ["hydra/hydra_logging=default", "hydra/job_logging=default"]
+        os.environ["ESOPT_VERBOSE"] = "1"  # for the processes launchers start
+    quiet()
+    sys.argv[1:] = prepare_argv(argv)
     return hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(task_function)()

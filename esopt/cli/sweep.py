@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from esopt.cli.common import fail, hydra_app
+from esopt.cli.common import fail, hydra_app, quiet
 from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import ConfigError
@@ -41,6 +41,7 @@ def main_run(cfg) -> dict:
     """The Hydra task function: validate, run, analyse, report."""
     from esopt.algorithms import distributed
 
+    quiet()  # also in launcher workers (submitit, Slurm), which start from this function
     try:
         rc = validate(cfg)
     except ConfigError as e:

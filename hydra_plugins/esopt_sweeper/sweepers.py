@@ -194,6 +194,13 @@ class EsoptSweeper(Sweeper):
         groups: Dict[str, List[Job]] = {}
         for job in todo:
             groups.setdefault(json.dumps(job.launcher, sort_keys=True, default=str), []).append(job)
+        with SweepProgress(todo):
+            self._launch_groups(groups)
+        for job in jobs:  # the store is the truth (also for runs done elsewhere)
+            rd = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid)
+            job.summary = rd.read_summary()
+
+    def _launch_groups(self, groups: Dict[str, List[Job]]) -> None:
         for group in groups.values():
             n = self.max_batch_size or len(group)
             for start in range(0, len(group), n):
@@ -211,9 +218,6 @@ class EsoptSweeper(Sweeper):
                     if not ok and r is not None:
                         err = getattr(r, "_return_value", None)
                         print(f"esopt: warning: run {job.rid} raised: {err!r}"[:500], file=sys.stderr)
-        for job in jobs:  # the store is the truth (also for runs done elsewhere)
-            rd = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid)
-            job.summary = rd.read_summary()
 
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):
@@ -252,16 +256,19 @@ class EsoptSweeper(Sweeper):
 
     def dry_run(self, jobs: List[Job]) -> None:
         df = self.table(jobs, dry=True)
-        print(f"esopt: dry run: {len(jobs)} runs in {self.sweep_dir(jobs)} (nothing launched)")
+        n_runs = len({j.rid for j in jobs})
+        what = f"{n_runs} runs" if n_runs == len(jobs) else f"{len(jobs)} grid points = {n_runs} runs"
+        print(f"esopt: dry run: {what} in {self.sweep_dir(jobs)} (nothing launched)")
         with _wide():
             print(df.to_string(index=False))
-        done = [j for j in jobs if self.skipped(j)]
-        todo = [j for j in jobs if not self.skipped(j)]
+        done = list({j.rid: j for j in jobs if self.skipped(j)}.values())
+        todo = list({j.rid: j for j in jobs if not self.skipped(j)}.values())
+        whole = list({j.rid: j for j in jobs}.values())
         print(f"completed already (skipped): {len(done)}"
               + (f" [{', '.join(j.rid for j in done)}]" if done else ""))
         print(f"to run: {len(todo)}; max generated tokens (upper bound): "
               f"{sum(estimate_tokens(j.rc) for j in todo):,} to run, "
-              f"{sum(estimate_tokens(j.rc) for j in jobs):,} for the whole grid")
+              f"{sum(estimate_tokens(j.rc) for j in whole):,} for the whole grid")
 
     def finish(self, jobs: List[Job], title: str = "runs") -> int:
         """Print the table and sweep dir, aggregate, and return the exit code (1 if any failed)."""
@@ -297,6 +304,9 @@ class EsoptSweeper(Sweeper):
         if self.grids:  # the union of sub-grids: one job per run id
             seen_ids: set = set()
             jobs = [j for j in jobs if not (j.rid in seen_ids or seen_ids.add(j.rid))]
+        else:
+            for line in collapsed_points(jobs):
+                print(f"esopt: note: {line}", file=sys.stderr)
         if self.config.sweep.get("dry_run"):
             self.dry_run(jobs)
             return []
@@ -412,6 +422,66 @@ class _Number:
     number: int
 
 
+class SweepProgress:
+    """One updating line for the whole sweep (tqdm on a terminal, silent in logs): runs done /
+    total, running, failed, and an ETA from the finished runs' wall times. A thread polls the
+    runs' summary.json files, so it works the same for every launcher (in process, submitit,
+    Slurm)."""
+
+    def __init__(self, jobs: List[Job], every_s: float = 2.0):
+        import threading
+
+        self.jobs, self.every_s = list(jobs), every_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.bar = None
+
+    def counts(self) -> dict:
+        from esopt.core import store
+
+        out = {"done": 0, "running": 0, "failed": 0, "walls": []}
+        for job in self.jobs:
+            s = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
+            status = s.get("status")
+            if status in ("completed", "pruned", "failed"):
+                out["done"] += 1
+                out["failed"] += status == "failed"
+                if s.get("wall_s"):
+                    out["walls"].append(float(s["wall_s"]))
+            elif status == "running":
+                out["running"] += 1
+        return out
+
+    def _poll(self) -> None:
+        while True:
+            c = self.counts()
+            left = len(self.jobs) - c["done"]
+            eta = (sum(c["walls"]) / len(c["walls"]) * left / max(1, c["running"])) if c["walls"] and left else None
+            self.bar.n = c["done"]
+            self.bar.set_postfix_str(f"running {c['running']}, failed {c['failed']}"
+                                     + (f", eta {eta / 60:.1f} min" if eta is not None else ""), refresh=True)
+            if self.stop.wait(self.every_s):
+                return
+
+    def __enter__(self):
+        from tqdm.auto import tqdm
+
+        if len(self.jobs) > 1:
+            self.bar = tqdm(total=len(self.jobs), desc="esopt sweep", unit="run", disable=None,
+                            dynamic_ncols=True, leave=False)
+            if not self.bar.disable:
+                self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=10)
+        if self.bar is not None:
+            self.bar.close()
+        return False
+
+
 class _OnceFilter(logging.Filter):
     """Let submitit's "Bypassing sacct error" warning through once (Slurm without slurmdbd
     has no sacct; submitit then reads its own result files, which is fine)."""
@@ -457,6 +527,28 @@ def _plain(x):
 
 def _encode(v) -> str:
     return "null" if v is None else (repr(v) if isinstance(v, float) else str(v))
+
+
+def collapsed_points(jobs: List[Job]) -> List[str]:
+    """Grid points that are one run because their algorithm ignores the key they differ in
+    (e.g. pop with algo=grpo): one line per (algo, keys), "pop has no effect with algo=grpo:
+    6 points are 2 runs"."""
+    by_rid: Dict[str, List[Job]] = {}
+    for job in jobs:
+        by_rid.setdefault(job.rid, []).append(job)
+    notes: Dict[tuple, List[int]] = {}
+    for same in by_rid.values():
+        if len(same) < 2:
+            continue
+        kvs = [dict(o.split("=", 1) for o in j.overrides if "=" in o) for j in same]
+        keys = sorted({k for kv in kvs for k in kv if len({kv.get(k) for kv in kvs}) > 1})
+        key = (same[0].rc.algo, tuple(k.lstrip("+~") for k in keys))
+        notes.setdefault(key, [0, 0])
+        notes[key][0] += len(same)
+        notes[key][1] += 1
+    return [f"{', '.join(keys) or 'the differing keys'} {'has' if len(keys) == 1 else 'have'} no effect with "
+            f"algo={algo}: {points} points are {runs} run{'s' if runs > 1 else ''}"
+            for (algo, keys), (points, runs) in notes.items()]
 
 
 def _varying_keys(grid: List[List[str]]) -> List[str]:

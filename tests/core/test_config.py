@@ -11,7 +11,7 @@ from esopt.runtime.validate import identity, validate
 
 def test_defaults_validate():
     rc = validate(compose_cfg())
-    assert rc.algo == "none" and rc.model["name"] == "tiny-s" and rc.task["name"] == "countdown"
+    assert rc.algo == "es" and rc.model["name"] == "tiny-s" and rc.task["name"] == "countdown"
     assert rc.pop == 16 and rc.eval.samples == 32 and rc.eval.temperature == 0.6
 
 

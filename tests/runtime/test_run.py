@@ -4,7 +4,7 @@ import json
 
 from helpers import run_cli
 
-SMALL = ["model=tiny-xs", "eval.problems=8", "eval.samples=4"]
+SMALL = ["model=tiny-xs", "algo=none", "eval.problems=8", "eval.samples=4"]
 
 
 def summaries(root, sweep="default"):

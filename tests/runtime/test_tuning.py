@@ -158,3 +158,41 @@ def test_real_run_is_pruned_and_recorded(tmp_path):
     trial = tuning.find_trial(tuning.open_study(rc), summary["run_id"])
     assert trial.state == TrialState.PRUNED
     assert list(trial.intermediate_values) == [1]
+
+
+def test_journal_opens_in_optuna_dashboard(tmp_path):
+    """The README's command, `optuna-dashboard results/<sweep>/optuna.journal`, serves the
+    sweep's studies (on loopback; the server is stopped at the end)."""
+    import json
+    import shutil
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    exe = shutil.which("optuna-dashboard")
+    if exe is None:
+        pytest.skip("optuna-dashboard is not installed (pip install -e '.[test]')")
+    cfg = {"sweep": {"root": str(tmp_path), "name": "s"}, "model": {"name": "tiny-s"}, "algo": "es",
+           "task": {"name": "countdown"}, "tuning": {}}
+    trial = tuning.attach(cfg, "run-1", {"pop": 8})
+    trial.report(0.25, 1)
+    trial.finish({"status": "completed", "final": {"pass@1": 0.3}})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([exe, str(tmp_path / "s" / "optuna.journal"), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, studies = time.time() + 60, None
+        while time.time() < deadline and studies is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as r:
+                    studies = json.loads(r.read())["study_summaries"]
+            except OSError:
+                time.sleep(0.5)
+        assert studies is not None, "optuna-dashboard did not answer"
+        assert [s["study_name"] for s in studies] == ["esopt:s:tiny-s:es:countdown"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -1,0 +1,178 @@
+"""report.html in a real headless browser (Debian's chromium + chromedriver, selenium): every
+figure renders with data, every dropdown button switches the traces it says it does, and no
+console error occurs. Planted failures (a script error, a figure emptied, a dead button) make
+the same check fail, so the check can fail.
+
+Skipped with a reason where chromium, chromedriver or selenium is missing; .ci/run installs
+them (apt-get install chromium chromium-driver; pip install -e ".[test]")."""
+
+import os
+import re
+import shutil
+
+import pytest
+
+from helpers import write_synthetic_sweep
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
+from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER_BIN") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
+RENDER_S, BUTTON_S = 90.0, 10.0  # generous: a loaded 2-core machine
+
+# every figure div of the page has been drawn by Plotly.newPlot (null until then)
+JS_READY = """
+if (document.readyState !== 'complete' || typeof window.Plotly === 'undefined') return null;
+const divs = [...document.querySelectorAll('div.figure')];
+if (!divs.length) return null;
+for (const el of divs) {
+  if (!el.classList.contains('js-plotly-plot') || !el._fullData || !el.querySelector('svg.main-svg')) return null;
+}
+return divs.map(el => el.id);
+"""
+JS_POINTS = """
+return [...document.querySelectorAll('div.figure')].map(el => [el.id, el._fullData.map(t => {
+  if (t.visible === false) return 0;
+  if (typeof t._length === 'number' && t._length > 0) return t._length;
+  for (const k of ['x', 'y', 'z', 'values', 'dimensions']) if (t[k] && t[k].length) return t[k].length;
+  return 0;})]);
+"""
+JS_MENUS = """
+return [...document.querySelectorAll('div.figure')].map(el =>
+  (el._fullLayout.updatemenus || []).filter(m => m.visible !== false).map(m => ({
+    buttons: m.buttons.filter(b => b.visible !== false).map(b => ({label: b.label, method: b.method, args: b.args}))})));
+"""
+JS_STATE = """
+const el = document.querySelectorAll('div.figure')[arguments[0]];
+return {visible: el._fullData.map(t => t.visible), active: el._fullLayout.updatemenus[arguments[1]].active};
+"""
+
+
+@pytest.fixture(scope="module")
+def driver():
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))  # no Selenium Manager download
+    drv.set_page_load_timeout(RENDER_S)
+    drv.set_script_timeout(RENDER_S)
+    yield drv
+    drv.quit()
+
+
+@pytest.fixture(scope="module")
+def report_page(tmp_path_factory):
+    from esopt.study.aggregate import aggregate
+
+    root = tmp_path_factory.mktemp("browser") / "sweep"
+    write_synthetic_sweep(root, models={"tiny-xs": 3e4, "tiny-s": 1e5, "tiny-m": 3e5}, pops=(8, 16, 32),
+                          seeds=(0, 1), algos=("es", "grpo", "none", "es_grpo"), iterations=4, eval_every=2,
+                          problems=20, samples=8, statuses={"es-tiny-s-p8-s0": "failed"})
+    aggregate(root, bootstrap=100)
+    return root / "report.html"
+
+
+def errors(drv):
+    return [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def expected_visibility(button, before):
+    if button["method"] not in ("update", "restyle") or not button["args"]:
+        return None
+    vis = button["args"][0].get("visible")
+    if vis is None:
+        return None
+    idx = list(range(len(before)))
+    if button["method"] == "restyle" and len(button["args"]) > 1:
+        idx = button["args"][-1]
+    elif button["method"] == "update" and len(button["args"]) > 2:
+        idx = button["args"][2]
+    idx = [idx] if isinstance(idx, int) else idx
+    out = list(before)
+    for k, i in enumerate(idx):
+        out[i] = vis[k % len(vis)] if isinstance(vis, list) else vis
+    return out
+
+
+def click(drv, fig, menu, button):
+    el = drv.find_elements(By.CSS_SELECTOR, "div.figure")[fig]
+    group = el.find_elements(By.CSS_SELECTOR, "g.updatemenu-container")[menu]
+    items = group.find_elements(By.CSS_SELECTOR, "g.updatemenu-button")
+    if not items:  # a dropdown: open it first
+        group.find_element(By.CSS_SELECTOR, "g.updatemenu-header-group").click()
+        items = WebDriverWait(drv, BUTTON_S, poll_frequency=0.05).until(
+            lambda d: group.find_elements(By.CSS_SELECTOR, "g.updatemenu-dropdown-button"),
+            message="the dropdown did not open")
+    items[button].click()
+
+
+def check_page(drv, path, button_s: float = BUTTON_S) -> dict:
+    """Open the page and check it; returns {figure id: trace points}, raises AssertionError."""
+    drv.get_log("browser")
+    drv.get(path.resolve().as_uri())
+    try:
+        ids = WebDriverWait(drv, RENDER_S, poll_frequency=0.2).until(lambda d: d.execute_script(JS_READY))
+    except TimeoutException:
+        raise AssertionError(f"figures did not render; console errors: {errors(drv)}") from None
+    points = dict(drv.execute_script(JS_POINTS))
+    for fig_id, per_trace in points.items():
+        assert any(n > 0 for n in per_trace), f"figure {fig_id} has no trace with points: {per_trace}"
+    for f, menus in enumerate(drv.execute_script(JS_MENUS)):
+        for m, menu in enumerate(menus):
+            for b in reversed(range(len(menu["buttons"]))):  # the first click always changes `active`
+                before = drv.execute_script(JS_STATE, f, m)["visible"]
+                want = expected_visibility(menu["buttons"][b], before)
+                click(drv, f, m, b)
+
+                def switched(d, f=f, m=m, b=b, want=want):
+                    s = d.execute_script(JS_STATE, f, m)
+                    return s["active"] == b and (want is None or s["visible"] == want)
+
+                WebDriverWait(drv, button_s, poll_frequency=0.05).until(
+                    switched, message=f"{ids[f]} button {menu['buttons'][b]['label']!r}: expected visible={want}")
+    found = errors(drv)
+    assert not found, f"console errors: {found}"
+    return points
+
+
+def test_report_renders_with_data_working_dropdowns_and_no_errors(driver, report_page):
+    points = check_page(driver, report_page)
+    for fig in ("fig-parcoords", "fig-curves", "fig-passk", "fig-entropy", "fig-heatmap", "fig-status"):
+        assert fig in points, sorted(points)
+
+
+def test_planted_script_error_fails_the_check(driver, report_page, tmp_path):
+    bad = tmp_path / "report.html"
+    bad.write_text(report_page.read_text().replace("</body>", "<script>throw new Error('planted')</script></body>"))
+    with pytest.raises(AssertionError, match="console errors: .*planted"):
+        check_page(driver, bad)
+
+
+def test_planted_empty_figure_fails_the_check(driver, report_page, tmp_path):
+    html = report_page.read_text()
+    m = re.search(r'(<script type="application/json" class="figure-data" data-figure="fig-heatmap">)(.*?)(</script>)',
+                  html, flags=re.S)
+    empty = html[:m.start(2)] + '{"data": [], "layout": {}}' + html[m.end(2):]
+    bad = tmp_path / "report.html"
+    bad.write_text(empty)
+    with pytest.raises(AssertionError, match="figure fig-heatmap has no trace with points"):
+        check_page(driver, bad)
+
+
+def test_planted_dead_dropdown_fails_the_check(driver, report_page, tmp_path):
+    html = report_page.read_text()  # buttons whose clicks do nothing (execute: false)
+    bad = tmp_path / "report.html"
+    bad.write_text(html.replace('"method":"update"', '"method":"update","execute":false'))
+    assert bad.read_text() != html
+    with pytest.raises(Exception, match="expected visible"):
+        check_page(driver, bad, button_s=2.0)
