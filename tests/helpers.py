@@ -7,7 +7,9 @@
   scaling law, written through the results store the runs use (``esopt.core.store.RunDir``);
 - ``random_model(tok)`` / ``tiny_model()``: small randomly initialised Qwen2 models, and
   ``SevensTask``, a trivially verifiable task for training tests;
-- ``REPO``, ``SHARED_DATA``: the checkout, and the real data beside it (absent in a user's clone).
+- ``REPO``, ``SHARED_DATA``: the checkout, and the real data beside it (absent in a user's clone);
+- ``require_vllm()`` / ``vllm_tiny()``: the vLLM tests' gate (skip, or fail in CI) and the tiny
+  model vLLM's CPU build can serve.
 """
 
 from __future__ import annotations
@@ -27,6 +29,44 @@ from esopt.tasks import Task, Verdict
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 CONF_DIR = REPO / "conf"
+
+
+# The rebuilt tiny family (head size 32) until it ships in esopt/models/tiny/: the vLLM tests use
+# the shipped tiny-s as soon as vLLM's CPU attention can serve it, this directory before that.
+VLLM_TINY_FALLBACK = Path("/work/pretrain/tiny/tiny-s")
+
+
+def require_vllm() -> None:
+    """vLLM tests: skip with a reason where vLLM is not importable, but fail where it must be
+    (``ESOPT_REQUIRE_VLLM=1``, set by .ci/run for its vLLM stage: a skipped vLLM test there is a
+    failure)."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("vllm") is None:
+        reason = "vLLM is not installed (bash scripts/install_vllm.sh, in a second venv; see README)"
+        if os.environ.get("ESOPT_REQUIRE_VLLM", "") not in ("", "0"):
+            pytest.fail(f"ESOPT_REQUIRE_VLLM is set but {reason}")
+        pytest.skip(reason)
+
+
+def vllm_tiny() -> list[str]:
+    """Overrides selecting tiny-s in a form vLLM's CPU build serves (head size 32): the shipped
+    model when its head size is served, else the rebuilt one at ``VLLM_TINY_FALLBACK``."""
+    import pytest
+
+    from esopt import models
+    from esopt.engines.vllm import CPU_HEAD_SIZES, head_size
+
+    if head_size(models.local_config("tiny-s")) in CPU_HEAD_SIZES:
+        return ["model=tiny-s"]
+    if (VLLM_TINY_FALLBACK / "config.json").is_file():
+        return ["model=tiny-s", f"model.path={VLLM_TINY_FALLBACK}"]
+    message = f"the shipped tiny-s has head size 16 and {VLLM_TINY_FALLBACK} is absent"
+    if os.environ.get("ESOPT_REQUIRE_VLLM", "") not in ("", "0"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def random_model(tok, seed=0):

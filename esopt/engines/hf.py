@@ -21,7 +21,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from esopt.engines.base import Generation, entropy_per_token
+from esopt.engines.base import Generation, encode_prompts, entropy_per_token
 
 _M32 = 0xFFFFFFFF
 
@@ -170,10 +170,7 @@ class HFEngine:
         """Nothing to release (the model belongs to the caller)."""
 
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
-        # Prompts already carrying the BOS text (chat templates) get no second BOS.
-        bos = self.tokenizer.bos_token
-        add_special = not (bos and all(p.startswith(bos) for p in prompts))
-        return self.tokenizer(list(prompts), add_special_tokens=add_special, padding=False)["input_ids"]
+        return encode_prompts(self.tokenizer, prompts)
 
     @torch.inference_mode()
     def generate(

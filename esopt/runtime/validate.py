@@ -4,7 +4,8 @@
     rid = run_id(rc)          # 12 hex digits: results/<sweep>/runs/<rid>/
 
 ``validate`` = ``esopt.core.config.parse`` (types and ranges) + the model, task and engine
-names + the algorithm's own checks (``esopt.algorithms``) + the task's data (built once per
+names + the algorithm's own checks (``esopt.algorithms``) + whether the engine can run the model
+here (``esopt.engines.check``: vLLM installed, head size served) + the task's data (built once per
 distinct task config, so a missing file or a malformed row is one line here, not a failed run).
 """
 
@@ -33,6 +34,7 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
         raise ConfigError(f"unknown task {rc.task.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
     engines.parse(rc.engine)
     algo.validate(rc)
+    engines.check(rc.engine, rc.model)
     if check_data:
         _check_task_data(rc)
     return rc

@@ -177,6 +177,8 @@ def test_every_preset_value_composes_and_validates(preset):
     from omegaconf import OmegaConf
 
     from esopt.cli import configs
+    from esopt.core.errors import ConfigError
+    from esopt.engines import vllm as vllm_engine
     from esopt.runtime.validate import validate
 
     configs.register()
@@ -198,8 +200,13 @@ def test_every_preset_value_composes_and_validates(preset):
             for key, vs in axes.items():
                 for value in values(vs):
                     point = {**first, key: value}
-                    cfg = compose(config_name="config",
-                                  overrides=[f"+experiment={preset}"] + [f"{k}={v}" for k, v in point.items()])
+                    overrides = [f"+experiment={preset}"] + [f"{k}={v}" for k, v in point.items()]
+                    cfg = compose(config_name="config", overrides=overrides)
+                    if preset.endswith("_gpu") and not vllm_engine.available():
+                        # engine=vllm: refused up front where vLLM is missing; the rest still checks
+                        with pytest.raises(ConfigError, match="scripts/install_vllm.sh"):
+                            validate(cfg)
+                        cfg = compose(config_name="config", overrides=overrides + ["engine=hf"])
                     rc = validate(cfg)
                     assert rc.sweep.name == preset
                     if preset.endswith("_tiny"):

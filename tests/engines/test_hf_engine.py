@@ -39,14 +39,9 @@ def hf_greedy(model, tok, prompt, max_new_tokens):
     return out[0, ids["input_ids"].shape[1]:].tolist()
 
 
-def test_get_unknown_and_vllm_without_extra(tok):
+def test_get_unknown_engine(tok):
     with pytest.raises(ConfigError, match="unknown engine 'nope'"):
         engines.get({"name": "nope"}, None, tok)
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigError, match=r"pip install esopt\[vllm\]"):
-            engines.get({"name": "vllm"}, "some/model", tok)
 
 
 def test_shapes_and_counts(engine):
@@ -186,25 +181,6 @@ def test_model_generation_config_is_ignored(tok, engine):
         for k, v in saved.items():
             setattr(gc, k, v)
     assert engine.model.generation_config.repetition_penalty == saved["repetition_penalty"]
-
-
-def test_vllm_engine_matches_interface(tok, tmp_path):
-    """Runs only where vLLM and a GPU exist (skipped on CPU machines)."""
-    pytest.importorskip("vllm")
-    if not torch.cuda.is_available():
-        pytest.skip("vllm engine needs a GPU")
-    random_model(tok).save_pretrained(tmp_path)
-    tok.save_pretrained(tmp_path)
-    eng = engines.get({"name": "vllm", "dtype": "float32", "gpu_memory_utilization": 0.2,
-                       "enforce_eager": True, "max_model_len": 128}, str(tmp_path), tok)
-    a = eng.generate(PROMPTS, n=3, temperature=1.0, max_new_tokens=8, seed=1, return_entropy=True)
-    assert [len(c) for c in a.completions] == [3] * 4 and a.n_tokens == sum(map(sum, a.lengths))
-    assert eng.generate(PROMPTS, n=3, temperature=1.0, max_new_tokens=8, seed=1).completions == a.completions
-    g = eng.generate(PROMPTS, n=2, temperature=0.0, max_new_tokens=8)
-    hf = engines.get({"name": "hf", "device": "cpu"}, random_model(tok), tok)
-    assert g.completions == hf.generate(PROMPTS, n=2, temperature=0.0, max_new_tokens=8).completions
-    with pytest.raises(NotImplementedError):
-        eng.named_parameters()
 
 
 def test_entropy_per_token_hand_computed():
