@@ -69,6 +69,15 @@ def vllm_tiny() -> list[str]:
     pytest.skip(message)
 
 
+def vllm_tiny_family(names: tuple[str, ...]) -> list[str]:
+    """Sweep overrides selecting the tiny models ``names`` (in this order) as vLLM's CPU build can
+    serve them: the shipped ones, or the rebuilt head-32 ones beside ``VLLM_TINY_FALLBACK``."""
+    overrides = vllm_tiny()
+    if len(overrides) == 1:
+        return [f"model={','.join(names)}"]
+    return [f"model={','.join(names)}", f"model.path={VLLM_TINY_FALLBACK.parent}/${{model.name}}"]
+
+
 def random_model(tok, seed=0):
     """Randomly initialised small Qwen2 (hidden 32, 2 layers) over ``tok``; init std raised so
     that distributions are not uniform (greedy has clear winners, entropy below ln V)."""

@@ -47,6 +47,8 @@ class VLLMConfig:
     #                                       at most grpo.vllm_gpu_memory_utilization (training shares the GPU)
     tensor_parallel_size: int = 1        # must be 1: one single-GPU engine per run (the study); ES and sync need whole tensors
     enforce_eager: Optional[bool] = None  # null = true on CPU (no torch.compile), false on GPU (CUDA graphs)
+    in_process: Optional[bool] = None    # null = true on CPU: vLLM's engine and worker run inside esopt's process
+    #                                      (starts in seconds instead of 25-70 s); false on GPU (vLLM's own processes)
     max_batch: int = 256                 # vLLM max_num_seqs: sequences scheduled at once
     max_model_len: Optional[int] = None  # null = the model's context length; lower it to save KV memory
     kv_cache_mb: Optional[int] = None    # KV cache MiB; null = gpu_memory_utilization's share on a GPU; on CPU

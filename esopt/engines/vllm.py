@@ -15,11 +15,12 @@ Hugging Face names (in ``/dev/shm`` when it exists), bitwise when both have the 
 keyed by the HF names (``esopt.engines.vllm_worker``), so the same member seeds give the same
 weights as on the hf engine.
 
-One engine per process: starting vLLM takes 25-70 s on a CPU and minutes on a GPU, so the
-``LLM`` is kept for the next run of the same model source and engine settings (the local
-launcher runs a sweep's jobs in one process), which starts with ``sync_from(its fresh model)``;
-a run with another model or settings shuts the old one down first; :func:`shutdown` (also at
-exit) ends it.
+One engine per process: starting vLLM takes seconds to minutes (on a CPU: 3-5 s in process,
+``engine.in_process`` (the default there), 25-70 s with vLLM's own engine and worker processes;
+on a GPU minutes), so the ``LLM`` is kept for the next run of the same model source and engine
+settings (the local launcher runs a sweep's jobs in one process), which starts with
+``sync_from(its fresh model)``; a run with another model or settings shuts the old one down
+first; :func:`shutdown` (also at exit) ends it.
 
 Differences from the hf engine, by design of vLLM:
 - Sampling uses vLLM's own per-request generators (request p gets seed hash(seed, p)), so a
@@ -152,6 +153,30 @@ def _tokenizer_dir(source: str) -> str:
     return str(dst)
 
 
+def _start(LLM, args: dict, in_process: bool):
+    """``LLM(**args)``; ``in_process``: the engine core runs in this process too
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``; with ``distributed_executor_backend="uni"`` its worker
+    as well), so start-up is model loading only and no processes are left behind. vLLM's CPU
+    worker replaces ``torch.set_num_threads`` process-wide to protect its OpenMP thread binding,
+    which the in-process worker does not do: the original is put back."""
+    import torch
+    import vllm.envs
+
+    name = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    saved_env, saved_threads = os.environ.get(name), torch.set_num_threads
+    os.environ[name] = "0" if in_process else "1"
+    try:
+        return LLM(**args)
+    finally:
+        torch.set_num_threads = saved_threads
+        if saved_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved_env
+        if hasattr(vllm.envs, "disable_envs_cache"):  # vLLM caches its env once an engine is up
+            vllm.envs.disable_envs_cache()
+
+
 def _kv_cache_bytes(cfg, hf_config, dtype_bytes: int, max_len: int) -> int:
     """CPU KV cache: ``engine.kv_cache_mb`` if set, else room for ``max_batch`` sequences of
     ``max_len`` tokens (2 x layers x kv_heads x head_size x dtype bytes per token), capped at
@@ -213,12 +238,15 @@ class VLLMEngine:
             args["kv_cache_memory_bytes"] = _kv_cache_bytes(cfg, model.config, itemsize, max_len)
         if not on_cpu:
             args["gpu_memory_utilization"] = float(cfg.gpu_memory_utilization)
+        in_process = on_cpu if cfg.in_process is None else bool(cfg.in_process)
+        if in_process:
+            args["distributed_executor_backend"] = "uni"   # the worker in the engine's process
         key = json.dumps(args, sort_keys=True)
         reused = _LIVE["key"] == key and _LIVE["llm"] is not None
         if not reused:
             shutdown()
             args["tokenizer"] = _tokenizer_dir(str(source))
-            _LIVE["llm"] = LLM(**args)
+            _LIVE["llm"] = _start(LLM, args, in_process)
             _LIVE["key"] = key
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)  # as the hf engine
         engine = cls(_LIVE["llm"], tokenizer, max_batch=int(cfg.max_batch), entropy_topk=int(cfg.entropy_topk),

@@ -10,6 +10,7 @@ both engines compute in fp32.
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -251,3 +252,44 @@ def test_evaluate_command_with_engine_vllm(tiny, tmp_path):
     saved = json.loads(out.read_text())
     assert saved["n_problems"] == 20 and saved["pass@k"] == result["pass@k"]
     assert 0 < saved["tokens_generated"] and math.isfinite(saved["entropy"])
+
+
+def test_engine_in_vllms_own_processes_does_the_same(tiny):
+    """engine.in_process=false: vLLM's engine-core and worker processes (the GPU default), weight
+    operations and sync through collective_rpc's serialisation."""
+    import psutil
+
+    def vllm_processes():
+        return [c for c in psutil.Process().children(recursive=True)
+                if c.name().startswith("VLLM") and c.status() != psutil.STATUS_ZOMBIE]
+
+    rc, model, tok, engine, task = components(tiny, "engine.in_process=false")
+    assert vllm_processes()  # the engine runs elsewhere
+    w = engine.weights()
+    hw = noise.Weights(fresh_model(tiny).named_parameters())
+    c0 = w.checksum()
+    assert c0 == hw.checksum()
+    for i in range(20):
+        w.perturb(i, 0.01)
+        w.restore()
+    assert w.checksum() == c0
+    seeds, rewards = [5, 6, 7], [1.0, -0.5, -0.5]
+    w.update(seeds, rewards, 0.01)
+    hw.update(seeds, rewards, 0.01)
+    assert w.checksum() == hw.checksum()
+    prompts = [r["prompt"] for r in task.split("test")][:50]
+    kw = dict(max_new_tokens=task.max_new_tokens, stop=tuple(task.stop))
+    hf = HFEngine(fresh_model(tiny), tok, device="cpu")
+    noise.Weights(hf.model.named_parameters()).update(seeds, rewards, 0.01)
+    a, b = hf.generate(prompts, **kw), engine.generate(prompts, **kw)
+    assert sum(x == y for x, y in zip(a.completions, b.completions)) >= 48
+    engine.sync_from(model)  # back to the base
+    assert w.checksum() == noise.checksum(model.named_parameters())
+    from esopt.engines import vllm as vllm_engine
+
+    vllm_engine.shutdown()
+    for _ in range(20):
+        if not vllm_processes():
+            break
+        time.sleep(0.5)
+    assert not vllm_processes()

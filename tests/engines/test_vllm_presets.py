@@ -1,0 +1,74 @@
+"""No refusal after queueing: every ``*_gpu`` preset's grid, with the Qwen models swapped for
+tiny ones and one iteration, runs with engine=vllm on CPU and every run completes (vLLM's CPU
+build; ``python -m pytest -m vllm``).
+
+The grids run as a user's sweep does (``python -m esopt.sweep -m +experiment=<preset>``), in
+this process with the local launcher, so consecutive runs of a model share one vLLM engine
+(esopt/engines/vllm.py). Swapped for CPU scale: the models (tiny-xs / tiny-s / tiny-m for the
+0.5B / 1.5B / 3B sizes, tiny-s for 1.5B alone), the launcher (local instead of Slurm), the
+iterations (1; 2 for the sequential preset, whose sequences need one per phase), and the sizes
+of a run (4 training prompts per ES iteration, 4 GRPO prompts, 8 evaluation problems x 2
+samples). Algorithms, populations, sigma / lr values, seeds and the presets' own GRPO settings
+(grpo.use_vllm=true: rollouts by the run's vLLM engine) are the presets' own. The task is fixed
+to countdown, which the tiny family knows.
+"""
+
+import json
+import sys
+
+import pytest
+from helpers import require_vllm, vllm_tiny_family
+
+pytestmark = pytest.mark.vllm
+
+SMALL = ["hydra/launcher=local", "engine=vllm", "task=countdown", "es.batch_size=4", "eval.problems=8",
+         "eval.samples=2"]
+GRPO_SMALL = ["++grpo.prompts_per_step=4"]  # presets with GRPO runs
+
+# preset -> (tiny models in grid order, iterations); the order lets consecutive presets reuse
+# the engine of the model the previous one ended with
+PRESETS = {
+    "sequential_gpu": (("tiny-s",), 2),
+    "sigma_lr_gpu": (("tiny-s",), 1),
+    "es_vs_grpo_gpu": (("tiny-s", "tiny-xs", "tiny-m"), 1),
+    "pop_vs_size_gpu": (("tiny-m", "tiny-xs", "tiny-s"), 1),
+}
+
+
+def sweep_in_process(monkeypatch, *args: str) -> None:
+    """``python -m esopt.sweep -m <args>`` in this process."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from esopt.cli import sweep
+
+    monkeypatch.setattr(sys, "argv", ["esopt.sweep", "-m", *args])
+    GlobalHydra.instance().clear()
+    try:
+        sweep.main()
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_presets_sweep_dir_lists_every_gpu_preset():
+    from helpers import REPO
+
+    assert sorted(p.stem for p in (REPO / "sweeps").glob("*_gpu.yaml")) == sorted(PRESETS)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_gpu_preset_grid_runs_with_vllm_on_cpu(preset, monkeypatch, results_root):
+    require_vllm()
+    names, iterations = PRESETS[preset]
+    extra = GRPO_SMALL if preset in ("sequential_gpu", "es_vs_grpo_gpu") else []
+    sweep_in_process(monkeypatch, f"+experiment={preset}", *vllm_tiny_family(names), f"iterations={iterations}",
+                     *SMALL, *extra, f"sweep.root={results_root}")
+    runs = sorted((results_root / preset / "runs").glob("*/summary.json"))
+    summaries = [json.loads(p.read_text()) for p in runs]
+    expected = {"sequential_gpu": 12, "sigma_lr_gpu": 16, "es_vs_grpo_gpu": 18, "pop_vs_size_gpu": 36}[preset]
+    assert len(summaries) == expected
+    bad = [(s["run_id"], s["algo"], s.get("error")) for s in summaries if s["status"] != "completed"]
+    assert not bad, bad
+    assert {s["model"]["name"] for s in summaries} == set(names)
+    for s in summaries:
+        assert s["final"]["n_problems"] == 8 and s["tokens_generated"] > 0
+    assert (results_root / preset / "runs.parquet").exists()  # the sweep's aggregation ran too
