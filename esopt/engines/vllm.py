@@ -247,7 +247,11 @@ class VLLMEngine:
         if in_process:
             args["distributed_executor_backend"] = "uni"   # the worker in the engine's process
         key = json.dumps(args, sort_keys=True)
-        reused = _LIVE["key"] == key and _LIVE["llm"] is not None
+        from esopt.engines.vllm_worker import PREPACK_ENV
+
+        # repacked CPU weights (evaluation only) cannot be synced: such an engine serves one run
+        live = not on_cpu or os.environ.get(PREPACK_ENV, "") in ("", "0")
+        reused = _LIVE["key"] == key and _LIVE["llm"] is not None and live
         if not reused:
             shutdown()
             args["tokenizer"] = _tokenizer_dir(str(source))
@@ -257,7 +261,8 @@ class VLLMEngine:
         engine = cls(_LIVE["llm"], tokenizer, max_batch=int(cfg.max_batch), entropy_topk=int(cfg.entropy_topk),
                      device="cpu" if on_cpu else "cuda",
                      eos_ids=gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
-        engine.check_layout(model)
+        if live:
+            engine.check_layout(model)
         if reused:  # the engine may hold another run's weights: start from this run's model
             engine.llm.collective_rpc("esopt_reset")
             engine.sync_from(model)
