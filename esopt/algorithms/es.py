@@ -266,7 +266,11 @@ def es_step(engine, task, train_rows, es: ESRun, iteration: int, weights=None) -
     bad = weights.nonfinite()
     if bad is not None:
         raise NonFinite(f"non-finite weights in {bad} after the update of iteration {iteration}")
+    world = distributed.world_size()
     return {
+        "world_size": world,
+        **({"members_by_rank": [distributed.my_members(es.pop, world, r, es.antithetic) for r in range(world)]}
+           if world > 1 else {}),
         "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
         "reward_max": float(rewards.max()), "reward_min": float(rewards.min()),
         "rewards": [round(float(x), 6) for x in rewards],

@@ -17,6 +17,7 @@ from esopt import algorithms, engines, models, tasks
 from esopt.core import store
 from esopt.core.config import RunConfig, parse
 from esopt.core.errors import ConfigError
+from esopt.runtime.layout import layout
 
 
 def validate(cfg: Any, check_data: bool = True) -> RunConfig:
@@ -33,6 +34,7 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
         raise ConfigError(f"unknown task {rc.task.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
     engines.parse(rc.engine)
     algo.validate(rc)
+    layout(rc)  # the GPUs the run asks for must be the GPUs it uses
     if check_data:
         _check_task_data(rc)
     return rc

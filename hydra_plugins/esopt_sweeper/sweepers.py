@@ -126,6 +126,7 @@ class EsoptSweeper(Sweeper):
         """
         from esopt.core import store
         from esopt.runtime import tuning
+        from esopt.runtime.layout import launcher_request
         from esopt.runtime.validate import run_id, validate
 
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
@@ -134,6 +135,7 @@ class EsoptSweeper(Sweeper):
             del cfg["hydra"]
         rc = validate(cfg)
         tuning.settings(rc.tuning)
+        launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
         rid = run_id(rc)
         before = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid).status
         return Job(list(overrides), rc, rid, launcher, before)
@@ -223,8 +225,11 @@ class EsoptSweeper(Sweeper):
     def table(self, jobs: List[Job], *, dry: bool = False):
         import pandas as pd
         from esopt.runtime import tuning
+        from esopt.runtime.layout import layout
 
         keys = _varying_keys([j.overrides for j in jobs])
+        layouts = [layout(j.rc) for j in jobs] if dry else []
+        show_layout = any(lay.ranks > 1 or lay.gpus_requested for lay in layouts)  # not for CPU-only sweeps
         rows = []
         for i, job in enumerate(jobs):
             row = {"#": i, "run_id": job.rid}
@@ -232,6 +237,9 @@ class EsoptSweeper(Sweeper):
             for k in keys:
                 row[k.lstrip("+~")] = kv.get(k, "")
             if dry:
+                if show_layout:
+                    lay = layouts[i]
+                    row["ranks"], row["gpus_req"], row["gpus_used"] = lay.ranks, lay.gpus_requested, lay.gpus_used
                 row["status"] = job.before or "new"
                 row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
                 row["max_tokens"] = estimate_tokens(job.rc)
@@ -307,6 +315,8 @@ class EsoptSweeper(Sweeper):
         else:
             for line in collapsed_points(jobs):
                 print(f"esopt: note: {line}", file=sys.stderr)
+        for line in layout_notes(jobs):
+            print(f"esopt: note: {line}", file=sys.stderr)
         if self.config.sweep.get("dry_run"):
             self.dry_run(jobs)
             return []
@@ -527,6 +537,13 @@ def _plain(x):
 
 def _encode(v) -> str:
     return "null" if v is None else (repr(v) if isinstance(v, float) else str(v))
+
+
+def layout_notes(jobs: List[Job]) -> List[str]:
+    """The distinct notes of the runs' layouts (fewer GPUs used than the model asks for, and why)."""
+    from esopt.runtime.layout import layout
+
+    return list(dict.fromkeys(n for n in (layout(j.rc).note for j in jobs) if n))
 
 
 def collapsed_points(jobs: List[Job]) -> List[str]:
