@@ -133,7 +133,8 @@ def test_train_logs_diagnostics_and_checkpoints(tmp_path):
     assert [x["iteration"] for x in train] == [1, 2, 3]
     for x in train:
         for key in ("reward_mean", "reward_std", "reward_max", "reward_min", "js_succ", "p_pop",
-                    "update_norm", "drift", "tokens_generated", "wall_gen", "wall_noise", "wall_update",
+                    "update_norm", "drift", "tokens_generated", "wall_gen", "wall_perturb", "wall_restore", "wall_score",
+                    "wall_update",
                     "tokens_total", "wall_s", "phase"):
             assert key in x, key
         assert len(x["rewards"]) == 4 and x["reward_min"] <= x["reward_mean"] <= x["reward_max"]
@@ -273,3 +274,19 @@ def test_es_step_through_collective_rpc_matches_local(tmp_path):
     b = [es.es_step(remote, task, rows, cfg, it, weights=rpc) for it in (1, 2)]
     assert [x["rewards"] for x in a] == [x["rewards"] for x in b]
     assert noise.checksum(local.model.named_parameters()) == noise.checksum(remote.model.named_parameters())
+
+
+def test_prefetch_and_threaded_update_leave_the_numbers_unchanged():
+    """Issue 17: the prefetching member-by-member loop and the threaded update give bitwise the
+    weights (and rewards) of the in-place loop with a serial update, for the same seed."""
+    task = SevensTask({})
+    rows = list(task.split("train"))
+    outcomes = set()
+    for prefetch, threads in ((False, 1), (True, 1), (True, 4)):
+        engine = HFEngine(tiny_model(), char_tokenizer(), device="cpu")
+        cfg = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=8, seed=0, prefetch=prefetch, update_threads=threads)
+        lines = [es.es_step(engine, task, rows, cfg, it) for it in (1, 2, 3)]
+        outcomes.add((noise.checksum(engine.model.named_parameters()),
+                      tuple(tuple(x["rewards"]) for x in lines), tuple(x["update_norm"] for x in lines)))
+        assert ("wall_prepare_bg" in lines[-1]) == prefetch
+    assert len(outcomes) == 1
