@@ -25,7 +25,9 @@ from esopt.core.store import RunDir, dumps
 from esopt.tasks import Task, Verdict
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO.parent / "shared" / "data"
+# the project's shared data beside the checkout (absent in a user's clone); ESOPT_SHARED_DATA
+# points elsewhere (a worktree's, or a missing folder to check that the tests skip without it)
+SHARED_DATA = Path(os.environ.get("ESOPT_SHARED_DATA") or REPO.parent / "shared" / "data")
 CONF_DIR = REPO / "conf"
 
 
