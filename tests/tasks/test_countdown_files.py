@@ -4,18 +4,18 @@ published solution that reuses a number, the file's own context as the chat prom
 published split (first 200 rows train, the others test) at the defaults.
 
 tests/data/countdown_es_sample.json: 24 rows written for these tests in that file's format (not
-copied from it); ``es_file`` pads it to the published file's 2,200 rows with generated problems."""
+copied from it); ``helpers.write_countdown_es_file`` pads it to the published file's 2,200 rows."""
 
 import json
 
 import pytest
-from helpers import REPO, run_cli, run_config
+from helpers import COUNTDOWN_ES_SAMPLE, run_cli, run_config, write_countdown_es_file
 
 from esopt.core.errors import ConfigError
 from esopt.tasks import Verdict, get
 from esopt.tasks import countdown as cd
 
-SAMPLE = REPO / "tests" / "data" / "countdown_es_sample.json"
+SAMPLE = COUNTDOWN_ES_SAMPLE
 
 
 def sample_rows():
@@ -23,18 +23,8 @@ def sample_rows():
 
 
 def es_file(tmp_path, n=2200):
-    """The sample's 24 rows followed by generated problems in the same format, ``n`` rows."""
-    rows = sample_rows()
-    ctx = rows[0]["context"].replace("[44 19 35]", "[{nums}]").replace("equals 98.", "equals {target}.")
-    seen = {cd.key(r["numbers"], r["target"]) for r in rows}
-    for p in cd.generate(n - len(rows), count=[3, 4], min_number=1, max_number=99, max_target=999,
-                         seed=5, exclude=seen):
-        rows.append({"id": len(rows), "context": ctx.format(nums=" ".join(map(str, p["numbers"])),
-                                                            target=p["target"]),
-                     "numbers": p["numbers"], "target": str(p["target"]), "solution": p["solution"]})
     path = tmp_path / "countdown.json"
-    path.write_text(json.dumps(rows))
-    return path, rows
+    return path, write_countdown_es_file(path, n)
 
 
 def test_published_file_at_the_defaults(tmp_path):
