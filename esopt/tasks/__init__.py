@@ -5,6 +5,7 @@ A task never knows which algorithm calls it. Build one from the task config with
     task = esopt.tasks.get(cfg.task, tokenizer=tok, style=cfg.model.prompt_style)
     rows = task.split("test")                  # datasets.Dataset: prompt, id, gold columns
     v = task.verify(completion, rows[0])       # Verdict(reward, format, answer, correct, extracted)
+    vs = task.verdicts(completions, rows)      # the evaluator's batch check (GSM8K: math-verify)
 
 Prompt styles: ``compact`` (the tiny character-level models: ``"3 7 2=23:"`` -> ``"3*7+2"``) and
 ``chat`` (instruct models: a chat-templated prompt). The style is, in order: the task config's
