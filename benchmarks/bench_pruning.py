@@ -170,7 +170,8 @@ def rates(runs: list[Run], pruned: list[dict]) -> dict:
         poor = [r for r in runs if r.poor and float(r.lr) == lr]
         out[f"half {lr}"] = mean([mean([p[r.run_id] is not None and p[r.run_id] <= ITERATIONS / 2 for r in poor])
                                   for p in pruned]) if poor else float("nan")
-        out[f"any {lr}"] = mean([mean([p[r.run_id] is not None for r in poor]) for p in pruned]) if poor else float("nan")
+        out[f"any {lr}"] = (mean([mean([p[r.run_id] is not None for r in poor]) for p in pruned])
+                            if poor else float("nan"))
     return out
 
 

@@ -449,11 +449,13 @@ def fig_pruning(runs: pd.DataFrame):
 
     labels = [label(row) for _, row in cut.iterrows()]
     step = lambda s: "?" if s is None or (isinstance(s, float) and math.isnan(s)) else int(s)  # noqa: E731
-    hover = [f"{_html.escape(str(p))}, iteration {step(s)}: {_html.escape(str(st))}<br>reference: {_html.escape(str(ref))}"
+    esc = lambda v: _html.escape(str(v))  # noqa: E731
+    hover = [f"{esc(p)}, iteration {step(s)}: {esc(st)}<br>reference: {esc(ref)}"
              for p, s, st, ref in zip(col("pruning.pruner"), col("pruning.step"), col("pruning.statistic"),
                                       col("pruning.reference"))]
     value = [float(v) for v in cut["pruning.value"]]
-    thr = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in col("pruning.threshold")]
+    thr = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+           for v in col("pruning.threshold")]
     traces = [_trace("scatter", x=labels, y=value, mode="markers", name="statistic", text=hover,
                      hoverinfo="text+y", marker=dict(size=10, color="#d62728"), meta={"kind": "value"}),
               _trace("scatter", x=labels, y=thr, mode="markers", name="threshold", text=hover,
