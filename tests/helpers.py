@@ -77,6 +77,25 @@ class SevensTask(Task):
         return Verdict(r, 0.0, r, r > 0.5, None)
 
 
+def model_copy(dest, name: str = "tiny-xs", mismatched: bool = False) -> Path:
+    """A copy of a shipped tiny model's directory at ``dest``. ``mismatched=True`` doubles
+    ``intermediate_size`` in its config.json: every pre-dispatch check passes (config, tokenizer,
+    weight headers) but loading fails (a shape mismatch), so a run with it is recorded failed."""
+    import json
+    import shutil
+
+    from esopt.models.tiny import TINY_DIR
+
+    dest = Path(dest)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(TINY_DIR / name, dest)
+    if mismatched:
+        cfg = json.loads((dest / "config.json").read_text())
+        cfg["intermediate_size"] *= 2
+        (dest / "config.json").write_text(json.dumps(cfg))
+    return dest
+
+
 def compose(*overrides: str, hydra: bool = False):
     """The composed config of ``python -m esopt.sweep <overrides>`` (without running anything)."""
     from hydra import compose as hydra_compose

@@ -3,14 +3,17 @@
     rc = validate(cfg)        # RunConfig, or ConfigError with one line
     rid = run_id(rc)          # 12 hex digits: results/<sweep>/runs/<rid>/
 
-``validate`` = ``esopt.core.config.parse`` (types and ranges) + the model, task and engine
-names + the algorithm's own checks (``esopt.algorithms``) + the task's data (built once per
-distinct task config, so a missing file or a malformed row is one line here, not a failed run).
+``validate`` = ``esopt.core.config.parse`` (types, ranges, unknown keys) + the model, task and
+engine names + a local model directory's files (``esopt.models.check_dir``: config, tokenizer,
+weight headers) + the algorithm's own checks (``esopt.algorithms``) + the task's data (built
+once per distinct task config, so a missing file, a malformed row or a split left empty by
+de-duplication is one line here, not a failed run).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from esopt import algorithms, engines, models, tasks
@@ -31,6 +34,8 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
         )
     if rc.task.get("name") not in tasks.TASK_NAMES:
         raise ConfigError(f"unknown task {rc.task.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
+    if rc.model.get("path"):
+        models.check_dir(rc.model["path"])
     engines.parse(rc.engine)
     algo.validate(rc)
     if check_data:
@@ -43,13 +48,37 @@ _CHECKED_TASKS: set[str] = set()
 
 def _check_task_data(rc: RunConfig) -> None:
     """Build the task once per distinct task config and read its splits."""
-    key = json.dumps([rc.task, rc.model.get("prompt_style")], sort_keys=True, default=str)
+    trains = rc.algo != "none"
+    key = json.dumps([rc.task, rc.model.get("prompt_style"), rc.eval.split, rc.eval.problems, trains,
+                      input_fingerprints(rc).get("task.source")], sort_keys=True, default=str)
     if key in _CHECKED_TASKS:
         return
     task = tasks.get(rc.task, tokenizer=None, style=rc.task.get("style") or rc.model.get("prompt_style") or "compact")
-    for split in {"train", rc.eval.split}:
-        task.split(split)
+    name, source = rc.task.get("name"), rc.task.get("source")
+    where = f" of {source}" if source else ""
+    for split in dict.fromkeys(["train", rc.eval.split]):
+        n = len(task.split(split))
+        if n == 0 and (split == rc.eval.split or trains):
+            raise ConfigError(f"task {name}: the {split} split{where} is empty (after dropping rows that "
+                              f"repeat earlier ones); check the file and n_train / n_test / n_heldout")
+        if split == rc.eval.split and rc.eval.problems > n:
+            raise ConfigError(f"eval.problems={rc.eval.problems} exceeds the {split} split of task {name} "
+                              f"({n} problems); set eval.problems <= {n}")
     _CHECKED_TASKS.add(key)
+
+
+def input_fingerprints(rc: RunConfig) -> dict:
+    """Fingerprints (``esopt.core.store.fingerprint``) of the run's local inputs: the task's
+    data (``task.source`` when it is a local file or directory) and the model's weights
+    (``model.path``, or a shipped tiny model's folder). Hub names have none."""
+    out = {}
+    source = rc.task.get("source")
+    if source and os.path.exists(os.path.expanduser(str(source))):
+        out["task.source"] = store.fingerprint(str(source))
+    model_dir = models.local_dir(rc.model)
+    if model_dir is not None:
+        out["model.path"] = store.fingerprint(model_dir)
+    return out
 
 
 def identity(rc: RunConfig) -> dict:
@@ -58,7 +87,9 @@ def identity(rc: RunConfig) -> dict:
     Launcher, sweep bookkeeping, tuning, analyses and output paths are excluded: the same run
     launched locally or on Slurm, or in a sweep of another name, is the same run. Knobs the
     algorithm does not read are excluded too: a grid ``algo=none,es,grpo pop=8,16`` has one
-    base run and one GRPO run per seed.
+    base run and one GRPO run per seed. The contents of the local inputs are included
+    (``inputs``: size and hash of the data file and of the weights, :func:`input_fingerprints`),
+    so the same path with other data or weights is another run.
     """
     d = rc.to_dict()
     for key in ("sweep", "tuning", "analysis"):  # analyses read the result, never change it
@@ -68,6 +99,9 @@ def identity(rc: RunConfig) -> dict:
     d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
     for key in algorithms.get(rc.algo).ignores:
         d.pop(key, None)
+    fps = input_fingerprints(rc)
+    if fps:  # changed data or weights at the same path -> a new run, never stale numbers
+        d["inputs"] = {k: store.fingerprint_key(v) for k, v in fps.items()}
     return d
 
 

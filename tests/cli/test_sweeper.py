@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import REPO, run_cli
+from helpers import REPO, model_copy, run_cli
 
 TINY = ["model=tiny-xs", "algo=none", "eval.problems=8", "eval.samples=4", "task.n_train=32",
         "task.n_test=16", "task.n_heldout=16", "sweep.aggregate=false", "hydra/sweeper=esopt"]
@@ -104,7 +104,8 @@ def test_sigkill_mid_grid_then_rerun_completes_each_run_once(tmp_path):
 
 
 def test_failing_run_is_recorded_and_the_rest_complete(tmp_path):
-    args = sweep_args(tmp_path, "fail", "model.path=null,/nonexistent/checkpoint")
+    bad = model_copy(tmp_path / "ckpt", mismatched=True)  # passes the checks, fails to load
+    args = sweep_args(tmp_path, "fail", f"model.path=null,{bad}")
     r = run_cli(*args, env=ENV)
     assert r.returncode == 1
     s = summaries(tmp_path, "fail")

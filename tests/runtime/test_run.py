@@ -2,7 +2,7 @@
 
 import json
 
-from helpers import run_cli
+from helpers import model_copy, run_cli
 
 SMALL = ["model=tiny-xs", "eval.problems=8", "eval.samples=4"]
 
@@ -57,11 +57,42 @@ def test_bad_input_is_one_line_and_nonzero(results_root, tmp_path):
     assert not (results_root / "default" / "runs").exists()  # nothing was started
 
 
-def test_failing_run_is_recorded_failed(results_root, tmp_path):
-    empty = tmp_path / "not-a-model"
+def test_bad_inputs_found_before_dispatch(results_root, tmp_path):
+    """What used to be dispatched and fail inside the run is one line and exit 2 before it:
+    an empty model directory, a data file whose rows are all duplicates, an unknown key."""
+    empty = tmp_path / "empty-model"
     empty.mkdir()
-    proc = run_cli("esopt.sweep", *SMALL, f"model.path={empty}", f"sweep.root={results_root}")
-    assert proc.returncode != 0
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"nums": [1, 2, 3], "target": 6}\n' * 20)
+    for args, message in [
+        ([f"model.path={empty}"], "has no config.json"),
+        ([f"task.source={dup}", "task.n_train=2", "task.n_heldout=0"], "test split of"),
+        (["+popsize=8"], "unknown key 'popsize' (did you mean 'pop'?)"),
+    ]:
+        proc = run_cli("esopt.sweep", *SMALL, *args, f"sweep.root={results_root}")
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and err.startswith("esopt: error: ") and message in err, (args, err)
+        assert len(err.splitlines()) == 1, err
+    assert not results_root.exists()  # not even Hydra's .hydra/ was created
+
+
+def test_failing_run_is_recorded_failed_and_retried_once_its_input_is_fixed(results_root, tmp_path):
+    model = model_copy(tmp_path / "ckpt", mismatched=True)  # passes every check, fails to load
+    args = [*SMALL, f"model.path={model}", f"sweep.root={results_root}"]
+    proc = run_cli("esopt.sweep", *args)
+    assert proc.returncode == 1, proc.stderr[-2000:]
     (rid, s), = summaries(results_root).items()
-    assert s["status"] == "failed" and s["error"]
+    assert s["status"] == "failed" and "ignore_mismatched_sizes" in s["error"] and s["error_type"] == "RuntimeError"
     assert (results_root / "default" / "runs" / rid / "error.txt").exists()
+    fp = s["inputs"]["model.path"]
+    assert fp["kind"] == "dir" and fp["path"] == str(model) and fp["size"] > 0 and len(fp["sha256"]) == 64
+
+    again = run_cli("esopt.sweep", *args)  # unchanged input: the failure is kept
+    assert again.returncode == 1 and "already failed" in again.stderr
+    model_copy(model)  # fixed in place: same path, other contents -> a new run, no flag needed
+    fixed = run_cli("esopt.sweep", *args)
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    after = summaries(results_root)
+    assert after[rid] == s  # the failed record is kept as it was
+    (new_id, done), = ((k, v) for k, v in after.items() if k != rid)
+    assert done["status"] == "completed" and done["inputs"]["model.path"]["sha256"] != fp["sha256"]
