@@ -417,10 +417,15 @@ def _prepare_resume(ctx, resume: str | None) -> None:
         if saved:
             ctx.add_tokens(int(saved[-1]) - int(ctx.tokens_total))
     last = int(getattr(ctx, "iteration_offset", 0)) + step
+    final = step >= int(getattr(ctx, "iterations", step + 1))  # train() re-evaluates the end
+
+    def keep(line) -> bool:
+        it = int(line.get("iteration", 0))
+        return line.get("phase") != ctx.phase or it < last or (
+            it == last and not (final and line.get("kind") == "eval"))
+
     if hasattr(ctx.run, "truncate_metrics"):
-        ctx.run.truncate_metrics(
-            lambda line: line.get("phase") != ctx.phase or int(line.get("iteration", 0)) <= last
-        )
+        ctx.run.truncate_metrics(keep)
 
 
 def train(ctx) -> dict | None:
