@@ -37,6 +37,7 @@ import torch
 
 from esopt.core.config import model_default
 from esopt.core.errors import ConfigError
+from esopt.core.store import apply_umask
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")
 SCALE_REWARDS = ("group", "batch", "none")
@@ -275,6 +276,10 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings, max_s
 
         def on_step_begin(self, args, state, control, **kw):
             self.t_step = time.perf_counter()
+
+        def on_save(self, args, state, control, **kw):
+            """The Trainer's checkpoint with the process umask's modes (safetensors writes 0600)."""
+            apply_umask(Path(args.output_dir) / f"checkpoint-{state.global_step}")
 
         def on_log(self, args, state, control, logs=None, model=None, **kw):
             logs = logs or {}

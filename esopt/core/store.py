@@ -102,6 +102,22 @@ def _umask() -> int:
     return mask
 
 
+def apply_umask(path: str | os.PathLike) -> None:
+    """Give ``path`` (a file, or a directory and everything under it) the modes the process
+    umask gives new files (0666 & ~umask) and directories (0777 & ~umask): writers that
+    create files 0600 (safetensors, temporary files) otherwise leave results a group that
+    shares them on a cluster cannot read."""
+    mask = _umask()
+    path = Path(path)
+    items = [path] + (sorted(path.rglob("*")) if path.is_dir() else [])
+    for p in items:
+        try:
+            if not p.is_symlink():
+                p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+        except OSError:
+            pass
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically (:func:`atomic_path`)."""
     with atomic_path(path) as tmp:

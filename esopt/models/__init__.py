@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from esopt.core.errors import ConfigError
+from esopt.core.store import apply_umask
 from esopt.models.tiny import TINY, TINY_DIR, char_tokenizer
 
 REGISTRY: dict[str, str] = {
@@ -223,6 +224,7 @@ def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | N
             tokenizer.save_pretrained(tmp)
         for name, text in (extra or {}).items():
             (tmp / name).write_text(text)
+        apply_umask(tmp)  # safetensors writes its files 0600
     except BaseException:  # a full disk: leave the previous version, not half a new one
         shutil.rmtree(tmp, ignore_errors=True)
         raise
