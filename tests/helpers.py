@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -95,6 +96,42 @@ def model_copy(dest, name: str = "tiny-xs", mismatched: bool = False) -> Path:
         cfg["intermediate_size"] *= 2
         (dest / "config.json").write_text(json.dumps(cfg))
     return dest
+
+
+@contextlib.contextmanager
+def small_disk(path, size: str = "16m"):
+    """A real, small filesystem at ``path`` (a tmpfs of ``size``; needs root, else the test is
+    skipped), unmounted at the end: full-disk behaviour without mocks."""
+    import pytest
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill_disk(path, leave: int = 0) -> Path:
+    """Fill the filesystem holding ``path`` with one file until ``leave`` bytes stay free."""
+    filler = Path(path) / "filler.bin"
+    with open(filler, "wb") as f:
+        while True:
+            free = os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
+            if free <= leave:
+                break
+            try:
+                f.write(b"\0" * min(1 << 20, free - leave))
+                f.flush()
+            except OSError:
+                break
+    return filler
 
 
 def compose(*overrides: str, hydra: bool = False):

@@ -68,12 +68,14 @@ def test_bad_inputs_found_before_dispatch(results_root, tmp_path):
         ([f"model.path={empty}"], "has no config.json"),
         ([f"task.source={dup}", "task.n_train=2", "task.n_heldout=0"], "test split of"),
         (["+popsize=8"], "unknown key 'popsize' (did you mean 'pop'?)"),
+        (["sweep.name=.."], "sweep.name must be a plain directory name"),  # would write beside results/
     ]:
         proc = run_cli("esopt.sweep", *SMALL, *args, f"sweep.root={results_root}")
         err = proc.stderr.strip()
         assert proc.returncode == 2 and err.startswith("esopt: error: ") and message in err, (args, err)
         assert len(err.splitlines()) == 1, err
     assert not results_root.exists()  # not even Hydra's .hydra/ was created
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dup.jsonl", "empty-model"]
 
 
 def test_failing_run_is_recorded_failed_and_retried_once_its_input_is_fixed(results_root, tmp_path):
@@ -96,3 +98,29 @@ def test_failing_run_is_recorded_failed_and_retried_once_its_input_is_fixed(resu
     assert after[rid] == s  # the failed record is kept as it was
     (new_id, done), = ((k, v) for k, v in after.items() if k != rid)
     assert done["status"] == "completed" and done["inputs"]["model.path"]["sha256"] != fp["sha256"]
+
+
+def test_run_on_a_full_disk_is_recorded_failed_and_leaves_no_temporaries(tmp_path):
+    """The disk fills while ES writes its first checkpoint: the half-written checkpoint.tmp is
+    removed, the run is recorded failed with the error (not left 'running'), no temporary file
+    stays; with room again, a retry completes it."""
+    from helpers import fill_disk, small_disk
+
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        args = [*SMALL, "algo=es", "pop=4", "iterations=2", "es.batch_size=4", "es.checkpoint_every=1",
+                "eval.every=2", "task.n_train=32", "task.n_test=8", "task.n_heldout=8", f"sweep.root={disk}"]
+        filler = fill_disk(disk, leave=96 << 10)  # room for the run's records, not a checkpoint
+        proc = run_cli("esopt.sweep", *args)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        (rid, s), = summaries(disk).items()
+        assert s["status"] == "failed" and ("No space left" in s["error"] or "28" in s["error"]), s["error"]
+        run = disk / "default" / "runs" / rid
+        left = sorted(p.name for p in run.iterdir())
+        assert not [n for n in left if n.endswith(".tmp") or n.startswith(".")], left
+        assert "checkpoint" not in left and not (run / "owner.lock").exists()
+
+        filler.unlink()
+        again = run_cli("esopt.sweep", *args, "sweep.retry_failed=true")
+        assert again.returncode == 0, again.stderr[-2000:]
+        s2 = summaries(disk)[rid]
+        assert s2["status"] == "completed" and s2["attempts"] == 2
