@@ -127,6 +127,32 @@ def test_failing_run_is_recorded_and_the_rest_complete(tmp_path):
         next(v for v in s.values() if v["status"] == "completed")
 
 
+def test_unreadable_summary_is_listed_and_never_blocks_the_sweep(tmp_path):
+    """A run whose summary.json is not UTF-8 is kept and listed as unreadable (sweep table,
+    report); the other runs of the grid run as usual."""
+    from helpers import run_config
+
+    from esopt.runtime.validate import run_id
+
+    args = sweep_args(tmp_path, "unread", "seed=0,1,2", "sweep.aggregate=true")
+    rc = run_config(*[a for a in args[2:] if not a.startswith(("hydra/", "seed="))], "seed=1")
+    bad = tmp_path / "unread" / "runs" / run_id(rc)
+    bad.mkdir(parents=True)
+    (bad / "summary.json").write_bytes(b'\xff\xfe{"status": "completed"\x80')
+    r = run_cli(*args, env=ENV)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "3 runs: 2 completed, 1 unreadable" in r.stdout
+    assert re.search(rf"{run_id(rc)}\s+1\s+unreadable \(kept\)", r.stdout), r.stdout
+    assert "1 of 3 runs did not complete (1 unreadable" in r.stderr
+    assert (bad / "summary.json").read_bytes().startswith(b"\xff\xfe")  # left as it was
+    done = [d for d in (tmp_path / "unread" / "runs").iterdir() if d != bad]
+    assert len(done) == 2 and all(json.loads((d / "summary.json").read_text())["status"] == "completed"
+                                  for d in done)
+    page = (tmp_path / "unread" / "report.html").read_text()
+    skipped = re.search(r'<table id="table-skipped">(.*?)</table>', page, re.S).group(1)
+    assert f"<td>{run_id(rc)}</td><td>corrupt summary.json" in skipped
+
+
 def test_optuna_search_mode_runs_trials_and_prints_best(tmp_path):
     import optuna
 
