@@ -1,6 +1,8 @@
 """The command line is checked before Hydra runs (esopt.cli.common.prepare_argv): one line,
 exit 2, nothing created. In-process (fast); tests/runtime/test_run.py runs a few end to end."""
 
+import re
+
 import pytest
 
 from esopt.cli import configs
@@ -55,3 +57,49 @@ def test_unknown_top_level_key_in_a_composed_config_is_refused():
 
     with pytest.raises(ConfigError, match=r"unknown key 'popsize' \(did you mean 'pop'\?\)"):
         parse(compose("+popsize=8"))
+
+
+def test_model_directories_are_checked_without_loading(tmp_path, capsys):
+    """models.check_dir reads config.json and the safetensors headers only; each broken
+    checkpoint is one line naming the problem, before a run is dispatched."""
+    import json
+
+    from helpers import model_copy
+
+    from esopt import models
+    from esopt.core.errors import ConfigError
+
+    good = model_copy(tmp_path / "good")
+    models.check_dir(good)  # a real checkpoint passes
+    cases = {}
+    cases["has no config.json"] = tmp_path / "empty"
+    (tmp_path / "empty").mkdir()
+    d = model_copy(tmp_path / "badcfg")
+    (d / "config.json").write_bytes(b"\x89PNG not json")
+    cases["config.json is unreadable"] = d
+    d = model_copy(tmp_path / "notype")
+    (d / "config.json").write_text(json.dumps({"hidden_size": 8}))
+    cases["config.json has no model_type"] = d
+    d = model_copy(tmp_path / "notok")
+    for f in d.glob("tokenizer*"):
+        f.unlink()
+    cases["has no tokenizer"] = d
+    d = model_copy(tmp_path / "trunc")
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    cases["are truncated or padded"] = d
+    d = model_copy(tmp_path / "garbage")
+    (d / "model.safetensors").write_bytes(b"\xff" * 64)
+    cases["not a readable safetensors file"] = d
+    d = model_copy(tmp_path / "noweights")
+    (d / "model.safetensors").unlink()
+    cases["has no weights"] = d
+    d = model_copy(tmp_path / "shards")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00002.safetensors"}}))
+    cases["weight shard(s) missing: model-00002.safetensors"] = d
+    for needle, path in cases.items():
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            models.check_dir(path)
+    # the evaluate / sweep command line: model=<dir> is checked before Hydra runs
+    err = rejected(capsys, f"model={tmp_path / 'trunc'}")
+    assert "are truncated or padded" in err
