@@ -40,6 +40,12 @@ def test_markup_from_names_and_errors_is_escaped_everywhere(tmp_path):
                           seeds=(0, 1), algos=("es", "grpo", "none"), iterations=2, eval_every=2,
                           problems=10, samples=4, task=task, error=f"ValueError: {SCRIPT_END}{MARKUP}",
                           statuses={f"es-{re.sub(r'[^A-Za-z0-9._-]', '_', model)}-p8-s0": "failed"})
+    source = f"/data/{SCRIPT_END}{MARKUP}.jsonl"  # the task's data file, as run() records it
+    for path in (root / "runs").glob("*/summary.json"):
+        summary = json.loads(path.read_text())
+        summary["config"]["task"] = {"name": task, "source": source}
+        summary["inputs"] = {"task.source": {"path": source, "kind": "file", "size": 1, "sha256": "0" * 64}}
+        path.write_text(json.dumps(summary))
     from test_report import write_optuna_journal
 
     write_optuna_journal(root / "optuna.journal")
@@ -47,7 +53,7 @@ def test_markup_from_names_and_errors_is_escaped_everywhere(tmp_path):
     assert agg.runs["status"].eq("failed").sum() == 1
     html = (root / "report.html").read_text()
 
-    for planted in (MARKUP, SCRIPT_END, "<svg onload", 'count"down', "</script><script>alert"):
+    for planted in (MARKUP, SCRIPT_END, "<svg onload", 'count"down', "</script><script>alert", source):
         assert planted not in html, planted
     parser = Tags()
     parser.feed(html)
