@@ -72,7 +72,7 @@ def test_two_processes_released_together_train_the_run_once(tmp_path):
     assert sorted(k[2] for k in keys if k[0] == "eval") == [0, 2, 4]
     assert not (run_dir / store.LOCK_NAME).exists()
 
-    study = optuna.load_study(study_name=f"esopt:race:tiny-xs:es:countdown",
+    study = optuna.load_study(study_name="esopt:race:tiny-xs:es:countdown",
                               storage=tuning.open_storage(str(root / "race" / "optuna.journal")))
     states = [t.state for t in study.get_trials()]
     assert states == [optuna.trial.TrialState.COMPLETE], states

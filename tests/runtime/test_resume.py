@@ -74,6 +74,7 @@ def test_killed_run_resumes_with_every_point_once_wall_time_summed_and_umask_mod
         x["wall_s"] for x in lines if x["kind"] == "train")  # one clock across attempts
 
     files = [f for f in run.rglob("*") if f.is_file()]
-    assert {"summary.json", "config.yaml", "metrics.jsonl", "model.safetensors", "state.json"} <= {f.name for f in files}
+    names = {f.name for f in files}
+    assert {"summary.json", "config.yaml", "metrics.jsonl", "model.safetensors", "state.json"} <= names
     modes = {str(f.relative_to(run)): oct(f.stat().st_mode & 0o777) for f in files}
     assert set(modes.values()) == {"0o640"}, modes
