@@ -94,10 +94,10 @@ def _check_task_data(rc: RunConfig) -> None:
         task = tasks.get(cfg, tokenizer=None, style=_task_style(cfg, rc))
         n = len(task.split(split))
         if n == 0:
-            source = f" of {cfg['source']}" if cfg.get("source") else ""
-            sizes = ", ".join(f"{k}={cfg[k]}" for k in ("n_train", "n_test", "n_heldout") if k in cfg)
-            raise ConfigError(f"task {cfg['name']}: the {split} split{source} is empty after dropping rows "
-                              f"that repeat earlier ones ({sizes})")
+            sizes = ", ".join([f"source={cfg['source']}"] * bool(cfg.get("source"))
+                              + [f"{k}={cfg[k]}" for k in ("n_train", "n_test", "n_heldout") if k in cfg])
+            raise ConfigError(f"task {cfg['name']}: the {split} split is empty ({sizes}); held-out rows "
+                              "are carved from train and rows that repeat earlier ones are dropped")
         if problems is not None and problems > n:
             raise ConfigError(f"eval.problems={problems} exceeds the {split} split of task {cfg['name']} "
                               f"({n} problems); set eval.problems <= {n}")

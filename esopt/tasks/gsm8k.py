@@ -210,9 +210,12 @@ def canonical(x: Fraction) -> str:
 
 
 def same_number(a: str | None, b: str | None) -> bool:
-    """Whether two normalised number strings are the same rational number."""
+    """Whether two normalised number strings are the same rational number (equal canonical
+    strings are, at any length; Fraction refuses more than 4,300 digits)."""
     if a is None or b is None:
         return False
+    if a == b:
+        return True
     try:
         return Fraction(a) == Fraction(b)
     except (ValueError, ZeroDivisionError):

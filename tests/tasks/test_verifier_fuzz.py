@@ -151,7 +151,13 @@ def test_verdicts_on_large_inputs_are_right():
     assert countdown.format_score(many) == 1.0 and not countdown.chat_verdict(many, [3, 7, 2], 23).correct
     assert countdown.chat_verdict("<answer>" + "x" * MB + "</answer><answer>3*7+2</answer>", [3, 7, 2], 23).correct
     assert countdown.last_answer("<answer>" * 100000) is None
-    g8 = gsm8k.GSM8KTask({"source": "unused.jsonl"})
+    g8 = gsm8k.GSM8KTask({"source": "unused.jsonl", "answer_format": "hash"})
     v = g8.verify("#### " + "9" * MB, {"gold": "9" * MB})
     assert v.correct and v.format == 1.0
     assert not g8.verify("#### " + "9" * MB, {"gold": "9" * (MB - 1)}).correct
+    boxed = gsm8k.GSM8KTask({"source": "unused.jsonl"})  # the study's format, the default
+    assert boxed.cfg["answer_format"] == "boxed"
+    v = boxed.verify("x" * MB + "\\boxed{23}", {"gold": "23"})
+    assert v.correct and v.reward == 1.0
+    v = boxed.verify("\\boxed{" + "9" * MB + "}", {"gold": "9" * MB})  # too long to read: format only
+    assert not v.correct and v.reward == gsm8k.FORMAT_REWARD
