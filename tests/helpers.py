@@ -8,14 +8,17 @@
 - ``random_model(tok)`` / ``tiny_model()``: small randomly initialised Qwen2 models, and
   ``SevensTask``, a trivially verifiable task for training tests;
 - ``REPO``, ``SHARED_DATA``: the checkout, and the real data beside it (absent in a user's clone);
+  ``GSM8K_SAMPLE``, ``write_countdown_es_file``, ``local_data_overrides``: data that is always there.
 - ``require_vllm()`` / ``vllm_tiny()``: the vLLM tests' gate (skip, or fail in CI) and the tiny
   model vLLM's CPU build can serve.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +30,9 @@ from esopt.core.store import RunDir, dumps
 from esopt.tasks import Task, Verdict
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO.parent / "shared" / "data"
+# the project's shared data beside the checkout (absent in a user's clone); ESOPT_SHARED_DATA
+# points elsewhere (a worktree's, or a missing folder to check that the tests skip without it)
+SHARED_DATA = Path(os.environ.get("ESOPT_SHARED_DATA") or REPO.parent / "shared" / "data")
 CONF_DIR = REPO / "conf"
 
 
@@ -126,6 +131,103 @@ class SevensTask(Task):
         return Verdict(r, 0.0, r, r > 0.5, None)
 
 
+COUNTDOWN_ES_SAMPLE = REPO / "tests" / "data" / "countdown_es_sample.json"
+GSM8K_SAMPLE = REPO / "tests" / "data" / "gsm8k"
+
+
+def write_countdown_es_file(path, n: int = 2200) -> list[dict]:
+    """A Countdown file in the ES-at-scale repo's format at its size (2,200 rows): the 24 rows of
+    tests/data/countdown_es_sample.json (its quirks) followed by generated problems in the same
+    format (string targets, a chat prompt as ``context``). Returns the rows written."""
+    import json
+
+    from esopt.tasks import countdown as cd
+
+    rows = json.loads(COUNTDOWN_ES_SAMPLE.read_text())
+    ctx = rows[0]["context"].replace("[44 19 35]", "[{nums}]").replace("equals 98.", "equals {target}.")
+    seen = {cd.key(r["numbers"], r["target"]) for r in rows}
+    for p in cd.generate(n - len(rows), count=[3, 4], min_number=1, max_number=99, max_target=999,
+                         seed=5, exclude=seen):
+        rows.append({"id": len(rows), "context": ctx.format(nums=" ".join(map(str, p["numbers"])),
+                                                            target=p["target"]),
+                     "numbers": p["numbers"], "target": str(p["target"]), "solution": p["solution"]})
+    Path(path).write_text(json.dumps(rows))
+    return rows
+
+
+def local_data_overrides(cfg, tmp_path) -> list[str]:
+    """Overrides pointing a composed config's hub or user-supplied task data at local copies (CI
+    has no network): GSM8K -> ../shared/data/gsm8k when present, else the sample in tests/ (with
+    a held-out split that fits it); a Countdown file -> a generated file in the published format."""
+    task = cfg["task"]
+    if task["name"] == "gsm8k":
+        full = SHARED_DATA / "gsm8k"
+        if (full / "test.jsonl").exists():
+            return [f"task.source={full}"]
+        return [f"task.source={GSM8K_SAMPLE}", "task.n_heldout=10"]
+    if task["name"] == "countdown" and task.get("source") is not None:
+        path = Path(tmp_path) / "countdown.json"
+        if not path.exists():
+            write_countdown_es_file(path)
+        return [f"task.source={path}"]
+    return []
+
+
+def model_copy(dest, name: str = "tiny-xs", mismatched: bool = False) -> Path:
+    """A copy of a shipped tiny model's directory at ``dest``. ``mismatched=True`` doubles
+    ``intermediate_size`` in its config.json: every pre-dispatch check passes (config, tokenizer,
+    weight headers) but loading fails (a shape mismatch), so a run with it is recorded failed."""
+    import json
+    import shutil
+
+    from esopt.models.tiny import TINY_DIR
+
+    dest = Path(dest)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(TINY_DIR / name, dest)
+    if mismatched:
+        cfg = json.loads((dest / "config.json").read_text())
+        cfg["intermediate_size"] *= 2
+        (dest / "config.json").write_text(json.dumps(cfg))
+    return dest
+
+
+@contextlib.contextmanager
+def small_disk(path, size: str = "16m"):
+    """A real, small filesystem at ``path`` (a tmpfs of ``size``; needs root, else the test is
+    skipped), unmounted at the end: full-disk behaviour without mocks."""
+    import pytest
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill_disk(path, leave: int = 0) -> Path:
+    """Fill the filesystem holding ``path`` with one file until ``leave`` bytes stay free."""
+    filler = Path(path) / "filler.bin"
+    with open(filler, "wb") as f:
+        while True:
+            free = os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
+            if free <= leave:
+                break
+            try:
+                f.write(b"\0" * min(1 << 20, free - leave))
+                f.flush()
+            except OSError:
+                break
+    return filler
+
+
 def compose(*overrides: str, hydra: bool = False):
     """The composed config of ``python -m esopt.sweep <overrides>`` (without running anything)."""
     from hydra import compose as hydra_compose
@@ -160,7 +262,8 @@ def write_synthetic_sweep(
     seeds=(0, 1, 2), slope: float = -0.5, pop_ref: float = 16.0, params_ref: float | None = None,
     curvature: float = 0.005, noise: float = 0.005, algos=("es",), iterations: int = 10,
     eval_every: int = 5, problems: int = 50, samples: int = 32, extra_seeds: int = 0,
-    rng_seed: int = 0, statuses: dict[str, str] | None = None,
+    rng_seed: int = 0, statuses: dict[str, str] | None = None, task: str = "countdown",
+    error: str = "RuntimeError: boom", unused_null: bool = False,
 ) -> list[str]:
     """Write a sweep of fake but well-formed run directories with a planted scaling law.
 
@@ -170,6 +273,11 @@ def write_synthetic_sweep(
     get a pop-independent pass@1. Per-problem correct counts are drawn to match pass@1, and
     pass@k / maj@k / entropy / curves follow from them. Returns the run ids written.
     ``statuses`` maps run_id -> "failed" / "pruned" / "running" to plant unfinished runs.
+    ``task`` and ``error`` are the task name and failed runs' error text written (any string,
+    markup included). ``unused_null=True`` writes what ``esopt.runtime.run`` writes for knobs an
+    algorithm does not read: pop / sigma null for base and GRPO runs, lr null for base runs and
+    sequences. Run ids are ``<algo>-<model>-p<pop>-s<seed>`` (characters other than letters,
+    digits, ``.``, ``_``, ``-`` in the model name become ``_``).
     """
     rng = np.random.default_rng(rng_seed)
     models = models or {"tiny-xs": 1e6, "tiny-s": 4e6, "tiny-m": 1.6e7, "tiny-l": 6.4e7}
@@ -187,7 +295,7 @@ def write_synthetic_sweep(
         passk = {str(k): float(np.mean(pass_at_k(samples, counts, k))) for k in ks}
         passk["1"] = p                                   # the planted value, exactly
         half = 1.96 * float(np.std(frac)) / math.sqrt(problems)
-        return {"task": "countdown", "split": "test", "n_problems": problems, "samples": samples,
+        return {"task": task, "split": "test", "n_problems": problems, "samples": samples,
                 "temperature": 0.6, "pass@k": passk,
                 "pass@k_ci": {k: [max(0.0, v - half), min(1.0, v + half)] for k, v in passk.items()},
                 "maj@k": {str(k): float(np.mean(frac > 0.5)) for k in ks if k > 1},
@@ -202,9 +310,14 @@ def write_synthetic_sweep(
             peak = 0.5 + 0.05 * math.log10(params / min(models.values()))
             for pop in (pops if algo in ("es", "grpo_es", "es_grpo") else pops[:1]):
                 for seed in seeds:
-                    cfg = {"model": {"name": mname}, "algo": algo, "pop": pop, "seed": seed,
-                           "sigma": 1e-3, "lr": 5e-4, "iterations": iterations}
-                    rid = f"{algo}-{mname}-p{pop}-s{seed}"
+                    es_like = algo in ("es", "grpo_es", "es_grpo")
+                    knobs = {"pop": pop, "sigma": 1e-3, "lr": 5e-4}
+                    if unused_null:
+                        knobs = {"pop": pop if es_like else None, "sigma": 1e-3 if es_like else None,
+                                 "lr": 5e-4 if algo in ("es", "grpo") else None}
+                    cfg = {"model": {"name": mname}, "algo": algo, **knobs, "seed": seed,
+                           "iterations": iterations}
+                    rid = f"{algo}-{re.sub(r'[^A-Za-z0-9._-]', '_', mname)}-p{pop}-s{seed}"
                     rd = RunDir(runs_dir / rid)
                     rd.path.mkdir(parents=True, exist_ok=True)
                     base_p = peak - 0.1
@@ -238,11 +351,11 @@ def write_synthetic_sweep(
                                           **ev, "tokens_total": tokens})
                             if status == "running" and it >= iterations // 2:
                                 break
-                    summary = {"status": status, "error": "RuntimeError: boom" if status == "failed" else
+                    summary = {"status": status, "error": error if status == "failed" else
                                ("pruned at iteration 5" if status == "pruned" else None),
-                               "run_id": rid, "algo": algo, "task": "countdown",
-                               "model": {"name": mname, "params": int(params)}, "pop": pop,
-                               "sigma": 1e-3, "lr": 5e-4, "seed": seed, "iterations": iterations,
+                               "run_id": rid, "algo": algo, "task": task,
+                               "model": {"name": mname, "params": int(params)}, **knobs,
+                               "seed": seed, "iterations": iterations,
                                "base": eval_dict(base_p, ent0),
                                "final": None if status in ("running", "failed") else eval_dict(final_p, ent),
                                "phases": [] if "_" not in algo or status != "completed" else [

@@ -32,6 +32,7 @@ class Algorithm:
     phases: tuple[str, ...]   # the single algorithms it runs, in order ("es",), ("grpo", "es"), ...
     ignores: tuple[str, ...]  # config keys it does not read (they do not enter its run id)
     summary: str              # one line for --help and the docs
+    multi_rank: bool = False  # runs as several processes (ranks) splitting its work (ES)
 
     @property
     def _modules(self):
@@ -73,7 +74,7 @@ class Algorithm:
 
 ALGORITHMS: dict[str, Algorithm] = {
     "none": Algorithm("none", (), _RUN_KEYS, "evaluate the base model only"),
-    "es": Algorithm("es", ("es",), ("grpo", "sequence"), "evolution strategies"),
+    "es": Algorithm("es", ("es",), ("grpo", "sequence"), "evolution strategies", multi_rank=True),
     "grpo": Algorithm("grpo", ("grpo",), ("pop", "sigma", "es", "sequence"), "GRPO through TRL"),
     "grpo_es": Algorithm("grpo_es", ("grpo", "es"), (), "GRPO, then ES from its weights"),
     "es_grpo": Algorithm("es_grpo", ("es", "grpo"), (), "ES, then GRPO from its weights"),

@@ -30,8 +30,18 @@ from esopt import noise
 
 
 def _slurm_env() -> None:
-    """Translate a multi-task Slurm step into torch.distributed's env:// variables."""
-    if "RANK" in os.environ or int(os.environ.get("SLURM_NTASKS", "1")) < 2:
+    """Translate a multi-task Slurm step (or submitit's local executor with several tasks) into
+    torch.distributed's env:// variables."""
+    if "RANK" in os.environ:
+        return
+    if int(os.environ.get("SUBMITIT_LOCAL_NTASKS", "1")) > 1:  # submitit_local launcher
+        os.environ["RANK"] = os.environ["SUBMITIT_LOCAL_GLOBALID"]
+        os.environ["WORLD_SIZE"] = os.environ["SUBMITIT_LOCAL_NTASKS"]
+        os.environ.setdefault("LOCAL_RANK", os.environ.get("SUBMITIT_LOCAL_LOCALID", "0"))
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SUBMITIT_LOCAL_JOB_ID", "0")) % 20000))
+        return
+    if int(os.environ.get("SLURM_NTASKS", "1")) < 2:
         return
     os.environ["RANK"] = os.environ["SLURM_PROCID"]
     os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
@@ -57,17 +67,20 @@ def first_host(nodelist: str) -> str:
 
 
 def launched_world() -> int:
-    """Processes in this launch, from the environment (torchrun WORLD_SIZE or Slurm
-    SLURM_NTASKS), before any process group exists; 1 when not launched as a group."""
-    return int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
+    """Processes in this launch, from the environment (torchrun WORLD_SIZE, Slurm SLURM_NTASKS
+    or submitit's local SUBMITIT_LOCAL_NTASKS), before any process group exists; 1 when not
+    launched as a group."""
+    env = os.environ
+    return int(env.get("WORLD_SIZE") or env.get("SLURM_NTASKS") or env.get("SUBMITIT_LOCAL_NTASKS") or 1)
 
 
 def launched_rank() -> int:
-    """This process's rank in the launch (RANK or SLURM_PROCID); 0 when not launched as a group.
-    The sweep entry uses it to make ranks > 0 silent ES workers (no summary, no evaluation)."""
+    """This process's rank in the launch; 0 when not launched as a group. The sweep entry uses it
+    to make ranks > 0 silent ES workers (no summary, no evaluation)."""
     if launched_world() < 2:
         return 0
-    return int(os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or 0)
+    env = os.environ
+    return int(env.get("RANK") or env.get("SLURM_PROCID") or env.get("SUBMITIT_LOCAL_GLOBALID") or 0)
 
 
 def init(device: str | torch.device | None = None) -> bool:
@@ -81,8 +94,8 @@ def init(device: str | torch.device | None = None) -> bool:
     if int(os.environ.get("WORLD_SIZE", "1")) < 2:
         return False
     cuda = torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda")
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if cuda:  # Slurm's gpus_per_task leaves each rank only its own GPU(s) visible
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="env://")
     atexit.register(_destroy)  # a live gloo/NCCL group at interpreter exit can abort the process
     return True

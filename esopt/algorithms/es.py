@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,6 +59,11 @@ class ESConfig:
     batched: bool = False          # score the population in batched generate calls (esopt/engines/population.py)
     full_rank: bool = False        # batched: full-rank per-member weights (N model copies: small models only)
     rank: int = 1                  # batched without full_rank: EGGROLL low-rank perturbation rank r
+    prefetch: Optional[bool] = None  # prepare the next member's perturbed weights on a second thread while
+    #                                  the current one generates; perturb / restore become copies (bitwise
+    #                                  the same). Costs two copies of the weights. null = on for weights in
+    #                                  host memory (the tiny family), off on GPUs (memory) and inside vLLM
+    update_threads: int = 0        # threads for the update (tensors in parallel, bitwise the same); 0 = the CPU count, at most 4
     checkpoint_every: int = 10     # checkpoint every k iterations and at the end (0 = never)
     checksum_every: int = 10       # multi-process: compare a weight checksum across ranks every k (0 = never)
     drift: bool = True             # log relative L2 drift from the base (keeps a host copy of it)
@@ -104,6 +111,7 @@ class ESRun(ESConfig):
              f"es.max_new_tokens must be >= 1, got {self.max_new_tokens}"),
             (self.checkpoint_every >= 0, f"es.checkpoint_every must be >= 0, got {self.checkpoint_every}"),
             (self.checksum_every >= 0, f"es.checksum_every must be >= 0, got {self.checksum_every}"),
+            (self.update_threads >= 0, f"es.update_threads must be >= 0, got {self.update_threads}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -191,12 +199,20 @@ def _gen_kwargs(es: ESRun, task, seed: int) -> dict:
                 stop=tuple(task.stop))
 
 
-def score(task, gen, rows: Sequence[Mapping]) -> tuple[float, list[float]]:
+def score(task, gen, rows: Sequence[Mapping], memo: dict | None = None) -> tuple[float, list[float]]:
     """Member reward = mean verifier reward over prompts and samples; also the per-prompt
-    success probability estimated from the samples (greedy: one sample, p in {0, 1})."""
+    success probability estimated from the samples (greedy: one sample, p in {0, 1}).
+    ``memo`` caches verdicts by (prompt index, completion) within an iteration: members often
+    write the same completion, and the verifier is a pure function of the two."""
     rewards, success = [], []
-    for comps, row in zip(gen.completions, rows):
-        verdicts = [task.verify(c, row) for c in comps]
+    memo = {} if memo is None else memo
+    for p, (comps, row) in enumerate(zip(gen.completions, rows)):
+        verdicts = []
+        for c in comps:
+            v = memo.get((p, c))
+            if v is None:
+                v = memo[(p, c)] = task.verify(c, row)
+            verdicts.append(v)
         rewards += [v.reward for v in verdicts]
         success.append(float(np.mean([v.correct for v in verdicts])))
     return float(np.mean(rewards)), success
@@ -214,6 +230,24 @@ class Clock(dict):
             self[phase] = self.get(phase, 0.0) + time.perf_counter() - t
 
 
+_PREFETCH = ThreadPoolExecutor(1, thread_name_prefix="es-prefetch")  # one member ahead, one thread
+
+
+def _timed(clock, phase, fn, *args):
+    with clock(phase):
+        return fn(*args)
+
+
+def _prefetch_on(es: "ESRun", weights) -> bool:
+    if not getattr(weights, "supports_prefetch", False):
+        return False
+    return bool(weights.on_cpu) if es.prefetch is None else bool(es.prefetch)
+
+
+def update_threads(es: "ESRun") -> int:
+    return es.update_threads or min(4, os.cpu_count() or 1)
+
+
 def score_members(engine, weights, task, rows, members: Sequence[int], seeds, signs, es: ESRun,
                   gen_seed: int, clock: Clock) -> tuple[np.ndarray, np.ndarray, int]:
     """Rewards [len(members)], per-prompt success [len(members), P] and generated tokens of
@@ -227,17 +261,32 @@ def score_members(engine, weights, task, rows, members: Sequence[int], seeds, si
                                               rank=es.noise_rank, **kw)
     else:
         gens = []
-        for i in members:
-            with clock("noise"):
-                weights.perturb(seeds[i], es.sigma, signs[i])      # theta_i = theta + sign_i sigma eps_i
+        prefetch = _prefetch_on(es, weights)
+        if prefetch:
+            with clock("snapshot"):
+                weights.start_iteration()
+
+        def prepare(k):
+            if not prefetch or k >= len(members):
+                return None
+            i = members[k]
+            return _PREFETCH.submit(_timed, clock, "prepare_bg", weights.prepare, seeds[i], es.sigma, signs[i])
+
+        nxt = prepare(0)
+        for k, i in enumerate(members):
+            with clock("perturb"):
+                ready = nxt.result() if nxt is not None else None
+                weights.perturb(seeds[i], es.sigma, signs[i], prepared=ready)  # theta_i = theta + sign_i sigma eps_i
+            nxt = prepare(k + 1)                                          # member k+1, while k generates
             try:
                 with clock("gen"):
                     gens.append(engine.generate(prompts, **kw))
             finally:
-                with clock("noise"):
-                    weights.restore()                              # back to theta, bitwise
+                with clock("restore"):
+                    weights.restore()                                     # back to theta, bitwise
     with clock("score"):
-        scored = [score(task, g, rows) for g in gens]
+        memo: dict = {}
+        scored = [score(task, g, rows, memo) for g in gens]
     rewards = np.asarray([r for r, _ in scored], dtype=np.float64)
     success = np.asarray([s for _, s in scored], dtype=np.float64).reshape(len(members), len(rows))
     return rewards, success, int(sum(g.n_tokens for g in gens))
@@ -262,11 +311,15 @@ def es_step(engine, task, train_rows, es: ESRun, iteration: int, weights=None) -
     z = normalize_rewards(rewards, es.normalize)                                  # z = normalise(R)
     with clock("update"):
         step_norm = weights.update(seeds, (z * np.asarray(signs)).tolist(), es.lr,  # theta += lr/N sum z_i eps_i
-                                   rank=es.noise_rank)
+                                   rank=es.noise_rank, threads=update_threads(es))
     bad = weights.nonfinite()
     if bad is not None:
         raise NonFinite(f"non-finite weights in {bad} after the update of iteration {iteration}")
+    world = distributed.world_size()
     return {
+        "world_size": world,
+        **({"members_by_rank": [distributed.my_members(es.pop, world, r, es.antithetic) for r in range(world)]}
+           if world > 1 else {}),
         "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
         "reward_max": float(rewards.max()), "reward_min": float(rewards.min()),
         "rewards": [round(float(x), 6) for x in rewards],
@@ -334,8 +387,16 @@ def train(ctx) -> None:
     distributed.check_same(weights.checksum(), where=f"start (iteration {start})")
     if lead and ctx.run is not None:  # lines an interrupted attempt wrote after its checkpoint
         last = ctx.iteration_offset + start
-        ctx.run.truncate_metrics(
-            lambda line: line.get("phase") != ctx.phase or int(line.get("iteration", 0)) <= last)
+
+        def keep(line) -> bool:  # the evaluation at the checkpoint is redone below (same weights)
+            it = int(line.get("iteration", 0))
+            return line.get("phase") != ctx.phase or it < last or (it == last and line.get("kind") != "eval")
+
+        ctx.run.truncate_metrics(keep)
+    # A kill between the checkpoint and the evaluation due at that iteration would lose that
+    # curve point (and its Optuna report): evaluate it now, on the checkpoint's weights.
+    if lead and start > 0 and ((ctx.iteration_offset + start) % ctx.cfg.eval.every == 0 or start == es.iterations):
+        ctx.evaluate(start)
 
     # progress bar per run (iteration, reward, ETA) on a terminal; silent in logs and on ranks > 0
     bar = tqdm(range(start + 1, es.iterations + 1), initial=start, total=es.iterations,

@@ -105,7 +105,11 @@ class PopulationForward:
             y = F.linear(xg, mod.weight)
             if bias is not None:
                 y = y + bias
-            y = torch.baddbmm(y, torch.bmm(xg, b), a.transpose(1, 2))
+            if a.shape[-1] == 1:  # rank 1: a row dot product and an outer product, no small bmm
+                u = (xg * b[:, None, :, 0]).sum(-1, keepdim=True)            # [G, T, 1] = x . b_i
+                y.addcmul_(u, a[:, None, :, 0])                               # + (x . b_i) c_i a_i
+            else:
+                y = torch.baddbmm(y, torch.bmm(xg, b), a.transpose(1, 2))
         elif bias is not None:  # y = b_i + x W_i^T
             y = torch.baddbmm(bias, xg, st.transpose(1, 2))
         else:
@@ -118,7 +122,11 @@ class PopulationForward:
         if isinstance(st, tuple):
             a, b = st
             rows = torch.gather(a, 1, idg[..., None].expand(-1, -1, a.shape[-1]))  # [G, R*S, r]
-            y = F.embedding(idg, mod.weight, mod.padding_idx) + torch.bmm(rows, b.transpose(1, 2))
+            y = F.embedding(idg, mod.weight, mod.padding_idx)
+            if a.shape[-1] == 1:  # rank 1: an outer product instead of a small bmm
+                y = y.addcmul_(rows, b[:, None, :, 0])
+            else:
+                y = y + torch.bmm(rows, b.transpose(1, 2))
         else:
             y = torch.gather(st, 1, idg[..., None].expand(-1, -1, st.shape[-1]))
         return y.reshape(*ids.shape, y.shape[-1])

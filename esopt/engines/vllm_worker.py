@@ -131,8 +131,8 @@ class ESWorkerExtension:
         self._es().restore()
 
     def es_update(self, seeds: list[int], weights: list[float], lr: float, rank: int | None = None,
-                  n: int | None = None) -> float:
-        return self._es().update(seeds, weights, lr, rank, n)
+                  n: int | None = None, threads: int = 1) -> float:
+        return self._es().update(seeds, weights, lr, rank, n, threads=threads)
 
     def es_checksum(self) -> int:
         return self._es().checksum()
@@ -203,15 +203,19 @@ class VLLMWeights:
     def _rpc(self, method: str, *args):
         return self.llm.collective_rpc(method, args=tuple(args))[0]
 
-    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
+    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None,
+                prepared=None) -> int:
+        if prepared is not None:
+            raise ValueError("the vLLM workers perturb in place (no prefetch)")
         return int(self._rpc("es_perturb", int(member_seed), float(sigma), float(sign), rank))
 
     def restore(self) -> None:
         self._rpc("es_restore")
 
-    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None) -> float:
+    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None,
+               threads: int = 1) -> float:
         return float(self._rpc("es_update", [int(s) for s in seeds], [float(w) for w in weights], float(lr),
-                               rank, n))
+                               rank, n, int(threads)))
 
     def checksum(self) -> int:
         return int(self._rpc("es_checksum"))

@@ -32,7 +32,8 @@ class RunContext:
     """The run's model, tokenizer, engine, task and run directory, plus its recorder.
 
     ``iterations`` is this phase's budget; ``iteration_offset`` shifts the iteration numbers
-    it logs, so a sequence's second phase continues the first one's count.
+    it logs, so a sequence's second phase continues the first one's count. ``ood_task`` is the
+    out-of-domain task of ``eval.ood_task`` (None when unset).
     """
 
     cfg: RunConfig
@@ -45,6 +46,7 @@ class RunContext:
     iterations: int
     iteration_offset: int = 0
     shared: Shared = field(default_factory=lambda: Shared(time.time()))
+    ood_task: Any = None
 
     # --- recording ---------------------------------------------------------------------
     @property
@@ -73,22 +75,23 @@ class RunContext:
     # --- evaluation --------------------------------------------------------------------
     def evaluate(self, iteration: int) -> dict:
         """Shared held-out evaluation: log an eval line, report to Optuna, maybe prune."""
-        result = evaluate_config(self.cfg.eval, self.engine, self.task)
+        result = evaluate_config(self.cfg.eval, self.engine, self.task, self.ood_task)
         step = int(iteration) + self.iteration_offset
         self.shared.last_eval, self.shared.last_eval_iteration = result, step
         self.log(kind="eval", iteration=iteration, **eval_line(result))
         trial = self.shared.trial
         if trial is not None:
             trial.report(result, step)
-            if trial.should_prune():
-                raise Pruned(f"pruned at iteration {step}")
+            # the run's last evaluation is never pruned: nothing is left to save
+            if step < self.cfg.iterations and trial.should_prune():
+                raise Pruned(prune_message(step, trial.reason), trial.reason)
         return result
 
     def for_phase(self, algo: str, iterations: int, iteration_offset: int) -> "RunContext":
         return RunContext(
             self.cfg, self.model, self.tokenizer, self.engine, self.task, self.run,
             phase=algo, iterations=int(iterations), iteration_offset=int(iteration_offset),
-            shared=self.shared,
+            shared=self.shared, ood_task=self.ood_task,
         )
 
     def phase_done(self, algo: str, eval_result: dict | None = None) -> None:
@@ -96,6 +99,16 @@ class RunContext:
         if eval_result is None:
             eval_result = self.evaluate(self.iterations)
         self.shared.phases.append({"algo": algo, "iterations": self.iterations, "eval": eval_result})
+
+
+def prune_message(step: int, reason: dict | None) -> str:
+    """``pruned at iteration <step>``, plus the pruner's statistic, value and threshold."""
+    msg = f"pruned at iteration {step}"
+    r = reason or {}
+    if r.get("value") is not None and r.get("threshold") is not None:
+        msg += (f" by {r.get('pruner')}: {r.get('statistic')} = {r['value']:.4g}, threshold {r['threshold']:.4g}"
+                f" ({r.get('reference')})")
+    return msg
 
 
 def eval_line(result: dict) -> dict:

@@ -15,6 +15,8 @@ Figures (stable ids):
     fig-heatmap      the metric over (model, pop) for the fitted algorithm
     fig-trend        pop* against params on log-log axes, the fit and its 95% band
     fig-status       run counts by status and algorithm
+    fig-pruning      why each pruned run was cut: its pruner's statistic at that step against
+                     the threshold, the reference in the hover text (only when a run has it)
     fig-sparsity     share of the Pass@1 gain kept vs keep fraction, per algorithm and mode
                      (only when runs have sparsity.json, esopt.study.analyze)
     fig-drift / fig-drift-top   relative drift and top-1% update share by module type, per
@@ -99,6 +101,9 @@ def best_groups(runs: pd.DataFrame, metric: str) -> dict[tuple, dict]:
     cols = key + [c for c in ("pop", "sigma", "lr", "iterations") if c in ok.columns]
     if ok.empty:
         return {}
+    # the configuration columns as numbers: an all-null column (pop of base runs, lr of
+    # sequences) would otherwise be objects and break the merge below
+    ok = ok.assign(**{c: pd.to_numeric(ok[c], errors="coerce").astype(float) for c in cols[3:]})
     means = ok.groupby(cols, dropna=False, sort=False)[metric].mean().reset_index()
     best = means.loc[means.groupby(key, dropna=False, sort=False)[metric].idxmax()]
     chosen = ok.merge(best[cols], on=cols, how="inner")
@@ -322,11 +327,14 @@ def _passk_from_table(sub: pd.DataFrame, which: str):
 
 
 def fig_entropy(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, groups=None):
+    """Held-out token entropy over training; the out-of-domain set's (``ood_entropy``,
+    eval.ood_task) when the sweep measured one."""
     if curves.empty or "entropy" not in curves:
         return None, "no held-out entropy in metrics.jsonl"
+    col = "ood_entropy" if "ood_entropy" in curves and curves["ood_entropy"].notna().any() else "entropy"
     groups = {k: g for k, g in (best_groups(runs, metric) if groups is None else groups).items()
               if k[2] != "none"}
-    ev = curves[(curves["kind"] == "eval") & curves["entropy"].notna()]
+    ev = curves[(curves["kind"] == "eval") & curves[col].notna()]
     multi_task = runs["task"].nunique() > 1
     facets: dict[str, list] = {}
     for (model, task, algo), g in groups.items():
@@ -338,9 +346,9 @@ def fig_entropy(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, groups=No
             e = ev[ev["run_id"].isin(g["run_ids"])]
             if e.empty:
                 continue
-            agg = e.groupby("iteration").agg(mean=("entropy", "mean"), n=("entropy", "size"),
-                                             lo=("entropy_lo", "mean") if "entropy_lo" in e else ("entropy", "min"),
-                                             hi=("entropy_hi", "mean") if "entropy_hi" in e else ("entropy", "max"))
+            agg = e.groupby("iteration").agg(mean=(col, "mean"), n=(col, "size"),
+                                             lo=(f"{col}_lo", "mean") if f"{col}_lo" in e else (col, "min"),
+                                             hi=(f"{col}_hi", "mean") if f"{col}_hi" in e else (col, "max"))
             x = agg.index.to_numpy(dtype=float)
             color = COLORS.get(algo, "#333333")
             meta = {"facet": facet, "algo": algo, "run_ids": g["run_ids"]}
@@ -355,8 +363,8 @@ def fig_entropy(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, groups=No
     if not traces:
         return None, "no held-out entropy for trained runs"
     fig = _menu_figure(traces, labels, counts,
-                       title="Held-out token entropy over training (mean over seeds; band: evaluator 95% CI); "
-                       "menu: model", xaxis_title="iteration", yaxis_title="entropy (nats)")
+                       title=f"{'Out-of-domain' if col == 'ood_entropy' else 'Held-out'} token entropy over "
+                       "training (mean over seeds; band: evaluator 95% CI); menu: model", xaxis_title="iteration", yaxis_title="entropy (nats)")
     return fig, None
 
 
@@ -428,6 +436,41 @@ def fig_status(runs: pd.DataFrame):
               for s in tab.columns]
     fig = _figure(traces)
     fig["layout"] = _layout(title="Runs by status and algorithm", barmode="stack", xaxis_title="algo")
+    return fig, None
+
+
+def fig_pruning(runs: pd.DataFrame):
+    """Per pruned run, the statistic its pruner compared (``summary.json`` ``pruning.value``)
+    and the threshold it fell short of (``pruning.threshold``), at the step it was cut."""
+    if "pruning.value" not in runs:
+        return None, None
+    cut = runs[(runs["status"] == "pruned") & runs["pruning.value"].notna()]
+    if cut.empty:
+        return None, None
+    col = lambda name: cut[name].tolist() if name in cut else [None] * len(cut)  # noqa: E731
+    def label(row) -> str:
+        extra = "".join(f" {k}={row[k]:g}" for k in ("sigma", "lr") if isinstance(row.get(k), (int, float))
+                        and not math.isnan(row[k]))
+        return f"{row['run_id']} ({_label(row)}{extra})"
+
+    labels = [label(row) for _, row in cut.iterrows()]
+    step = lambda s: "?" if s is None or (isinstance(s, float) and math.isnan(s)) else int(s)  # noqa: E731
+    esc = lambda v: _html.escape(str(v))  # noqa: E731
+    hover = [f"{esc(p)}, iteration {step(s)}: {esc(st)}<br>reference: {esc(ref)}"
+             for p, s, st, ref in zip(col("pruning.pruner"), col("pruning.step"), col("pruning.statistic"),
+                                      col("pruning.reference"))]
+    value = [float(v) for v in cut["pruning.value"]]
+    thr = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+           for v in col("pruning.threshold")]
+    traces = [_trace("scatter", x=labels, y=value, mode="markers", name="statistic", text=hover,
+                     hoverinfo="text+y", marker=dict(size=10, color="#d62728"), meta={"kind": "value"}),
+              _trace("scatter", x=labels, y=thr, mode="markers", name="threshold", text=hover,
+                     hoverinfo="text+y", marker=dict(size=14, symbol="line-ew-open", color="#222"),
+                     meta={"kind": "threshold"})]
+    fig = _figure(traces)
+    fig["layout"] = _layout(title="Why runs were pruned: the pruner's statistic at the step it was cut, "
+                                  "against its threshold (hover: step, statistic, reference)",
+                            xaxis_title="pruned run", yaxis_title="statistic / threshold")
     return fig, None
 
 
@@ -578,36 +621,45 @@ def optuna_figures(sweep_dir: Path):
 
 # ---------------------------------------------------------------------------------------
 # the page
+def _esc(v) -> str:
+    """Any value as HTML text: every string that reaches the page (model, task, sweep and
+    algorithm names, statuses, errors, notes) comes from configs, data or errors and may hold
+    markup; it goes through here (tables: :func:`_table`; figures: :func:`_figure_block`)."""
+    return _html.escape(str(v), quote=True)
+
+
 def _summary_lines(agg, trend: dict, notes: list[str]) -> list[str]:
+    """The summary list's lines as HTML (every value escaped)."""
     runs = agg.runs
     counts = runs["status"].value_counts()
-    lines = [f"{len(runs)} runs in {_html.escape(str(agg.sweep_dir))}: "
-             + ", ".join(f"{int(v)} {k}" for k, v in counts.items())
+    lines = [f"{len(runs)} runs in {_esc(agg.sweep_dir)}: "
+             + ", ".join(f"{int(v)} {_esc(k)}" for k, v in counts.items())
              + (f"; {len(agg.skipped)} unreadable run directories skipped" if agg.skipped else "") + "."]
     algos = runs["algo"].value_counts()
     models = runs.groupby("model")["params"].median().sort_values()
     pops = sorted(pd.to_numeric(runs.loc[runs["algo"] != "none", "pop"], errors="coerce").dropna().unique())
-    lines.append("Algorithms: " + ", ".join(f"{k} ({v})" for k, v in algos.items())
-                 + "; models: " + ", ".join(f"{m} ({_fmt_params(p)})" if pd.notna(p) else str(m)
+    lines.append("Algorithms: " + ", ".join(f"{_esc(k)} ({v})" for k, v in algos.items())
+                 + "; models: " + ", ".join(f"{_esc(m)} ({_fmt_params(p)})" if pd.notna(p) else _esc(m)
                                            for m, p in models.items())
                  + "; populations: " + (", ".join(str(int(p)) for p in pops) or "-")
-                 + f"; seeds: {runs['seed'].nunique()}; tasks: {', '.join(map(str, runs['task'].dropna().unique()))}.")
+                 + f"; seeds: {runs['seed'].nunique()}; tasks: "
+                 + f"{', '.join(_esc(t) for t in runs['task'].dropna().unique())}.")
     if trend.get("slope") is not None:
         ci = trend.get("slope_ci")
-        lines.append(f"Trend ({trend['metric']}, {trend['algo']} runs, {trend['n_model_sizes']} model sizes, "
-                     f"{trend['n_seeds']} seeds): log pop* = {trend['intercept']:.3g} + {trend['slope']:.3g} "
+        lines.append(f"Trend ({_esc(trend['metric'])}, {_esc(trend['algo'])} runs, {trend['n_model_sizes']} model "
+                     f"sizes, {trend['n_seeds']} seeds): log pop* = {trend['intercept']:.3g} + {trend['slope']:.3g} "
                      f"log params" + (f", slope 95% CI [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
-                     + f". Claim \"larger models need smaller populations\": <b>{trend['verdict']}</b> "
-                     f"({_html.escape(trend['verdict_reason'])}).")
+                     + f". Claim \"larger models need smaller populations\": <b>{_esc(trend['verdict'])}</b> "
+                     f"({_esc(trend['verdict_reason'])}).")
     else:
-        lines.append(f"Trend: <b>{trend['verdict']}</b> ({_html.escape(trend['verdict_reason'])}).")
+        lines.append(f"Trend: <b>{_esc(trend['verdict'])}</b> ({_esc(trend['verdict_reason'])}).")
     missing = [a for a in ("es", "grpo", "grpo_es", "es_grpo") if a not in algos]
     if missing:
         notes = [f"no {', '.join(missing)} runs"] + notes
     if 0 < trend.get("n_model_sizes", 0) < 3:
         notes = [f"only {trend['n_model_sizes']} model size(s): trend not meaningful"] + notes
     if notes:
-        lines.append("Missing or odd: " + "; ".join(_html.escape(n) for n in notes) + ".")
+        lines.append("Missing or odd: " + "; ".join(_esc(n) for n in notes) + ".")
     return lines
 
 
@@ -629,7 +681,9 @@ def _cell(v) -> str:
 
 def _figure_block(fig_id: str, title: str, fig) -> str:
     data = fig.to_json() if isinstance(fig, go.Figure) else json.dumps(jsonable(fig), separators=(",", ":"))
-    data = data.replace("</", "<\\/").replace("<!--", "<\\!--")
+    # names and titles come from configs and data: as JSON escapes, no "<", ">" or "&" is left in
+    # the page's text, so no string can end the script block or open a tag (JSON.parse restores them)
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return (f'<section><h2>{_html.escape(title)}</h2><div id="{fig_id}" class="figure"></div>\n'
             f'<script type="application/json" class="figure-data" data-figure="{fig_id}">{data}</script></section>\n')
 
@@ -665,6 +719,7 @@ def build(agg, sweep_dir: Path | None = None) -> str:
         ("fig-heatmap", "Population vs model size: heatmap", lambda: fig_heatmap(trend)),
         ("fig-trend", "Population vs model size: trend fit", lambda: fig_trend(trend)),
         ("fig-status", "Run status", lambda: fig_status(runs)),
+        ("fig-pruning", "Why runs were pruned", lambda: fig_pruning(runs)),
         ("fig-sparsity", "Functional sparsity of the updates", lambda: fig_sparsity(runs, runs_dir)),
         ("fig-drift", "Parameter drift by module type", lambda: fig_drift(runs, "relative")),
         ("fig-drift-top", "Largest 1% of updates by module type", lambda: fig_drift(runs, "top_share")),
@@ -685,7 +740,7 @@ def build(agg, sweep_dir: Path | None = None) -> str:
             .to_dict("records")]
     counts = problems["status"].value_counts().to_dict()
     blocks.append(f'<section><h2>Pruned, failed and running runs ({len(problems)}: '
-                  + (", ".join(f"{v} {k}" for k, v in counts.items()) or "none") + ")</h2>"
+                  + (", ".join(f"{v} {_esc(k)}" for k, v in counts.items()) or "none") + ")</h2>"
                   + _table(prow, ["run_id", "status", "algo", "model", "pop", "seed", "last iteration", "error"],
                            "table-problems") + "</section>")
     blocks.append(f"<section><h2>Unreadable run directories skipped ({len(agg.skipped)})</h2>"

@@ -21,7 +21,6 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
-SKIP_STATUSES = ("completed", "pruned")
 
 
 @dataclass
@@ -63,6 +62,7 @@ class Job:
     rid: str
     launcher: dict
     before: Optional[str] = None  # status recorded before this sweep launched anything
+    before_error: Optional[str] = None  # its error type (a run failed on its input is retried)
     summary: Optional[dict] = None
     dispatched: bool = False
     trial: Any = None  # optuna sweeper: the study trial number
@@ -126,6 +126,7 @@ class EsoptSweeper(Sweeper):
         """
         from esopt.core import store
         from esopt.runtime import tuning
+        from esopt.runtime.layout import launcher_request
         from esopt.runtime.validate import run_id, validate
 
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
@@ -134,9 +135,11 @@ class EsoptSweeper(Sweeper):
             del cfg["hydra"]
         rc = validate(cfg)
         tuning.settings(rc.tuning)
+        launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
         rid = run_id(rc)
-        before = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid).status
-        return Job(list(overrides), rc, rid, launcher, before)
+        rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
+        before = rd.status  # "unreadable" for a summary.json that cannot be parsed: kept, listed
+        return Job(list(overrides), rc, rid, launcher, before, (rd.read_summary() or {}).get("error_type"))
 
     def compose_all(self, grid: List[List[str]]) -> List[Job]:
         """Every job composed and validated before anything runs; the first bad one exits 2."""
@@ -165,17 +168,20 @@ class EsoptSweeper(Sweeper):
         return self._launchers[key]
 
     def skipped(self, job: Job) -> bool:
-        return job.before in SKIP_STATUSES or (job.before == "failed" and not job.rc.sweep.retry_failed)
+        from esopt.core import store
+
+        return store.keep_recorded(job.before, job.rc.sweep.retry_failed, job.before_error)
 
     def live_elsewhere(self, job: Job) -> Optional[str]:
-        """Where a run recorded ``running`` is still alive (a Slurm job of a killed sweep, or a
-        live process on this host), so it must not be started twice; None if it is not."""
-        if job.before != "running":
+        """Who runs this run right now (the live owner of its lock: a Slurm job of a killed
+        sweep, another sweep over the same grid, a process on another host), so it is not
+        launched twice; None if nobody does. (Launched anyway, a run would find its owner and
+        step aside: ``esopt.core.store.claim_run``.)"""
+        if self.skipped(job):
             return None
         from esopt.core import store
 
-        s = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
-        return store.worker_alive(s.get("worker"))
+        return store.run_owner(store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
 
     def launch(self, jobs: List[Job]) -> None:
         """Run the jobs not already done (one per run id), grouped by launcher request."""
@@ -199,6 +205,8 @@ class EsoptSweeper(Sweeper):
         for job in jobs:  # the store is the truth (also for runs done elsewhere)
             rd = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid)
             job.summary = rd.read_summary()
+            if job.summary is None and rd.status == store.UNREADABLE:
+                job.summary = {"status": store.UNREADABLE, "error": f"{rd.summary_path} cannot be read"}
 
     def _launch_groups(self, groups: Dict[str, List[Job]]) -> None:
         for group in groups.values():
@@ -223,8 +231,11 @@ class EsoptSweeper(Sweeper):
     def table(self, jobs: List[Job], *, dry: bool = False):
         import pandas as pd
         from esopt.runtime import tuning
+        from esopt.runtime.layout import layout
 
         keys = _varying_keys([j.overrides for j in jobs])
+        layouts = [layout(j.rc) for j in jobs] if dry else []
+        show_layout = any(lay.ranks > 1 or lay.gpus_requested for lay in layouts)  # not for CPU-only sweeps
         rows = []
         for i, job in enumerate(jobs):
             row = {"#": i, "run_id": job.rid}
@@ -232,6 +243,9 @@ class EsoptSweeper(Sweeper):
             for k in keys:
                 row[k.lstrip("+~")] = kv.get(k, "")
             if dry:
+                if show_layout:
+                    lay = layouts[i]
+                    row["ranks"], row["gpus_req"], row["gpus_used"] = lay.ranks, lay.gpus_requested, lay.gpus_used
                 row["status"] = job.before or "new"
                 row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
                 row["max_tokens"] = estimate_tokens(job.rc)
@@ -307,6 +321,8 @@ class EsoptSweeper(Sweeper):
         else:
             for line in collapsed_points(jobs):
                 print(f"esopt: note: {line}", file=sys.stderr)
+        for line in layout_notes(jobs):
+            print(f"esopt: note: {line}", file=sys.stderr)
         if self.config.sweep.get("dry_run"):
             self.dry_run(jobs)
             return []
@@ -315,7 +331,7 @@ class EsoptSweeper(Sweeper):
         kept = sum(self.skipped(j) for j in jobs)
         if kept:
             print(f"esopt: {kept} of {len(jobs)} runs already recorded; not launched again "
-                  "(sweep.retry_failed=true reruns failed ones)")
+                  "(sweep.retry_failed=true reruns failed and unreadable ones)")
         self.launch(jobs)
         code = self.finish(jobs)
         if code:
@@ -529,6 +545,13 @@ def _encode(v) -> str:
     return "null" if v is None else (repr(v) if isinstance(v, float) else str(v))
 
 
+def layout_notes(jobs: List[Job]) -> List[str]:
+    """The distinct notes of the runs' layouts (fewer GPUs used than the model asks for, and why)."""
+    from esopt.runtime.layout import layout
+
+    return list(dict.fromkeys(n for n in (layout(j.rc).note for j in jobs) if n))
+
+
 def collapsed_points(jobs: List[Job]) -> List[str]:
     """Grid points that are one run because their algorithm ignores the key they differ in
     (e.g. pop with algo=grpo): one line per (algo, keys), "pop has no effect with algo=grpo:
@@ -578,24 +601,46 @@ def estimate_tokens(rc) -> int:
     """Upper bound on generated tokens of one run (every sample uses its whole budget).
 
     evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
-    eval tokens = evals * problems * (samples + greedy) * budget; plus the algorithm's own
-    training estimate (``esopt.algorithms``: ES, GRPO, or both phases of a sequence).
+    eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
+    ood budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
+    both phases of a sequence). ``problems`` null (the whole split) counts the split's rows.
     """
     from esopt import algorithms
 
-    budget = _budget(rc)
+    budget = _budget(rc, rc.task)
     ev = rc.eval
     n_evals = 0 if rc.algo == "none" else rc.iterations // ev.every + (1 if rc.iterations % ev.every else 0)
-    tokens = (1 + n_evals) * ev.problems * (ev.samples + (1 if ev.greedy else 0)) * (ev.max_new_tokens or budget)
-    return int(tokens + algorithms.get(rc.algo).estimate_tokens(rc, budget))
+    per_eval = _rows(rc, rc.task, ev.split, ev.problems) * (ev.samples + (1 if ev.greedy else 0)) \
+        * (ev.max_new_tokens or budget)
+    if ev.ood_task:
+        per_eval += (_rows(rc, ev.ood_task, ev.ood_split, ev.ood_problems) * ev.samples
+                     * _budget(rc, ev.ood_task))
+    return int((1 + n_evals) * per_eval + algorithms.get(rc.algo).estimate_tokens(rc, budget))
 
 
-def _budget(rc) -> int:
-    """The task's default completion budget for this model's prompt style."""
+def _task(rc, task_cfg: dict):
     from esopt import tasks
 
-    style = rc.task.get("style") or rc.model.get("prompt_style") or "compact"
-    return int(tasks.get(rc.task, style=style).max_new_tokens)
+    style = task_cfg.get("style") or rc.model.get("prompt_style") or "compact"
+    return tasks.get(task_cfg, style=style)
+
+
+def _budget(rc, task_cfg: dict) -> int:
+    """The task's default completion budget for this model's prompt style."""
+    return int(_task(rc, task_cfg).max_new_tokens)
+
+
+_ROWS: dict[str, int] = {}
+
+
+def _rows(rc, task_cfg: dict, split: str, problems) -> int:
+    """Problems an evaluation covers: ``problems``, or (None) the split's length (cached)."""
+    if problems is not None:
+        return int(problems)
+    key = json.dumps([task_cfg, split], sort_keys=True, default=str)
+    if key not in _ROWS:
+        _ROWS[key] = len(_task(rc, task_cfg).split(split))
+    return _ROWS[key]
 
 
 def _aggregate(sweep_dir: Path, metric: str = "pass@1") -> None:

@@ -133,7 +133,8 @@ def test_train_logs_diagnostics_and_checkpoints(tmp_path):
     assert [x["iteration"] for x in train] == [1, 2, 3]
     for x in train:
         for key in ("reward_mean", "reward_std", "reward_max", "reward_min", "js_succ", "p_pop",
-                    "update_norm", "drift", "tokens_generated", "wall_gen", "wall_noise", "wall_update",
+                    "update_norm", "drift", "tokens_generated", "wall_gen", "wall_perturb", "wall_restore", "wall_score",
+                    "wall_update",
                     "tokens_total", "wall_s", "phase"):
             assert key in x, key
         assert len(x["rewards"]) == 4 and x["reward_min"] <= x["reward_mean"] <= x["reward_max"]
@@ -177,6 +178,40 @@ def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
     assert resumed.tokens_total == full.tokens_total
 
 
+def test_resume_records_the_evaluation_due_at_the_checkpoint(tmp_path):
+    """Killed after the checkpoint of iteration 2 but before its evaluation: the resumed run
+    evaluates iteration 2 first (on the checkpoint's weights), so the curve has every point,
+    each once, equal to the uninterrupted run's."""
+    cfg = run_config(iterations=4, eval=EvalConfig(problems=2, samples=2, every=2))
+    full = make_ctx(tmp_path / "a", cfg)
+    es.train(full)
+
+    killed = make_ctx(tmp_path / "b", cfg)
+    evaluate = killed.evaluate
+
+    def dying_evaluate(iteration):
+        if iteration == 2:
+            raise Killed
+        return evaluate(iteration)
+
+    killed.evaluate = dying_evaluate
+    with pytest.raises(Killed):
+        es.train(killed)
+    assert json.loads((killed.run.checkpoint_dir / "state.json").read_text())["iteration"] == 2
+    assert lines(killed, "eval") == []
+
+    resumed = make_ctx(tmp_path / "b", cfg)
+    es.train(resumed)
+    got, want = lines(resumed, "eval"), lines(full, "eval")
+    assert [x["iteration"] for x in got] == [2, 4]
+    for g, w in zip(got, want):
+        assert g["pass@1"] == w["pass@1"] and g["greedy"] == w["greedy"] and g["entropy"] == w["entropy"]
+
+    again = make_ctx(tmp_path / "b", cfg)  # requeued after the end: the final evaluation once
+    es.train(again)
+    assert [x["iteration"] for x in lines(again, "eval")] == [2, 4]
+
+
 def test_nonfinite_weights_fail_and_keep_last_good_checkpoint(tmp_path):
     ctx = make_ctx(tmp_path, run_config(iterations=3))
     real = noise.update
@@ -209,3 +244,19 @@ def test_nonfinite_reward_fails(tmp_path):
     ctx.task = NaNTask({})
     with pytest.raises(NonFinite, match="non-finite reward"):
         es.train(ctx)
+
+
+def test_prefetch_and_threaded_update_leave_the_numbers_unchanged():
+    """Issue 17: the prefetching member-by-member loop and the threaded update give bitwise the
+    weights (and rewards) of the in-place loop with a serial update, for the same seed."""
+    task = SevensTask({})
+    rows = list(task.split("train"))
+    outcomes = set()
+    for prefetch, threads in ((False, 1), (True, 1), (True, 4)):
+        engine = HFEngine(tiny_model(), char_tokenizer(), device="cpu")
+        cfg = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=8, seed=0, prefetch=prefetch, update_threads=threads)
+        lines = [es.es_step(engine, task, rows, cfg, it) for it in (1, 2, 3)]
+        outcomes.add((noise.checksum(engine.model.named_parameters()),
+                      tuple(tuple(x["rewards"]) for x in lines), tuple(x["update_norm"] for x in lines)))
+        assert ("wall_prepare_bg" in lines[-1]) == prefetch
+    assert len(outcomes) == 1

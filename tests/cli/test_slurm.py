@@ -60,3 +60,36 @@ def test_2x2_grid_through_slurm_job_array(tmp_path):
     for p in arrays:
         assert list(p.glob("*_result.pkl")), f"no submitit result in {p}"
         assert "".join(f.read_text() for f in p.glob("*_log.out")).count(" completed: ") == 2
+
+
+def test_es_with_two_slurm_tasks_equals_one_task(tmp_path):
+    """One ES run as 2 Slurm tasks (gloo ranks standing in for GPUs) through the real local
+    Slurm ends with bitwise the same weights as the same run as 1 task; its metrics lines record
+    the world size and which members each rank scored; rank 0 alone wrote the run directory."""
+    from safetensors.torch import load_file
+
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    common = ["esopt.sweep", "-m", "hydra/launcher=slurm", "model=tiny-xs", "algo=es", "pop=4", "iterations=2",
+              "es.batch_size=4", "es.checksum_every=1", "eval.problems=4", "eval.samples=2", "eval.every=2",
+              "task.n_train=32", "task.n_test=16", "task.n_heldout=16", "hydra.launcher.timeout_min=10",
+              "hydra.launcher.mem_gb=2", "sweep.aggregate=false", f"sweep.root={tmp_path}"]
+    one = run_cli(*common, "sweep.name=one", "model.resources.ranks=1", env=env, timeout=900)
+    assert one.returncode == 0, (one.stdout[-2000:], one.stderr[-2000:])
+    two = run_cli(*common, "sweep.name=two", "model.resources.ranks=2", env=env, timeout=900)
+    assert two.returncode == 0, (two.stdout[-2000:], two.stderr[-2000:])
+    (d1,), (d2,) = [list((tmp_path / s / "runs").iterdir()) for s in ("one", "two")]
+    assert d1.name == d2.name                       # ranks are a launcher setting, not part of the run id
+    w1, w2 = load_file(str(d1 / "model" / "model.safetensors")), load_file(str(d2 / "model" / "model.safetensors"))
+    assert w1.keys() == w2.keys() and all(w1[k].equal(w2[k]) for k in w1)
+    base = load_file(str(REPO / "esopt" / "models" / "tiny" / "tiny-xs" / "model.safetensors"))
+    assert any(not w1[k].equal(base[k]) for k in w1)   # and ES did move the weights
+    lines = [json.loads(x) for x in (d2 / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in lines if x["kind"] == "train"]
+    assert [x["iteration"] for x in train] == [1, 2]   # one writer: no duplicate lines
+    assert all(x["world_size"] == 2 and x["members_by_rank"] == [[0, 2], [1, 3]] for x in train)
+    assert all(x["world_size"] == 1 for x in (json.loads(y) for y in (d1 / "metrics.jsonl").read_text().splitlines())
+               if x["kind"] == "train")
+    arrays = list((tmp_path / "two" / ".hydra").glob("*/.submitit/*"))
+    logs = "".join(f.read_text() for p in arrays for f in p.glob("*_log.*"))
+    assert "_0_log" in " ".join(f.name for p in arrays for f in p.glob("*_log.*"))
+    assert "completed:" in logs

@@ -1,0 +1,88 @@
+"""How a run uses the machines it asks Slurm for: ranks (processes) x GPUs per rank.
+
+    lay = layout(rc)      # Layout(ranks, gpus_per_rank, gpus_requested, note)
+
+ES splits its population across ranks (esopt.algorithms.distributed: each rank drives its own
+engine -- one vLLM engine per GPU, as in the study -- scores its members and only rewards cross
+ranks). By default an ES run has one rank per engine of the GPUs it asks for:
+
+    ranks = model.resources.ranks, or model.resources.gpus / gpus_per_rank (1 without GPUs)
+    gpus_per_rank = engine.tensor_parallel_size (vllm) or 1 (hf), 0 on a CPU-only request
+
+GRPO, the sequences (their GRPO phase) and base evaluations run as one process: they ask for the
+GPUs of one engine, and the layout's note says why when the model's request was larger. A
+request that no layout fills exactly (4 GPUs for 3 ranks) is a ConfigError before submission,
+so no job holds idle GPUs. The esopt sweeper turns the layout into the launcher request
+(tasks_per_node = ranks, gpus_per_task = gpus_per_rank) and shows it in the dry run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from esopt import algorithms
+from esopt.core.config import RunConfig
+from esopt.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Layout:
+    ranks: int              # processes (Slurm tasks) of the run; rank 0 alone writes the run dir
+    gpus_per_rank: int      # GPUs each rank's engine uses (0 on CPU)
+    gpus_requested: int     # the model's resources.gpus
+    note: str | None = None  # why fewer GPUs are used than the model's request, when so
+
+    @property
+    def gpus_used(self) -> int:
+        return self.ranks * self.gpus_per_rank
+
+
+def layout(rc: RunConfig) -> Layout:
+    """The run's ranks and GPUs (see the module docstring); ConfigError on a request no layout fills."""
+    res = dict(rc.model.get("resources") or {})
+    gpus = int(res.get("gpus") or 0)
+    ranks_set = res.get("ranks")
+    if gpus < 0:
+        raise ConfigError(f"model.resources.gpus must be >= 0, got {gpus}")
+    if ranks_set is not None and (isinstance(ranks_set, bool) or not isinstance(ranks_set, int) or ranks_set < 1):
+        raise ConfigError(f"model.resources.ranks must be null or an integer >= 1, got {ranks_set!r}")
+    engine = rc.engine or {}
+    tp = int(engine.get("tensor_parallel_size") or 1) if engine.get("name") == "vllm" else 1
+    per_rank = tp if gpus else 0
+    if gpus and gpus % per_rank:
+        raise ConfigError(f"model.resources.gpus={gpus} is not a multiple of engine.tensor_parallel_size={tp}")
+    if algorithms.get(rc.algo).multi_rank:
+        ranks = int(ranks_set) if ranks_set is not None else max(1, gpus // per_rank if gpus else 1)
+        if gpus and ranks * per_rank != gpus:
+            raise ConfigError(
+                f"model.resources.gpus={gpus} but {ranks} ranks x {per_rank} GPU(s) per engine would use "
+                f"{ranks * per_rank}: set model.resources.ranks={gpus // per_rank} or model.resources.gpus="
+                f"{ranks * per_rank}")
+        return Layout(ranks, per_rank, gpus)
+    note = None
+    if gpus > per_rank:
+        note = (f"algo={rc.algo} runs as one process (GRPO's data parallelism is not wired in esopt): "
+                f"it asks for {per_rank} GPU(s), not model.resources.gpus={gpus}")
+    if ranks_set not in (None, 1):
+        note = (note + "; " if note else "") + f"algo={rc.algo} ignores model.resources.ranks={ranks_set}"
+    return Layout(1, per_rank, gpus, note)
+
+
+def launcher_request(rc: RunConfig, launcher: dict) -> dict:
+    """The launcher settings that make Slurm (or submitit's local executor) start the layout:
+    tasks_per_node = ranks; GPUs per task when several ranks share a node (each rank then sees
+    its own GPUs), else GPUs per node = the GPUs used. Hydra's in-process launcher has no such
+    settings and is returned as it is."""
+    lay = layout(rc)
+    out = dict(launcher)
+    if "tasks_per_node" not in out:
+        return out
+    out["tasks_per_node"] = lay.ranks
+    if out.get("cpus_per_task"):  # model.resources.cpus is per run: split over its ranks
+        out["cpus_per_task"] = max(1, int(out["cpus_per_task"]) // lay.ranks)
+    per_task = lay.ranks > 1 and lay.gpus_per_rank > 0 and "gpus_per_task" in out
+    if "gpus_per_task" in out:
+        out["gpus_per_task"] = lay.gpus_per_rank if per_task else None
+    if "gpus_per_node" in out:
+        out["gpus_per_node"] = None if per_task else lay.gpus_used
+    return out
