@@ -17,7 +17,7 @@ import json
 import sys
 
 import pytest
-from helpers import require_vllm, vllm_tiny_family
+from helpers import require_vllm, vllm_tiny_family, write_countdown_es_file
 
 pytestmark = pytest.mark.vllm
 
@@ -32,6 +32,7 @@ PRESETS = {
     "sigma_lr_gpu": (("tiny-s",), 1),
     "es_vs_grpo_gpu": (("tiny-s", "tiny-xs", "tiny-m"), 1),
     "pop_vs_size_gpu": (("tiny-m", "tiny-xs", "tiny-s"), 1),
+    "es_vs_grpo_countdown_gpu": (("tiny-xs", "tiny-s", "tiny-m"), 1),
 }
 
 
@@ -59,12 +60,16 @@ def test_presets_sweep_dir_lists_every_gpu_preset():
 def test_gpu_preset_grid_runs_with_vllm_on_cpu(preset, monkeypatch, results_root):
     require_vllm()
     names, iterations = PRESETS[preset]
-    extra = GRPO_SMALL if preset in ("sequential_gpu", "es_vs_grpo_gpu") else []
+    extra = GRPO_SMALL if preset in ("sequential_gpu", "es_vs_grpo_gpu", "es_vs_grpo_countdown_gpu") else []
+    if preset == "es_vs_grpo_countdown_gpu":  # the ES repository's file format, at its size
+        write_countdown_es_file(results_root.parent / "countdown.json")
+        extra = [*extra, f"task.source={results_root.parent / 'countdown.json'}"]
     sweep_in_process(monkeypatch, f"+experiment={preset}", *vllm_tiny_family(names), f"iterations={iterations}",
                      *SMALL, *extra, f"sweep.root={results_root}")
     runs = sorted((results_root / preset / "runs").glob("*/summary.json"))
     summaries = [json.loads(p.read_text()) for p in runs]
-    expected = {"sequential_gpu": 12, "sigma_lr_gpu": 16, "es_vs_grpo_gpu": 18, "pop_vs_size_gpu": 36}[preset]
+    expected = {"sequential_gpu": 12, "sigma_lr_gpu": 16, "es_vs_grpo_gpu": 18, "pop_vs_size_gpu": 36,
+                "es_vs_grpo_countdown_gpu": 18}[preset]
     assert len(summaries) == expected
     bad = [(s["run_id"], s["algo"], s.get("error")) for s in summaries if s["status"] != "completed"]
     assert not bad, bad
