@@ -4,6 +4,9 @@
     result = evaluate_config(cfg.eval, engine, task)      # the same, from a run's eval block
     print(format_table(result))
 
+With ``eval.ood_task`` set, ``evaluate_config`` also evaluates that out-of-domain task (built once
+by ``ood_task``) and adds its token entropy and Pass@K to the result as ``ood_*`` keys.
+
 One sampled generate() call covers problems x samples (the engine chunks it), one greedy call
 covers the problems. Every headline number carries a 95% percentile-bootstrap interval over
 problems (metrics.bootstrap_ci, seeded, 1000 replicates).
@@ -15,6 +18,7 @@ import time
 
 import numpy as np
 
+from esopt import tasks
 from esopt.core import metrics
 from esopt.core.errors import ConfigError
 
@@ -34,7 +38,7 @@ def evaluate(
     task,
     *,
     split: str = "test",
-    problems: int = 200,
+    problems: int | None = 200,
     samples: int = 32,
     temperature: float = 0.6,
     top_p: float = 1.0,
@@ -43,7 +47,7 @@ def evaluate(
     greedy: bool = True,
     entropy: bool = True,
 ) -> dict:
-    """Evaluate engine's model on the first `problems` rows of task.split(split).
+    """Evaluate engine's model on the first `problems` rows of task.split(split) (None: all).
 
     pass@k: unbiased estimator per problem from c correct of `samples`, averaged over problems.
     maj@k: majority vote of the first k samples' extracted answers (metrics.maj_at_k).
@@ -54,13 +58,13 @@ def evaluate(
     """
     if samples < 1:
         raise ConfigError(f"eval.samples must be >= 1, got {samples}")
-    if problems < 1:
+    if problems is not None and problems < 1:
         raise ConfigError(f"eval.problems must be >= 1, got {problems}")
     if temperature < 0:
         raise ConfigError(f"eval.temperature must be >= 0, got {temperature}")
     t0 = time.perf_counter()
     data = task.split(split)
-    rows = data.select(range(min(problems, len(data)))).to_list()
+    rows = data.select(range(len(data) if problems is None else min(problems, len(data)))).to_list()
     if not rows:
         raise ConfigError(f"task {task.name} split {split!r} is empty")
     prompts = [r["prompt"] for r in rows]
@@ -71,7 +75,12 @@ def evaluate(
         prompts, n=samples, temperature=temperature, top_p=top_p, max_new_tokens=budget,
         seed=seed, stop=stop, return_entropy=entropy,
     )
-    verdicts = [[task.verify(c, row) for c in comps] for comps, row in zip(gen.completions, rows)]
+    flat = task.verdicts([c for comps in gen.completions for c in comps],
+                         [row for comps, row in zip(gen.completions, rows) for _ in comps])
+    verdicts, i = [], 0
+    for comps in gen.completions:
+        verdicts.append(flat[i:i + len(comps)])
+        i += len(comps)
     correct = np.array([[v.correct for v in vs] for vs in verdicts], dtype=bool)  # [P, S]
     counts = correct.sum(axis=1)
     tokens = gen.n_tokens
@@ -80,6 +89,8 @@ def evaluate(
         "task": task.name, "split": split, "n_problems": len(rows), "samples": samples,
         "temperature": float(temperature),
     }
+    if getattr(task, "verifier", None):
+        result["verifier"] = task.verifier
     ks = k_values(samples)
     result["pass@k"], result["pass@k_ci"], result["maj@k"], result["maj@k_ci"] = {}, {}, {}, {}
     for k in ks:
@@ -95,7 +106,7 @@ def evaluate(
     greedy_correct = None
     if greedy:
         g = engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=budget, seed=seed, stop=stop)
-        greedy_correct = [int(task.verify(comps[0], row).correct) for comps, row in zip(g.completions, rows)]
+        greedy_correct = [int(v.correct) for v in task.verdicts([comps[0] for comps in g.completions], rows)]
         tokens += g.n_tokens
         result["greedy"] = float(np.mean(greedy_correct))
         result["greedy_ci"] = _ci(np.array(greedy_correct, dtype=float))
@@ -141,15 +152,51 @@ def format_table(result: dict) -> str:
     lines.append(row("greedy", result["greedy"], result["greedy_ci"]))
     lines.append(row("entropy", result["entropy"], result["entropy_ci"]))
     lines.append(row("format", result["format"]))
+    if result.get("ood_task"):
+        lines.append(f"out of domain: {result['ood_task']} / {result['ood_split']}, "
+                     f"{result['ood_n_problems']} problems")
+        for k, v in result["ood_pass@k"].items():
+            lines.append(row(f"pass@{k}", v, result["ood_pass@k_ci"][k]))
+        lines.append(row("entropy", result["ood_entropy"], result["ood_entropy_ci"]))
     lines.append(f"{result['tokens_generated']} tokens in {result['wall_s']:.1f} s")
     return "\n".join(lines)
 
 
-def evaluate_config(ev, engine, task) -> dict:
+OOD_KEYS = ("n_problems", "entropy", "entropy_ci", "pass@k", "pass@k_ci", "format")
+
+
+def ood_task(ev, tokenizer=None, style: str | None = None):
+    """The out-of-domain task of an ``eval:`` block (``ev.ood_task``), or None when unset.
+    ``style``: the model's prompt style (the task config's own ``style`` wins)."""
+    if not ev.ood_task:
+        return None
+    return tasks.get(ev.ood_task, tokenizer=tokenizer, style=ev.ood_task.get("style") or style)
+
+
+def evaluate_config(ev, engine, task, ood=None) -> dict:
     """``evaluate`` with the settings of an ``eval:`` block (``esopt.core.config.EvalConfig``):
-    how every run, sweep and ``esopt.evaluate`` call evaluates."""
-    return evaluate(
+    how every run, sweep and ``esopt.evaluate`` call evaluates.
+
+    With ``ev.ood_task`` set, ``ood`` (its task, from ``ood_task``) is evaluated too, on the
+    first ``ev.ood_problems`` rows of ``ev.ood_split`` with the same samples, temperature, top_p
+    and seed, its own completion budget and no greedy pass; the result gains ``ood_task``,
+    ``ood_split`` and ``ood_<key>`` for ``OOD_KEYS`` (``ood_entropy``: token-mean entropy in nats
+    of the sampled completions, with ``ood_entropy_ci``; ``ood_pass@k``), and its tokens and
+    time are added to ``tokens_generated`` and ``wall_s``.
+    """
+    result = evaluate(
         engine, task, split=ev.split, problems=ev.problems, samples=ev.samples,
         temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=ev.max_new_tokens,
         seed=ev.seed, greedy=ev.greedy,
     )
+    if getattr(ev, "ood_task", None):
+        if ood is None:
+            raise ValueError("eval.ood_task is set but no out-of-domain task was given "
+                             "(build it with esopt.evaluator.ood_task)")
+        o = evaluate(engine, ood, split=ev.ood_split, problems=ev.ood_problems, samples=ev.samples,
+                     temperature=ev.temperature, top_p=ev.top_p, seed=ev.seed, greedy=False)
+        result["ood_task"], result["ood_split"] = ood.name, ev.ood_split
+        result.update({f"ood_{k}": o[k] for k in OOD_KEYS})
+        result["tokens_generated"] += o["tokens_generated"]
+        result["wall_s"] = round(result["wall_s"] + o["wall_s"], 3)
+    return result

@@ -7,7 +7,8 @@
   scaling law, written through the results store the runs use (``esopt.core.store.RunDir``);
 - ``random_model(tok)`` / ``tiny_model()``: small randomly initialised Qwen2 models, and
   ``SevensTask``, a trivially verifiable task for training tests;
-- ``REPO``, ``SHARED_DATA``: the checkout, and the real data beside it (absent in a user's clone).
+- ``REPO``, ``SHARED_DATA``: the checkout, and the real data beside it (absent in a user's clone);
+  ``GSM8K_SAMPLE``, ``write_countdown_es_file``, ``local_data_overrides``: data that is always there.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from esopt.core.store import RunDir, dumps
 from esopt.tasks import Task, Verdict
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO.parent / "shared" / "data"
+# the project's shared data beside the checkout (absent in a user's clone); ESOPT_SHARED_DATA
+# points elsewhere (a worktree's, or a missing folder to check that the tests skip without it)
+SHARED_DATA = Path(os.environ.get("ESOPT_SHARED_DATA") or REPO.parent / "shared" / "data")
 CONF_DIR = REPO / "conf"
 
 
@@ -75,6 +78,48 @@ class SevensTask(Task):
     def verify(self, completion, row):
         r = completion.count("7") / 8
         return Verdict(r, 0.0, r, r > 0.5, None)
+
+
+COUNTDOWN_ES_SAMPLE = REPO / "tests" / "data" / "countdown_es_sample.json"
+GSM8K_SAMPLE = REPO / "tests" / "data" / "gsm8k"
+
+
+def write_countdown_es_file(path, n: int = 2200) -> list[dict]:
+    """A Countdown file in the ES-at-scale repo's format at its size (2,200 rows): the 24 rows of
+    tests/data/countdown_es_sample.json (its quirks) followed by generated problems in the same
+    format (string targets, a chat prompt as ``context``). Returns the rows written."""
+    import json
+
+    from esopt.tasks import countdown as cd
+
+    rows = json.loads(COUNTDOWN_ES_SAMPLE.read_text())
+    ctx = rows[0]["context"].replace("[44 19 35]", "[{nums}]").replace("equals 98.", "equals {target}.")
+    seen = {cd.key(r["numbers"], r["target"]) for r in rows}
+    for p in cd.generate(n - len(rows), count=[3, 4], min_number=1, max_number=99, max_target=999,
+                         seed=5, exclude=seen):
+        rows.append({"id": len(rows), "context": ctx.format(nums=" ".join(map(str, p["numbers"])),
+                                                            target=p["target"]),
+                     "numbers": p["numbers"], "target": str(p["target"]), "solution": p["solution"]})
+    Path(path).write_text(json.dumps(rows))
+    return rows
+
+
+def local_data_overrides(cfg, tmp_path) -> list[str]:
+    """Overrides pointing a composed config's hub or user-supplied task data at local copies (CI
+    has no network): GSM8K -> ../shared/data/gsm8k when present, else the sample in tests/ (with
+    a held-out split that fits it); a Countdown file -> a generated file in the published format."""
+    task = cfg["task"]
+    if task["name"] == "gsm8k":
+        full = SHARED_DATA / "gsm8k"
+        if (full / "test.jsonl").exists():
+            return [f"task.source={full}"]
+        return [f"task.source={GSM8K_SAMPLE}", "task.n_heldout=10"]
+    if task["name"] == "countdown" and task.get("source") is not None:
+        path = Path(tmp_path) / "countdown.json"
+        if not path.exists():
+            write_countdown_es_file(path)
+        return [f"task.source={path}"]
+    return []
 
 
 def compose(*overrides: str, hydra: bool = False):

@@ -131,3 +131,36 @@ def test_evaluate_real_tiny_model_on_countdown():
     assert big["format"] > 0.5
     rows = task.split("test").to_list()[:24]
     assert all(r["prompt"] for r in rows) and len(big["correct_counts"]) == 24
+
+
+def test_out_of_domain_entropy_and_pass_at_k(setup):
+    """eval.ood_task: the evaluator adds the second task's entropy and Pass@K (ood_*), measured on
+    that task's split with the run's sampling settings; without it nothing is added."""
+    from dataclasses import replace
+
+    from esopt.core.config import EvalConfig
+    from esopt.evaluator import evaluate_config, ood_task
+
+    engine, task = setup
+    ev = EvalConfig(problems=6, samples=4, temperature=1.0, greedy=False)
+    plain = evaluate_config(ev, engine, task)
+    assert not any(k.startswith("ood") for k in plain)  # null control
+    ev = replace(ev, ood_task={"name": "addition", "n_train": 10, "n_test": 8, "n_heldout": 8},
+                 ood_split="heldout", ood_problems=5)
+    ood = ood_task(ev, engine.tokenizer, "compact")
+    assert ood.name == "addition" and ood.style == "compact"
+    r = evaluate_config(ev, engine, task, ood)
+    direct = evaluate(engine, ood, split="heldout", problems=5, samples=4, temperature=1.0,
+                      seed=0, greedy=False)
+    assert r["ood_task"] == "addition" and r["ood_split"] == "heldout" and r["ood_n_problems"] == 5
+    assert r["ood_entropy"] == direct["entropy"] and r["ood_entropy_ci"] == direct["entropy_ci"]
+    assert r["ood_pass@k"] == direct["pass@k"] and list(r["ood_pass@k"]) == ["1", "2", "4"]
+    assert r["ood_entropy"] != pytest.approx(r["entropy"])  # another task's completions
+    assert r["tokens_generated"] == plain["tokens_generated"] + direct["tokens_generated"]
+    for key in ("pass@k", "entropy", "correct_counts"):  # the in-domain numbers are untouched
+        assert r[key] == plain[key]
+    json.dumps(r)
+    assert "out of domain: addition / heldout, 5 problems" in format_table(r)
+    with pytest.raises(ValueError, match="no out-of-domain task was given"):
+        evaluate_config(ev, engine, task)
+    assert evaluate(engine, task, problems=None, samples=1, greedy=False)["n_problems"] == 12

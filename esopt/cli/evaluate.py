@@ -6,7 +6,7 @@ from __future__ import annotations
 from esopt.cli.common import fail, hydra_app
 from esopt.core import store
 from esopt.core.errors import ConfigError
-from esopt.evaluator import evaluate_config, format_table
+from esopt.evaluator import evaluate_config, format_table, ood_task
 from esopt.runtime.run import load_components
 from esopt.runtime.validate import validate
 
@@ -16,9 +16,10 @@ def evaluate_model(cfg) -> dict:
     try:
         rc = validate(cfg)
         model, tokenizer, engine, task = load_components(rc)
+        ood = ood_task(rc.eval, tokenizer, rc.model.get("prompt_style"))
     except ConfigError as e:
         fail(str(e))
-    result = evaluate_config(rc.eval, engine, task)
+    result = evaluate_config(rc.eval, engine, task, ood)
     result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
     print(format_table(result))
     if rc.eval.out:

@@ -14,7 +14,7 @@ config is always read as ``cfg["pop"]``; code after parsing uses ``RunConfig.pop
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
 from esopt.core.errors import ConfigError
@@ -28,7 +28,9 @@ class EvalConfig:
     """The ``eval:`` block: held-out evaluation shared by every algorithm (esopt.evaluator)."""
 
     split: str = "test"                  # split the run is evaluated on (train | test | heldout)
-    problems: int = 200                  # problems evaluated (the first N of the split)
+    problems: Optional[int] = None       # problems evaluated (the first N of the split); null = the
+    #                                      task's default (Task.eval_problems: countdown and the
+    #                                      synthetic tasks 200, gsm8k the whole split, 1,319)
     samples: int = 32                    # samples per problem for Pass@K / Maj@K (the study: 32)
     temperature: float = 0.6             # sampling temperature (the study: 0.6)
     top_p: float = 1.0
@@ -37,6 +39,13 @@ class EvalConfig:
     every: int = 10                      # evaluate every N iterations while training (and at the end)
     greedy: bool = True                  # also measure greedy accuracy
     out: Optional[str] = None            # esopt.evaluate only: write the evaluation JSON here
+    # Out-of-domain set (the study: token entropy on GPQA): at every evaluation the evaluator also
+    # samples `samples` completions per problem of this task's split and records their token
+    # entropy and Pass@K under ood_* keys (ood_entropy, ood_pass@k, ...; esopt.evaluator).
+    ood_task: Optional[Any] = None       # a task name (e.g. gsm8k) or a task config
+    #                                      ({name: countdown, source: file.json}); null = none
+    ood_split: str = "test"              # its split (train | test | heldout)
+    ood_problems: Optional[int] = 100    # its problems (the first N); null = the task's default
 
 
 @dataclass(frozen=True)
@@ -128,11 +137,20 @@ def block(cls, raw: Mapping | None, name: str):
 def _eval_config(raw: Mapping) -> EvalConfig:
     ev = block(EvalConfig, raw, "eval")
     raw = {**ev.__dict__}
-    if ev.split not in SPLITS:
-        raise ConfigError(f"eval.split must be one of {', '.join(SPLITS)}, got {ev.split!r}")
-    for key in ("samples", "problems", "every"):
-        if number(raw, key, int, where="eval.") < 1:
+    for key in ("split", "ood_split"):
+        if raw[key] not in SPLITS:
+            raise ConfigError(f"eval.{key} must be one of {', '.join(SPLITS)}, got {raw[key]!r}")
+    for key in ("samples", "problems", "every", "ood_problems"):
+        value = number(raw, key, int, allow_none=key in ("problems", "ood_problems"), where="eval.")
+        if value is not None and value < 1:
             raise ConfigError(f"eval.{key} must be >= 1, got {raw[key]}")
+    ood = raw["ood_task"]
+    if isinstance(ood, str):
+        ood = {"name": ood}
+    if ood is not None and (not isinstance(ood, Mapping) or not ood.get("name")):
+        raise ConfigError(f"eval.ood_task must be a task name or a task config with a name, got {ood!r}")
+    if ood is not None:
+        ev = replace(ev, ood_task=dict(ood))
     if not 0.0 <= number(raw, "temperature", float, where="eval."):
         raise ConfigError(f"eval.temperature must be >= 0, got {ev.temperature}")
     if not 0.0 < number(raw, "top_p", float, where="eval.") <= 1.0:

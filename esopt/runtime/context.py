@@ -32,7 +32,8 @@ class RunContext:
     """The run's model, tokenizer, engine, task and run directory, plus its recorder.
 
     ``iterations`` is this phase's budget; ``iteration_offset`` shifts the iteration numbers
-    it logs, so a sequence's second phase continues the first one's count.
+    it logs, so a sequence's second phase continues the first one's count. ``ood_task`` is the
+    out-of-domain task of ``eval.ood_task`` (None when unset).
     """
 
     cfg: RunConfig
@@ -45,6 +46,7 @@ class RunContext:
     iterations: int
     iteration_offset: int = 0
     shared: Shared = field(default_factory=lambda: Shared(time.time()))
+    ood_task: Any = None
 
     # --- recording ---------------------------------------------------------------------
     @property
@@ -73,7 +75,7 @@ class RunContext:
     # --- evaluation --------------------------------------------------------------------
     def evaluate(self, iteration: int) -> dict:
         """Shared held-out evaluation: log an eval line, report to Optuna, maybe prune."""
-        result = evaluate_config(self.cfg.eval, self.engine, self.task)
+        result = evaluate_config(self.cfg.eval, self.engine, self.task, self.ood_task)
         step = int(iteration) + self.iteration_offset
         self.shared.last_eval, self.shared.last_eval_iteration = result, step
         self.log(kind="eval", iteration=iteration, **eval_line(result))
@@ -88,7 +90,7 @@ class RunContext:
         return RunContext(
             self.cfg, self.model, self.tokenizer, self.engine, self.task, self.run,
             phase=algo, iterations=int(iterations), iteration_offset=int(iteration_offset),
-            shared=self.shared,
+            shared=self.shared, ood_task=self.ood_task,
         )
 
     def phase_done(self, algo: str, eval_result: dict | None = None) -> None:

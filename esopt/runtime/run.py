@@ -20,7 +20,7 @@ from esopt import algorithms, engines, models, tasks
 from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
-from esopt.evaluator import evaluate_config
+from esopt.evaluator import evaluate_config, ood_task
 from esopt.runtime import tuning
 from esopt.runtime.context import RunContext, Shared, eval_line
 from esopt.runtime.validate import run_id, uses
@@ -106,10 +106,11 @@ def run(cfg: RunConfig) -> dict:
         params = {"model": cfg.model["name"], "params": summary["model"]["params"], "pop": cfg.pop,
                   "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo}
         shared.trial = tuning.attach(cfg, rid, params)
+        ood = ood_task(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
         ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
-                         iterations=cfg.iterations, shared=shared)
+                         iterations=cfg.iterations, shared=shared, ood_task=ood)
         if summary["base"] is None:
-            summary["base"] = evaluate_config(cfg.eval, engine, task)
+            summary["base"] = evaluate_config(cfg.eval, engine, task, ood)
             ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
             rd.write_summary(summary)
         algo.train(ctx)

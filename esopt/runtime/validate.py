@@ -10,6 +10,7 @@ distinct task config, so a missing file or a malformed row is one line here, not
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -32,6 +33,10 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
         )
     if rc.task.get("name") not in tasks.TASK_NAMES:
         raise ConfigError(f"unknown task {rc.task.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
+    ood = rc.eval.ood_task
+    if ood is not None and ood.get("name") not in tasks.TASK_NAMES:
+        raise ConfigError(f"unknown eval.ood_task {ood.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
+    rc = resolve_defaults(rc)
     engines.parse(rc.engine)
     algo.validate(rc)
     layout(rc)  # the GPUs the run asks for must be the GPUs it uses
@@ -40,18 +45,45 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     return rc
 
 
+def resolve_defaults(rc: RunConfig) -> RunConfig:
+    """Fill in the defaults that depend on the task, so that the run's config (and its id)
+    holds the values it uses: the task's source-dependent knobs (``tasks.resolved``), its
+    ``eval.problems`` when null (``Task.eval_problems``; None stays = the whole split), and the
+    same for ``eval.ood_task`` / ``eval.ood_problems``."""
+    task = tasks.resolved(rc.task)
+    ev = rc.eval
+    if ev.problems is None:
+        ev = dataclasses.replace(ev, problems=tasks.task_class(task["name"]).eval_problems)
+    if ev.ood_task is not None:
+        ood = tasks.resolved(ev.ood_task)
+        ev = dataclasses.replace(ev, ood_task=ood, ood_problems=ev.ood_problems if ev.ood_problems
+                                 is not None else tasks.task_class(ood["name"]).eval_problems)
+    return dataclasses.replace(rc, task=task, eval=ev)
+
+
 _CHECKED_TASKS: set[str] = set()
 
 
+def _task_style(task_cfg: dict, rc: RunConfig) -> str:
+    return task_cfg.get("style") or rc.model.get("prompt_style") or "compact"
+
+
 def _check_task_data(rc: RunConfig) -> None:
-    """Build the task once per distinct task config and read its splits."""
-    key = json.dumps([rc.task, rc.model.get("prompt_style")], sort_keys=True, default=str)
-    if key in _CHECKED_TASKS:
-        return
-    task = tasks.get(rc.task, tokenizer=None, style=rc.task.get("style") or rc.model.get("prompt_style") or "compact")
-    for split in {"train", rc.eval.split}:
-        task.split(split)
-    _CHECKED_TASKS.add(key)
+    """Build the task (and the out-of-domain task) once per distinct config, read the splits the
+    run uses and require them non-empty: a missing file, a malformed row or a split carved empty
+    is one ConfigError line here, before anything is dispatched."""
+    uses = [(rc.task, "train"), (rc.task, rc.eval.split)] if rc.algo != "none" else [(rc.task, rc.eval.split)]
+    if rc.eval.ood_task is not None:
+        uses.append((rc.eval.ood_task, rc.eval.ood_split))
+    for cfg, split in uses:
+        key = json.dumps([cfg, _task_style(cfg, rc), split], sort_keys=True, default=str)
+        if key in _CHECKED_TASKS:
+            continue
+        task = tasks.get(cfg, tokenizer=None, style=_task_style(cfg, rc))
+        if len(task.split(split)) == 0:
+            sizes = ", ".join(f"{k}={cfg[k]}" for k in ("source", "n_train", "n_test", "n_heldout") if k in cfg)
+            raise ConfigError(f"task {cfg['name']}: the {split} split is empty ({sizes})")
+        _CHECKED_TASKS.add(key)
 
 
 def identity(rc: RunConfig) -> dict:
@@ -66,6 +98,9 @@ def identity(rc: RunConfig) -> dict:
     for key in ("sweep", "tuning", "analysis"):  # analyses read the result, never change it
         d.pop(key, None)
     d["eval"].pop("out", None)
+    if d["eval"].get("ood_task") is None:  # runs without an OOD set keep their earlier ids
+        for key in ("ood_task", "ood_split", "ood_problems"):
+            d["eval"].pop(key, None)
     d["engine"] = {k: v for k, v in d["engine"].items() if k in ("name",)}
     d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
     for key in algorithms.get(rc.algo).ignores:

@@ -367,7 +367,7 @@ class EvalOpts:
     """Evaluation size and sampling for the analyses (small defaults for CPU)."""
 
     split: str = "heldout"
-    problems: int = 64
+    problems: int | None = 64               # None = the whole split
     samples: int = 8
     temperature: float | None = None      # None = the run's eval.temperature
     top_p: float | None = None            # None = the run's eval.top_p
@@ -388,7 +388,7 @@ class EvalOpts:
     def check(self) -> None:
         if self.split not in SPLITS:
             raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {self.split!r}")
-        if self.problems < 1 or self.samples < 1:
+        if (self.problems is not None and self.problems < 1) or self.samples < 1:
             raise ConfigError(f"--problems and --samples must be >= 1, got {self.problems}, {self.samples}")
         if self.bootstrap < 1:
             raise ConfigError(f"--bootstrap must be >= 1, got {self.bootstrap}")

@@ -34,8 +34,9 @@ an interval above 0 in the runs it is about: nothing trained can never say "yes"
 Claims and their rules (tol = 0.01 absolute, band = 10% relative, see DEFAULTS):
  1. ES raises Pass@1: effect = mean_{r,p} (final - base) over the cell's ES runs; b = 0.
     yes: interval above 0; no: interval below 0.
- 2. Entropy: rel_r = (H_final - H_base) / H_base per run (held-out token-mean entropy of the
-    sampled completions). GRPO part: mean rel over GRPO runs, b = 0, falls if the interval is
+ 2. Entropy: rel_r = (H_final - H_base) / H_base per run (token-mean entropy of the sampled
+    completions: on the out-of-domain set, ``ood_entropy``, when every ES and GRPO run of the
+    cell has it (eval.ood_task, the study's GPQA role), else on the eval split). GRPO part: mean rel over GRPO runs, b = 0, falls if the interval is
     below 0. ES part: mean rel over ES runs, inside the band if its interval lies in (-band,
     band), outside if it lies entirely beyond it. Bootstrap over runs (>= 3 each).
     yes: GRPO falls and ES inside; no: GRPO's interval above 0 or ES outside; guard: ES learned.
@@ -331,10 +332,18 @@ def claim_es_pass1(es: list[dict], *, n_boot: int, seed: int, level: float = 0.9
                   base=g["base"], final=g["final"])
 
 
-def _rel_entropy(runs: list[dict]) -> np.ndarray:
+def entropy_columns(runs: list[dict]) -> tuple[str, str]:
+    """The entropy claim 2 reads: the out-of-domain set's (``base_ood_entropy`` /
+    ``final_ood_entropy``, eval.ood_task) when every run has both, else the eval split's."""
+    ood = bool(runs) and all(_num(r.get("base_ood_entropy")) is not None
+                             and _num(r.get("final_ood_entropy")) is not None for r in runs)
+    return ("base_ood_entropy", "final_ood_entropy") if ood else ("base_entropy", "final_entropy")
+
+
+def _rel_entropy(runs: list[dict], columns=("base_entropy", "final_entropy")) -> np.ndarray:
     out = []
     for r in runs:
-        h0, h1 = _num(r.get("base_entropy")), _num(r.get("final_entropy"))
+        h0, h1 = _num(r.get(columns[0])), _num(r.get(columns[1]))
         if h0 is not None and h1 is not None and h0 > 0:
             out.append((h1 - h0) / h0)
     return np.array(out)
@@ -342,11 +351,13 @@ def _rel_entropy(runs: list[dict]) -> np.ndarray:
 
 def claim_entropy(es: list[dict], grpo: list[dict], *, n_boot: int, seed: int, band: float,
                   level: float = 0.95, gain: dict | None = None, **_) -> dict:
-    m = "GRPO: mean relative change of held-out token entropy (H_final - H_base) / H_base over runs"
+    cols = entropy_columns(es + grpo)
+    on = "out-of-domain" if cols[0] == "base_ood_entropy" else "held-out"
+    m = f"GRPO: mean relative change of {on} token entropy (H_final - H_base) / H_base over runs"
     d = (f"yes if GRPO's interval is below 0 and ES's relative change interval lies inside "
          f"(-{band:g}, +{band:g}); no if GRPO's interval is above 0 or ES's lies outside the band; "
          "each at least its minimum detectable effect from its boundary; unclear if ES did not learn")
-    g, e = _rel_entropy(grpo), _rel_entropy(es)
+    g, e = _rel_entropy(grpo, cols), _rel_entropy(es, cols)
     if not len(g) or not len(e):
         miss = ", ".join(a for a, x in (("GRPO", g), ("ES", e)) if not len(x))
         return _claim(2, reason=f"missing data: no {miss} runs with base and final entropy", measure=m,
@@ -372,7 +383,8 @@ def claim_entropy(es: list[dict], grpo: list[dict], *, n_boot: int, seed: int, b
            + f" the +-{band:.0%} band" + ("" if e_power_ok or outside else
                                          f" (underpowered: its minimum detectable change {e_mde:.3g})"))
     return _claim(2, gb[0], gci, v, why, {"grpo_runs": len(g), "es_runs": len(e)}, m, d, g_mde, 0.0,
-                  es_rel_change=float(eb[0]), es_ci=eci, es_mde=e_mde, band=band)
+                  es_rel_change=float(eb[0]), es_ci=eci, es_mde=e_mde, band=band,
+                  entropy=cols[1][len("final_"):])
 
 
 def _pair_P(*arrs):

@@ -322,11 +322,14 @@ def _passk_from_table(sub: pd.DataFrame, which: str):
 
 
 def fig_entropy(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, groups=None):
+    """Held-out token entropy over training; the out-of-domain set's (``ood_entropy``,
+    eval.ood_task) when the sweep measured one."""
     if curves.empty or "entropy" not in curves:
         return None, "no held-out entropy in metrics.jsonl"
+    col = "ood_entropy" if "ood_entropy" in curves and curves["ood_entropy"].notna().any() else "entropy"
     groups = {k: g for k, g in (best_groups(runs, metric) if groups is None else groups).items()
               if k[2] != "none"}
-    ev = curves[(curves["kind"] == "eval") & curves["entropy"].notna()]
+    ev = curves[(curves["kind"] == "eval") & curves[col].notna()]
     multi_task = runs["task"].nunique() > 1
     facets: dict[str, list] = {}
     for (model, task, algo), g in groups.items():
@@ -338,9 +341,9 @@ def fig_entropy(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, groups=No
             e = ev[ev["run_id"].isin(g["run_ids"])]
             if e.empty:
                 continue
-            agg = e.groupby("iteration").agg(mean=("entropy", "mean"), n=("entropy", "size"),
-                                             lo=("entropy_lo", "mean") if "entropy_lo" in e else ("entropy", "min"),
-                                             hi=("entropy_hi", "mean") if "entropy_hi" in e else ("entropy", "max"))
+            agg = e.groupby("iteration").agg(mean=(col, "mean"), n=(col, "size"),
+                                             lo=(f"{col}_lo", "mean") if f"{col}_lo" in e else (col, "min"),
+                                             hi=(f"{col}_hi", "mean") if f"{col}_hi" in e else (col, "max"))
             x = agg.index.to_numpy(dtype=float)
             color = COLORS.get(algo, "#333333")
             meta = {"facet": facet, "algo": algo, "run_ids": g["run_ids"]}
@@ -355,8 +358,8 @@ def fig_entropy(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, groups=No
     if not traces:
         return None, "no held-out entropy for trained runs"
     fig = _menu_figure(traces, labels, counts,
-                       title="Held-out token entropy over training (mean over seeds; band: evaluator 95% CI); "
-                       "menu: model", xaxis_title="iteration", yaxis_title="entropy (nats)")
+                       title=f"{'Out-of-domain' if col == 'ood_entropy' else 'Held-out'} token entropy over "
+                       "training (mean over seeds; band: evaluator 95% CI); menu: model", xaxis_title="iteration", yaxis_title="entropy (nats)")
     return fig, None
 
 

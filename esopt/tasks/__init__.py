@@ -5,6 +5,7 @@ A task never knows which algorithm calls it. Build one from the task config with
     task = esopt.tasks.get(cfg.task, tokenizer=tok, style=cfg.model.prompt_style)
     rows = task.split("test")                  # datasets.Dataset: prompt, id, gold columns
     v = task.verify(completion, rows[0])       # Verdict(reward, format, answer, correct, extracted)
+    vs = task.verdicts(completions, rows)      # the evaluator's batch check (GSM8K: math-verify)
 
 Prompt styles: ``compact`` (the tiny character-level models: ``"3 7 2=23:"`` -> ``"3*7+2"``) and
 ``chat`` (instruct models: a chat-templated prompt). The style is, in order: the task config's
@@ -54,11 +55,13 @@ class Task:
     name: str = ""
     styles: tuple[str, ...] = ("compact",)  # prompt styles this task supports
     knobs: dict[str, Any] = {}  # option -> default (besides name and style)
+    eval_problems: int | None = 200  # problems evaluated when eval.problems is null (None = the whole split)
+    verifier: str | None = None  # what decides Verdict.correct, when a task has several ways (recorded)
     budgets: dict[str, int] = {"compact": 24, "chat": 1024}  # style -> default max_new_tokens
     stops: dict[str, tuple[str, ...]] = {}  # style -> extra stop strings
 
     def __init__(self, cfg: Mapping | None = None, tokenizer=None, style: str | None = None):
-        self.cfg: dict[str, Any] = resolve_knobs(self.name, cfg or {}, self.knobs)
+        self.cfg: dict[str, Any] = self.resolve(resolve_knobs(self.name, cfg or {}, self.knobs))
         self.tokenizer = tokenizer
         chosen = self.cfg["style"] or style
         if chosen is None:
@@ -73,6 +76,13 @@ class Task:
         self.stop: list[str] = list(self.stops.get(chosen, ()))
         self._splits: dict | None = None
         self._validate()
+
+    @classmethod
+    def resolve(cls, cfg: dict[str, Any]) -> dict[str, Any]:
+        """``cfg`` (every knob present) with the knobs whose default depends on other knobs
+        filled in (a ``null`` meaning "the default for this source"). Pure: reads no data.
+        Run validation stores the result, so a run's identity holds the values it used."""
+        return cfg
 
     def _validate(self) -> None:
         """Check knob values (raise ConfigError); subclasses override."""
@@ -97,6 +107,14 @@ class Task:
             raise ValueError(f"{len(completions)} completions for {len(rows)} rows")
         return [self.verify(c, r).reward for c, r in zip(completions, rows)]
 
+    def verdicts(self, completions: Sequence[str], rows: Sequence[Mapping]) -> list[Verdict]:
+        """The evaluation's verdicts for many completions at once (same lengths). Default:
+        ``verify`` each; a task whose evaluation check is costly (GSM8K with math-verify) batches
+        it here, while ``verify`` (called per completion in training) stays cheap."""
+        if len(completions) != len(rows):
+            raise ValueError(f"{len(completions)} completions for {len(rows)} rows")
+        return [self.verify(c, r) for c, r in zip(completions, rows)]
+
     def reference(self, row: Mapping) -> str | None:
         """A gold completion in this task's style (for pretraining / sanity checks), or None."""
         return None
@@ -118,6 +136,14 @@ def defaults(name: str) -> dict:
     ``task`` config group is built from this; the knobs are documented in each task module)."""
     cls = task_class(name)
     return {"name": name, "style": None, **cls.knobs}
+
+
+def resolved(cfg: Mapping) -> dict:
+    """Task config ``cfg`` with every knob present (defaults filled in) and the knobs whose
+    default depends on the source resolved (``Task.resolve``); unknown keys are a ConfigError."""
+    cfg = to_dict(cfg)
+    cls = task_class(cfg.get("name"))
+    return cls.resolve(resolve_knobs(cls.name, cfg, cls.knobs))
 
 
 def get(cfg: Mapping, tokenizer=None, style: str | None = None) -> Task:
@@ -198,36 +224,58 @@ def make_dataset(rows: list[dict], features: Mapping[str, Any]):
     return datasets.Dataset.from_dict(cols, features=datasets.Features(features))
 
 
-def load_rows(source: str, task: str, hub_config: str | None = None, hub_split: str = "train"):
-    """Load a dataset through ``datasets``: a local .json/.jsonl/.parquet file, a directory written
-    by ``save_to_disk``, or (anything else) a hub dataset name (needs network)."""
+DATA_EXTENSIONS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def load_split(source: str, task: str, split: str = "train", hub_config: str | None = None):
+    """``(rows, where)``: one split of a dataset through ``datasets``, and how to name it in an
+    error message (``where``: the file path, or the folder / hub name with the split).
+
+    ``source`` is, in this order: a local ``.json``/``.jsonl``/``.parquet`` file (``split`` is
+    ignored); a folder holding ``<split>.jsonl`` (or ``.json`` / ``.parquet``), e.g.
+    ``../shared/data/gsm8k``; a folder written by ``save_to_disk`` (a ``DatasetDict``'s
+    ``split``, or a single ``Dataset``); anything else is a hub dataset name (needs network)
+    loaded with config ``hub_config``. Every failure is one ConfigError line.
+    """
     import os
 
     import datasets
 
     path = os.path.expanduser(str(source))
-    kind = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}.get(
-        os.path.splitext(path)[1].lower()
-    )
+    kind = DATA_EXTENSIONS.get(os.path.splitext(path)[1].lower())
     try:
         if kind is not None:
             if not os.path.isfile(path):
                 raise ConfigError(f"task {task}: data file not found: {path}")
-            return datasets.load_dataset(kind, data_files=path, split="train")
+            return datasets.load_dataset(kind, data_files=path, split="train"), path
         if os.path.isdir(path):
+            for ext, k in DATA_EXTENSIONS.items():
+                f = os.path.join(path, f"{split}{ext}")
+                if os.path.isfile(f):
+                    return datasets.load_dataset(k, data_files=f, split="train"), f
+            if not any(os.path.exists(os.path.join(path, m))
+                       for m in ("dataset_dict.json", "state.json", "dataset_info.json")):
+                raise ConfigError(
+                    f"task {task}: {path} has no {split}.jsonl, {split}.json or {split}.parquet "
+                    "and is not a save_to_disk folder"
+                )
             ds = datasets.load_from_disk(path)
             if isinstance(ds, datasets.DatasetDict):
-                if hub_split not in ds:
-                    raise ConfigError(
-                        f"task {task}: {path} has splits {', '.join(ds)}, not {hub_split!r}"
-                    )
-                ds = ds[hub_split]
-            return ds
+                if split not in ds:
+                    raise ConfigError(f"task {task}: {path} has splits {', '.join(ds)}, not {split!r}")
+                ds = ds[split]
+            return ds, f"{path} ({split})"
         if os.path.sep in path and (path.startswith((".", "/", "~")) or os.path.exists(path)):
             raise ConfigError(f"task {task}: data file not found: {path}")
-        return datasets.load_dataset(source, hub_config, split=hub_split)
+        where = f"{source} ({hub_config + ', ' if hub_config else ''}{split})"
+        return datasets.load_dataset(source, hub_config, split=split), where
     except ConfigError:
         raise
     except Exception as e:  # datasets raises many types; give the user one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"task {task}: cannot load {source!r}: {msg}") from e
+        raise ConfigError(f"task {task}: cannot load {source!r} (split {split!r}): {msg}") from e
+
+
+def load_rows(source: str, task: str, hub_config: str | None = None, hub_split: str = "train"):
+    """The rows of ``load_split(source, task, hub_split, hub_config)`` (without ``where``)."""
+    return load_split(source, task, hub_split, hub_config)[0]

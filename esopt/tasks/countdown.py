@@ -13,14 +13,19 @@ Data (``source``):
     first ``n_test`` to test, then ``n_heldout`` to heldout, then ``n_train`` to train. So test and
     heldout do not change when only ``n_train`` changes (a bigger ``n_train`` with the same other
     knobs yields a superset train split, disjoint from the same test/heldout).
-  * a local ``.json`` (array or JSON lines), ``.jsonl`` or ``.parquet`` file, a ``save_to_disk``
-    directory, or a hub dataset name, in either public format: ``{nums, target}``
-    (Countdown-Tasks-3to4, TinyZero) or ``{numbers, target, context, solution}`` (the ES repo's
-    file). Split rule (as the ES repo: first rows train, the rest test): train = the first
-    ``n_train`` rows; heldout = the last ``n_heldout`` rows; test = the rows in between, at most
-    ``n_test`` (``null`` = all). Rows of test/heldout whose key already occurs in an earlier split
-    are dropped so the splits stay disjoint. ``context`` is not used as the prompt: prompts are
-    always rendered from numbers and target in the chosen style.
+  * a local ``.json`` (array or JSON lines), ``.jsonl`` or ``.parquet`` file, a folder holding
+    ``<hub_split>.jsonl``, a ``save_to_disk`` directory, or a hub dataset name, in either public
+    format: ``{nums, target}`` (Countdown-Tasks-3to4, TinyZero) or ``{id, context, numbers,
+    target, solution}`` (the ES-at-scale repo's 2,200-problem ``countdown.json``). ``target`` may
+    be a number or a numeric string (``"98"``), and need not be an integer (``"27.4"``, from
+    98/(47-52)+47); ``solution`` may be missing or null. Split rule (the ES repo's README: the
+    first 200 rows train, the others test): train = the first ``n_train`` rows (default 200);
+    heldout = the last ``n_heldout`` rows (default 0); test = the rows in between, at most
+    ``n_test`` (default null = all: 2,000 of that file). Rows of test/heldout whose key already
+    occurs in an earlier split are dropped so the splits stay disjoint. In the chat style a row's
+    own ``context`` is its prompt, verbatim (the ES repo feeds it to the tokenizer as is: a
+    rendered Qwen chat prompt ending in ``<think>``); rows without one get the rendered prompt
+    below. The compact style always renders its prompt.
 
 Styles:
   * ``compact`` (tiny models): prompt ``"3 7 2=23:"`` (numbers in given order, ``=``, target,
@@ -37,6 +42,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
+import numbers as _numbers
 import random
 import re
 from collections import Counter
@@ -50,7 +57,7 @@ from esopt.tasks import (
     chat_prompt,
     check_counts,
     check_int,
-    load_rows,
+    load_split,
     make_dataset,
 )
 
@@ -153,21 +160,57 @@ def canonical(expr: str) -> str | None:
     return None if tree is None else ast.unparse(tree).replace(" ", "")
 
 
+TOLERANCE = Fraction(1, 10**5)  # the published reward: |value - target| < 1e-5
+_TARGET_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+def parse_target(value) -> Fraction | None:
+    """A Countdown target as an exact ``Fraction``: an int, a finite float (read as its shortest
+    decimal, ``27.4`` -> 137/5), a numeric string (``"98"``, ``" 27.4 "``, ``"266.6666666666667"``)
+    or a numpy number; None for anything else (bool, ``"abc"``, ``""``, ``"nan"``, ``"1e5"``)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, _numbers.Integral):
+        return Fraction(int(value))
+    if isinstance(value, _numbers.Real):
+        f = float(value)
+        return Fraction(repr(f)) if math.isfinite(f) else None
+    if isinstance(value, Fraction):  # pragma: no cover - Fraction is a numbers.Real
+        return value
+    if isinstance(value, str) and len(value) <= 40 and _TARGET_TEXT.fullmatch(value.strip()):
+        return Fraction(value.strip())
+    return None
+
+
+
+def target_text(target) -> str:
+    """How a target is written in a prompt: ``"98"``, ``"27.4"``, ``"266.6666666666667"``."""
+    v = parse_target(target)
+    if v is None:
+        raise ValueError(f"not a countdown target: {target!r}")
+    return str(v.numerator) if v.denominator == 1 else repr(float(v))
+
+
 def check_expression(expr: str, numbers: Iterable[int], target) -> bool:
     """True iff ``expr`` is an allowed expression (``parse_expression``) that uses exactly the
-    multiset ``numbers`` as its literals and whose exact rational value equals ``target``.
+    multiset ``numbers`` as its literals and whose exact rational value lies within 1e-5 of
+    ``target`` (strictly: ``|value - target| < 1e-5``, the published reward's tolerance).
 
-    Arithmetic is exact (``fractions.Fraction``), so ``6/4*8`` == 12 is True and ``1/3*3`` == 1
-    is True; the public verifiers used float ``eval`` within 1e-5 instead. Never calls ``eval``;
-    any input returns quickly (length, character and nesting checks come before ``ast``;
-    intermediate values are capped at 10**12).
+    ``target`` is anything ``parse_target`` reads (``23``, ``"98"``, ``27.4``, ``"27.4"``).
+    Arithmetic is exact (``fractions.Fraction``), so ``6/4*8`` is 12 and ``1/3*3`` is 1 exactly;
+    the tolerance only matters for targets the file rounded (``"266.6666666666667"`` =
+    800/3 to 16 digits); an answer 0.01 away is never right. The public verifiers used float
+    ``eval`` instead. Never calls ``eval``; any input returns quickly (length, character and
+    nesting checks come before ``ast``; intermediate values are capped at 10**12).
     """
     tree = parse_expression(expr)
     if tree is None:
         return False
+    goal = parse_target(target)
+    if goal is None:
+        return False
     try:
         want = Counter(int(n) for n in numbers)
-        goal = Fraction(target)
     except (TypeError, ValueError, OverflowError):
         return False
     used = Counter(
@@ -176,7 +219,7 @@ def check_expression(expr: str, numbers: Iterable[int], target) -> bool:
     if used != want:
         return False
     value = _value(tree)
-    return value is not None and value == goal
+    return value is not None and abs(value - goal) < TOLERANCE
 
 
 # ------------------------------------------------------------------- the chat (public) reward
@@ -245,16 +288,16 @@ USER = (
 )
 
 
-def compact_prompt(numbers: Sequence[int], target: int) -> str:
+def compact_prompt(numbers: Sequence[int], target) -> str:
     """``"3 7 2=23:"``: numbers space-separated in the given order, '=', target, ':'."""
-    return " ".join(str(int(n)) for n in numbers) + "=" + str(int(target)) + ":"
+    return " ".join(str(int(n)) for n in numbers) + "=" + target_text(target) + ":"
 
 
-def chat_messages(numbers: Sequence[int], target: int) -> list[dict]:
+def chat_messages(numbers: Sequence[int], target) -> list[dict]:
     nums = "[" + ", ".join(str(int(n)) for n in numbers) + "]"
     return [
         {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": USER.format(numbers=nums, target=int(target))},
+        {"role": "user", "content": USER.format(numbers=nums, target=target_text(target))},
     ]
 
 
@@ -301,8 +344,12 @@ def random_problem(
 
 
 def key(numbers: Sequence[int], target) -> tuple:
-    """Problem identity for deduplication: (sorted numbers, target)."""
-    return (tuple(sorted(int(n) for n in numbers)), int(target))
+    """Problem identity for deduplication: (sorted numbers, target as an int, or a Fraction
+    when it is not an integer)."""
+    t = parse_target(target)
+    if t is None:
+        raise ValueError(f"not a countdown target: {target!r}")
+    return (tuple(sorted(int(n) for n in numbers)), t.numerator if t.denominator == 1 else t)
 
 
 POOLS = ("rl", "pretrain")
@@ -364,14 +411,16 @@ def generate(
 
 
 
-def _features():
+def _features(integer_targets: bool = True):
+    """Dataset columns; ``target`` is int64 when every target of the data is an integer (the
+    generator, Countdown-Tasks-3to4), else float64 (the ES file's ``27.4``)."""
     import datasets
 
     return {
         "prompt": datasets.Value("string"),
         "id": datasets.Value("string"),
         "numbers": datasets.Sequence(datasets.Value("int64")),
-        "target": datasets.Value("int64"),
+        "target": datasets.Value("int64" if integer_targets else "float64"),
         "solution": datasets.Value("string"),
     }
 
@@ -394,24 +443,33 @@ def _as_int(v) -> int | None:
 
 
 def parse_row(row: Mapping, where: str) -> dict:
-    """A public-format row -> ``{"numbers", "target", "solution"}``; ConfigError if malformed."""
-    nums = row.get("nums", row.get("numbers"))
-    target = _as_int(row.get("target"))
-    numbers = None
-    if isinstance(nums, (list, tuple)) and len(nums) >= 2:
-        numbers = [_as_int(n) for n in nums]
-        if any(n is None or n < 0 for n in numbers):
-            numbers = None
-    if numbers is None or target is None:
+    """A public-format row -> ``{"numbers", "target", "solution", "context"}`` (target an int,
+    or a float when it is not an integer); ConfigError naming ``where`` (file and row) and the
+    field when the row lacks its numbers or target, or they are not numbers."""
+    field = "nums" if row.get("nums") is not None else "numbers"
+    nums = row.get(field)
+    if nums is None:
+        raise ConfigError(f"{where}: malformed countdown row: field 'numbers' (or 'nums') is missing")
+    ints = [_as_int(n) for n in nums] if isinstance(nums, (list, tuple)) else None
+    if ints is None or len(ints) < 2 or any(n is None or n < 0 for n in ints):
         raise ConfigError(
-            f"{where}: malformed countdown row (need 'nums' or 'numbers' = list of >= 2 "
-            f"non-negative integers and an integer 'target'): {dict(row)!r:.120}"
+            f"{where}: malformed countdown row: field {field!r} must be a list of >= 2 "
+            f"non-negative integers, got {nums!r:.80}"
         )
-    solution = row.get("solution")
+    if row.get("target") is None:
+        raise ConfigError(f"{where}: malformed countdown row: field 'target' is missing")
+    t = parse_target(row["target"])
+    if t is None:
+        raise ConfigError(
+            f"{where}: malformed countdown row: field 'target' must be a number, "
+            f"got {row['target']!r:.40}"
+        )
+    solution, context = row.get("solution"), row.get("context")
     return {
-        "numbers": numbers,
-        "target": target,
-        "solution": solution if isinstance(solution, str) else None,
+        "numbers": ints,
+        "target": t.numerator if t.denominator == 1 else float(t),
+        "solution": solution if isinstance(solution, str) and solution.strip() else None,
+        "context": context if isinstance(context, str) and context.strip() else None,
     }
 
 
@@ -421,23 +479,38 @@ class CountdownTask(Task):
     # Every knob of `task=countdown` (defaults registered with Hydra from here). The generator
     # (source null) deals test, heldout, train from one seeded stream of distinct problems
     # (distinct by sorted numbers + target), so test/heldout stay fixed when only n_train changes.
+    # n_train / n_test / n_heldout left null take the default of the source (resolve()).
     knobs = {
         "count": [3, 4],        # numbers per problem: 3, 4, or a list such as [3, 4] (drawn per problem)
         "min_number": 1,        # smallest number (>= 1)
         "max_number": 12,       # largest number
         "max_target": 100,      # largest target (targets are >= 1); null = no cap
-        "n_train": 2000,        # train problems (files: the first n_train rows)
-        "n_test": 500,          # test problems (files: null = every row between train and heldout)
-        "n_heldout": 500,       # held-out problems (files: the last n_heldout rows)
+        "n_train": None,        # train problems; null = generator 2000, files 200 (the first rows,
+        #                         as the ES repo trains on its file's first 200)
+        "n_test": None,         # test problems; null = generator 500, files every row between
+        #                         train and heldout (2,000 of the ES file)
+        "n_heldout": None,      # held-out problems; null = generator 500, files 0 (the last rows)
         "seed": 0,              # generator seed: same knobs + seed = same data
         "source": None,         # null = the generator; or a local .json/.jsonl/.parquet file, a
-        #                         save_to_disk directory, or a hub dataset name, with rows
-        #                         {nums, target} or {numbers, target, context, solution}
+        #                         folder with <hub_split>.jsonl, a save_to_disk directory, or a hub
+        #                         dataset name, with rows {nums, target} or
+        #                         {id, context, numbers, target, solution}
         "hub_config": None,     # hub dataset config name (source = hub name only)
-        "hub_split": "train",   # hub split (or save_to_disk DatasetDict split) that is loaded and carved
+        "hub_split": "train",   # hub split (or folder / save_to_disk split) that is loaded and carved
     }
     budgets = {"compact": 24, "chat": 1024}
     stops = {"chat": ("</answer>",)}
+    SIZES = {"generator": (2000, 500, 500), "file": (200, None, 0)}  # (n_train, n_test, n_heldout)
+
+    @classmethod
+    def resolve(cls, cfg: dict) -> dict:
+        """n_train / n_test / n_heldout left null -> ``SIZES`` of the generator or of a file."""
+        sizes = cls.SIZES["generator" if cfg.get("source") is None else "file"]
+        out = dict(cfg)
+        for key, default in zip(("n_train", "n_test", "n_heldout"), sizes):
+            if out.get(key) is None:
+                out[key] = default
+        return out
 
     def _validate(self) -> None:
         c = self.cfg
@@ -466,21 +539,23 @@ class CountdownTask(Task):
             parts = {"test": probs[:a], "heldout": probs[a:b], "train": probs[b:]}
         else:
             parts = self._load(str(c["source"]))
+        integer = all(isinstance(p["target"], int) for ps in parts.values() for p in ps)
         return {
             name: make_dataset(
-                [self._row(p, f"countdown/{name}/{i}") for i, p in enumerate(ps)], _features()
+                [self._row(p, f"countdown/{name}/{i}") for i, p in enumerate(ps)],
+                _features(integer),
             )
             for name, ps in parts.items()
         }
 
     def _load(self, source: str) -> dict[str, list[dict]]:
         c = self.cfg
-        ds = load_rows(source, "countdown", c["hub_config"], c["hub_split"])
+        ds, where = load_split(source, "countdown", c["hub_split"], c["hub_config"])
         total = len(ds)
         n_train, n_heldout = c["n_train"], c["n_heldout"]
         if n_train + n_heldout >= total:
             raise ConfigError(
-                f"task countdown: {source} has {total} rows; n_train={n_train} + "
+                f"task countdown: {where} has {total} rows; n_train={n_train} + "
                 f"n_heldout={n_heldout} leaves no test rows"
             )
         end = total - n_heldout
@@ -492,7 +567,7 @@ class CountdownTask(Task):
             rows = ds.select(range(lo, hi)).to_list() if hi > lo else []
             kept = []
             for i, row in enumerate(rows):
-                p = parse_row(row, f"{source}: row {lo + i}")
+                p = parse_row(row, f"{where}: row {lo + i}")
                 k = key(p["numbers"], p["target"])
                 if name == "train" or k not in seen:
                     kept.append(p)
@@ -503,11 +578,14 @@ class CountdownTask(Task):
     def _row(self, p: dict, id_: str) -> dict:
         if self.style == "compact":
             prompt = compact_prompt(p["numbers"], p["target"])
+        elif p.get("context"):
+            prompt = p["context"]
         else:
             prompt = chat_prompt(
                 self.tokenizer, chat_messages(p["numbers"], p["target"]), suffix="<think>"
             )
-        return {"prompt": prompt, "id": id_, **p}
+        return {"prompt": prompt, "id": id_, "numbers": p["numbers"], "target": p["target"],
+                "solution": p.get("solution")}
 
     # -- verifier
     def verify(self, completion: str, row: Mapping) -> Verdict:

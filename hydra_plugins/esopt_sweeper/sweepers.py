@@ -595,24 +595,46 @@ def estimate_tokens(rc) -> int:
     """Upper bound on generated tokens of one run (every sample uses its whole budget).
 
     evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
-    eval tokens = evals * problems * (samples + greedy) * budget; plus the algorithm's own
-    training estimate (``esopt.algorithms``: ES, GRPO, or both phases of a sequence).
+    eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
+    ood budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
+    both phases of a sequence). ``problems`` null (the whole split) counts the split's rows.
     """
     from esopt import algorithms
 
-    budget = _budget(rc)
+    budget = _budget(rc, rc.task)
     ev = rc.eval
     n_evals = 0 if rc.algo == "none" else rc.iterations // ev.every + (1 if rc.iterations % ev.every else 0)
-    tokens = (1 + n_evals) * ev.problems * (ev.samples + (1 if ev.greedy else 0)) * (ev.max_new_tokens or budget)
-    return int(tokens + algorithms.get(rc.algo).estimate_tokens(rc, budget))
+    per_eval = _rows(rc, rc.task, ev.split, ev.problems) * (ev.samples + (1 if ev.greedy else 0)) \
+        * (ev.max_new_tokens or budget)
+    if ev.ood_task:
+        per_eval += (_rows(rc, ev.ood_task, ev.ood_split, ev.ood_problems) * ev.samples
+                     * _budget(rc, ev.ood_task))
+    return int((1 + n_evals) * per_eval + algorithms.get(rc.algo).estimate_tokens(rc, budget))
 
 
-def _budget(rc) -> int:
-    """The task's default completion budget for this model's prompt style."""
+def _task(rc, task_cfg: dict):
     from esopt import tasks
 
-    style = rc.task.get("style") or rc.model.get("prompt_style") or "compact"
-    return int(tasks.get(rc.task, style=style).max_new_tokens)
+    style = task_cfg.get("style") or rc.model.get("prompt_style") or "compact"
+    return tasks.get(task_cfg, style=style)
+
+
+def _budget(rc, task_cfg: dict) -> int:
+    """The task's default completion budget for this model's prompt style."""
+    return int(_task(rc, task_cfg).max_new_tokens)
+
+
+_ROWS: dict[str, int] = {}
+
+
+def _rows(rc, task_cfg: dict, split: str, problems) -> int:
+    """Problems an evaluation covers: ``problems``, or (None) the split's length (cached)."""
+    if problems is not None:
+        return int(problems)
+    key = json.dumps([task_cfg, split], sort_keys=True, default=str)
+    if key not in _ROWS:
+        _ROWS[key] = len(_task(rc, task_cfg).split(split))
+    return _ROWS[key]
 
 
 def _aggregate(sweep_dir: Path, metric: str = "pass@1") -> None:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import REPO, run_cli
+from helpers import REPO, local_data_overrides, run_cli
 
 TINY = ["model=tiny-xs", "algo=none", "eval.problems=8", "eval.samples=4", "task.n_train=32",
         "task.n_test=16", "task.n_heldout=16", "sweep.aggregate=false", "hydra/sweeper=esopt"]
@@ -170,9 +170,10 @@ def test_worker_alive_tells_live_other_processes_from_dead_and_self():
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (REPO / "sweeps").glob("*.yaml")))
-def test_every_preset_value_composes_and_validates(preset):
+def test_every_preset_value_composes_and_validates(preset, tmp_path):
     """Each value of each grid axis of every preset (``params`` and any sub-``grids``), varied
-    one at a time from the grid's first point, gives a valid run config (nothing runs)."""
+    one at a time from the grid's first point, gives a valid run config (nothing runs). Hub and
+    user-supplied data (GSM8K, the Countdown file) are pointed at local copies (no network)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -186,6 +187,7 @@ def test_every_preset_value_composes_and_validates(preset):
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         base = compose(config_name="config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
+        data = local_data_overrides(base, tmp_path)
         assert base.hydra.sweeper._target_.endswith("EsoptSweeper")
         if preset.endswith("_gpu"):
             assert base.hydra.launcher._target_.endswith("EsoptSlurmLauncher")
@@ -199,8 +201,11 @@ def test_every_preset_value_composes_and_validates(preset):
                 for value in values(vs):
                     point = {**first, key: value}
                     cfg = compose(config_name="config",
-                                  overrides=[f"+experiment={preset}"] + [f"{k}={v}" for k, v in point.items()])
+                                  overrides=[f"+experiment={preset}", *data] + [f"{k}={v}" for k, v in point.items()])
                     rc = validate(cfg)
                     assert rc.sweep.name == preset
                     if preset.endswith("_tiny"):
                         assert rc.model["name"].startswith("tiny-")
+                    if preset.endswith("_gpu"):  # the study's tasks, not the tiny generator
+                        assert rc.task["name"] == "gsm8k" or rc.task["source"] is not None
+                        assert rc.model["prompt_style"] == "chat"

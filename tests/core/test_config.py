@@ -28,6 +28,12 @@ def test_defaults_validate():
         ("model.name=nope", "unknown model 'nope'"),
         ("task.name=nope", "unknown task 'nope'"),
         ("engine.threads=0", "engine.threads must be an integer >= 1 or auto"),
+        ("eval.ood_task=nope", "unknown eval.ood_task 'nope'"),
+        ("eval.ood_task=5", "eval.ood_task must be a task name or a task config with a name"),
+        ("eval.ood_split=dev", "eval.ood_split must be one of"),
+        ("eval.ood_problems=0", "eval.ood_problems must be >= 1"),
+        ("eval.problems=0", "eval.problems must be >= 1"),
+        ("eval.ood_task={name:addition,n_trian:3}", "task addition: unknown option(s) n_trian"),
     ],
 )
 def test_bad_values_are_one_line(override, message):
@@ -74,3 +80,28 @@ def test_defaults_come_from_the_code_that_owns_them():
                      ("es", ESConfig), ("grpo", GRPOSettings)):
         assert dict(cfg[key]) == asdict(cls()), key
     assert "es" not in compose_cfg("algo=grpo") and "grpo" not in compose_cfg("algo=es")
+
+
+def test_task_dependent_defaults_are_resolved_into_the_run_config():
+    """eval.problems null -> the task's default; a task's source-dependent sizes; the OOD task's
+    knobs and size. The run id of a run without an OOD set does not mention one."""
+    from helpers import REPO
+
+    from esopt.tasks import task_class
+
+    gsm = REPO / "tests" / "data" / "gsm8k"
+    rc = validate(compose_cfg())
+    assert rc.eval.problems == 200 and rc.eval.ood_task is None
+    assert (rc.task["n_train"], rc.task["n_test"], rc.task["n_heldout"]) == (2000, 500, 500)
+    assert not any(k.startswith("ood") for k in identity(rc)["eval"])
+    g = validate(compose_cfg("task=gsm8k", f"task.source={gsm}", "task.n_heldout=10"))
+    assert g.eval.problems is None  # the whole test split
+    assert validate(compose_cfg("task=gsm8k", f"task.source={gsm}", "task.n_heldout=10",
+                                "eval.problems=7")).eval.problems == 7
+    o = validate(compose_cfg(f"eval.ood_task={{name:gsm8k,source:'{gsm}',n_heldout:10}}"))
+    assert o.eval.ood_task["source"] == str(gsm) and o.eval.ood_task["answer_format"] == "boxed"
+    assert o.eval.ood_split == "test" and o.eval.ood_problems == 100
+    assert identity(o)["eval"]["ood_task"]["name"] == "gsm8k" and identity(o) != identity(rc)
+    n = validate(compose_cfg("eval.ood_task=addition", "eval.ood_problems=null"), check_data=False)
+    assert n.eval.ood_task == {"name": "addition", "style": None, **task_class("addition").knobs}
+    assert n.eval.ood_problems == 200

@@ -65,3 +65,29 @@ def test_failing_run_is_recorded_failed(results_root, tmp_path):
     (rid, s), = summaries(results_root).items()
     assert s["status"] == "failed" and s["error"]
     assert (results_root / "default" / "runs" / rid / "error.txt").exists()
+
+
+def test_out_of_domain_set_is_evaluated_at_every_evaluation(results_root):
+    """eval.ood_task: base, every eval line and the final evaluation carry the OOD task's
+    entropy and Pass@K; the aggregated runs table has them as base_/final_ood_* columns."""
+    from esopt.study import tables
+
+    args = ["model=tiny-xs", "algo=es", "pop=2", "iterations=2", "es.batch_size=4", "eval.every=1",
+            "eval.problems=4", "eval.samples=2", "eval.ood_task=addition", "eval.ood_split=heldout",
+            "eval.ood_problems=3", f"sweep.root={results_root}", "sweep.aggregate=false"]
+    proc = run_cli("esopt.sweep", *args)
+    assert proc.returncode == 0, proc.stderr
+    (rid, s), = summaries(results_root).items()
+    for ev in (s["base"], s["final"]):
+        assert ev["ood_task"] == "addition" and ev["ood_split"] == "heldout" and ev["ood_n_problems"] == 3
+        assert ev["ood_entropy"] > 0 and set(ev["ood_pass@k"]) == {"1", "2"}
+        assert ev["ood_entropy"] != ev["entropy"]
+    lines = [json.loads(x) for x in (results_root / "default" / "runs" / rid / "metrics.jsonl").read_text().splitlines()]
+    evals = [x for x in lines if x["kind"] == "eval"]
+    assert [x["iteration"] for x in evals] == [0, 1, 2]
+    assert all(x["ood_entropy"] > 0 for x in evals)
+    agg = tables.load(results_root / "default")
+    row = agg.runs.set_index("run_id").loc[rid]
+    assert row["final_ood_entropy"] == s["final"]["ood_entropy"]
+    assert row["base_ood_pass@1"] == s["base"]["ood_pass@k"]["1"]
+    assert row["final_ood_entropy_lo"] <= row["final_ood_entropy"] <= row["final_ood_entropy_hi"]

@@ -150,6 +150,25 @@ def test_claim2_entropy(g1, e1, verdict):
     assert c["reproduced"] == "unclear" and "ES did not learn" in c["reason"]
 
 
+def test_claim2_uses_the_out_of_domain_entropy_when_every_run_has_it():
+    """eval.ood_task: the held-out (eval split) entropy stays flat for both algorithms, the
+    out-of-domain entropy falls under GRPO only: the claim reads the out-of-domain one."""
+    grpo = [rec("grpo", s, h0=0.8, h1=0.8, base_ood_entropy=1.0, final_ood_entropy=h)
+            for s, h in enumerate([0.6, 0.62, 0.58])]
+    es = [rec("es", s, 0.3, 0.5, h0=0.8, h1=0.8, base_ood_entropy=1.0, final_ood_entropy=h)
+          for s, h in enumerate([1.0, 0.99, 1.01])]
+    assert C.entropy_columns(es + grpo) == ("base_ood_entropy", "final_ood_entropy")
+    c = C.claim_entropy(es, grpo, gain=learned(es), **KW)
+    assert c["reproduced"] == "yes" and c["effect"] == pytest.approx(-0.4)
+    assert c["details"]["entropy"] == "ood_entropy" and "out-of-domain" in c["measure"]
+    # one run without it: the eval split's entropy for all (flat: GRPO does not fall)
+    grpo[0].pop("final_ood_entropy")
+    assert C.entropy_columns(es + grpo) == ("base_entropy", "final_entropy")
+    c = C.claim_entropy(es, grpo, gain=learned(es), **KW)
+    assert c["details"]["entropy"] == "entropy" and c["effect"] == pytest.approx(0.0)
+    assert c["reproduced"] != "yes"
+
+
 # --- claim 3 ---------------------------------------------------------------------------
 SPREAD = 0.3                                                    # every problem p = 0.3: high Pass@K
 PEAKED = np.where(np.arange(P) % 2 == 0, 0.9, 0.0)             # half the problems: Pass@K ~ 0.5

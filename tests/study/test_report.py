@@ -161,6 +161,22 @@ def test_entropy_es_against_grpo(page):
     assert g["y"] == pytest.approx(ev.groupby("iteration")["entropy"].mean().tolist())
 
 
+def test_entropy_figure_prefers_the_out_of_domain_set(page):
+    """Eval lines with ood_entropy (eval.ood_task): the figure plots those, flat here while the
+    eval split's entropy falls for GRPO; without them (null control) it plots the eval split's."""
+    _, agg, _ = page
+    curves = agg.curves.copy()
+    fig, why = report.fig_entropy(agg.runs, curves, agg.metric)
+    assert fig is not None, why
+    title = lambda f: str(f["layout"]["title"].get("text", f["layout"]["title"]))  # noqa: E731
+    assert title(fig).startswith("Held-out token entropy")
+    curves["ood_entropy"] = np.where(curves["kind"] == "eval", 1.5, np.nan)
+    fig, _ = report.fig_entropy(agg.runs, curves, agg.metric)
+    assert title(fig).startswith("Out-of-domain token entropy")
+    means = [t for t in fig["data"] if t["meta"]["kind"] == "mean"]
+    assert means and all(np.allclose(t["y"], 1.5) for t in means)
+
+
 def test_status_counts_problem_runs_and_skipped(page):
     html, agg, _ = page
     fig = report.figure_data(html, "fig-status")

@@ -1,20 +1,16 @@
-"""Task layer: registry, countdown generator and loaders, gsm8k extraction, synthetic tasks."""
+"""Task layer: registry, countdown generator and loaders, synthetic tasks (GSM8K:
+test_gsm8k.py; the ES repo's Countdown file: test_countdown_files.py)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import SHARED_DATA
 
 from esopt.core.errors import ConfigError
 from esopt.tasks import TASK_NAMES, Task, Verdict, get
 from esopt.tasks import countdown as cd
-from esopt.tasks import gsm8k as g8
 
-# the real GSM8K test split (MIT) in shared/ beside the checkout (CI lays a copy there too)
-GSM8K = SHARED_DATA / "gsm8k" / "test.jsonl"
 SMALL = {"n_train": 300, "n_test": 100, "n_heldout": 100}
 
 
@@ -187,11 +183,15 @@ def test_countdown_file_duplicates_dropped_and_errors(tmp_path):
         get({"name": "countdown", "source": str(tmp_path / "missing.json")}).split("test")
     with pytest.raises(ConfigError, match="leaves no test rows"):
         get({"name": "countdown", "source": str(path), "n_train": 4, "n_heldout": 1}).split("test")
-    for bad in ({"nums": [3, "x"], "target": 5}, {"nums": [3, 4]}, {"target": 5},
-                {"nums": [3, 4], "target": 2.5}, {"nums": 7, "target": 7}):
+    for bad, field in (({"nums": [3, "x"], "target": 5}, "'nums' must be a list"),
+                       ({"nums": [3, 4]}, "'target' is missing"),
+                       ({"target": 5}, "'numbers' \\(or 'nums'\\) is missing"),
+                       ({"nums": [3, 4], "target": "abc"}, "'target' must be a number, got 'abc'"),
+                       ({"nums": [3, 4], "target": True}, "'target' must be a number"),
+                       ({"nums": 7, "target": 7}, "'nums' must be a list")):
         p = tmp_path / "bad.jsonl"
         p.write_text("".join(json.dumps(r) + "\n" for r in [recs[0], bad, recs[1], recs[3]]))
-        with pytest.raises(ConfigError, match=r"row 1: malformed countdown row"):
+        with pytest.raises(ConfigError, match=rf"^{p}: row 1: malformed countdown row: field {field}"):
             get({"name": "countdown", "source": str(p), "n_train": 2, "n_heldout": 1}).split("test")
 
 
@@ -204,88 +204,6 @@ def test_hub_name_offline_is_one_line_error(monkeypatch):
     with pytest.raises(ConfigError, match="cannot load 'esopt-no-such/dataset'") as e:
         get({"name": "countdown", "source": "esopt-no-such/dataset"}).split("test")
     assert "\n" not in str(e.value)
-
-
-# ------------------------------------------------------------------------------- gsm8k
-
-
-def _gsm8k_rows():
-    return [json.loads(line) for line in GSM8K.read_text().splitlines()]
-
-
-def test_gsm8k_gold_and_extraction_real_rows():
-    rows = _gsm8k_rows()
-    assert len(rows) == 1319
-    assert g8.gold_answer(rows[0]["answer"]) == "18"
-    assert g8.gold_answer(rows[2]["answer"]) == "70000"
-    assert g8.gold_answer(rows[146]["answer"]) == "2125"  # "#### 2,125"
-    assert all(g8.gold_answer(r["answer"]) is not None for r in rows)
-    # the gold solutions themselves pass both extractions
-    for r in rows[:50]:
-        gold = g8.gold_answer(r["answer"])
-        assert g8.extract_strict(r["answer"]) == gold
-        assert g8.extract_flexible(r["answer"]) == gold
-    # the worked text of row 0 before "####": flexible finds the last number, strict nothing
-    body = rows[0]["answer"].split("####")[0]
-    assert g8.extract_strict(body) is None and g8.extract_flexible(body) == "18"
-
-
-def test_gsm8k_extraction_hand_cases():
-    assert g8.extract_strict("so #### 1,234.") == "1234"
-    assert g8.extract_strict("#### 5 then #### -7") == "-7"
-    assert g8.extract_strict("answer: 5") is None
-    assert g8.extract_flexible("I paid $1,200.00 in total.") == "1200"
-    assert g8.extract_flexible("It is 3.5, not 4") == "4"
-    assert g8.extract_flexible("x = -12 ...") == "-12"
-    assert g8.extract_flexible("no numbers, sorry.") is None
-    assert g8.normalize("18.50") == "18.5" and g8.normalize("abc") is None
-
-
-def test_gsm8k_task_from_real_file():
-    cfg = {"name": "gsm8k", "source": str(GSM8K), "n_test": 100, "n_heldout": 50, "n_train": 200}
-    task = get(cfg)
-    assert task.style == "compact" and task.stop == ["\nQ:"]
-    splits = {s: task.split(s) for s in ("train", "test", "heldout")}
-    assert [len(splits[s]) for s in ("train", "test", "heldout")] == [200, 100, 50]
-    qs = [set(splits[s]["question"]) for s in splits]
-    assert not (qs[0] & qs[1]) and not (qs[0] & qs[2]) and not (qs[1] & qs[2])
-    assert get(cfg).split("test").to_list() == splits["test"].to_list()  # seeded, repeatable
-    assert get({**cfg, "seed": 1}).split("test")["question"] != splits["test"]["question"]
-    row = splits["test"][0]
-    assert row["prompt"] == f"Q: {row['question']}\nA:"
-    assert row["gold"] == g8.gold_answer(row["answer"])
-    assert task.verify(f"... so the answer is\n#### {row['gold']}", row) == Verdict(
-        1.0, 1.0, 1.0, True, row["gold"])
-    assert task.verify(f"The answer is {row['gold']}.", row) == Verdict(
-        1.0, 0.0, 1.0, True, row["gold"])
-    wrong = str(int(row["gold"]) + 1)
-    assert task.verify(f"#### {wrong} (maybe {row['gold']})", row).correct is False
-    strict = get({**cfg, "extraction": "strict"})
-    v = strict.verify(f"The answer is {row['gold']}.", row)
-    assert v == Verdict(0.0, 0.0, 0.0, False, None)
-    assert task.rewards([f"#### {row['gold']}", "nothing"], [row, row]) == [1.0, 0.0]
-    chat = get(cfg, style="chat")
-    assert "'#### <answer>'" in chat.split("test")[0]["prompt"] and chat.max_new_tokens == 1024
-
-
-def test_gsm8k_errors(tmp_path):
-    bad = tmp_path / "bad.jsonl"
-    rows = [{"question": "q1?", "answer": "1+1=2\n#### 2"},
-            {"question": "q2?", "answer": "no gold"}]
-    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(ConfigError, match="malformed gsm8k row"):
-        get({"name": "gsm8k", "source": str(bad), "n_test": 1, "n_heldout": 0}).split("test")
-    with pytest.raises(ConfigError, match="fewer than n_test"):
-        get({"name": "gsm8k", "source": str(bad), "n_test": 2, "n_heldout": 1}).split("test")
-    with pytest.raises(ConfigError, match="data file not found"):
-        get({"name": "gsm8k", "source": str(tmp_path / "none.jsonl")}).split("test")
-    with pytest.raises(ConfigError, match="extraction must be"):
-        get({"name": "gsm8k", "extraction": "loose"})
-    if importlib.util.find_spec("math_verify") is None:
-        with pytest.raises(ConfigError, match="needs the math-verify package"):
-            get({"name": "gsm8k", "math_verify": True})
-        # the subprocess fails without the package: every pair counts as not verified
-        assert g8.math_verify_batch(["2"], ["#### 2"], timeout=5) == [False]
 
 
 # --------------------------------------------------------------------------- synthetic
