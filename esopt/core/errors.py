@@ -14,7 +14,12 @@ class ConfigError(ValueError):
 
 
 class Pruned(Exception):
-    """The run was stopped by its pruner at an evaluation (recorded as ``pruned``)."""
+    """The run was stopped by its pruner at an evaluation (recorded as ``pruned``); ``reason``
+    says why (statistic, value, threshold, reference, step), recorded as ``pruning``."""
+
+    def __init__(self, message: str, reason: dict | None = None):
+        super().__init__(message)
+        self.reason = reason
 
 
 class NonFinite(RuntimeError):

@@ -164,3 +164,50 @@ def spearman(x, y) -> np.ndarray:
     den = np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, (rx * ry).sum(1) / den, np.nan)
+
+
+def seed_variance(groups: Sequence) -> float:
+    """Run-to-run (seed) variance of a run's score, pooled over configurations.
+
+    groups: one entry per configuration, each an array [R_g, P] of per-problem scores of its
+    R_g runs (seeds) on the same P problems. With m_gr = mean_p x_grp (run r's score):
+        tau2 = sum_g sum_r (m_gr - mean_r m_gr)^2 / sum_g (R_g - 1)
+    over the configurations with R_g >= 2; 0.0 when none has two runs.
+    """
+    ss, dof = 0.0, 0
+    for g in groups:
+        a = np.asarray(g, dtype=np.float64)
+        if a.ndim != 2 or a.shape[0] < 2:
+            continue
+        m = a.mean(axis=1)
+        ss += float(((m - m.mean()) ** 2).sum())
+        dof += a.shape[0] - 1
+    return ss / dof if dof else 0.0
+
+
+def config_bounds(values, tau2: float = 0.0, level: float = 0.95) -> tuple[float, float, float]:
+    """A configuration's score with its two-sided ``level`` normal-approximation bounds, its
+    seed replicates pooled (the statistic of the ``auto`` pruner, esopt.runtime.pruning).
+
+    values: [R, P] per-problem scores (e.g. per-problem pass@1) of the configuration's R runs
+    on the same P problems. With xbar_p = mean_r x_rp and m = mean_p xbar_p:
+        SE^2 = var_p(xbar_p) / P + tau2 / R       (var with ddof = 1; 0 for P = 1)
+        lower, upper = m -+ z * SE,  z = Phi^-1((1 + level) / 2)   (1.96 at level 0.95)
+    The first term is the evaluation's noise (which problems, which samples); ``tau2`` is
+    the run-to-run variance of a run's score (:func:`seed_variance`), shrunk by the R seeds
+    pooled. Returns (m, lower, upper).
+    """
+    from statistics import NormalDist
+
+    a = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    if a.size == 0:
+        raise ValueError("config_bounds needs at least one run with one problem")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"config_bounds needs 0 < level < 1, got {level}")
+    xbar = a.mean(axis=0)
+    p, r = xbar.size, a.shape[0]
+    var = (float(xbar.var(ddof=1)) / p if p > 1 else 0.0) + max(float(tau2), 0.0) / r
+    z = NormalDist().inv_cdf((1.0 + level) / 2.0)
+    m = float(xbar.mean())
+    half = z * var ** 0.5
+    return m, m - half, m + half

@@ -82,8 +82,9 @@ class RunContext:
         trial = self.shared.trial
         if trial is not None:
             trial.report(result, step)
-            if trial.should_prune():
-                raise Pruned(f"pruned at iteration {step}")
+            # the run's last evaluation is never pruned: nothing is left to save
+            if step < self.cfg.iterations and trial.should_prune():
+                raise Pruned(prune_message(step, trial.reason), trial.reason)
         return result
 
     def for_phase(self, algo: str, iterations: int, iteration_offset: int) -> "RunContext":
@@ -98,6 +99,16 @@ class RunContext:
         if eval_result is None:
             eval_result = self.evaluate(self.iterations)
         self.shared.phases.append({"algo": algo, "iterations": self.iterations, "eval": eval_result})
+
+
+def prune_message(step: int, reason: dict | None) -> str:
+    """``pruned at iteration <step>``, plus the pruner's statistic, value and threshold."""
+    msg = f"pruned at iteration {step}"
+    r = reason or {}
+    if r.get("value") is not None and r.get("threshold") is not None:
+        msg += (f" by {r.get('pruner')}: {r.get('statistic')} = {r['value']:.4g}, threshold {r['threshold']:.4g}"
+                f" ({r.get('reference')})")
+    return msg
 
 
 def eval_line(result: dict) -> dict:

@@ -23,7 +23,7 @@ from esopt.core.errors import Pruned
 from esopt.evaluator import evaluate_config, ood_task
 from esopt.runtime import tuning
 from esopt.runtime.context import RunContext, Shared, eval_line
-from esopt.runtime.validate import run_id, uses
+from esopt.runtime.validate import config_id, run_id, uses
 
 
 def resolve_device(device: str | None) -> str:
@@ -104,7 +104,8 @@ def run(cfg: RunConfig) -> dict:
         model, tokenizer, engine, task = load_components(cfg)
         summary["model"]["params"] = models.n_params(model)
         params = {"model": cfg.model["name"], "params": summary["model"]["params"], "pop": cfg.pop,
-                  "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo}
+                  "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo,
+                  "config_id": config_id(cfg)}
         shared.trial = tuning.attach(cfg, rid, params)
         ood = ood_task(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
         ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
@@ -126,6 +127,7 @@ def run(cfg: RunConfig) -> dict:
         summary["status"] = "completed"
     except Pruned as e:
         summary["status"], summary["error"] = "pruned", str(e)
+        summary["pruning"] = e.reason
         summary["final"] = shared.last_eval
     except Exception as e:  # noqa: BLE001 - a failing run is recorded, never raised
         summary["status"] = "failed"

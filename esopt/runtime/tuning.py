@@ -17,8 +17,15 @@ every evaluation; the pruner decides whether it goes on.
   run id and the run's key params are user attributes. Finishing marks the trial
   ``COMPLETE`` (value = final metric), ``PRUNED`` or ``FAIL``.
 - Pruners are not stored with a study, so every worker builds the same one from the config
-  knobs (:func:`make_pruner`): ``none`` (default), ``median``, ``percentile``,
-  ``successive_halving``, ``hyperband``, ``wilcoxon``.
+  knobs (:func:`make_pruner`): ``none`` (default), ``auto`` (recommended: noise-aware, compares
+  configurations with confidence bounds on per-problem evidence; ``esopt.runtime.pruning``),
+  ``median``, ``percentile``, ``successive_halving``, ``hyperband``, ``wilcoxon``.
+- Every report also stores the evaluation's per-problem results with the trial
+  (``evidence@<step>``) and the run's ``config_id`` (its config without the seed), the
+  evidence the ``auto`` pruner pools; a pruned run records why (:meth:`RunTrial.should_prune`,
+  ``summary.json`` ``pruning``).
+- :func:`check` validates the block against the whole run (metric produced by the evaluator,
+  warmup shorter than the run) before anything is dispatched (``esopt.runtime.validate``).
 
 Config: the ``tuning:`` block, :class:`TuningConfig` (every knob documented there).
 """
@@ -33,7 +40,7 @@ from typing import Any, Mapping, Optional
 from esopt.core.config import block
 from esopt.core.errors import ConfigError
 
-PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "wilcoxon")
+PRUNERS = ("none", "auto", "median", "percentile", "successive_halving", "hyperband", "wilcoxon")
 
 
 @dataclass
@@ -47,10 +54,16 @@ class TuningConfig:
     direction: str = "maximize"
     storage: Optional[str] = None     # null = <sweep.root>/<sweep.name>/optuna.journal; a path; a DB URL
     study: Optional[str] = None       # null = esopt:<sweep>:<model>:<algo>:<task>
-    pruner: str = "none"              # none | median | percentile | successive_halving | hyperband | wilcoxon
+    pruner: str = "none"              # none | auto (recommended) | median | percentile | successive_halving
+    #                                   | hyperband | wilcoxon
+    # auto, median, percentile
+    n_warmup_steps: int = 0           # warmup: a trial is not pruned before this step (iteration)
+    # auto (esopt.runtime.pruning): prune when the upper bound of the trial's configuration is
+    # below the lower bound of the best other configuration at the same step
+    confidence: float = 0.95          # level of each two-sided bound
+    pool_seeds: bool = True           # compare configurations (seeds pooled); false = single runs
     # median / percentile
     n_startup_trials: int = 5         # trials that are never pruned (and set the reference)
-    n_warmup_steps: int = 0           # a trial is not pruned before this step (iteration)
     interval_steps: int = 1
     n_min_trials: int = 1
     percentile: float = 25.0          # percentile pruner: prune below this percentile of the others
@@ -78,6 +91,10 @@ def settings(tuning: Mapping | None) -> dict:
         raise ConfigError(f"tuning.direction must be maximize or minimize, got {t['direction']!r}")
     if not 0.0 <= float(t["percentile"]) <= 100.0:
         raise ConfigError(f"tuning.percentile must be in [0, 100], got {t['percentile']}")
+    if not 0.0 < float(t["confidence"]) < 1.0:
+        raise ConfigError(f"tuning.confidence must be in (0, 1), got {t['confidence']}")
+    if int(t["n_warmup_steps"]) < 0:
+        raise ConfigError(f"tuning.n_warmup_steps must be >= 0, got {t['n_warmup_steps']}")
     if not 0.0 < float(t["p_threshold"]) <= 1.0:
         raise ConfigError(f"tuning.p_threshold must be in (0, 1], got {t['p_threshold']}")
     if int(t["reduction_factor"]) < 2:
@@ -90,10 +107,65 @@ def settings(tuning: Mapping | None) -> dict:
 _METRIC = re.compile(r"^(?:(pass|maj)@(\d+)|[A-Za-z_][\w.]*)$")
 
 
+def produced_metrics(ev) -> list[str]:
+    """The scalar metrics the evaluator produces for an ``eval:`` block
+    (``esopt.evaluator.evaluate``): pass@k and maj@k for k in ``k_values(samples)``, greedy
+    (when ``eval.greedy``), entropy, format."""
+    from esopt.evaluator import k_values
+
+    ks = k_values(int(ev.samples))
+    return ([f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks] + (["greedy"] if ev.greedy else [])
+            + ["entropy", "format"])
+
+
+def check(rc) -> dict:
+    """Check the tuning block against the whole run (a RunConfig), before dispatch: the block
+    itself (:func:`settings`), ``tuning.metric`` among the metrics the evaluator produces,
+    ``auto`` given a per-problem metric, and a pruner with at least one evaluation it may
+    prune: a step that is a multiple of ``eval.every`` (or a sequence's phase end), at or
+    after ``tuning.n_warmup_steps`` and before the run's end (the last evaluation is never
+    pruned). Returns the settings; ConfigError (one line) otherwise."""
+    from esopt import algorithms
+
+    t = settings(rc.tuning)
+    if not t["enabled"]:
+        return t
+    metric = str(t["metric"])
+    produced = produced_metrics(rc.eval)
+    if metric not in produced:
+        raise ConfigError(f"tuning.metric {metric!r} is not produced by the evaluator with eval.samples="
+                          f"{rc.eval.samples}, eval.greedy={str(rc.eval.greedy).lower()} "
+                          f"(it produces: {', '.join(produced)})")
+    if t["pruner"] == "auto":
+        from esopt.runtime.pruning import PER_PROBLEM
+
+        if not PER_PROBLEM.match(metric):
+            raise ConfigError(f"tuning.pruner=auto needs a metric with per-problem scores (pass@K or greedy), "
+                              f"got tuning.metric={metric}")
+    algo = algorithms.get(rc.algo)
+    if t["pruner"] == "none" or not algo.phases:
+        return t
+    warmup, total, every = int(t["n_warmup_steps"]), int(rc.iterations), int(rc.eval.every)
+    if warmup >= total:
+        raise ConfigError(f"tuning.n_warmup_steps={warmup} is not shorter than the run (iterations={total}): "
+                          f"tuning.pruner={t['pruner']} could prune nothing")
+    steps = set(range(every, total, every))
+    if len(algo.phases) > 1:
+        from esopt.algorithms import sequence
+
+        steps.add(sequence.split_iterations(total, sequence.split_of(rc))[0])
+    if not any(warmup <= s < total for s in steps):
+        raise ConfigError(f"tuning.pruner={t['pruner']} could prune nothing: no evaluation between the warmup "
+                          f"(tuning.n_warmup_steps={warmup}) and the run's last one (iterations={total}, "
+                          f"eval.every={every})")
+    return t
+
+
 def make_pruner(tuning: Mapping | None):
     """Build the pruner named by ``tuning.pruner`` from its knobs (identically in every worker).
 
-    none -> NopPruner; median -> MedianPruner(n_startup_trials, n_warmup_steps, interval_steps,
+    none -> NopPruner; auto -> esopt.runtime.pruning.ConfidencePruner(metric, n_warmup_steps,
+    confidence, pool_seeds); median -> MedianPruner(n_startup_trials, n_warmup_steps, interval_steps,
     n_min_trials); percentile -> PercentilePruner(percentile, same knobs); successive_halving
     -> SuccessiveHalvingPruner(min_resource, reduction_factor, min_early_stopping_rate,
     bootstrap_count); hyperband -> HyperbandPruner(min_resource, max_resource, reduction_factor,
@@ -109,6 +181,11 @@ def make_pruner(tuning: Mapping | None):
 
     if name == "none":
         return P.NopPruner()
+    if name == "auto":
+        from esopt.runtime.pruning import ConfidencePruner
+
+        return ConfidencePruner(str(t["metric"]), int(t["n_warmup_steps"]), float(t["confidence"]),
+                                bool(t["pool_seeds"]))
     steps = dict(n_startup_trials=int(t["n_startup_trials"]), n_warmup_steps=int(t["n_warmup_steps"]),
                  interval_steps=int(t["interval_steps"]), n_min_trials=int(t["n_min_trials"]))
     if name == "median":
@@ -225,25 +302,47 @@ def find_trial(study, run_id: str, states=None):
 class RunTrial:
     """A run's handle on its Optuna trial: report / should_prune / finish."""
 
-    def __init__(self, study, trial, metric: str, pruning: bool):
+    def __init__(self, study, trial, metric: str, pruning: bool, pruner: str | None = None):
         self.study, self.trial, self.metric, self.pruning = study, trial, metric, pruning
+        self.pruner = pruner
+        self.reason: dict | None = None  # why should_prune() last said yes (pruning.explain)
 
     @property
     def number(self) -> int:
         return self.trial.number
 
     def report(self, result: Mapping | float, step: int) -> None:
-        """Report the tuning metric of an evaluation (dict or number) at ``step``."""
+        """Report the tuning metric of an evaluation (dict or number) at ``step``; an evaluator
+        dict's per-problem results are stored with the trial first (``evidence@<step>``)."""
+        from esopt.runtime.pruning import evidence, evidence_key
+
         v = metric_value(result, self.metric)
         if v is not None:
             import warnings
 
+            ev = evidence(result) if isinstance(result, Mapping) else None
+            if ev is not None:
+                self.trial.set_user_attr(evidence_key(step), ev)
             with warnings.catch_warnings():  # a resumed run re-reports a step: ignored
                 warnings.simplefilter("ignore")
                 self.trial.report(v, int(step))
 
     def should_prune(self) -> bool:
-        return bool(self.pruning and self.trial.should_prune())
+        """Ask the study's pruner; when it says yes, :attr:`reason` says why (statistic,
+        value, threshold, reference, step; ``esopt.runtime.pruning.explain``), also stored
+        as the trial's user attribute ``pruned_because``."""
+        self.reason = None
+        if not (self.pruning and self.trial.should_prune()):
+            return False
+        from esopt.runtime import pruning
+
+        try:
+            frozen = next(t for t in self.study.get_trials(deepcopy=False) if t.number == self.trial.number)
+            self.reason = pruning.explain(self.pruner or "", self.study.pruner, self.study, frozen, self.metric)
+            self.trial.set_user_attr("pruned_because", self.reason)
+        except Exception as e:  # noqa: BLE001 - the explanation must not turn a prune into a failure
+            self.reason = {"pruner": self.pruner, "note": f"no explanation ({type(e).__name__}: {e})"}
+        return True
 
     def finish(self, summary: Mapping | str, value: float | None = None) -> None:
         """Mark the trial from the run's summary (or a status string): completed -> COMPLETE
@@ -264,18 +363,12 @@ class RunTrial:
             self.study.tell(self.trial.number, state=TrialState.FAIL, skip_if_finished=True)
 
 
-def attach(cfg: Any, run_id: str, params: Mapping | None = None) -> RunTrial | None:
-    """The run's trial: attach to the RUNNING one with this run id, else create it.
-
-    ``params`` (model, pop, sigma, ...) become user attributes, beside ``run_id``.
-    Returns None when ``tuning.enabled`` is false.
-    """
+def start_trial(study, run_id: str, params: Mapping | None = None):
+    """The study's RUNNING trial of this run id (a resumed or requeued attempt, or one the
+    ``optuna`` sweeper made), else a new one; ``params`` (model, pop, sigma, ..., config_id)
+    become user attributes beside ``run_id``."""
     from optuna.trial import Trial, TrialState
 
-    t = settings(_get(cfg, "tuning"))
-    if not t["enabled"]:
-        return None
-    study = open_study(cfg)
     ft = find_trial(study, run_id, states=(TrialState.RUNNING,))
     if ft is not None:
         trial = Trial(study, ft._trial_id)
@@ -285,4 +378,17 @@ def attach(cfg: Any, run_id: str, params: Mapping | None = None) -> RunTrial | N
     for k, v in dict(params or {}).items():
         if isinstance(v, (str, int, float, bool)) or v is None:
             trial.set_user_attr(k, v)
-    return RunTrial(study, trial, str(t["metric"]), t["pruner"] != "none")
+    return trial
+
+
+def attach(cfg: Any, run_id: str, params: Mapping | None = None) -> RunTrial | None:
+    """The run's trial (:func:`start_trial` in the group's study) as a :class:`RunTrial`.
+
+    Returns None when ``tuning.enabled`` is false.
+    """
+    t = settings(_get(cfg, "tuning"))
+    if not t["enabled"]:
+        return None
+    study = open_study(cfg)
+    trial = start_trial(study, run_id, params)
+    return RunTrial(study, trial, str(t["metric"]), t["pruner"] != "none", t["pruner"])

@@ -4,7 +4,8 @@
     rid = run_id(rc)          # 12 hex digits: results/<sweep>/runs/<rid>/
 
 ``validate`` = ``esopt.core.config.parse`` (types and ranges) + the model, task and engine
-names + the algorithm's own checks (``esopt.algorithms``) + the task's data (built once per
+names + the algorithm's own checks (``esopt.algorithms``) + the tuning block against the run
+(``esopt.runtime.tuning.check``: pruner, metric, warmup) + the task's data (built once per
 distinct task config, so a missing file or a malformed row is one line here, not a failed run).
 """
 
@@ -18,6 +19,7 @@ from esopt import algorithms, engines, models, tasks
 from esopt.core import store
 from esopt.core.config import RunConfig, parse
 from esopt.core.errors import ConfigError
+from esopt.runtime import tuning
 from esopt.runtime.layout import layout
 
 
@@ -40,6 +42,7 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     engines.parse(rc.engine)
     algo.validate(rc)
     layout(rc)  # the GPUs the run asks for must be the GPUs it uses
+    tuning.check(rc)
     if check_data:
         _check_task_data(rc)
     return rc
@@ -110,6 +113,14 @@ def identity(rc: RunConfig) -> dict:
 
 def run_id(rc: RunConfig) -> str:
     return store.run_id(identity(rc))
+
+
+def config_id(rc: RunConfig) -> str:
+    """The id of the run's configuration: its identity without the seed, so the seed
+    replicates of one configuration share it (the ``auto`` pruner pools them)."""
+    d = identity(rc)
+    d.pop("seed", None)
+    return store.run_id(d)
 
 
 def uses(rc: RunConfig, key: str) -> bool:

@@ -15,6 +15,8 @@ Figures (stable ids):
     fig-heatmap      the metric over (model, pop) for the fitted algorithm
     fig-trend        pop* against params on log-log axes, the fit and its 95% band
     fig-status       run counts by status and algorithm
+    fig-pruning      why each pruned run was cut: its pruner's statistic at that step against
+                     the threshold, the reference in the hover text (only when a run has it)
     fig-sparsity     share of the Pass@1 gain kept vs keep fraction, per algorithm and mode
                      (only when runs have sparsity.json, esopt.study.analyze)
     fig-drift / fig-drift-top   relative drift and top-1% update share by module type, per
@@ -434,6 +436,41 @@ def fig_status(runs: pd.DataFrame):
     return fig, None
 
 
+def fig_pruning(runs: pd.DataFrame):
+    """Per pruned run, the statistic its pruner compared (``summary.json`` ``pruning.value``)
+    and the threshold it fell short of (``pruning.threshold``), at the step it was cut."""
+    if "pruning.value" not in runs:
+        return None, None
+    cut = runs[(runs["status"] == "pruned") & runs["pruning.value"].notna()]
+    if cut.empty:
+        return None, None
+    col = lambda name: cut[name].tolist() if name in cut else [None] * len(cut)  # noqa: E731
+    def label(row) -> str:
+        extra = "".join(f" {k}={row[k]:g}" for k in ("sigma", "lr") if isinstance(row.get(k), (int, float))
+                        and not math.isnan(row[k]))
+        return f"{row['run_id']} ({_label(row)}{extra})"
+
+    labels = [label(row) for _, row in cut.iterrows()]
+    step = lambda s: "?" if s is None or (isinstance(s, float) and math.isnan(s)) else int(s)  # noqa: E731
+    esc = lambda v: _html.escape(str(v))  # noqa: E731
+    hover = [f"{esc(p)}, iteration {step(s)}: {esc(st)}<br>reference: {esc(ref)}"
+             for p, s, st, ref in zip(col("pruning.pruner"), col("pruning.step"), col("pruning.statistic"),
+                                      col("pruning.reference"))]
+    value = [float(v) for v in cut["pruning.value"]]
+    thr = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+           for v in col("pruning.threshold")]
+    traces = [_trace("scatter", x=labels, y=value, mode="markers", name="statistic", text=hover,
+                     hoverinfo="text+y", marker=dict(size=10, color="#d62728"), meta={"kind": "value"}),
+              _trace("scatter", x=labels, y=thr, mode="markers", name="threshold", text=hover,
+                     hoverinfo="text+y", marker=dict(size=14, symbol="line-ew-open", color="#222"),
+                     meta={"kind": "threshold"})]
+    fig = _figure(traces)
+    fig["layout"] = _layout(title="Why runs were pruned: the pruner's statistic at the step it was cut, "
+                                  "against its threshold (hover: step, statistic, reference)",
+                            xaxis_title="pruned run", yaxis_title="statistic / threshold")
+    return fig, None
+
+
 # ---------------------------------------------------------------------------------------
 # mechanism analyses (esopt.study.analyze): drawn only when some run has the file
 SPARSITY_DASH = {"global": "solid", "per_tensor": "dash", "smallest": "dot"}
@@ -668,6 +705,7 @@ def build(agg, sweep_dir: Path | None = None) -> str:
         ("fig-heatmap", "Population vs model size: heatmap", lambda: fig_heatmap(trend)),
         ("fig-trend", "Population vs model size: trend fit", lambda: fig_trend(trend)),
         ("fig-status", "Run status", lambda: fig_status(runs)),
+        ("fig-pruning", "Why runs were pruned", lambda: fig_pruning(runs)),
         ("fig-sparsity", "Functional sparsity of the updates", lambda: fig_sparsity(runs, runs_dir)),
         ("fig-drift", "Parameter drift by module type", lambda: fig_drift(runs, "relative")),
         ("fig-drift-top", "Largest 1% of updates by module type", lambda: fig_drift(runs, "top_share")),

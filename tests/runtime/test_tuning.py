@@ -8,6 +8,7 @@ from optuna.trial import TrialState
 
 from esopt.core.errors import ConfigError
 from esopt.runtime import tuning
+from esopt.runtime.pruning import ConfidencePruner
 
 
 def cfg(root, **tun):
@@ -29,10 +30,11 @@ def test_study_name_and_default_storage(tmp_path):
     ("successive_halving", optuna.pruners.SuccessiveHalvingPruner, {"_reduction_factor": 2}),
     ("hyperband", optuna.pruners.HyperbandPruner, {"_reduction_factor": 2}),
     ("wilcoxon", optuna.pruners.WilcoxonPruner, {"_p_threshold": 0.2}),
+    ("auto", ConfidencePruner, {"n_warmup_steps": 2, "confidence": 0.9, "metric": "pass@1", "pool_seeds": True}),
 ])
 def test_make_pruner_from_knobs(name, cls, check):
     knobs = dict(pruner=name, n_startup_trials=3, n_warmup_steps=2, percentile=40.0, reduction_factor=2,
-                 p_threshold=0.2)
+                 p_threshold=0.2, confidence=0.9)
     p = tuning.make_pruner(knobs)
     assert type(p) is cls
     for attr, value in check.items():

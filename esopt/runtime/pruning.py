@@ -1,0 +1,198 @@
+"""Noise-aware pruning (``tuning.pruner=auto``) and the record of why a trial was pruned.
+
+A single evaluation on a few hundred problems is noisy: a median rule prunes half of the runs
+of an equally good configuration at its first report. The ``auto`` pruner prunes only when
+the evidence says the trial's configuration is worse than another one:
+
+- Evidence: at every evaluation a run stores its per-problem results in its trial's user
+  attributes (``evidence@<step>``: correct counts out of ``samples``, greedy correctness;
+  :func:`evidence`), so every worker, and a later replay (``benchmarks/bench_pruning.py``),
+  sees the per-problem scores of every trial of the study.
+- Configurations, not seeds: runs whose configs differ only in ``seed`` share a
+  ``config_id`` (``esopt.runtime.validate.config_id``); with ``tuning.pool_seeds`` (default)
+  the seeds of a configuration that reported the same step are pooled problem by problem.
+- Rule, at a reported step ``s >= tuning.n_warmup_steps``: with the bounds of
+  :func:`esopt.core.metrics.config_bounds` (level ``tuning.confidence``; the seed-to-seed
+  variance from :func:`esopt.core.metrics.seed_variance` over the configurations with two or
+  more runs at ``s``), prune when the upper bound of the trial's configuration is below the
+  lower bound of the best other configuration at ``s`` (mirrored when minimizing). A
+  configuration is never compared with itself, so seeds of one configuration never prune each
+  other. The run's last evaluation is never pruned (nothing is left to save;
+  ``esopt.runtime.context``).
+
+Why a trial was pruned (any pruner; :func:`explain`) lands in ``summary.json`` as
+``pruning`` (statistic, value, threshold, reference, step) and in the report's pruning
+figure (``esopt.study.report.fig_pruning``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping
+
+import numpy as np
+from optuna.pruners import BasePruner
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from esopt.core import metrics
+
+EVIDENCE_PREFIX = "evidence@"
+CONFIG_ATTR = "config_id"
+PER_PROBLEM = re.compile(r"^(?:pass@(\d+)|greedy)$")  # metrics with per-problem scores
+
+
+def evidence_key(step: int) -> str:
+    return f"{EVIDENCE_PREFIX}{int(step)}"
+
+
+def evidence(result: Mapping | None) -> dict | None:
+    """The per-problem part of an evaluator result, as stored with the trial (or None):
+    ``{"samples": n, "correct": [c_p ...], "greedy": [0/1 ...] | None}``."""
+    if not isinstance(result, Mapping) or result.get("correct_counts") is None:
+        return None
+    return {"samples": int(result["samples"]), "correct": [int(c) for c in result["correct_counts"]],
+            "greedy": None if result.get("greedy_correct") is None else [int(g) for g in result["greedy_correct"]]}
+
+
+def per_problem(ev: Mapping | None, metric: str) -> np.ndarray | None:
+    """Per-problem scores of ``metric`` from stored evidence: pass@k per problem (unbiased,
+    ``metrics.pass_at_k`` from c of n) or greedy correctness; None when not available."""
+    m = PER_PROBLEM.match(metric)
+    if not ev or not m:
+        return None
+    if m.group(1):
+        k, n = int(m.group(1)), int(ev["samples"])
+        if k > n:
+            return None
+        return np.asarray(metrics.pass_at_k(n, np.asarray(ev["correct"], dtype=np.int64), k), dtype=float)
+    return None if ev.get("greedy") is None else np.asarray(ev["greedy"], dtype=float)
+
+
+def _group(t: FrozenTrial, pool_seeds: bool) -> str:
+    if pool_seeds and t.user_attrs.get(CONFIG_ATTR):
+        return str(t.user_attrs[CONFIG_ATTR])
+    return f"trial {t.number}"
+
+
+class ConfidencePruner(BasePruner):
+    """``tuning.pruner=auto``: prune a trial when its configuration's upper confidence bound
+    falls below the best other configuration's lower bound at the same step (module doc).
+
+    After each call, ``last[trial.number]`` holds the comparison made (or why none was).
+    """
+
+    def __init__(self, metric: str = "pass@1", n_warmup_steps: int = 0, confidence: float = 0.95,
+                 pool_seeds: bool = True):
+        if not PER_PROBLEM.match(metric):
+            raise ValueError(f"the auto pruner needs a per-problem metric (pass@K or greedy), got {metric!r}")
+        self.metric, self.n_warmup_steps = metric, int(n_warmup_steps)
+        self.confidence, self.pool_seeds = float(confidence), bool(pool_seeds)
+        self.last: dict[int, dict] = {}
+
+    def groups_at(self, study, step: int, size: int) -> tuple[dict[str, np.ndarray], dict[str, list]]:
+        """Per configuration, the [runs, problems] scores reported at ``step`` (runs on
+        ``size`` problems), and the trials behind them."""
+        rows: dict[str, list] = {}
+        who: dict[str, list] = {}
+        for t in study.get_trials(deepcopy=False):
+            if t.state == TrialState.FAIL:
+                continue
+            x = per_problem(t.user_attrs.get(evidence_key(step)), self.metric)
+            if x is None or x.size != size:
+                continue
+            g = _group(t, self.pool_seeds)
+            rows.setdefault(g, []).append(x)
+            who.setdefault(g, []).append(t)
+        return {g: np.vstack(v) for g, v in rows.items()}, who
+
+    def prune(self, study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        self.last.pop(trial.number, None)
+        if step is None or step < self.n_warmup_steps:
+            return False
+        mine = per_problem(trial.user_attrs.get(evidence_key(step)), self.metric)
+        if mine is None:
+            return False
+        groups, who = self.groups_at(study, step, mine.size)
+        own = _group(trial, self.pool_seeds)
+        if own not in groups:  # the evidence is written before the report; be safe anyway
+            groups[own], who[own] = mine[None, :], [trial]
+        others = [g for g in groups if g != own]
+        if not others:
+            self.last[trial.number] = {"step": step, "note": "no other configuration reported this step"}
+            return False
+        tau2 = metrics.seed_variance(list(groups.values()))
+        bounds = {g: metrics.config_bounds(groups[g], tau2, self.confidence) for g in groups}
+        maximize = study.direction == StudyDirection.MAXIMIZE
+        ref = (max if maximize else min)(others, key=lambda g: bounds[g][0])
+        m, lo, hi = bounds[own]
+        rm, rlo, rhi = bounds[ref]
+        value, threshold = (hi, rlo) if maximize else (lo, rhi)
+        prune = value < threshold if maximize else value > threshold
+        pct = f"{100 * self.confidence:g}%"
+        what = "configuration" if self.pool_seeds else "run"
+        n_own, n_ref = groups[own].shape[0], groups[ref].shape[0]
+        pooled = lambda n: f"{n} runs pooled, " if self.pool_seeds and n > 1 else ""  # noqa: E731
+        params = _describe(who[ref][0])
+        self.last[trial.number] = {
+            "pruner": "auto", "step": int(step), "metric": self.metric,
+            "statistic": f"{'upper' if maximize else 'lower'} {pct} bound of {self.metric} of this {what} "
+                         f"({pooled(n_own)}mean {m:.4g})",
+            "value": float(value), "threshold": float(threshold),
+            "reference": f"best other {what} ({params + '; ' if params else ''}{pooled(n_ref)}mean {rm:.4g}): "
+                         f"its {'lower' if maximize else 'upper'} {pct} bound",
+            "reference_runs": [t.user_attrs.get("run_id", f"trial {t.number}") for t in who[ref]],
+            "seed_variance": float(tau2), "rule": "value < threshold" if maximize else "value > threshold",
+            "pruned": bool(prune),
+        }
+        return bool(prune)
+
+
+def _describe(t: FrozenTrial) -> str:
+    """Key params of a trial (its user attributes) in one short string, seed left out."""
+    keys = ("pop", "sigma", "lr")
+    return ", ".join(f"{k}={t.user_attrs[k]:g}" if isinstance(t.user_attrs.get(k), (int, float))
+                     else f"{k}={t.user_attrs[k]}" for k in keys if t.user_attrs.get(k) is not None)
+
+
+def explain(name: str, pruner: Any, study, trial: FrozenTrial, metric: str) -> dict:
+    """Why ``pruner`` (``tuning.pruner=name``) pruned ``trial`` at its last step: statistic,
+    value, threshold, reference, step (a dict for ``summary.json``)."""
+    step = trial.last_step
+    value = trial.intermediate_values.get(step) if step is not None else None
+    out: dict = {"pruner": name, "step": None if step is None else int(step), "metric": metric}
+    if isinstance(pruner, ConfidencePruner):
+        return {**out, **pruner.last.get(trial.number, {})}
+    maximize = study.direction == StudyDirection.MAXIMIZE
+    if name in ("median", "percentile"):
+        # Optuna: the trial's best value so far against the percentile, at this step, of the
+        # completed trials (for maximize the (100 - p)-th percentile; median: p = 50)
+        pct = 50.0 if name == "median" else float(pruner._percentile)
+        done = [t.intermediate_values[step] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if step in t.intermediate_values]
+        vals = np.asarray(list(trial.intermediate_values.values()), dtype=float)
+        best = float(np.nanmax(vals) if maximize else np.nanmin(vals))
+        thr = float(np.nanpercentile(done, 100 - pct if maximize else pct)) if done else math.nan
+        return {**out, "statistic": f"best {metric} reported so far", "value": best, "threshold": thr,
+                "reference": f"{'median' if name == 'median' else f'{pct:g}th percentile'} of {len(done)} "
+                             f"completed trial(s) at this step",
+                "rule": "value < threshold" if maximize else "value > threshold"}
+    if name == "wilcoxon":
+        try:
+            best = study.best_trial
+            common = sorted(set(trial.intermediate_values) & set(best.intermediate_values))
+            d = [trial.intermediate_values[s] - best.intermediate_values[s] for s in common]
+            from scipy.stats import wilcoxon
+
+            p = float(wilcoxon(d, alternative="less" if maximize else "greater", zero_method="zsplit").pvalue)
+            return {**out, "statistic": f"Wilcoxon signed-rank p-value of {metric} vs the best trial",
+                    "value": p, "threshold": float(pruner._p_threshold),
+                    "reference": f"best trial #{best.number} ({len(common)} common steps)",
+                    "rule": "value < threshold"}
+        except Exception:  # noqa: BLE001 - an explanation must never fail a run
+            pass
+    return {**out, "statistic": f"{metric} at this step", "value": value, "threshold": None,
+            "reference": f"{name} rule (rung promotion cut-off)" if name in ("successive_halving", "hyperband")
+            else f"{name} rule", "rule": None}
