@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +124,61 @@ def local_data_overrides(cfg, tmp_path) -> list[str]:
     return []
 
 
+def model_copy(dest, name: str = "tiny-xs", mismatched: bool = False) -> Path:
+    """A copy of a shipped tiny model's directory at ``dest``. ``mismatched=True`` doubles
+    ``intermediate_size`` in its config.json: every pre-dispatch check passes (config, tokenizer,
+    weight headers) but loading fails (a shape mismatch), so a run with it is recorded failed."""
+    import json
+    import shutil
+
+    from esopt.models.tiny import TINY_DIR
+
+    dest = Path(dest)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(TINY_DIR / name, dest)
+    if mismatched:
+        cfg = json.loads((dest / "config.json").read_text())
+        cfg["intermediate_size"] *= 2
+        (dest / "config.json").write_text(json.dumps(cfg))
+    return dest
+
+
+@contextlib.contextmanager
+def small_disk(path, size: str = "16m"):
+    """A real, small filesystem at ``path`` (a tmpfs of ``size``; needs root, else the test is
+    skipped), unmounted at the end: full-disk behaviour without mocks."""
+    import pytest
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill_disk(path, leave: int = 0) -> Path:
+    """Fill the filesystem holding ``path`` with one file until ``leave`` bytes stay free."""
+    filler = Path(path) / "filler.bin"
+    with open(filler, "wb") as f:
+        while True:
+            free = os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
+            if free <= leave:
+                break
+            try:
+                f.write(b"\0" * min(1 << 20, free - leave))
+                f.flush()
+            except OSError:
+                break
+    return filler
+
+
 def compose(*overrides: str, hydra: bool = False):
     """The composed config of ``python -m esopt.sweep <overrides>`` (without running anything)."""
     from hydra import compose as hydra_compose
@@ -156,7 +213,8 @@ def write_synthetic_sweep(
     seeds=(0, 1, 2), slope: float = -0.5, pop_ref: float = 16.0, params_ref: float | None = None,
     curvature: float = 0.005, noise: float = 0.005, algos=("es",), iterations: int = 10,
     eval_every: int = 5, problems: int = 50, samples: int = 32, extra_seeds: int = 0,
-    rng_seed: int = 0, statuses: dict[str, str] | None = None,
+    rng_seed: int = 0, statuses: dict[str, str] | None = None, task: str = "countdown",
+    error: str = "RuntimeError: boom", unused_null: bool = False,
 ) -> list[str]:
     """Write a sweep of fake but well-formed run directories with a planted scaling law.
 
@@ -166,6 +224,11 @@ def write_synthetic_sweep(
     get a pop-independent pass@1. Per-problem correct counts are drawn to match pass@1, and
     pass@k / maj@k / entropy / curves follow from them. Returns the run ids written.
     ``statuses`` maps run_id -> "failed" / "pruned" / "running" to plant unfinished runs.
+    ``task`` and ``error`` are the task name and failed runs' error text written (any string,
+    markup included). ``unused_null=True`` writes what ``esopt.runtime.run`` writes for knobs an
+    algorithm does not read: pop / sigma null for base and GRPO runs, lr null for base runs and
+    sequences. Run ids are ``<algo>-<model>-p<pop>-s<seed>`` (characters other than letters,
+    digits, ``.``, ``_``, ``-`` in the model name become ``_``).
     """
     rng = np.random.default_rng(rng_seed)
     models = models or {"tiny-xs": 1e6, "tiny-s": 4e6, "tiny-m": 1.6e7, "tiny-l": 6.4e7}
@@ -183,7 +246,7 @@ def write_synthetic_sweep(
         passk = {str(k): float(np.mean(pass_at_k(samples, counts, k))) for k in ks}
         passk["1"] = p                                   # the planted value, exactly
         half = 1.96 * float(np.std(frac)) / math.sqrt(problems)
-        return {"task": "countdown", "split": "test", "n_problems": problems, "samples": samples,
+        return {"task": task, "split": "test", "n_problems": problems, "samples": samples,
                 "temperature": 0.6, "pass@k": passk,
                 "pass@k_ci": {k: [max(0.0, v - half), min(1.0, v + half)] for k, v in passk.items()},
                 "maj@k": {str(k): float(np.mean(frac > 0.5)) for k in ks if k > 1},
@@ -198,9 +261,14 @@ def write_synthetic_sweep(
             peak = 0.5 + 0.05 * math.log10(params / min(models.values()))
             for pop in (pops if algo in ("es", "grpo_es", "es_grpo") else pops[:1]):
                 for seed in seeds:
-                    cfg = {"model": {"name": mname}, "algo": algo, "pop": pop, "seed": seed,
-                           "sigma": 1e-3, "lr": 5e-4, "iterations": iterations}
-                    rid = f"{algo}-{mname}-p{pop}-s{seed}"
+                    es_like = algo in ("es", "grpo_es", "es_grpo")
+                    knobs = {"pop": pop, "sigma": 1e-3, "lr": 5e-4}
+                    if unused_null:
+                        knobs = {"pop": pop if es_like else None, "sigma": 1e-3 if es_like else None,
+                                 "lr": 5e-4 if algo in ("es", "grpo") else None}
+                    cfg = {"model": {"name": mname}, "algo": algo, **knobs, "seed": seed,
+                           "iterations": iterations}
+                    rid = f"{algo}-{re.sub(r'[^A-Za-z0-9._-]', '_', mname)}-p{pop}-s{seed}"
                     rd = RunDir(runs_dir / rid)
                     rd.path.mkdir(parents=True, exist_ok=True)
                     base_p = peak - 0.1
@@ -234,11 +302,11 @@ def write_synthetic_sweep(
                                           **ev, "tokens_total": tokens})
                             if status == "running" and it >= iterations // 2:
                                 break
-                    summary = {"status": status, "error": "RuntimeError: boom" if status == "failed" else
+                    summary = {"status": status, "error": error if status == "failed" else
                                ("pruned at iteration 5" if status == "pruned" else None),
-                               "run_id": rid, "algo": algo, "task": "countdown",
-                               "model": {"name": mname, "params": int(params)}, "pop": pop,
-                               "sigma": 1e-3, "lr": 5e-4, "seed": seed, "iterations": iterations,
+                               "run_id": rid, "algo": algo, "task": task,
+                               "model": {"name": mname, "params": int(params)}, **knobs,
+                               "seed": seed, "iterations": iterations,
                                "base": eval_dict(base_p, ent0),
                                "final": None if status in ("running", "failed") else eval_dict(final_p, ent),
                                "phases": [] if "_" not in algo or status != "completed" else [

@@ -387,8 +387,16 @@ def train(ctx) -> None:
     distributed.check_same(weights.checksum(), where=f"start (iteration {start})")
     if lead and ctx.run is not None:  # lines an interrupted attempt wrote after its checkpoint
         last = ctx.iteration_offset + start
-        ctx.run.truncate_metrics(
-            lambda line: line.get("phase") != ctx.phase or int(line.get("iteration", 0)) <= last)
+
+        def keep(line) -> bool:  # the evaluation at the checkpoint is redone below (same weights)
+            it = int(line.get("iteration", 0))
+            return line.get("phase") != ctx.phase or it < last or (it == last and line.get("kind") != "eval")
+
+        ctx.run.truncate_metrics(keep)
+    # A kill between the checkpoint and the evaluation due at that iteration would lose that
+    # curve point (and its Optuna report): evaluate it now, on the checkpoint's weights.
+    if lead and start > 0 and ((ctx.iteration_offset + start) % ctx.cfg.eval.every == 0 or start == es.iterations):
+        ctx.evaluate(start)
 
     # progress bar per run (iteration, reward, ETA) on a terminal; silent in logs and on ranks > 0
     bar = tqdm(range(start + 1, es.iterations + 1), initial=start, total=es.iterations,

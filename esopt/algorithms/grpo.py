@@ -37,6 +37,7 @@ import torch
 
 from esopt.core.config import model_default
 from esopt.core.errors import ConfigError
+from esopt.core.store import apply_umask
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")
 SCALE_REWARDS = ("group", "batch", "none")
@@ -276,6 +277,10 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings, max_s
         def on_step_begin(self, args, state, control, **kw):
             self.t_step = time.perf_counter()
 
+        def on_save(self, args, state, control, **kw):
+            """The Trainer's checkpoint with the process umask's modes (safetensors writes 0600)."""
+            apply_umask(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
         def on_log(self, args, state, control, logs=None, model=None, **kw):
             logs = logs or {}
             if "reward" not in logs:  # the end-of-train summary log
@@ -417,10 +422,15 @@ def _prepare_resume(ctx, resume: str | None) -> None:
         if saved:
             ctx.add_tokens(int(saved[-1]) - int(ctx.tokens_total))
     last = int(getattr(ctx, "iteration_offset", 0)) + step
+    final = step >= int(getattr(ctx, "iterations", step + 1))  # train() re-evaluates the end
+
+    def keep(line) -> bool:
+        it = int(line.get("iteration", 0))
+        return line.get("phase") != ctx.phase or it < last or (
+            it == last and not (final and line.get("kind") == "eval"))
+
     if hasattr(ctx.run, "truncate_metrics"):
-        ctx.run.truncate_metrics(
-            lambda line: line.get("phase") != ctx.phase or int(line.get("iteration", 0)) <= last
-        )
+        ctx.run.truncate_metrics(keep)
 
 
 def train(ctx) -> dict | None:

@@ -5,7 +5,8 @@
 
 Reads only run directories and the sweep's Optuna journal (``esopt.study.tables``); writes
 runs.parquet, runs.csv, curves.parquet, trend.json, claims.json, aggregate.json and
-report.html (``esopt.study.aggregate``). Exit codes: 0 ok, 2 bad input.
+report.html (``esopt.study.aggregate``). Exit codes: 0 ok, 1 an output could not be written
+(full disk; the previous file is kept), 2 bad input.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"esopt: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a full disk: every output is the previous one or a complete new one
+        print(f"esopt: error: cannot write the outputs ({e}); the previous files are intact",
+              file=sys.stderr)
+        return 1
     out = Path(args.out) if args.out else agg.sweep_dir
     counts = ", ".join(f"{v} {k}" for k, v in agg.runs["status"].value_counts().items())
     print(f"{len(agg.runs)} runs ({counts}), {len(agg.curves)} metrics lines, "

@@ -71,8 +71,165 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
                 fail(f"unknown {group} {value!r} (known: {', '.join(known)})")
 
 
+# Hydra's command-line flags that take a value (the value is not an override)
+_FLAGS_WITH_VALUE = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg",
+                     "-p", "--package", "--experimental-rerun"}
+_OWN_CONFIG = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir"}
+
+
+def _overrides(argv: list[str]) -> list[str] | None:
+    """The overrides of a command line (flags and their values dropped); None when the user
+    points Hydra at other configs (``-cp`` / ``-cn`` / ``-cd``): those are not checked here."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in _OWN_CONFIG:
+            return None
+        if arg.startswith("-"):
+            skip = flag in _FLAGS_WITH_VALUE and "=" not in arg
+            continue
+        out.append(arg)
+    return out
+
+
+def first_point(overrides: list[str]) -> tuple[list[str], dict[str, list]]:
+    """The first run of a grid: each sweep override (``pop=8,16``, ``seed=range(3)``,
+    ``sigma=tag(log,interval(a,b))``) replaced by its first value (an interval: its start; a
+    ``glob(...)``: dropped). Also returns every value given to each key (``{"sweep.name": [...]}``).
+    Raises Hydra's OverrideParseException on a malformed override."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
+
+    point, values = [], {}
+    for ov in OverridesParser.create().parse_overrides(overrides):
+        key = ov.get_key_element()
+        if ov.is_delete():
+            point.append(ov.input_line)
+            continue
+        v = ov.value()
+        if isinstance(v, ChoiceSweep):
+            every = list(v.list)
+        elif isinstance(v, RangeSweep):
+            every = list(ov.sweep_iterator())
+        elif isinstance(v, IntervalSweep):
+            every = [v.start]
+        elif ov.is_sweep_override():  # glob(...): needs the config loader; Hydra expands it later
+            continue
+        else:
+            every = [v]
+        values.setdefault(key.lstrip("+~"), []).extend(every)
+        point.append(f"{key}={Override._get_value_element_as_str(every[0])}" if ov.is_sweep_override()
+                     else ov.input_line)
+    return point, values
+
+
+def _hydra_error(e: BaseException, overrides: list[str]) -> str:
+    """One line for a Hydra composition / parsing error (its own messages run over lines)."""
+    from esopt.core.config import did_you_mean
+
+    text = str(e).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = lines[0] if lines else type(e).__name__
+    m = re.match(r"Could not override '([^']+)'", first)
+    if m:
+        key = m.group(1)
+        parent, _, leaf = key.rpartition(".")
+        known = _known_keys(overrides, key, parent)
+        hint = did_you_mean(leaf, known) if known else ""
+        where = f" in {parent}" if parent else ""
+        return (f"unknown key {key!r}{hint}" + (f"; known keys{where}: {', '.join(known)}" if known else ""))
+    m = re.match(r"(?:In '[^']*': )?Could not find '([^']+)'", first)
+    if m:
+        avail = []
+        if "Available options" in text:
+            tail = text.split("Available options", 1)[1].splitlines()[1:]
+            for ln in tail:
+                if not ln.startswith("\t"):
+                    break
+                avail.append(ln.strip())
+        return f"no config {m.group(1)!r}" + (f" (available: {', '.join(avail)})" if avail else "")
+    if type(e).__name__ == "OverrideParseException":
+        return f"cannot parse the overrides: {first}"
+    return first
+
+
+def _known_keys(overrides: list[str], key: str, parent: str) -> list[str]:
+    """The keys at ``parent`` of the config composed without the offending ``key`` overrides."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=rest)
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        return [str(k) for k in node.keys()] if node is not None and hasattr(node, "keys") else []
+    except Exception:  # noqa: BLE001 - only for the hint
+        return []
+
+
+def precheck(argv: list[str]) -> None:
+    """Before Hydra runs (and creates ``<sweep.root>/<sweep.name>/.hydra/``): compose the first
+    run of the command line once and check what needs no data: Hydra's own errors (unknown key
+    ``foo=1``, missing config, bad override syntax), top-level keys Hydra would accept but no
+    layer reads (``+popsize=8``), and ``sweep.name`` / ``sweep.root`` (every value given). Each
+    problem is one line and exit 2 (:func:`fail`); the full validation of every run follows
+    in the sweeper / the run's entry point."""
+    from esopt.core.config import check_keys, check_sweep_location, plain
+    from esopt.core.errors import ConfigError
+
+    overrides = _overrides(argv)
+    if overrides is None:
+        return
+    try:
+        point, values = first_point(overrides)
+    except Exception as e:  # noqa: BLE001 - Hydra's OverrideParseException
+        fail(_hydra_error(e, overrides))
+    try:
+        for name in values.get("sweep.name", []):
+            check_sweep_location(name, "results")
+        for root in values.get("sweep.root", []):
+            check_sweep_location("x", root)
+    except ConfigError as e:
+        fail(str(e))
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=point, return_hydra_config=True)
+    except Exception as e:  # noqa: BLE001 - every Hydra composition error becomes one line
+        fail(_hydra_error(e, point))
+    raw = {k: plain(cfg[k]) for k in cfg if k != "hydra"}  # hydra's own keys resolve only in a job
+    try:
+        check_keys(raw)
+        sweep = raw.get("sweep") or {}
+        check_sweep_location(sweep.get("name"), sweep.get("root"))
+        if _single_run(argv, overrides):  # exactly this config runs: validate all of it now
+            from esopt.runtime.validate import validate
+
+            validate(raw)
+    except ConfigError as e:
+        fail(str(e))
+
+
+_NO_RUN_FLAGS = {"-c", "--cfg", "-i", "--info", "-h", "--help", "--hydra-help", "--version",
+                 "--shell-completion", "-sc", "-m", "--multirun"}
+
+
+def _single_run(argv: list[str], overrides: list[str]) -> bool:
+    """Whether the command line runs its composed config as is (no multirun, no --cfg/--help:
+    a multirun's every job is validated by the sweeper before any is dispatched)."""
+    if any(a.split("=", 1)[0] in _NO_RUN_FLAGS for a in argv if a.startswith("-")):
+        return False
+    return not any(o.replace(" ", "").lower() == "hydra.mode=multirun" for o in overrides)
+
+
 def prepare_argv(argv: list[str]) -> list[str]:
-    """Check group choices; ``model=<checkpoint dir>`` becomes ``model=local model.path=<dir>``.
+    """Check group choices; ``model=<checkpoint dir>`` becomes ``model=local model.path=<dir>``;
+    then :func:`precheck` the command line (one line and exit 2 on bad input).
 
     A local directory (an HF ``save_pretrained`` layout, e.g. a run's ``model/``) is loaded as
     is; its prompt style is detected from its tokenizer (chat template or not).
@@ -86,6 +243,7 @@ def prepare_argv(argv: list[str]) -> list[str]:
         else:
             out.append(arg)
     check_group_choices(out)
+    precheck(out)
     return out
 
 

@@ -15,10 +15,17 @@ def evaluate_model(cfg) -> dict:
     """The Hydra task function: validate, load, evaluate, print, maybe save."""
     try:
         rc = validate(cfg)
+    except ConfigError as e:
+        fail(str(e))
+    try:
         model, tokenizer, engine, task = load_components(rc)
         ood = ood_task(rc.eval, tokenizer, rc.model.get("prompt_style"))
     except ConfigError as e:
         fail(str(e))
+    except Exception as e:  # noqa: BLE001 - weights that pass the header check but do not load
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        fail(f"cannot load model {rc.model['name']!r}"
+             + (f" from {rc.model['path']}" if rc.model.get("path") else "") + f": {type(e).__name__}: {first}")
     result = evaluate_config(rc.eval, engine, task, ood)
     result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
     print(format_table(result))

@@ -169,6 +169,7 @@ def parse(cfg: Any) -> RunConfig:
     raw = plain(cfg)
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration is not a mapping")
+    check_keys(raw)
 
     model = dict(raw.get("model") or {})
     if not model.get("name"):
@@ -195,8 +196,7 @@ def parse(cfg: Any) -> RunConfig:
         raise ConfigError(f"seed must be >= 0, got {seed}")
 
     sweep = block(SweepConfig, raw.get("sweep"), "sweep")
-    if not sweep.name or "/" in str(sweep.name):
-        raise ConfigError(f"sweep.name must be a non-empty name without '/', got {sweep.name!r}")
+    check_sweep_location(sweep.name, sweep.root)
 
     analysis = raw.get("analysis") or ()
     if isinstance(analysis, str):
@@ -213,6 +213,47 @@ def parse(cfg: Any) -> RunConfig:
         sequence=dict(raw.get("sequence") or {}), tuning=dict(raw.get("tuning") or {}),
         analysis=tuple(analysis),
     )
+
+
+TOP_LEVEL = tuple(f.name for f in fields(RunConfig))   # every key a run config may have
+
+
+def did_you_mean(key: str, known) -> str:
+    """`` (did you mean 'pop'?)`` when ``key`` is close to one of ``known`` (difflib), else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(key), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_keys(raw: Mapping) -> None:
+    """Refuse top-level keys no layer reads (``foo=1``, ``+popsize=8``): a typo would otherwise
+    be ignored silently. ConfigError with a "did you mean" when close to a known key."""
+    unknown = [k for k in raw if k not in TOP_LEVEL and k != "hydra"]
+    if unknown:
+        k = unknown[0]
+        raise ConfigError(f"unknown key {k!r}{did_you_mean(k, TOP_LEVEL)}; known top-level keys: "
+                          f"{', '.join(TOP_LEVEL)}")
+
+
+def check_sweep_location(name: Any, root: Any) -> None:
+    """``sweep.name`` is one plain directory name and ``sweep.root`` has no ``..`` component,
+    so ``<root>/<name>`` (where runs, the Optuna journal and Hydra's ``.hydra/`` land) is a
+    directory of its own inside the root: never the root itself, its parent, or elsewhere.
+    Checked on the command line before Hydra creates anything (esopt.cli.common)."""
+    import os
+
+    name, root = "" if name is None else str(name), "" if root is None else str(root)
+    if (not name.strip() or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
+            or name != name.strip()):
+        raise ConfigError(f"sweep.name must be a plain directory name (no '/', not '.' or '..'), got {name!r}")
+    if not root.strip() or "\0" in root:
+        raise ConfigError(f"sweep.root must be a directory path, got {root!r}")
+    if ".." in root.replace("\\", "/").split("/"):
+        raise ConfigError(f"sweep.root must not contain a '..' component, got {root!r} (give an absolute path)")
+    base = os.path.abspath(root)
+    if os.path.dirname(os.path.abspath(os.path.join(base, name))) != base:
+        raise ConfigError(f"sweep.name {name!r} leaves sweep.root {root!r}")
 
 
 def model_default(cfg: RunConfig, key: str) -> float:

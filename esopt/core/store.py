@@ -5,6 +5,7 @@ A sweep lives in ``<root>/<sweep>/``; each run in ``<root>/<sweep>/runs/<run_id>
     config.yaml      the resolved run config (RunConfig.to_dict)
     metrics.jsonl    one JSON object per line: train iterations and evaluations
     summary.json     status, evaluations before/after, tokens, wall time (written atomically)
+    owner.lock       who runs the run right now (:func:`claim_run`; absent when nobody does)
     checkpoint/      latest checkpoint (HF save_pretrained + algorithm state), for resume
     model/           the trained model at the end (HF save_pretrained), for analyses
 
@@ -20,10 +21,12 @@ import json
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 STATUSES = ("running", "completed", "pruned", "failed")
+UNREADABLE = "unreadable"   # RunDir.status of a summary.json that exists but cannot be parsed
 
 
 def jsonable(obj: Any) -> Any:
@@ -86,9 +89,33 @@ def atomic_path(path: str | os.PathLike):
 
 
 def _umask() -> int:
-    mask = os.umask(0)
+    """The process umask, read without changing it where Linux tells it (``os.umask`` can only
+    be read by setting it, which would race with other threads creating files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def apply_umask(path: str | os.PathLike) -> None:
+    """Give ``path`` (a file, or a directory and everything under it) the modes the process
+    umask gives new files (0666 & ~umask) and directories (0777 & ~umask): writers that
+    create files 0600 (safetensors, temporary files) otherwise leave results a group that
+    shares them on a cluster cannot read."""
+    mask = _umask()
+    path = Path(path)
+    items = [path] + (sorted(path.rglob("*")) if path.is_dir() else [])
+    for p in items:
+        try:
+            if not p.is_symlink():
+                p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+        except OSError:
+            pass
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -164,14 +191,28 @@ class RunDir:
         atomic_write_json(self.summary_path, summary)
 
     def read_summary(self) -> dict | None:
+        """The summary, or None when there is none or it cannot be read (not UTF-8, not JSON,
+        not an object, unreadable file): never raises (:attr:`status` tells the two apart)."""
+        s, _ = self._summary()
+        return s
+
+    def _summary(self) -> tuple[dict | None, bool]:
+        """(summary or None, whether a summary.json exists but is unreadable)."""
         try:
-            return json.loads(self.summary_path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+            s = json.loads(self.summary_path.read_bytes())
+        except FileNotFoundError:
+            return None, False
+        except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            return None, self.summary_path.exists()
+        return (s, False) if isinstance(s, dict) else (None, True)
 
     @property
     def status(self) -> str | None:
-        s = self.read_summary()
+        """The recorded status; ``"unreadable"`` for a summary.json that cannot be parsed (kept
+        and listed, rerun only with ``sweep.retry_failed``); None when there is no summary."""
+        s, unreadable = self._summary()
+        if unreadable:
+            return UNREADABLE
         return s.get("status") if s else None
 
 
@@ -181,13 +222,104 @@ def completed_run_ids(root: str, sweep: str) -> dict[str, str]:
     runs = sweep_dir(root, sweep) / "runs"
     if runs.is_dir():
         for d in sorted(runs.iterdir()):
-            s = RunDir(d).read_summary()
-            if s and s.get("status"):
-                out[d.name] = s["status"]
+            status = RunDir(d).status
+            if status:
+                out[d.name] = status
     return out
 
 
+def keep_recorded(status: str | None, retry_failed: bool, error_type: str | None = None) -> bool:
+    """Whether a run recorded with ``status`` is kept (not run again): completed and pruned
+    runs always; failed and unreadable ones unless ``sweep.retry_failed``, except a run that
+    failed on its input (``error_type`` ConfigError, found while loading, before any
+    training): it is retried, so a fixed input needs no flag (a changed local input gets a new
+    run id anyway, :func:`fingerprint`). The one rule of the sweepers and ``esopt.runtime.run``."""
+    if status in ("completed", "pruned"):
+        return True
+    if status == "failed" and error_type == "ConfigError":
+        return False
+    return status in ("failed", UNREADABLE) and not retry_failed
+
+
+# --- fingerprints of a run's inputs (part of the run id) ------------------------------------
+FP_BLOCK = 1 << 20          # bytes hashed at each end of a large file
+FP_WHOLE = 16 * FP_BLOCK    # files up to this size are hashed whole
+FP_MAX_FILES = 10_000       # a directory with more files is fingerprinted by its first ones
+_FP_CACHE: dict[tuple, dict] = {}
+
+
+def _file_digest(path: str, size: int) -> str:
+    """sha256 of the whole file when it is at most FP_WHOLE bytes, else of its size, first and
+    last FP_BLOCK bytes (a retrained checkpoint or an edited data file changes those)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if size <= FP_WHOLE:
+            for chunk in iter(lambda: f.read(FP_BLOCK), b""):
+                h.update(chunk)
+        else:
+            h.update(str(size).encode())
+            h.update(f.read(FP_BLOCK))
+            f.seek(size - FP_BLOCK)
+            h.update(f.read(FP_BLOCK))
+    return h.hexdigest()
+
+
+def fingerprint(path: str | os.PathLike) -> dict:
+    """What a local input holds, cheaply: ``{"path", "kind", "size", "mtime", "sha256"}``.
+
+    A file: its size, modification time and :func:`_file_digest`. A directory (a checkpoint, a
+    ``save_to_disk`` dataset): every regular file under it (hidden names skipped), its relative
+    name, size and digest folded into one sha256; size = total bytes, mtime = the newest.
+    A missing path: ``{"path", "kind": "missing"}``. The run id takes ``kind``, ``size`` and
+    ``sha256`` (content, not mtime: a copy with ``cp`` or a fresh clone keeps its runs);
+    the summary records the whole dict. Cached per process by (path, size, mtime).
+    """
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except OSError:
+        return {"path": str(p), "kind": "missing"}
+    if p.is_file():
+        key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in _FP_CACHE:
+            _FP_CACHE[key] = {"path": str(p), "kind": "file", "size": st.st_size,
+                              "mtime": st.st_mtime_ns / 1e9, "sha256": _file_digest(str(p), st.st_size)}
+        return dict(_FP_CACHE[key])
+    files = []
+    for root, dirs, names in os.walk(p):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if not name.startswith(".") and len(files) < FP_MAX_FILES:
+                f = Path(root) / name
+                try:
+                    fst = f.stat()
+                except OSError:
+                    continue
+                if f.is_file():
+                    files.append((f, fst))
+    h = hashlib.sha256()
+    size, mtime = 0, 0
+    for f, fst in files:
+        sub = fingerprint(f)
+        h.update(f"{f.relative_to(p).as_posix()}\0{sub['size']}\0{sub['sha256']}\n".encode())
+        size += fst.st_size
+        mtime = max(mtime, fst.st_mtime_ns)
+    return {"path": str(p), "kind": "dir", "size": size, "mtime": mtime / 1e9, "files": len(files),
+            "sha256": h.hexdigest()}
+
+
+def fingerprint_key(fp: dict) -> dict:
+    """The part of a :func:`fingerprint` that enters the run id (content, not place or time)."""
+    return {k: fp[k] for k in ("kind", "size", "sha256") if k in fp}
+
+
 # --- who runs a run (so one run is never started twice) ------------------------------------
+LOCK_NAME = "owner.lock"
+HEARTBEAT_S = 30.0       # an owner touches its lock this often
+STALE_AFTER_S = 600.0    # a lock from another host (no Slurm job) untouched this long is stale
+_GRACE_S = 10.0          # an unreadable lock (killed while writing it) younger than this: busy
+
+
 def _proc_start(pid: int) -> int | None:
     """Start time of a process in clock ticks since boot (Linux), to tell a reused pid apart."""
     try:
@@ -204,36 +336,202 @@ def _slurm_job_id() -> str | None:
 
 
 def worker_info() -> dict:
-    """The process running a run: host, pid (+ start time) and Slurm job id (summary["worker"])."""
+    """The process running a run: host, pid (+ start time), Slurm job id and restart count
+    (summary["worker"], and the content of the run's lock)."""
     import socket
 
+    restart = os.environ.get("SLURM_RESTART_COUNT")
     return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _proc_start(os.getpid()),
-            "slurm_job_id": _slurm_job_id()}
+            "slurm_job_id": _slurm_job_id(), "slurm_restart": int(restart) if (restart or "").isdigit() else 0}
 
 
-def worker_alive(worker: dict | None) -> str | None:
-    """Where a run recorded ``running`` is still being run by another live process: ``"Slurm
-    job J (running)"`` or ``"pid P on HOST"``; None when that worker is gone or is this very
-    process (a requeued Slurm job keeps its id and must resume its own run)."""
-    import socket
+def _squeue_state(job: str) -> str | None:
+    """Slurm's state of ``job`` (lower case, "" when Slurm no longer lists it), None when
+    squeue cannot be asked."""
     import subprocess
 
+    try:
+        r = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True,
+                           text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0 and "Invalid job id" not in r.stderr:
+        return None
+    return r.stdout.strip().splitlines()[0].lower() if r.stdout.strip() else ""
+
+
+def worker_alive(worker: dict | None, heartbeat_age: float | None = None) -> str | None:
+    """Where a run is still being run by another live process: ``"Slurm job J (running)"`` or
+    ``"pid P on HOST"``; None when that worker is gone or is this very process.
+
+    - Another Slurm job: alive while squeue lists it running / pending / completing.
+    - The same Slurm job: a requeued incarnation (a higher ``SLURM_RESTART_COUNT``) takes over
+      its own run; a sibling process of the same allocation is judged like any process.
+    - A process on this host: alive while its pid exists with the same start time (a reused
+      pid is told apart).
+    - A process on another host (or Slurm not answering): alive while the owner's lock was
+      touched less than ``STALE_AFTER_S`` ago (owners touch it every ``HEARTBEAT_S``);
+      ``heartbeat_age`` None = unknown = gone.
+    """
+    import socket
+
     worker = worker or {}
-    job = worker.get("slurm_job_id")
-    if job:
-        if job == _slurm_job_id():
-            return None
-        try:
-            r = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True,
-                               text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        state = r.stdout.strip().splitlines()[0].lower() if r.returncode == 0 and r.stdout.strip() else ""
-        return f"Slurm job {job} ({state})" if state in ("running", "pending", "completing", "configuring") else None
     pid, host = worker.get("pid"), worker.get("host")
-    if not pid or host != socket.gethostname() or int(pid) == os.getpid():
+    job = worker.get("slurm_job_id")
+    if job and job == _slurm_job_id():
+        if int(worker.get("slurm_restart") or 0) < worker_info()["slurm_restart"]:
+            return None  # our own earlier incarnation, killed by the requeue
+    elif job:
+        state = _squeue_state(job)
+        if state is not None:
+            return f"Slurm job {job} ({state})" if state in ("running", "pending", "completing",
+                                                            "configuring", "suspended") else None
+    if not pid:
         return None
-    start = _proc_start(int(pid))
-    if start is None or (worker.get("pid_start") is not None and start != worker["pid_start"]):
-        return None
-    return f"pid {pid} on {host}"
+    if host == socket.gethostname():
+        if int(pid) == os.getpid():
+            return None
+        start = _proc_start(int(pid))
+        if start is None or (worker.get("pid_start") is not None and start != worker["pid_start"]):
+            return None
+        return f"pid {pid} on {host}"
+    if heartbeat_age is not None and heartbeat_age < STALE_AFTER_S:
+        return f"pid {pid} on {host} (lock touched {heartbeat_age:.0f} s ago)"
+    return None
+
+
+def _read_lock(path: Path) -> tuple[dict | None, float | None]:
+    """(owner record, age of the file in seconds) of a lock; (None, age) when it cannot be
+    parsed (its creator was killed while writing it), (None, None) when there is none. An
+    unparseable lock gets the nonce ``unreadable-<hash of its bytes>``, so it can be taken over."""
+    try:
+        age = time.time() - path.stat().st_mtime
+        raw = path.read_bytes()
+    except OSError:
+        return None, None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not record.get("nonce"):
+        return {"nonce": "unreadable-" + hashlib.sha256(raw).hexdigest()[:16], "unreadable": True}, age
+    return record, age
+
+
+def _create_exclusive(path: Path, record: dict) -> bool:
+    """Create ``path`` holding ``record`` only if it does not exist (O_EXCL): True if created."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+class Claim:
+    """This process's ownership of one run directory (:func:`claim_run`); ``release()`` (or the
+    end of a ``with`` block) gives it up. While held, a daemon thread touches the lock every
+    ``HEARTBEAT_S`` seconds so that processes on other hosts can tell a live owner from a dead one."""
+
+    def __init__(self, lock: Path, record: dict, took_over: dict | None = None):
+        import threading
+
+        self.lock, self.record, self.took_over = lock, record, took_over
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="esopt-lock-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(self.lock)
+            except OSError:
+                pass
+
+    @property
+    def held(self) -> bool:
+        record, _ = _read_lock(self.lock)
+        return record is not None and record["nonce"] == self.record["nonce"]
+
+    def release(self) -> None:
+        """Remove the lock if it is still ours (never another owner's)."""
+        self._stop.set()
+        if self.held:
+            try:
+                os.unlink(self.lock)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> "Claim":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def claim_run(run_dir: str | os.PathLike, retries: int = 50) -> tuple[Claim | None, str | None]:
+    """Atomically become the one process that runs ``run_dir``: ``(Claim, None)``, or ``(None,
+    where)`` when a live process owns it (``where`` as :func:`worker_alive` says it).
+
+    The claim is ``<run>/owner.lock``, created with ``O_EXCL`` (exactly one creator wins, on
+    local disks and on NFS v3+/Lustre alike) and holding :func:`worker_info` plus a random
+    nonce. A lock whose owner is dead (:func:`worker_alive`: pid gone, Slurm job ended, our own
+    requeued job, or no heartbeat from another host for ``STALE_AFTER_S``) is taken over: the
+    taker first creates ``owner.lock.takeover-<nonce of the dead owner>`` with ``O_EXCL`` (so
+    of several takers of one dead owner exactly one proceeds), checks that the lock still
+    holds that dead owner, then renames its own record over it.
+    """
+    import uuid
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = run_dir / LOCK_NAME
+    record = {**worker_info(), "nonce": uuid.uuid4().hex, "claimed_at": time.time()}
+    for _ in range(retries):
+        if _create_exclusive(lock, record):
+            return Claim(lock, record), None
+        held, age = _read_lock(lock)
+        if held is None:                                  # released meanwhile: try again
+            continue
+        if held.get("unreadable"):                        # being written, or its writer died
+            if age < _GRACE_S:
+                time.sleep(0.05)
+                continue
+        else:
+            where = worker_alive(held, age)
+            if where:
+                return None, where
+        marker = lock.with_name(f"{LOCK_NAME}.takeover-{held['nonce']}")
+        if not _create_exclusive(marker, record):
+            other, mage = _read_lock(marker)               # another taker, or a dead one
+            if other is not None and mage > _GRACE_S and (other.get("unreadable") or worker_alive(other, mage) is None):
+                try:
+                    os.unlink(marker)
+                except FileNotFoundError:
+                    pass
+            time.sleep(0.05)
+            continue
+        try:
+            again, _ = _read_lock(lock)
+            if again is None or again["nonce"] != held["nonce"]:
+                continue                                   # changed under us: look again
+            with atomic_path(lock) as tmp:
+                tmp.write_text(json.dumps(record) + "\n")
+            return Claim(lock, record, took_over=held), None
+        finally:
+            try:
+                os.unlink(marker)
+            except FileNotFoundError:
+                pass
+    held, age = _read_lock(lock)
+    return None, (worker_alive(held, age) if held else None) or f"another process (lock {lock} keeps changing)"
+
+
+def run_owner(run_dir: str | os.PathLike) -> str | None:
+    """Who owns ``run_dir`` right now (a live process holding its lock), else None."""
+    held, age = _read_lock(Path(run_dir) / LOCK_NAME)
+    return worker_alive(held, age) if held and not held.get("unreadable") else None

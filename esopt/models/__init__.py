@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from esopt.core.errors import ConfigError
+from esopt.core.store import apply_umask
 from esopt.models.tiny import TINY, TINY_DIR, char_tokenizer
 
 REGISTRY: dict[str, str] = {
@@ -33,8 +34,8 @@ REGISTRY: dict[str, str] = {
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
-__all__ = ["REGISTRY", "TINY", "char_tokenizer", "is_tiny", "known_names", "load", "load_weights",
-           "n_params", "save"]
+__all__ = ["REGISTRY", "TINY", "char_tokenizer", "check_dir", "is_tiny", "known_names", "load",
+           "load_weights", "local_dir", "n_params", "safetensors_header", "save"]
 
 
 def known_names() -> tuple[str, ...]:
@@ -58,6 +59,94 @@ def _source(name: str, path: str | None) -> str:
     if name in REGISTRY:
         return REGISTRY[name]
     raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
+
+
+MAX_HEADER = 100 << 20  # a safetensors header larger than this is corrupt (safetensors' own cap)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def safetensors_header(path: str | os.PathLike) -> dict:
+    """The JSON header of a ``.safetensors`` file, read without its tensors: 8 bytes of
+    little-endian header length, the header, then the data, whose size must equal the end
+    of the last tensor's ``data_offsets`` (as safetensors checks on load). ConfigError names
+    what is wrong (truncated, not safetensors, corrupt header)."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 2 or n > MAX_HEADER or 8 + n > size:
+            raise ConfigError(f"model weights {path} are not a readable safetensors file "
+                              f"({size} bytes; truncated or another format)")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError:
+            header = None
+    if not isinstance(header, dict):
+        raise ConfigError(f"model weights {path}: corrupt safetensors header")
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise ConfigError(f"model weights {path}: corrupt safetensors header (bad data_offsets)") from None
+    if 8 + n + end != size:
+        raise ConfigError(f"model weights {path} are truncated or padded: the header lists {end} bytes "
+                          f"of tensors, the file holds {size - 8 - n}")
+    return header
+
+
+def check_dir(path: str | os.PathLike) -> None:
+    """Check a local checkpoint directory without loading it (before a run is dispatched):
+    it exists, ``config.json`` is a JSON object with a ``model_type``, a tokenizer file is
+    there, and there are weights whose headers read back (every ``*.safetensors``, the shards
+    named by ``model.safetensors.index.json``, or a ``pytorch_model*.bin`` zip). ConfigError
+    (one line) otherwise."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ConfigError(f"model path not found: {path}")
+    if not p.is_dir():
+        raise ConfigError(f"model path is not a directory: {path}")
+    cfg_file = p / "config.json"
+    try:
+        cfg = json.loads(cfg_file.read_bytes())
+    except FileNotFoundError:
+        raise ConfigError(f"model path {path} has no config.json (not a checkpoint directory)") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"model path {path}: config.json is unreadable ({type(e).__name__})") from None
+    if not isinstance(cfg, dict) or not cfg.get("model_type"):
+        raise ConfigError(f"model path {path}: config.json has no model_type")
+    if not any((p / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(f"model path {path} has no tokenizer ({', '.join(TOKENIZER_FILES)})")
+    shards = sorted(p.glob("*.safetensors"))
+    index = p / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            wanted = set(json.loads(index.read_bytes())["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise ConfigError(f"model path {path}: model.safetensors.index.json is unreadable") from None
+        missing = sorted(w for w in wanted if not (p / w).is_file())
+        if missing:
+            raise ConfigError(f"model path {path}: weight shard(s) missing: {', '.join(missing[:3])}")
+    for shard in shards:
+        safetensors_header(shard)
+    if shards:
+        return
+    bins = sorted(p.glob("pytorch_model*.bin"))
+    for b in bins:
+        with open(b, "rb") as f:
+            if f.read(2) != b"PK":
+                raise ConfigError(f"model weights {b} are not a torch zip archive (corrupt)")
+    if not bins:
+        raise ConfigError(f"model path {path} has no weights (*.safetensors or pytorch_model*.bin)")
+
+
+def local_dir(model_cfg: Mapping) -> Path | None:
+    """The local directory a run's weights load from (``model.path``, or a shipped tiny
+    model's folder), None for a hub id: the input the run id fingerprints."""
+    if model_cfg.get("path"):
+        return Path(str(model_cfg["path"])).expanduser()
+    if model_cfg.get("name") in TINY:
+        return TINY_DIR / str(model_cfg["name"])
+    return None
 
 
 def is_tiny(model_cfg: Mapping) -> bool:
@@ -129,11 +218,16 @@ def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | N
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    getattr(model, "module", model).save_pretrained(tmp)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
-    for name, text in (extra or {}).items():
-        (tmp / name).write_text(text)
+    try:
+        getattr(model, "module", model).save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
+        apply_umask(tmp)  # safetensors writes its files 0600
+    except BaseException:  # a full disk: leave the previous version, not half a new one
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     old = path.with_name(path.name + ".old")
     if path.exists():
         shutil.rmtree(old, ignore_errors=True)

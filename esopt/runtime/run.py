@@ -11,6 +11,7 @@ pruning as ``pruned``; KeyboardInterrupt / SystemExit leave it resumable. The an
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 import traceback
@@ -23,7 +24,7 @@ from esopt.core.errors import Pruned
 from esopt.evaluator import evaluate_config, ood_task
 from esopt.runtime import tuning
 from esopt.runtime.context import RunContext, Shared, eval_line
-from esopt.runtime.validate import config_id, run_id, uses
+from esopt.runtime.validate import config_id, input_fingerprints, run_id, uses
 
 
 def resolve_device(device: str | None) -> str:
@@ -69,23 +70,72 @@ def save_model(ctx: RunContext) -> None:
 
 
 def run(cfg: RunConfig) -> dict:
-    """Run one configuration to a recorded end and return its summary."""
-    rid = run_id(cfg)
-    algo = algorithms.get(cfg.algo)
-    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
-    previous = rd.read_summary() or {}
-    status = previous.get("status")
-    if status in ("completed", "pruned") or (status == "failed" and not cfg.sweep.retry_failed):
-        print(f"esopt: run {rid} already {status}; skipped ({rd.path})", file=sys.stderr)
-        return previous
-    if status == "running":  # interrupted, or still running elsewhere (never start it twice)
-        where = store.worker_alive(previous.get("worker"))
-        if where:
-            print(f"esopt: run {rid} is still running ({where}); not started twice", file=sys.stderr)
-            return previous
+    """Run one configuration to a recorded end and return its summary.
 
+    Exactly one process runs a run at a time: it first claims the run directory
+    (``esopt.core.store.claim_run``: an ``O_EXCL`` lock, taken over from a dead owner); a
+    process that finds a live owner leaves the run to it. Runs recorded completed or pruned
+    are kept; failed and unreadable ones unless ``sweep.retry_failed``
+    (``esopt.core.store.keep_recorded``).
+    """
+    rid = run_id(cfg)
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
+    kept = _kept(cfg, rd, rid)
+    if kept is not None:
+        return kept
+    claim, owner = store.claim_run(rd.path)
+    if claim is None:
+        print(f"esopt: run {rid} is being run by {owner}; not started twice ({rd.path})", file=sys.stderr)
+        return rd.read_summary() or _stub(cfg, rid, "running")
+    try:
+        kept = _kept(cfg, rd, rid)  # finished by another process between the first look and the claim?
+        return kept if kept is not None else _run_owned(cfg, rid, rd)
+    finally:
+        claim.release()
+
+
+def _kept(cfg: RunConfig, rd: store.RunDir, rid: str) -> dict | None:
+    """The recorded summary when the run is not to be run again, else None."""
+    status = rd.status
+    previous = rd.read_summary() or {}
+    if store.keep_recorded(status, cfg.sweep.retry_failed, previous.get("error_type")):
+        why = "; sweep.retry_failed=true reruns it" if status in ("failed", store.UNREADABLE) else ""
+        print(f"esopt: run {rid} already {status}; skipped ({rd.path}{why})", file=sys.stderr)
+        return previous or _stub(cfg, rid, status)
+    return None
+
+
+def _stub(cfg: RunConfig, rid: str, status: str) -> dict:
+    """A summary-shaped record for a run this process does not run (unreadable, or owned by
+    another process), for the caller's table."""
+    return {"status": status, "error": None, "run_id": rid, "algo": cfg.algo,
+            "model": {"name": cfg.model["name"], "params": None}, "base": None, "final": None,
+            "wall_s": 0.0, "sweep": cfg.sweep.name}
+
+
+def _previous_wall(rd: store.RunDir, previous: dict) -> float:
+    """Seconds earlier attempts ran: the larger of the summary's ``wall_s`` (written at each
+    attempt's end) and the last ``wall_s`` of metrics.jsonl (cumulative, written as it goes;
+    an attempt that was killed never wrote its end)."""
+    wall = float(previous.get("wall_s") or 0.0)
+    for line in rd.lines():
+        try:
+            wall = max(wall, float(line.get("wall_s") or 0.0))
+        except (TypeError, ValueError):
+            continue
+    return wall
+
+
+def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
+    """The run itself, by the process that holds its claim."""
+    algo = algorithms.get(cfg.algo)
+    previous = rd.read_summary() or {}
+    if not previous and (rd.metrics_path.exists() or rd.checkpoint_dir.exists()):
+        # leftovers of an attempt whose summary is gone or unreadable: its state is unknown
+        rd.truncate_metrics(lambda line: False)
+        shutil.rmtree(rd.checkpoint_dir, ignore_errors=True)
     rd.create(cfg.to_dict())
-    t0 = time.time() - float(previous.get("wall_s") or 0.0)  # resumed runs keep counting
+    t0 = time.time() - _previous_wall(rd, previous)  # resumed runs keep counting
     summary = {
         "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,
         "task": cfg.task.get("name"), "model": {"name": cfg.model["name"], "params": None},
@@ -94,9 +144,9 @@ def run(cfg: RunConfig) -> dict:
         "lr": cfg.lr if uses(cfg, "lr") else None, "seed": cfg.seed,
         "iterations": cfg.iterations if uses(cfg, "iterations") else 0,
         "base": previous.get("base"), "final": None, "phases": [],
-        "tokens_generated": 0, "wall_s": 0.0, "sweep": cfg.sweep.name,
+        "tokens_generated": 0, "wall_s": round(time.time() - t0, 3), "sweep": cfg.sweep.name,
         "attempts": int(previous.get("attempts") or 0) + 1, "worker": store.worker_info(),
-        "config": cfg.to_dict(),
+        "inputs": input_fingerprints(cfg), "config": cfg.to_dict(),
     }
     rd.write_summary(summary)
     shared = Shared(t0)
@@ -111,6 +161,7 @@ def run(cfg: RunConfig) -> dict:
         ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
                          iterations=cfg.iterations, shared=shared, ood_task=ood)
         if summary["base"] is None:
+            rd.truncate_metrics(lambda line: line.get("phase") != "base")  # an earlier attempt's, unrecorded
             summary["base"] = evaluate_config(cfg.eval, engine, task, ood)
             ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
             rd.write_summary(summary)
@@ -133,7 +184,10 @@ def run(cfg: RunConfig) -> dict:
         summary["status"] = "failed"
         summary["error_type"] = type(e).__name__
         summary["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:500]
-        store.atomic_write_text(rd.path / "error.txt", traceback.format_exc())
+        try:
+            store.atomic_write_text(rd.path / "error.txt", traceback.format_exc())
+        except OSError:  # a full disk: the summary below matters more
+            pass
     finally:
         summary["phases"] = shared.phases
         summary["tokens_generated"] = shared.tokens_total
@@ -143,13 +197,31 @@ def run(cfg: RunConfig) -> dict:
                 summary[key] = shared.effective[key]
         summary["effective"] = dict(shared.effective)
         if summary["status"] != "running":
-            rd.write_summary(summary)
+            _record_end(rd, summary)
             if shared.trial is not None:
                 try:
                     shared.trial.finish(summary)
                 except Exception as e:  # noqa: BLE001 - bookkeeping must not lose the result
                     print(f"esopt: warning: could not record trial: {e}", file=sys.stderr)
     return summary
+
+
+def _record_end(rd: store.RunDir, summary: dict) -> None:
+    """Write the final summary. On a full disk, free this run's half-written temporaries
+    (``checkpoint.tmp``, ``model.tmp``) and try once more; if even that fails the previous
+    summary (``running``) stays, so the next sweep resumes the run; never raises."""
+    try:
+        rd.write_summary(summary)
+        return
+    except OSError as e:
+        first = e
+    for name in (rd.checkpoint_dir.name, rd.model_dir.name):
+        shutil.rmtree(rd.path / f"{name}.tmp", ignore_errors=True)
+    try:
+        rd.write_summary(summary)
+    except OSError:
+        print(f"esopt: warning: could not record the end of run {summary.get('run_id')} ({first}); "
+              "it stays 'running' and resumes when the sweep is run again", file=sys.stderr)
 
 
 def run_worker(cfg: RunConfig) -> dict:

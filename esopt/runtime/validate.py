@@ -3,16 +3,19 @@
     rc = validate(cfg)        # RunConfig, or ConfigError with one line
     rid = run_id(rc)          # 12 hex digits: results/<sweep>/runs/<rid>/
 
-``validate`` = ``esopt.core.config.parse`` (types and ranges) + the model, task and engine
-names + the algorithm's own checks (``esopt.algorithms``) + the tuning block against the run
-(``esopt.runtime.tuning.check``: pruner, metric, warmup) + the task's data (built once per
-distinct task config, so a missing file or a malformed row is one line here, not a failed run).
+``validate`` = ``esopt.core.config.parse`` (types, ranges, unknown keys) + the model, task and
+engine names + a local model directory's files (``esopt.models.check_dir``: config, tokenizer,
+weight headers) + the algorithm's own checks (``esopt.algorithms``) + the ranks and GPUs it will
+use (``esopt.runtime.layout``) + the tuning block against the run (``esopt.runtime.tuning.check``:
+pruner, metric, warmup) + the task's data (built once per distinct task config, so a missing file,
+a malformed row or a split left empty by de-duplication is one line here, not a failed run).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any
 
 from esopt import algorithms, engines, models, tasks
@@ -39,6 +42,8 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     if ood is not None and ood.get("name") not in tasks.TASK_NAMES:
         raise ConfigError(f"unknown eval.ood_task {ood.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
     rc = resolve_defaults(rc)
+    if rc.model.get("path"):
+        models.check_dir(rc.model["path"])
     engines.parse(rc.engine)
     algo.validate(rc)
     layout(rc)  # the GPUs the run asks for must be the GPUs it uses
@@ -72,21 +77,45 @@ def _task_style(task_cfg: dict, rc: RunConfig) -> str:
 
 
 def _check_task_data(rc: RunConfig) -> None:
-    """Build the task (and the out-of-domain task) once per distinct config, read the splits the
-    run uses and require them non-empty: a missing file, a malformed row or a split carved empty
-    is one ConfigError line here, before anything is dispatched."""
-    uses = [(rc.task, "train"), (rc.task, rc.eval.split)] if rc.algo != "none" else [(rc.task, rc.eval.split)]
+    """Build the task (and the out-of-domain task) once per distinct config (and data file
+    content), read the splits the run uses and require them non-empty and large enough for
+    eval.problems: a missing file, a malformed row, a split carved empty (after dropping rows
+    that repeat earlier ones) is one ConfigError line here, before anything is dispatched."""
+    trains = rc.algo != "none"
+    uses = [(rc.task, "train"), (rc.task, rc.eval.split)] if trains else [(rc.task, rc.eval.split)]
     if rc.eval.ood_task is not None:
         uses.append((rc.eval.ood_task, rc.eval.ood_split))
+    fp = input_fingerprints(rc).get("task.source")
     for cfg, split in uses:
-        key = json.dumps([cfg, _task_style(cfg, rc), split], sort_keys=True, default=str)
+        problems = rc.eval.problems if (cfg is rc.task and split == rc.eval.split) else None
+        key = json.dumps([cfg, _task_style(cfg, rc), split, problems, fp], sort_keys=True, default=str)
         if key in _CHECKED_TASKS:
             continue
         task = tasks.get(cfg, tokenizer=None, style=_task_style(cfg, rc))
-        if len(task.split(split)) == 0:
-            sizes = ", ".join(f"{k}={cfg[k]}" for k in ("source", "n_train", "n_test", "n_heldout") if k in cfg)
-            raise ConfigError(f"task {cfg['name']}: the {split} split is empty ({sizes})")
+        n = len(task.split(split))
+        if n == 0:
+            sizes = ", ".join([f"source={cfg['source']}"] * bool(cfg.get("source"))
+                              + [f"{k}={cfg[k]}" for k in ("n_train", "n_test", "n_heldout") if k in cfg])
+            raise ConfigError(f"task {cfg['name']}: the {split} split is empty ({sizes}); held-out rows "
+                              "are carved from train and rows that repeat earlier ones are dropped")
+        if problems is not None and problems > n:
+            raise ConfigError(f"eval.problems={problems} exceeds the {split} split of task {cfg['name']} "
+                              f"({n} problems); set eval.problems <= {n}")
         _CHECKED_TASKS.add(key)
+
+
+def input_fingerprints(rc: RunConfig) -> dict:
+    """Fingerprints (``esopt.core.store.fingerprint``) of the run's local inputs: the task's
+    data (``task.source`` when it is a local file or directory) and the model's weights
+    (``model.path``, or a shipped tiny model's folder). Hub names have none."""
+    out = {}
+    source = rc.task.get("source")
+    if source and os.path.exists(os.path.expanduser(str(source))):
+        out["task.source"] = store.fingerprint(str(source))
+    model_dir = models.local_dir(rc.model)
+    if model_dir is not None:
+        out["model.path"] = store.fingerprint(model_dir)
+    return out
 
 
 def identity(rc: RunConfig) -> dict:
@@ -95,7 +124,9 @@ def identity(rc: RunConfig) -> dict:
     Launcher, sweep bookkeeping, tuning, analyses and output paths are excluded: the same run
     launched locally or on Slurm, or in a sweep of another name, is the same run. Knobs the
     algorithm does not read are excluded too: a grid ``algo=none,es,grpo pop=8,16`` has one
-    base run and one GRPO run per seed.
+    base run and one GRPO run per seed. The contents of the local inputs are included
+    (``inputs``: size and hash of the data file and of the weights, :func:`input_fingerprints`),
+    so the same path with other data or weights is another run.
     """
     d = rc.to_dict()
     for key in ("sweep", "tuning", "analysis"):  # analyses read the result, never change it
@@ -108,6 +139,9 @@ def identity(rc: RunConfig) -> dict:
     d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
     for key in algorithms.get(rc.algo).ignores:
         d.pop(key, None)
+    fps = input_fingerprints(rc)
+    if fps:  # changed data or weights at the same path -> a new run, never stale numbers
+        d["inputs"] = {k: store.fingerprint_key(v) for k, v in fps.items()}
     return d
 
 

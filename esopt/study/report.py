@@ -101,6 +101,9 @@ def best_groups(runs: pd.DataFrame, metric: str) -> dict[tuple, dict]:
     cols = key + [c for c in ("pop", "sigma", "lr", "iterations") if c in ok.columns]
     if ok.empty:
         return {}
+    # the configuration columns as numbers: an all-null column (pop of base runs, lr of
+    # sequences) would otherwise be objects and break the merge below
+    ok = ok.assign(**{c: pd.to_numeric(ok[c], errors="coerce").astype(float) for c in cols[3:]})
     means = ok.groupby(cols, dropna=False, sort=False)[metric].mean().reset_index()
     best = means.loc[means.groupby(key, dropna=False, sort=False)[metric].idxmax()]
     chosen = ok.merge(best[cols], on=cols, how="inner")
@@ -618,36 +621,45 @@ def optuna_figures(sweep_dir: Path):
 
 # ---------------------------------------------------------------------------------------
 # the page
+def _esc(v) -> str:
+    """Any value as HTML text: every string that reaches the page (model, task, sweep and
+    algorithm names, statuses, errors, notes) comes from configs, data or errors and may hold
+    markup; it goes through here (tables: :func:`_table`; figures: :func:`_figure_block`)."""
+    return _html.escape(str(v), quote=True)
+
+
 def _summary_lines(agg, trend: dict, notes: list[str]) -> list[str]:
+    """The summary list's lines as HTML (every value escaped)."""
     runs = agg.runs
     counts = runs["status"].value_counts()
-    lines = [f"{len(runs)} runs in {_html.escape(str(agg.sweep_dir))}: "
-             + ", ".join(f"{int(v)} {k}" for k, v in counts.items())
+    lines = [f"{len(runs)} runs in {_esc(agg.sweep_dir)}: "
+             + ", ".join(f"{int(v)} {_esc(k)}" for k, v in counts.items())
              + (f"; {len(agg.skipped)} unreadable run directories skipped" if agg.skipped else "") + "."]
     algos = runs["algo"].value_counts()
     models = runs.groupby("model")["params"].median().sort_values()
     pops = sorted(pd.to_numeric(runs.loc[runs["algo"] != "none", "pop"], errors="coerce").dropna().unique())
-    lines.append("Algorithms: " + ", ".join(f"{k} ({v})" for k, v in algos.items())
-                 + "; models: " + ", ".join(f"{m} ({_fmt_params(p)})" if pd.notna(p) else str(m)
+    lines.append("Algorithms: " + ", ".join(f"{_esc(k)} ({v})" for k, v in algos.items())
+                 + "; models: " + ", ".join(f"{_esc(m)} ({_fmt_params(p)})" if pd.notna(p) else _esc(m)
                                            for m, p in models.items())
                  + "; populations: " + (", ".join(str(int(p)) for p in pops) or "-")
-                 + f"; seeds: {runs['seed'].nunique()}; tasks: {', '.join(map(str, runs['task'].dropna().unique()))}.")
+                 + f"; seeds: {runs['seed'].nunique()}; tasks: "
+                 + f"{', '.join(_esc(t) for t in runs['task'].dropna().unique())}.")
     if trend.get("slope") is not None:
         ci = trend.get("slope_ci")
-        lines.append(f"Trend ({trend['metric']}, {trend['algo']} runs, {trend['n_model_sizes']} model sizes, "
-                     f"{trend['n_seeds']} seeds): log pop* = {trend['intercept']:.3g} + {trend['slope']:.3g} "
+        lines.append(f"Trend ({_esc(trend['metric'])}, {_esc(trend['algo'])} runs, {trend['n_model_sizes']} model "
+                     f"sizes, {trend['n_seeds']} seeds): log pop* = {trend['intercept']:.3g} + {trend['slope']:.3g} "
                      f"log params" + (f", slope 95% CI [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
-                     + f". Claim \"larger models need smaller populations\": <b>{trend['verdict']}</b> "
-                     f"({_html.escape(trend['verdict_reason'])}).")
+                     + f". Claim \"larger models need smaller populations\": <b>{_esc(trend['verdict'])}</b> "
+                     f"({_esc(trend['verdict_reason'])}).")
     else:
-        lines.append(f"Trend: <b>{trend['verdict']}</b> ({_html.escape(trend['verdict_reason'])}).")
+        lines.append(f"Trend: <b>{_esc(trend['verdict'])}</b> ({_esc(trend['verdict_reason'])}).")
     missing = [a for a in ("es", "grpo", "grpo_es", "es_grpo") if a not in algos]
     if missing:
         notes = [f"no {', '.join(missing)} runs"] + notes
     if 0 < trend.get("n_model_sizes", 0) < 3:
         notes = [f"only {trend['n_model_sizes']} model size(s): trend not meaningful"] + notes
     if notes:
-        lines.append("Missing or odd: " + "; ".join(_html.escape(n) for n in notes) + ".")
+        lines.append("Missing or odd: " + "; ".join(_esc(n) for n in notes) + ".")
     return lines
 
 
@@ -669,7 +681,9 @@ def _cell(v) -> str:
 
 def _figure_block(fig_id: str, title: str, fig) -> str:
     data = fig.to_json() if isinstance(fig, go.Figure) else json.dumps(jsonable(fig), separators=(",", ":"))
-    data = data.replace("</", "<\\/").replace("<!--", "<\\!--")
+    # names and titles come from configs and data: as JSON escapes, no "<", ">" or "&" is left in
+    # the page's text, so no string can end the script block or open a tag (JSON.parse restores them)
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return (f'<section><h2>{_html.escape(title)}</h2><div id="{fig_id}" class="figure"></div>\n'
             f'<script type="application/json" class="figure-data" data-figure="{fig_id}">{data}</script></section>\n')
 
@@ -726,7 +740,7 @@ def build(agg, sweep_dir: Path | None = None) -> str:
             .to_dict("records")]
     counts = problems["status"].value_counts().to_dict()
     blocks.append(f'<section><h2>Pruned, failed and running runs ({len(problems)}: '
-                  + (", ".join(f"{v} {k}" for k, v in counts.items()) or "none") + ")</h2>"
+                  + (", ".join(f"{v} {_esc(k)}" for k, v in counts.items()) or "none") + ")</h2>"
                   + _table(prow, ["run_id", "status", "algo", "model", "pop", "seed", "last iteration", "error"],
                            "table-problems") + "</section>")
     blocks.append(f"<section><h2>Unreadable run directories skipped ({len(agg.skipped)})</h2>"

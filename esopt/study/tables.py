@@ -42,6 +42,7 @@ from esopt.core.store import atomic_path
 ID_COLUMNS = ("run_id", "status", "error", "algo", "task", "model", "params", "pop", "sigma", "lr",
               "seed", "iterations", "tokens_generated", "wall_s", "sweep")
 REQUIRED = ("status", "algo", "model")
+NUMERIC_ID_COLUMNS = ("params", "pop", "sigma", "lr", "seed", "iterations", "tokens_generated", "wall_s")
 
 # Per-problem and per-member lists are dropped from the tables; emptying them in the raw bytes
 # before parsing is the main speed-up (parsing is the cost). Values are numbers, so `[^]]*`.
@@ -606,6 +607,9 @@ def load(sweep_dir: str | os.PathLike, *, threads: int = 4, chunk: int = 2000, f
             runs = runs.set_column(i, name, runs.column(i).cast(pa.string()))
         elif name in ("status", "error", "algo", "task", "model", "sweep") and pa.types.is_floating(runs.schema.field(i).type) and runs.column(i).null_count == runs.num_rows:
             runs = runs.set_column(i, name, pa.nulls(runs.num_rows, pa.string()))
+    for i, name in enumerate(runs.column_names):        # all-null numbers (pop of base runs) stay numbers
+        if name in NUMERIC_ID_COLUMNS and pa.types.is_null(runs.schema.field(i).type):
+            runs = runs.set_column(i, name, runs.column(i).cast(pa.float64()))
     for name in ID_COLUMNS:                               # minimal summaries still get every id column
         if name not in runs.column_names:
             runs = runs.append_column(name, pa.nulls(runs.num_rows, pa.string() if name in

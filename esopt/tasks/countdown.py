@@ -224,25 +224,52 @@ def check_expression(expr: str, numbers: Iterable[int], target) -> bool:
 
 # ------------------------------------------------------------------- the chat (public) reward
 
+# The public reward's patterns, kept as the reference the scanners below must equal (tests
+# compare them on random and mutated inputs). The regexes backtrack quadratically on repeated
+# tags, so the scoring uses str.find scans instead: linear in the completion's length.
 _FULL = re.compile(r"^<think>.*?</think>\n<answer>.*?</answer>$", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_MID = "</think>\n<answer>"
+_END = "</answer>"
+
+
+def _has_block(text: str, open_tag: str, close_tag: str) -> bool:
+    """``re.search(open_tag + ".*?" + close_tag, text, DOTALL)`` in one linear scan: an opening
+    tag followed (anywhere later) by a closing one."""
+    i = text.find(open_tag)
+    return i >= 0 and text.find(close_tag, i + len(open_tag)) >= 0
 
 
 def format_score(completion: str) -> float:
     """Public ES format reward on ``"<think>" + completion`` (the prompt opens the think block):
     1.0 if it matches ``^<think>.*?</think>\\n<answer>.*?</answer>$`` (DOTALL; ``$`` as in
     Python ``re``, so one trailing newline is tolerated), else 0.1 if it contains a
-    ``<think>...</think>`` block plus 0.5 if it contains an ``<answer>...</answer>`` block."""
+    ``<think>...</think>`` block plus 0.5 if it contains an ``<answer>...</answer>`` block.
+
+    Computed by ``str.find`` scans, linear in the length (the regexes above are the reference):
+    the full pattern matches iff the text ends with ``</answer>`` (or ``</answer>\\n``) and a
+    ``</think>\\n<answer>`` starts at or after index 7 and ends at or before that final tag."""
     text = "<think>" + completion
-    if _FULL.match(text):
-        return 1.0
-    return (0.1 if _THINK.search(text) else 0.0) + (0.5 if _ANSWER.search(text) else 0.0)
+    body = text[:-1] if text.endswith("\n") else text
+    if body.endswith(_END):
+        mid = text.find(_MID, len("<think>"))
+        if 0 <= mid and mid + len(_MID) <= len(body) - len(_END):
+            return 1.0
+    return (0.1 if _has_block(text, "<think>", "</think>") else 0.0) + (
+        0.5 if _has_block(text, "<answer>", _END) else 0.0)
 
 
 def last_answer(completion: str) -> str | None:
-    """Content of the last ``<answer>...</answer>`` block, whitespace-stripped; None if none."""
-    found = _ANSWER.findall(completion)
+    """Content of the last ``<answer>...</answer>`` block, whitespace-stripped; None if none.
+
+    ``_ANSWER.findall`` up to the last ``</answer>`` only: there every opening tag has a closing
+    one after it, so no lazy scan runs to the end of the text (the quadratic case of the
+    regex on many unclosed tags) and the blocks are the same as over the whole text."""
+    end = completion.rfind(_END)
+    if end < 0:
+        return None
+    found = _ANSWER.findall(completion, 0, end + len(_END))
     return found[-1].strip() if found else None
 
 

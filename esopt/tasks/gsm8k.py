@@ -52,7 +52,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from fractions import Fraction
 
 from esopt.tasks import ConfigError, Task, Verdict, chat_prompt, check_int, load_split, make_dataset
@@ -75,20 +75,25 @@ MAX_BOXED = 200  # longer boxed contents are not read as numbers
 MAX_NUMBER = 64  # longer numbers found by the evaluation fallback are not read as numbers
 
 
+_NUMBER = re.compile(r"(-?)([0-9]+)(?:\.([0-9]+))?")
+
+
 def normalize(text: str | None) -> str | None:
-    """``"$1,234.50."`` -> ``"1234.5"``; ``"18.00"`` -> ``"18"``; None if not a number."""
+    """``"$1,234.50."`` -> ``"1234.5"``; ``"18.00"`` -> ``"18"``; ``"-0.0"`` -> ``"0"``; None if
+    not a number. Drops ``,`` and ``$`` and trailing ``.``, then writes the decimal in its
+    canonical form by string operations (leading zeros of the integer part and trailing zeros
+    of the fraction dropped, no sign on zero): exact for any number of digits (a Decimal
+    rounds to 28 digits; int() refuses more than 4,300) and linear in the text's length."""
     if text is None:
         return None
     s = text.strip().replace(",", "").replace("$", "").rstrip(".")
-    if not re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", s):
+    m = _NUMBER.fullmatch(s)
+    if not m:
         return None
-    try:
-        d = Decimal(s)
-    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
-        return None
-    if d == d.to_integral_value():
-        return str(int(d))
-    return format(d.normalize(), "f")
+    sign, whole, frac = m.group(1), m.group(2).lstrip("0") or "0", (m.group(3) or "").rstrip("0")
+    if whole == "0" and not frac:
+        sign = ""
+    return f"{sign}{whole}.{frac}" if frac else f"{sign}{whole}"
 
 
 def gold_answer(answer: str) -> str | None:
@@ -104,14 +109,37 @@ def extract_strict(completion: str) -> str | None:
     return normalize(found[-1]) if found else None
 
 
+# FLEXIBLE's pieces are the maximal runs of [$0-9.,] ("segments"; a run of one character only
+# when it is a digit), each with the '-' just before it; the last piece normalize() accepts is
+# the answer. _LAST_NUMBER finds it in one regex search over the reversed text (the first
+# match there is the last one here), starting with a character class so the engine skips
+# other text at C speed, possessive so nothing backtracks: linear, and equal to the loop over
+# FLEXIBLE.findall (tests/tasks/test_verifier_fuzz.py compares them). It matches a reversed
+# segment that normalize() accepts, i.e. "[,$]* digit [0-9,$]* (. [,$]* digit [0-9,$]*)? [.,$]*"
+# read backwards, then the optional '-'.
+_LAST_NUMBER = re.compile(
+    r"[$0-9.,](?<![$0-9.,].)"                                       # a segment's first character
+    r"(?:(?<=[0-9])[0-9,$]*+(?:\.[,$]*+[0-9][0-9,$]*+)?+"           # it is a digit, or
+    r"|(?<=[.,$])[.,$]*+(?:[,$]*+[0-9][0-9,$]*+\.)?+[,$]*+[0-9][0-9,$]*+)"   # trailing . , $
+    r"(?![$0-9.,])(-?)")                                            # the whole segment; sign
+_DIGIT = re.compile(r"[0-9]")
+_RUN = re.compile(r"[$0-9.,]*+")
+
+
 def extract_flexible(completion: str) -> str | None:
     """Normalised last number in ``completion`` (skipping pieces like ``,`` or ``.`` that are
-    not numbers), or None."""
-    for a, b in reversed(FLEXIBLE.findall(completion)):
-        n = normalize(a or b)
-        if n is not None:
-            return n
-    return None
+    not numbers), or None: the last of ``FLEXIBLE.findall(completion)`` that ``normalize``
+    accepts, found in linear time (``_LAST_NUMBER``)."""
+    rev = completion[::-1]
+    digit = _DIGIT.search(rev)              # no digit after this point: nothing to find there
+    if digit is None:
+        return None
+    j = len(completion) - 1 - digit.start()  # back to the start (in rev) of its segment
+    m = _LAST_NUMBER.search(rev, len(completion) - _RUN.match(completion, j).end())
+    if m is None:
+        return None
+    sign = m.group(1)
+    return normalize(sign + rev[m.start():m.end() - len(sign)][::-1])
 
 
 def extract_boxed(text: str) -> str | None:
@@ -182,9 +210,12 @@ def canonical(x: Fraction) -> str:
 
 
 def same_number(a: str | None, b: str | None) -> bool:
-    """Whether two normalised number strings are the same rational number."""
+    """Whether two normalised number strings are the same rational number (equal canonical
+    strings are, at any length; Fraction refuses more than 4,300 digits)."""
     if a is None or b is None:
         return False
+    if a == b:
+        return True
     try:
         return Fraction(a) == Fraction(b)
     except (ValueError, ZeroDivisionError):

@@ -21,7 +21,6 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
-SKIP_STATUSES = ("completed", "pruned")
 
 
 @dataclass
@@ -63,6 +62,7 @@ class Job:
     rid: str
     launcher: dict
     before: Optional[str] = None  # status recorded before this sweep launched anything
+    before_error: Optional[str] = None  # its error type (a run failed on its input is retried)
     summary: Optional[dict] = None
     dispatched: bool = False
     trial: Any = None  # optuna sweeper: the study trial number
@@ -137,8 +137,9 @@ class EsoptSweeper(Sweeper):
         tuning.settings(rc.tuning)
         launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
         rid = run_id(rc)
-        before = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid).status
-        return Job(list(overrides), rc, rid, launcher, before)
+        rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
+        before = rd.status  # "unreadable" for a summary.json that cannot be parsed: kept, listed
+        return Job(list(overrides), rc, rid, launcher, before, (rd.read_summary() or {}).get("error_type"))
 
     def compose_all(self, grid: List[List[str]]) -> List[Job]:
         """Every job composed and validated before anything runs; the first bad one exits 2."""
@@ -167,17 +168,20 @@ class EsoptSweeper(Sweeper):
         return self._launchers[key]
 
     def skipped(self, job: Job) -> bool:
-        return job.before in SKIP_STATUSES or (job.before == "failed" and not job.rc.sweep.retry_failed)
+        from esopt.core import store
+
+        return store.keep_recorded(job.before, job.rc.sweep.retry_failed, job.before_error)
 
     def live_elsewhere(self, job: Job) -> Optional[str]:
-        """Where a run recorded ``running`` is still alive (a Slurm job of a killed sweep, or a
-        live process on this host), so it must not be started twice; None if it is not."""
-        if job.before != "running":
+        """Who runs this run right now (the live owner of its lock: a Slurm job of a killed
+        sweep, another sweep over the same grid, a process on another host), so it is not
+        launched twice; None if nobody does. (Launched anyway, a run would find its owner and
+        step aside: ``esopt.core.store.claim_run``.)"""
+        if self.skipped(job):
             return None
         from esopt.core import store
 
-        s = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
-        return store.worker_alive(s.get("worker"))
+        return store.run_owner(store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
 
     def launch(self, jobs: List[Job]) -> None:
         """Run the jobs not already done (one per run id), grouped by launcher request."""
@@ -201,6 +205,8 @@ class EsoptSweeper(Sweeper):
         for job in jobs:  # the store is the truth (also for runs done elsewhere)
             rd = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid)
             job.summary = rd.read_summary()
+            if job.summary is None and rd.status == store.UNREADABLE:
+                job.summary = {"status": store.UNREADABLE, "error": f"{rd.summary_path} cannot be read"}
 
     def _launch_groups(self, groups: Dict[str, List[Job]]) -> None:
         for group in groups.values():
@@ -325,7 +331,7 @@ class EsoptSweeper(Sweeper):
         kept = sum(self.skipped(j) for j in jobs)
         if kept:
             print(f"esopt: {kept} of {len(jobs)} runs already recorded; not launched again "
-                  "(sweep.retry_failed=true reruns failed ones)")
+                  "(sweep.retry_failed=true reruns failed and unreadable ones)")
         self.launch(jobs)
         code = self.finish(jobs)
         if code:

@@ -178,6 +178,40 @@ def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
     assert resumed.tokens_total == full.tokens_total
 
 
+def test_resume_records_the_evaluation_due_at_the_checkpoint(tmp_path):
+    """Killed after the checkpoint of iteration 2 but before its evaluation: the resumed run
+    evaluates iteration 2 first (on the checkpoint's weights), so the curve has every point,
+    each once, equal to the uninterrupted run's."""
+    cfg = run_config(iterations=4, eval=EvalConfig(problems=2, samples=2, every=2))
+    full = make_ctx(tmp_path / "a", cfg)
+    es.train(full)
+
+    killed = make_ctx(tmp_path / "b", cfg)
+    evaluate = killed.evaluate
+
+    def dying_evaluate(iteration):
+        if iteration == 2:
+            raise Killed
+        return evaluate(iteration)
+
+    killed.evaluate = dying_evaluate
+    with pytest.raises(Killed):
+        es.train(killed)
+    assert json.loads((killed.run.checkpoint_dir / "state.json").read_text())["iteration"] == 2
+    assert lines(killed, "eval") == []
+
+    resumed = make_ctx(tmp_path / "b", cfg)
+    es.train(resumed)
+    got, want = lines(resumed, "eval"), lines(full, "eval")
+    assert [x["iteration"] for x in got] == [2, 4]
+    for g, w in zip(got, want):
+        assert g["pass@1"] == w["pass@1"] and g["greedy"] == w["greedy"] and g["entropy"] == w["entropy"]
+
+    again = make_ctx(tmp_path / "b", cfg)  # requeued after the end: the final evaluation once
+    es.train(again)
+    assert [x["iteration"] for x in lines(again, "eval")] == [2, 4]
+
+
 def test_nonfinite_weights_fail_and_keep_last_good_checkpoint(tmp_path):
     ctx = make_ctx(tmp_path, run_config(iterations=3))
     real = noise.update

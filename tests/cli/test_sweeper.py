@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import REPO, local_data_overrides, run_cli
+from helpers import REPO, local_data_overrides, model_copy, run_cli
 
 TINY = ["model=tiny-xs", "algo=none", "eval.problems=8", "eval.samples=4", "task.n_train=32",
         "task.n_test=16", "task.n_heldout=16", "sweep.aggregate=false", "hydra/sweeper=esopt"]
@@ -104,7 +104,8 @@ def test_sigkill_mid_grid_then_rerun_completes_each_run_once(tmp_path):
 
 
 def test_failing_run_is_recorded_and_the_rest_complete(tmp_path):
-    args = sweep_args(tmp_path, "fail", "model.path=null,/nonexistent/checkpoint")
+    bad = model_copy(tmp_path / "ckpt", mismatched=True)  # passes the checks, fails to load
+    args = sweep_args(tmp_path, "fail", f"model.path=null,{bad}")
     r = run_cli(*args, env=ENV)
     assert r.returncode == 1
     s = summaries(tmp_path, "fail")
@@ -124,6 +125,32 @@ def test_failing_run_is_recorded_and_the_rest_complete(tmp_path):
     assert next(v for v in s2.values() if v["status"] == "failed")["attempts"] == 2
     assert next(v for v in s2.values() if v["status"] == "completed") == \
         next(v for v in s.values() if v["status"] == "completed")
+
+
+def test_unreadable_summary_is_listed_and_never_blocks_the_sweep(tmp_path):
+    """A run whose summary.json is not UTF-8 is kept and listed as unreadable (sweep table,
+    report); the other runs of the grid run as usual."""
+    from helpers import run_config
+
+    from esopt.runtime.validate import run_id
+
+    args = sweep_args(tmp_path, "unread", "seed=0,1,2", "sweep.aggregate=true")
+    rc = run_config(*[a for a in args[2:] if not a.startswith(("hydra/", "seed="))], "seed=1")
+    bad = tmp_path / "unread" / "runs" / run_id(rc)
+    bad.mkdir(parents=True)
+    (bad / "summary.json").write_bytes(b'\xff\xfe{"status": "completed"\x80')
+    r = run_cli(*args, env=ENV)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "3 runs: 2 completed, 1 unreadable" in r.stdout
+    assert re.search(rf"{run_id(rc)}\s+1\s+unreadable \(kept\)", r.stdout), r.stdout
+    assert "1 of 3 runs did not complete (1 unreadable" in r.stderr
+    assert (bad / "summary.json").read_bytes().startswith(b"\xff\xfe")  # left as it was
+    done = [d for d in (tmp_path / "unread" / "runs").iterdir() if d != bad]
+    assert len(done) == 2 and all(json.loads((d / "summary.json").read_text())["status"] == "completed"
+                                  for d in done)
+    page = (tmp_path / "unread" / "report.html").read_text()
+    skipped = re.search(r'<table id="table-skipped">(.*?)</table>', page, re.S).group(1)
+    assert f"<td>{run_id(rc)}</td><td>corrupt summary.json" in skipped
 
 
 def test_optuna_search_mode_runs_trials_and_prints_best(tmp_path):

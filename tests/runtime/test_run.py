@@ -2,7 +2,7 @@
 
 import json
 
-from helpers import run_cli
+from helpers import model_copy, run_cli
 
 SMALL = ["model=tiny-xs", "algo=none", "eval.problems=8", "eval.samples=4"]
 
@@ -57,14 +57,73 @@ def test_bad_input_is_one_line_and_nonzero(results_root, tmp_path):
     assert not (results_root / "default" / "runs").exists()  # nothing was started
 
 
-def test_failing_run_is_recorded_failed(results_root, tmp_path):
-    empty = tmp_path / "not-a-model"
+def test_bad_inputs_found_before_dispatch(results_root, tmp_path):
+    """What used to be dispatched and fail inside the run is one line and exit 2 before it:
+    an empty model directory, a data file whose rows are all duplicates, an unknown key."""
+    empty = tmp_path / "empty-model"
     empty.mkdir()
-    proc = run_cli("esopt.sweep", *SMALL, f"model.path={empty}", f"sweep.root={results_root}")
-    assert proc.returncode != 0
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"nums": [1, 2, 3], "target": 6}\n' * 20)
+    for args, message in [
+        ([f"model.path={empty}"], "has no config.json"),
+        ([f"task.source={dup}", "task.n_train=2", "task.n_heldout=0"], "test split of"),
+        (["+popsize=8"], "unknown key 'popsize' (did you mean 'pop'?)"),
+        (["sweep.name=.."], "sweep.name must be a plain directory name"),  # would write beside results/
+    ]:
+        proc = run_cli("esopt.sweep", *SMALL, *args, f"sweep.root={results_root}")
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and err.startswith("esopt: error: ") and message in err, (args, err)
+        assert len(err.splitlines()) == 1, err
+    assert not results_root.exists()  # not even Hydra's .hydra/ was created
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dup.jsonl", "empty-model"]
+
+
+def test_failing_run_is_recorded_failed_and_retried_once_its_input_is_fixed(results_root, tmp_path):
+    model = model_copy(tmp_path / "ckpt", mismatched=True)  # passes every check, fails to load
+    args = [*SMALL, f"model.path={model}", f"sweep.root={results_root}"]
+    proc = run_cli("esopt.sweep", *args)
+    assert proc.returncode == 1, proc.stderr[-2000:]
     (rid, s), = summaries(results_root).items()
-    assert s["status"] == "failed" and s["error"]
+    assert s["status"] == "failed" and "ignore_mismatched_sizes" in s["error"] and s["error_type"] == "RuntimeError"
     assert (results_root / "default" / "runs" / rid / "error.txt").exists()
+    fp = s["inputs"]["model.path"]
+    assert fp["kind"] == "dir" and fp["path"] == str(model) and fp["size"] > 0 and len(fp["sha256"]) == 64
+
+    again = run_cli("esopt.sweep", *args)  # unchanged input: the failure is kept
+    assert again.returncode == 1 and "already failed" in again.stderr
+    model_copy(model)  # fixed in place: same path, other contents -> a new run, no flag needed
+    fixed = run_cli("esopt.sweep", *args)
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    after = summaries(results_root)
+    assert after[rid] == s  # the failed record is kept as it was
+    (new_id, done), = ((k, v) for k, v in after.items() if k != rid)
+    assert done["status"] == "completed" and done["inputs"]["model.path"]["sha256"] != fp["sha256"]
+
+
+def test_run_on_a_full_disk_is_recorded_failed_and_leaves_no_temporaries(tmp_path):
+    """The disk fills while ES writes its first checkpoint: the half-written checkpoint.tmp is
+    removed, the run is recorded failed with the error (not left 'running'), no temporary file
+    stays; with room again, a retry completes it."""
+    from helpers import fill_disk, small_disk
+
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        args = [*SMALL, "algo=es", "pop=4", "iterations=2", "es.batch_size=4", "es.checkpoint_every=1",
+                "eval.every=2", "task.n_train=32", "task.n_test=8", "task.n_heldout=8", f"sweep.root={disk}"]
+        filler = fill_disk(disk, leave=96 << 10)  # room for the run's records, not a checkpoint
+        proc = run_cli("esopt.sweep", *args)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        (rid, s), = summaries(disk).items()
+        assert s["status"] == "failed" and ("No space left" in s["error"] or "28" in s["error"]), s["error"]
+        run = disk / "default" / "runs" / rid
+        left = sorted(p.name for p in run.iterdir())
+        assert not [n for n in left if n.endswith(".tmp") or n.startswith(".")], left
+        assert "checkpoint" not in left and not (run / "owner.lock").exists()
+
+        filler.unlink()
+        again = run_cli("esopt.sweep", *args, "sweep.retry_failed=true")
+        assert again.returncode == 0, again.stderr[-2000:]
+        s2 = summaries(disk)[rid]
+        assert s2["status"] == "completed" and s2["attempts"] == 2
 
 
 def test_out_of_domain_set_is_evaluated_at_every_evaluation(results_root):

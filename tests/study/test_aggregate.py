@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import run_cli
-from helpers import write_synthetic_sweep
+from helpers import fill_disk, run_cli, small_disk, write_synthetic_sweep
 
 from esopt.cli.aggregate import main as aggregate_main
 from esopt.study import tables
+from esopt.study.aggregate import aggregate
 from esopt.core.errors import ConfigError
 
 MODELS = {"tiny-xs": 1e6, "tiny-s": 4e6, "tiny-m": 1.6e7}
@@ -231,3 +231,49 @@ def test_sweep_in_progress_minimal_and_odd_summaries(tmp_path, capsys):
     assert runs_csv.loc["b", "status"] == "running" and runs_csv.loc["b", "params"] == 5
     assert {"pop", "sigma", "lr", "seed"} <= set(runs_csv.columns)
     assert "running" in (tmp_path / "s" / "report.html").read_text()
+
+
+def _outputs(d):
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file() and p.name != "filler.bin"}
+
+
+def test_full_disk_never_leaves_a_truncated_output(tmp_path):
+    """Aggregate on a real small filesystem (tmpfs), then again once it is full: every output
+    is either the previous file, intact, or a complete new one; no temporary is left behind;
+    the command says so in one line."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    with small_disk(tmp_path / "disk", "16m") as disk:
+        root = disk / "sweep"
+        write_synthetic_sweep(root, models={"a": 1e6, "b": 4e6}, pops=(8, 16), seeds=(0,), iterations=2,
+                              eval_every=2, problems=10, samples=4)
+        aggregate(root, bootstrap=20)
+        before = _outputs(root)
+        assert {"report.html", "runs.parquet", "runs.csv", "curves.parquet", "trend.json",
+                "aggregate.json"} <= set(before)
+        write_synthetic_sweep(root, models={"c": 1.6e7}, pops=(8, 16), seeds=(0,), iterations=2,
+                              eval_every=2, problems=10, samples=4)  # a third model: new outputs
+
+        filler = fill_disk(disk, leave=0)                            # nothing can be written
+        with pytest.raises(OSError) as err:
+            aggregate(root, bootstrap=20)
+        assert err.value.errno == 28                                 # ENOSPC, for real
+        assert _outputs(root) == before                              # every previous file intact
+        r = run_cli("esopt.aggregate", str(root))
+        assert r.returncode == 1 and r.stderr.strip().startswith("esopt: error: cannot write")
+        assert len(r.stderr.strip().splitlines()) == 1 and "No space left" in r.stderr
+        assert _outputs(root) == before
+
+        filler.unlink()                                              # room for the small files only
+        fill_disk(disk, leave=len(before["report.html"]) // 2)
+        with pytest.raises(OSError):
+            aggregate(root, bootstrap=20)
+        after = _outputs(root)
+        assert set(after) == set(before)                             # no temporaries
+        assert after["report.html"] == before["report.html"]         # too big: the old page stays
+        changed = [n for n in after if after[n] != before[n]]
+        assert "runs.parquet" in changed and "trend.json" in changed
+        assert pq.read_table(root / "runs.parquet").num_rows == 6    # complete, with the third model
+        assert json.loads((root / "trend.json").read_text())["n_model_sizes"] == 3

@@ -260,7 +260,8 @@ def test_empty_split_after_carving_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as e:  # all 12 train rows held out: nothing to train on
         run_config(*args, "algo=es")
     assert str(e.value) == (f"task gsm8k: the train split is empty (source={d}, n_train=None, "
-                            "n_test=None, n_heldout=12)")
+                            "n_test=None, n_heldout=12); held-out rows are carved from train and rows that "
+                            "repeat earlier ones are dropped")
     assert run_config(*args, "algo=none").task["n_heldout"] == 12  # evaluating only: fine
     with pytest.raises(ConfigError, match="the heldout split is empty"):
         run_config("model=tiny-xs", "task=gsm8k", f"task.source={d}", "task.n_heldout=0",
