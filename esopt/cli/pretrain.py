@@ -1,22 +1,29 @@
 """Seeded supervised pretraining of the tiny family (``python -m esopt.cli.pretrain``).
 
-Recipe (per size, see ``RECIPES``): next-token cross-entropy on completion tokens (+EOS) only,
-AdamW, linear warm-up then a constant learning rate, a fixed number of steps,
-``torch.manual_seed(seed)`` for the initial weights and a seeded ``random.Random`` for the data
-order (so the weights after k steps do not depend on the total step count). Training mix
-(``MIX``): compact Countdown problems (the bulk) whose completion is drawn uniformly from *all*
-valid solution expressions of the problem (every operand order and bracketing), so that sampling
-at temperature 0.6 has a spread; plus the held-out synthetic tasks (addition, compare, reverse),
-which RL never trains on. All data come from the ``train`` splits of the task modules
-(``DATA_TASKS``), which are disjoint from their test / held-out splits by construction.
-Competence is controlled by the step budget of each size (the "partially competent, diverse"
-regime of issue 2: Pass@1 5-60%, Pass@32 >= 1.5x Pass@1).
+Data. Countdown problems from the generator's ``pretrain`` pool (``countdown.pool_of``: half
+of the problem space, chosen by a hash of the problem key), so no pretraining problem is ever
+an RL train / test / held-out problem, whatever the task knobs. Numbers 1..12, targets <= 100,
+3 and 4 numbers (``COUNTDOWN``); the completion of each example is drawn uniformly from *all*
+valid solution expressions of its problem (every operand order and bracketing), so that
+sampling has a spread. The first ``VALIDATION`` problems of each count are the validation
+split; the rest are trained on. Plus the synthetic tasks (addition, compare, reverse; their
+``train`` splits), which RL never trains on and forgetting is measured on (``MIX``).
 
-    python -m esopt.cli.pretrain --sizes tiny-xs tiny-s tiny-m tiny-l --seed 0
-    # calibration: probe every 250 steps and keep checkpoints, then ship a chosen step
-    python -m esopt.cli.pretrain --sizes tiny-m --steps 2000 --probe-every 250 \
-        --eval-problems 0 --no-save --ckpt-dir /tmp/ckpt > m.log
-    python -m esopt.cli.pretrain --sizes tiny-m --finalize 750 --ckpt-dir /tmp/ckpt --log m.log
+Recipe (``RECIPES`` per size, ``COMMON`` for all): next-token cross-entropy on completion
+tokens (+EOS) only, AdamW, linear warm-up then a constant learning rate (so the weights after
+k steps do not depend on when training stops), ``torch.manual_seed(seed)`` for the initial
+weights and a seeded ``random.Random`` for the data order.
+
+Stopping rule (``STOP``). Every ``eval_every`` steps the Countdown validation loss (mean
+token cross-entropy of one seeded solution per validation problem) is measured. Training
+stops when the best validation loss has not improved by at least ``min_rel_improvement``
+(relative) for ``patience`` consecutive evaluations (a plateau), or at ``max_steps``; the
+checkpoint with the lowest validation loss is shipped. The card (``pretrain_card.json``)
+keeps the whole curve (validation loss and Pass@1 probes on the validation problems), the
+stopping reason and the evaluator's numbers on the RL test split.
+
+    python -m esopt.cli.pretrain --sizes tiny-xs tiny-s --out /tmp/tiny --ckpt-dir /tmp/ckpt
+    python -m esopt.cli.pretrain --sizes tiny-2xl --resume --ckpt-dir /tmp/ckpt
 """
 
 from __future__ import annotations
@@ -30,17 +37,19 @@ from pathlib import Path
 
 import torch
 
-from esopt.core.metrics import pass_at_k
-from esopt.models.tiny import EOS_ID, TINY, TINY_DIR, char_tokenizer, tiny_config
+from esopt.models.tiny import ARCH, EOS_ID, TINY, TINY_DIR, char_tokenizer, tiny_config
 
-# steps: optimizer steps; batch: sequences per step; lr: peak AdamW learning rate.
+# batch: sequences per step; lr: peak AdamW learning rate (smaller for wider models).
 RECIPES: dict[str, dict] = {
-    "tiny-xs": {"steps": 750, "batch": 256, "lr": 3e-3},
-    "tiny-s": {"steps": 750, "batch": 256, "lr": 3e-3},
-    "tiny-m": {"steps": 750, "batch": 256, "lr": 2.5e-3},
-    "tiny-l": {"steps": 750, "batch": 256, "lr": 2e-3},
+    "tiny-xs": {"batch": 256, "lr": 3e-3},
+    "tiny-s": {"batch": 256, "lr": 3e-3},
+    "tiny-m": {"batch": 256, "lr": 2.5e-3},
+    "tiny-l": {"batch": 256, "lr": 2e-3},
+    "tiny-xl": {"batch": 256, "lr": 1.5e-3},
+    "tiny-2xl": {"batch": 256, "lr": 1.2e-3},
 }
 COMMON = {"warmup_steps": 100, "weight_decay": 0.01, "betas": (0.9, 0.98), "grad_clip": 1.0}
+STOP = {"eval_every": 250, "patience": 4, "min_rel_improvement": 0.005, "max_steps": 8000}
 
 # ---------------------------------------------------------------- countdown solutions
 
@@ -97,39 +106,67 @@ def solutions(numbers, target) -> list[str]:
 
 # ---------------------------------------------------------------- training data
 
-# Task configs the training data come from (train splits only; test/heldout never seen).
-# Countdown: the default task knobs with the largest train split the 1..12 / <=100 problem space
-# allows (a bigger n_train only extends train; test and heldout stay the same).
-DATA_TASKS = {
-    "countdown": {"name": "countdown", "n_train": 3700},
+# Countdown problems per count from the generator's pretrain pool (3 numbers: the pool holds
+# about 2,400 problems in all; 4 numbers: about 33,000), the first VALIDATION of each held out.
+COUNTDOWN = {"min_number": 1, "max_number": 12, "max_target": 100, "seed": 1,
+             "problems": {3: 2200, 4: 24000}}
+VALIDATION = 300
+SYNTHETIC = {
     "addition": {"name": "addition", "n_train": 20000},
     "compare": {"name": "compare", "n_train": 20000},
     "reverse": {"name": "reverse", "n_train": 20000},
 }
-MIX = {"countdown": 0.8, "addition": 0.07, "compare": 0.07, "reverse": 0.06}
+MIX = {"countdown3": 0.4, "countdown4": 0.4, "addition": 0.07, "compare": 0.07, "reverse": 0.06}
 
 
-def training_data() -> dict[str, list[tuple[str, list[str]]]]:
-    """Per task: the train split as ``[(prompt, [completions])]``. Countdown lists every valid
-    solution of the problem (``solutions``); the synthetic tasks their one gold answer."""
+def countdown_problems(count: int) -> list[dict]:
+    """The pretraining pool's Countdown problems with ``count`` numbers (validation first)."""
+    from esopt.tasks.countdown import compact_prompt, generate
+
+    c = COUNTDOWN
+    probs = generate(c["problems"][count], count=count, min_number=c["min_number"],
+                     max_number=c["max_number"], max_target=c["max_target"],
+                     seed=c["seed"] + count, pool="pretrain")
+    return [{**p, "prompt": compact_prompt(p["numbers"], p["target"])} for p in probs]
+
+
+def training_data() -> tuple[dict, dict]:
+    """``(train, validation)``: per source, ``[(prompt, [completions])]``. Countdown lists every
+    valid solution of a problem (``solutions``); the synthetic tasks their one gold answer."""
     import esopt.tasks as tasks
 
-    data = {}
-    for kind, cfg in DATA_TASKS.items():
+    train, val = {}, {}
+    for count in (3, 4):
+        rows = [(p["prompt"], solutions(p["numbers"], p["target"]) or [p["solution"]])
+                for p in countdown_problems(count)]
+        val[f"countdown{count}"], train[f"countdown{count}"] = rows[:VALIDATION], rows[VALIDATION:]
+    for kind, cfg in SYNTHETIC.items():
         task = tasks.get(cfg, style="compact")
-        rows = task.split("train")
-        if kind == "countdown":
-            data[kind] = [(r["prompt"], solutions(r["numbers"], r["target"]) or [r["solution"]])
-                          for r in rows]
-        else:
-            data[kind] = [(r["prompt"], [task.reference(r)]) for r in rows]
-    return data
+        train[kind] = [(r["prompt"], [task.reference(r)]) for r in task.split("train")]
+    return train, val
+
+
+def _encode(tok, pairs: list[tuple[str, str]]):
+    """Right-padded ``(input ids, labels, mask)``; labels only on completion tokens + EOS."""
+    rows = []
+    for prompt, completion in pairs:
+        p = tok(prompt, add_special_tokens=False)["input_ids"]
+        c = tok(completion, add_special_tokens=False)["input_ids"] + [EOS_ID]
+        rows.append((p + c, [-100] * len(p) + c))
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), 0, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (x, y) in enumerate(rows):  # right padding: positions start at 0 like unpadded
+        ids[i, : len(x)] = torch.tensor(x)
+        labels[i, : len(y)] = torch.tensor(y)
+        mask[i, : len(x)] = 1
+    return ids, labels, mask
 
 
 class Batches:
-    """Deterministic stream of training batches (input ids, labels, mask) from a seeded RNG:
-    each example picks a task by ``mix``, a problem uniformly, and one of its completions
-    uniformly."""
+    """Deterministic stream of training batches from a seeded RNG: each example picks a source
+    by ``mix``, a problem uniformly, and one of its completions uniformly."""
 
     def __init__(self, data, seed: int, batch: int, mix: dict[str, float]):
         self.data, self.batch, self.rng = data, batch, random.Random(seed)
@@ -142,46 +179,107 @@ class Batches:
         return prompt, self.rng.choice(completions)
 
     def __next__(self):
-        rows = []
-        for _ in range(self.batch):
-            prompt, completion = self.example()
-            p = self.tok(prompt, add_special_tokens=False)["input_ids"]
-            c = self.tok(completion, add_special_tokens=False)["input_ids"] + [EOS_ID]
-            rows.append((p + c, [-100] * len(p) + c))
-        width = max(len(ids) for ids, _ in rows)
-        ids = torch.full((len(rows), width), 0, dtype=torch.long)
-        labels = torch.full((len(rows), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (x, y) in enumerate(rows):  # right padding: positions start at 0 like unpadded
-            ids[i, : len(x)] = torch.tensor(x)
-            labels[i, : len(y)] = torch.tensor(y)
-            mask[i, : len(x)] = 1
-        return ids, labels, mask
+        return _encode(self.tok, [self.example() for _ in range(self.batch)])
+
+
+def validation_batch(val: dict, seed: int = 0):
+    """One seeded solution per Countdown validation problem, encoded once."""
+    rng = random.Random(seed)
+    pairs = [(p, rng.choice(cs)) for kind in sorted(val) for p, cs in val[kind]]
+    return _encode(char_tokenizer(), pairs)
+
+
+@torch.no_grad()
+def validation_loss(model, batch, chunk: int = 200) -> float:
+    """Mean token cross-entropy (nats) of the validation completions (+EOS)."""
+    ids, labels, mask = batch
+    total, count = 0.0, 0
+    for i in range(0, ids.shape[0], chunk):
+        x, y, m = ids[i:i + chunk], labels[i:i + chunk], mask[i:i + chunk]
+        logits = model(input_ids=x, attention_mask=m).logits[:, :-1].float()
+        target = y[:, 1:]
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+            reduction="sum")
+        total += float(loss)
+        count += int((target != -100).sum())
+    return total / max(count, 1)
+
+
+def lr_at(step: int, peak: float, warmup_steps: int) -> float:
+    """Linear warm-up to ``peak`` over ``warmup_steps``, then constant."""
+    return peak * min(1.0, (step + 1) / warmup_steps)
+
+
+def plateaued(history: list[dict], patience: int, min_rel: float) -> bool:
+    """True when none of the last ``patience`` evaluations improved the best validation loss
+    before them by at least ``min_rel`` (relative)."""
+    if len(history) <= patience:
+        return False
+    best_before = min(h["val_loss"] for h in history[:-patience])
+    best_recent = min(h["val_loss"] for h in history[-patience:])
+    return best_recent > best_before * (1.0 - min_rel)
+
+
+# ---------------------------------------------------------------- probes
+
+
+@torch.no_grad()
+def probe_pass(model, rows: list[tuple[str, list[str]]], samples: int = 16,
+               temperature: float = 0.6, max_new_tokens: int = 24, seed: int = 0) -> dict:
+    """Pass@1 / Pass@samples (unbiased estimator) and greedy accuracy of ``model`` on
+    validation problems ``rows`` (a completion is right iff it is one of the listed solutions
+    after canonicalisation), by HF ``generate``. Exploration only; the shipped numbers come
+    from the shared evaluator (``evaluate_shipped``)."""
+    from esopt.core.metrics import pass_at_k
+    from esopt.tasks.countdown import canonical
+
+    tok = char_tokenizer()
+    torch.manual_seed(seed)
+    counts, greedy = [], []
+    for i in range(0, len(rows), 50):
+        part = rows[i:i + 50]
+        enc = tok([p for p, _ in part], return_tensors="pt", padding=True)
+        width = enc["input_ids"].shape[1]
+        out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
+                             num_return_sequences=samples, max_new_tokens=max_new_tokens,
+                             pad_token_id=0, eos_token_id=EOS_ID)
+        texts = tok.batch_decode(out[:, width:], skip_special_tokens=True)
+        g = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
+                           pad_token_id=0, eos_token_id=EOS_ID)
+        gtexts = tok.batch_decode(g[:, width:], skip_special_tokens=True)
+        for j, (_, sols) in enumerate(part):
+            ok = {canonical(s) for s in sols}
+            counts.append(sum(canonical(t) in ok for t in texts[j * samples:(j + 1) * samples]))
+            greedy.append(canonical(gtexts[j]) in ok)
+    n = len(counts)
+    return {"pass@1": round(sum(pass_at_k(samples, c, 1) for c in counts) / n, 4),
+            f"pass@{samples}": round(sum(pass_at_k(samples, c, samples) for c in counts) / n, 4),
+            "greedy": round(sum(greedy) / n, 4)}
 
 
 # ---------------------------------------------------------------- training
 
 
-def lr_at(step: int, peak: float, warmup_steps: int) -> float:
-    """Linear warm-up to ``peak`` over ``warmup_steps``, then constant (so stopping at step k is
-    the same recipe as ``steps=k``)."""
-    return peak * min(1.0, (step + 1) / warmup_steps)
-
-
-def train(name: str, data, seed: int = 0, steps: int | None = None, log_every: int = 100,
-          probe=None, probe_every: int = 0):
-    """Train tiny family member ``name`` from scratch; returns (model, tokenizer, info).
-
-    ``probe(model, step)`` (optional) is called every ``probe_every`` steps (exploration only).
-    """
+def _new_model(name: str, seed: int):
     from transformers import Qwen2ForCausalLM
 
-    recipe = {**RECIPES[name]}
-    if steps is not None:
-        recipe["steps"] = steps
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(tiny_config(name))
-    model.train()
+    return Qwen2ForCausalLM(tiny_config(name))
+
+
+def train(name: str, train_data, val_data, seed: int = 0, ckpt_dir: Path | None = None,
+          resume: bool = False, log=print, probe_every: int = 2, max_steps: int | None = None):
+    """Train tiny family member ``name`` from scratch until its validation loss plateaus
+    (``STOP``); returns ``(best model, tokenizer, info)`` with the curve in ``info``.
+
+    With ``ckpt_dir`` the state (model, optimizer, data RNG, curve) is saved at every
+    evaluation to ``ckpt_dir/<name>/last.pt`` and the best model to ``ckpt_dir/<name>/best``;
+    ``resume`` continues from ``last.pt`` bitwise as if never stopped.
+    """
+    recipe = {**RECIPES[name], **COMMON}
+    stop = {**STOP, **({"max_steps": max_steps} if max_steps else {})}
+    model = _new_model(name, seed)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -189,9 +287,26 @@ def train(name: str, data, seed: int = 0, steps: int | None = None, log_every: i
          {"params": no_decay, "weight_decay": 0.0}],
         lr=recipe["lr"], betas=COMMON["betas"],
     )
-    batches = Batches(data, seed, recipe["batch"], MIX)
-    t0, losses, probes = time.time(), [], []
-    for step in range(recipe["steps"]):
+    batches = Batches(train_data, seed, recipe["batch"], MIX)
+    vbatch = validation_batch(val_data, seed)
+    probe_rows = {k: v[:100] for k, v in val_data.items()}
+    history: list[dict] = []
+    best_state, best_loss, step, wall0 = None, float("inf"), 0, 0.0
+    d = Path(ckpt_dir) / name if ckpt_dir is not None else None
+    if resume and d is not None and (d / "last.pt").exists():
+        saved = torch.load(d / "last.pt", weights_only=False)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        batches.rng.setstate(saved["rng"])
+        history, step, wall0 = saved["history"], saved["step"], saved["wall_s"]
+        best_loss = min(h["val_loss"] for h in history)
+        best_state = saved["best"]
+        log(f"{name} resumed at step {step}")
+    t0 = time.time() - wall0
+    reason = f"max_steps ({stop['max_steps']})"
+    losses: list[float] = []
+    model.train()
+    while step < stop["max_steps"]:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, recipe["lr"], COMMON["warmup_steps"])
         ids, labels, mask = next(batches)
@@ -201,55 +316,50 @@ def train(name: str, data, seed: int = 0, steps: int | None = None, log_every: i
         torch.nn.utils.clip_grad_norm_(model.parameters(), COMMON["grad_clip"])
         opt.step()
         losses.append(loss.item())
-        if log_every and (step + 1) % log_every == 0:
-            print(f"{name} step {step + 1}/{recipe['steps']} loss "
-                  f"{sum(losses[-log_every:]) / log_every:.4f} {time.time() - t0:.0f}s", flush=True)
-        if probe and probe_every and (step + 1) % probe_every == 0:
-            model.eval()
-            r = probe(model, step + 1)
-            model.train()
-            probes.append({"step": step + 1, "wall_s": round(time.time() - t0, 1), **r})
-            print(f"{name} PROBE {json.dumps(probes[-1])}", flush=True)
+        step += 1
+        if step % stop["eval_every"]:
+            continue
+        model.eval()
+        point = {"step": step, "wall_s": round(time.time() - t0, 1),
+                 "train_loss": round(sum(losses) / len(losses), 5),
+                 "val_loss": round(validation_loss(model, vbatch), 5)}
+        losses = []
+        if probe_every and (step // stop["eval_every"]) % probe_every == 0:
+            for kind, rows in probe_rows.items():
+                point[kind] = probe_pass(model, rows)
+        model.train()
+        history.append(point)
+        log(f"{name} {json.dumps(point)}")
+        if point["val_loss"] < best_loss:
+            best_loss = point["val_loss"]
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if d is not None:
+            d.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                        "rng": batches.rng.getstate(), "history": history, "step": step,
+                        "wall_s": time.time() - t0, "best": best_state}, d / "last.pt.tmp")
+            Path(d / "last.pt.tmp").replace(d / "last.pt")
+        if plateaued(history, stop["patience"], stop["min_rel_improvement"]):
+            reason = (f"plateau: no {stop['min_rel_improvement']:.1%} improvement of the best "
+                      f"validation loss in {stop['patience']} evaluations")
+            break
+    model.load_state_dict(best_state)
     model.eval()
-    info = {"recipe": {**recipe, **COMMON, "mix": MIX, "data": DATA_TASKS},
-            "train_wall_s": round(time.time() - t0, 1),
-            "final_loss": round(sum(losses[-100:]) / len(losses[-100:]), 4)}
-    if probes:
-        info["probes"] = probes
+    best = min(history, key=lambda h: h["val_loss"])
+    info = {"recipe": {**RECIPES[name], **COMMON, "stop": stop, "mix": MIX,
+                       "countdown": {**{k: v for k, v in COUNTDOWN.items() if k != "problems"},
+                                     "pool": "pretrain", "validation_per_count": VALIDATION,
+                                     "problems": {str(k): v for k, v in COUNTDOWN["problems"].items()}},
+                       "synthetic": SYNTHETIC,
+                       "loss": "next-token cross-entropy on completion tokens (+EOS) only",
+                       "optimizer": "AdamW, linear warm-up then constant lr"},
+            "stopped_at": step, "stop_reason": reason, "shipped_step": best["step"],
+            "shipped_val_loss": best["val_loss"], "train_wall_s": round(time.time() - t0, 1),
+            "curve": history}
     return model, char_tokenizer(), info
 
 
-# ---------------------------------------------------------------- quick evaluation
-
-
-@torch.no_grad()
-def quick_eval(model, task, rows, samples=32, temperature=0.6, max_new_tokens=24, seed=0,
-               chunk=50) -> dict:
-    """Pass@1 / Pass@4 / Pass@samples / greedy of ``model`` on ``rows`` of ``task`` with HF
-    ``generate`` (left padding, top_p 1, EOS stops)."""
-    tok = char_tokenizer()
-    torch.manual_seed(seed)
-    counts, greedy = [], []
-    rows = list(rows)
-    for i in range(0, len(rows), chunk):
-        part = rows[i : i + chunk]
-        enc = tok([r["prompt"] for r in part], return_tensors="pt", padding=True)
-        L = enc["input_ids"].shape[1]
-        out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
-                             num_return_sequences=samples, max_new_tokens=max_new_tokens,
-                             pad_token_id=0, eos_token_id=EOS_ID)
-        texts = tok.batch_decode(out[:, L:], skip_special_tokens=True)
-        g = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens,
-                           pad_token_id=0, eos_token_id=EOS_ID)
-        gtexts = tok.batch_decode(g[:, L:], skip_special_tokens=True)
-        for j, r in enumerate(part):
-            counts.append(sum(task.verify(t, r).correct for t in texts[j * samples:(j + 1) * samples]))
-            greedy.append(int(task.verify(gtexts[j], r).correct))
-    P = len(counts)
-    res = {f"pass@{k}": round(sum(pass_at_k(samples, c, k) for c in counts) / P, 4)
-           for k in sorted({1, 4, samples}) if k <= samples}
-    res["greedy"] = round(sum(greedy) / P, 4)
-    return res
+# ---------------------------------------------------------------- shipping
 
 
 def save(model, tok, name: str, card: dict, out_dir: Path = TINY_DIR) -> Path:
@@ -264,9 +374,9 @@ def save(model, tok, name: str, card: dict, out_dir: Path = TINY_DIR) -> Path:
     return d
 
 
-def evaluate_shipped(name: str, problems: int = 200, path=None) -> dict:
-    """The shared evaluator (``esopt.evaluate.evaluate``) at its defaults on the Countdown test
-    split and on the held-out synthetic tasks' test splits (greedy accuracy there)."""
+def evaluate_shipped(name: str, problems: int = 200, path=None, task_cfg: dict | None = None) -> dict:
+    """The shared evaluator at its defaults on the Countdown test split (the task's defaults
+    unless ``task_cfg``) and greedy accuracy on the synthetic tasks' test splits."""
     import esopt.models as models
     import esopt.tasks as tasks
     from esopt import engines
@@ -274,7 +384,8 @@ def evaluate_shipped(name: str, problems: int = 200, path=None) -> dict:
 
     model, tok = models.load(name, path=path)
     engine = engines.get({"name": "hf", "device": "cpu", "max_batch": 800}, model, tok)
-    r = evaluate(engine, tasks.get({"name": "countdown"}, style="compact"), problems=problems)
+    r = evaluate(engine, tasks.get(task_cfg or {"name": "countdown"}, style="compact"),
+                 problems=problems)
     out = {"countdown_test": {k: r[k] for k in ("n_problems", "samples", "temperature", "pass@k",
                                                 "pass@k_ci", "maj@k", "greedy", "entropy", "format",
                                                 "wall_s")}}
@@ -285,94 +396,38 @@ def evaluate_shipped(name: str, problems: int = 200, path=None) -> dict:
     return out
 
 
-def finalize(name: str, step: int, ckpt_dir: Path, log: Path | None, seed: int = 0,
-             threads: int = 1, out_dir: Path = TINY_DIR) -> dict:
-    """Ship the checkpoint of ``name`` at ``step`` (from an exploration run with probes) with
-    its card. Constant LR after warm-up + a deterministic data stream make it identical to a
-    fresh ``--steps step`` run."""
-    from transformers import Qwen2ForCausalLM
-
-    from esopt.models.tiny import ARCH
-
-    model = Qwen2ForCausalLM.from_pretrained(ckpt_dir / name / str(step)).eval()
-    probes = []
-    if log is not None and Path(log).exists():
-        for line in Path(log).read_text().splitlines():
-            if line.startswith(f"{name} PROBE "):
-                pr = json.loads(line.split(" PROBE ", 1)[1])
-                if pr["step"] <= step:
-                    probes.append(pr)
-    card = {"name": name, "seed": seed, "torch_threads": threads,
-            "arch": dict(zip(("hidden", "layers", "heads", "kv_heads", "intermediate"), ARCH[name])),
-            "params": sum(p.numel() for p in model.parameters()),
-            "recipe": {**RECIPES[name], "steps": step, **COMMON, "mix": MIX, "data": DATA_TASKS,
-                       "loss": "next-token cross-entropy on completion tokens (+EOS) only",
-                       "optimizer": "AdamW, linear warm-up then constant lr"},
-            "train_wall_s": probes[-1]["wall_s"] if probes else None,
-            "probes_100x16": probes}
-    d = save(model, char_tokenizer(), name, card, out_dir)
-    card["eval"] = evaluate_shipped(name, path=str(d))
-    (d / "pretrain_card.json").write_text(json.dumps(card, indent=2) + "\n")
-    return card
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m esopt.cli.pretrain",
                                  description="Seeded pretraining of the tiny family.")
     ap.add_argument("--sizes", nargs="+", default=list(TINY), choices=list(TINY))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=None, help="override the recipe's step count")
     ap.add_argument("--out", type=Path, default=TINY_DIR)
+    ap.add_argument("--ckpt-dir", type=Path, default=None, help="state for --resume")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--max-steps", type=int, default=None, help="override STOP['max_steps']")
     ap.add_argument("--eval-problems", type=int, default=200, help="0 = skip the evaluation")
-    ap.add_argument("--probe-every", type=int, default=0, help="exploration: quick eval every N steps")
-    ap.add_argument("--ckpt-dir", type=Path, default=None,
-                    help="exploration: also save a checkpoint at every probe to DIR/<name>/<step>")
-    ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1 = the shipped weights' setting; bitwise reproducible)")
-    ap.add_argument("--finalize", type=int, default=None, metavar="STEP",
-                    help="ship the --ckpt-dir checkpoint of each size at STEP (see finalize)")
-    ap.add_argument("--log", type=Path, default=None, help="with --finalize: the run's log (probes)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.finalize is not None:
-        for name in args.sizes:
-            card = finalize(name, args.finalize, args.ckpt_dir, args.log, args.seed, args.threads,
-                            args.out)
-            print(name, json.dumps(card["eval"]), flush=True)
-        return
-    import esopt.tasks as tasks
-
     t = time.time()
-    data = training_data()
-    print(f"data: { {k: len(v) for k, v in data.items()} } in {time.time() - t:.1f}s", flush=True)
-    task = tasks.get({"name": "countdown"}, style="compact")
-    test = task.split("test")
-    probe_rows = test.select(range(100))
-
-    def probe(model, step, name=None):
-        if args.ckpt_dir is not None:
-            model.save_pretrained(args.ckpt_dir / name / str(step), safe_serialization=True)
-        return quick_eval(model, task, probe_rows, samples=16)
-
+    train_data, val_data = training_data()
+    print(f"data: { {k: len(v) for k, v in train_data.items()} } validation "
+          f"{ {k: len(v) for k, v in val_data.items()} } in {time.time() - t:.1f}s", flush=True)
     for name in args.sizes:
-        model, tok, info = train(name, data, seed=args.seed, steps=args.steps,
-                                 probe=lambda m, k, name=name: probe(m, k, name),
-                                 probe_every=args.probe_every)
-        if args.eval_problems:
-            t = time.time()
-            info["eval"] = {"split": "test", "problems": args.eval_problems, "samples": 32,
-                            "temperature": 0.6, "max_new_tokens": 24,
-                            **quick_eval(model, task, test.select(range(args.eval_problems)))}
-            info["eval_wall_s"] = round(time.time() - t, 1)
-        print(name, json.dumps({k: v for k, v in info.items() if k != "recipe"}), flush=True)
-        if not args.no_save:
-            from esopt.models.tiny import ARCH
-
-            card = {"name": name, "seed": args.seed, "arch": dict(zip(
-                ("hidden", "layers", "heads", "kv_heads", "intermediate"), ARCH[name])),
+        model, tok, info = train(name, train_data, val_data, seed=args.seed,
+                                 ckpt_dir=args.ckpt_dir, resume=args.resume,
+                                 log=lambda s: print(s, flush=True), max_steps=args.max_steps)
+        card = {"name": name, "seed": args.seed, "torch_threads": args.threads,
+                "arch": dict(zip(("hidden", "layers", "heads", "kv_heads", "intermediate"),
+                                 ARCH[name])),
                 "params": sum(p.numel() for p in model.parameters()), **info}
-            save(model, tok, name, card, args.out)
+        d = save(model, tok, name, card, args.out)
+        if args.eval_problems:
+            card["eval"] = evaluate_shipped(name, problems=args.eval_problems, path=str(d))
+            (d / "pretrain_card.json").write_text(json.dumps(card, indent=2) + "\n")
+        print(name, "shipped step", info["shipped_step"], info["stop_reason"],
+              json.dumps(card.get("eval", {}).get("countdown_test", {}).get("pass@k")), flush=True)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,18 @@ VOCAB = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
 PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
 MAX_POSITIONS = 128
 
-# Architecture per member: (hidden, layers, heads, kv_heads, intermediate).
-# Parameter counts (tied embeddings, vocab 99) are checked in tests/test_models.py.
+# Architecture per member: (hidden, layers, heads, kv_heads, intermediate). Head size 32
+# everywhere (vLLM's CPU attention serves head sizes 32, 64, 80, ...; not 16). About 30k to
+# 3.2M parameters (105x), roughly log-spaced. Parameter counts (tied embeddings, vocab 99) are
+# checked in tests/test_models.py.
+HEAD_DIM = 32
 ARCH: dict[str, tuple[int, int, int, int, int]] = {
-    "tiny-xs": (32, 2, 4, 2, 96),
-    "tiny-s": (64, 2, 4, 2, 192),
-    "tiny-m": (96, 3, 4, 2, 288),
+    "tiny-xs": (32, 2, 1, 1, 96),
+    "tiny-s": (64, 2, 2, 1, 192),
+    "tiny-m": (96, 3, 3, 1, 288),
     "tiny-l": (128, 4, 4, 2, 384),
+    "tiny-xl": (192, 4, 6, 2, 576),
+    "tiny-2xl": (256, 4, 8, 2, 768),
 }
 TINY: tuple[str, ...] = tuple(ARCH)
 
@@ -66,6 +71,7 @@ def tiny_config(name: str) -> Qwen2Config:
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
+        head_dim=HEAD_DIM,
         max_position_embeddings=MAX_POSITIONS,
         rope_theta=10000.0,
         tie_word_embeddings=True,

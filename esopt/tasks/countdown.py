@@ -7,6 +7,8 @@ Data (``source``):
     ``a/b`` only when exact, so every intermediate value is a positive integer. The result is the
     target (kept only if ``1 <= target <= max_target``) and the expression is kept as
     ``solution`` (minimal parentheses, no spaces), so every target is reachable by construction.
+    Half of the problem space (by a hash of the problem key, ``pool_of``) is reserved for
+    pretraining the tiny family; the generator only deals problems of the other half (``rl``).
     Problems are deduplicated by ``(sorted numbers, target)`` and dealt in generation order:
     first ``n_test`` to test, then ``n_heldout`` to heldout, then ``n_train`` to train. So test and
     heldout do not change when only ``n_train`` changes (a bigger ``n_train`` with the same other
@@ -39,6 +41,7 @@ Styles:
 from __future__ import annotations
 
 import ast
+import hashlib
 import math
 import numbers as _numbers
 import random
@@ -376,6 +379,20 @@ def key(numbers: Sequence[int], target) -> tuple:
     return (tuple(sorted(int(n) for n in numbers)), t.numerator if t.denominator == 1 else t)
 
 
+POOLS = ("rl", "pretrain")
+
+
+def pool_of(problem_key: tuple) -> str:
+    """The half of the problem space a problem belongs to: ``"pretrain"`` when the first byte of
+    ``sha256(repr(key))`` is odd, else ``"rl"``.
+
+    The generator deals RL splits (train / test / heldout) from the ``rl`` pool only and the tiny
+    family is pretrained on the ``pretrain`` pool only, so pretraining never sees an RL problem,
+    whatever the split sizes, seed or number range.
+    """
+    return "pretrain" if hashlib.sha256(repr(problem_key).encode()).digest()[0] & 1 else "rl"
+
+
 def generate(
     n: int,
     *,
@@ -385,8 +402,10 @@ def generate(
     max_target: int | None = 100,
     seed: int = 0,
     exclude: Iterable[tuple] = (),
+    pool: str = "rl",
 ) -> list[dict]:
-    """``n`` distinct problems (by ``key``), none in ``exclude``; deterministic for the knobs.
+    """``n`` distinct problems (by ``key``) of ``pool`` (``pool_of``), none in ``exclude``;
+    deterministic for the knobs.
 
     Raises ConfigError when the knobs admit too few distinct problems.
     """
@@ -410,7 +429,8 @@ def generate(
         if k in seen:
             continue
         seen.add(k)
-        out.append(p)
+        if pool_of(k) == pool:
+            out.append(p)
     return out
 
 
@@ -488,7 +508,7 @@ class CountdownTask(Task):
     # (distinct by sorted numbers + target), so test/heldout stay fixed when only n_train changes.
     # n_train / n_test / n_heldout left null take the default of the source (resolve()).
     knobs = {
-        "count": 3,             # numbers per problem: 3, 4, or a list such as [3, 4] (drawn per problem)
+        "count": [3, 4],        # numbers per problem: 3, 4, or a list such as [3, 4] (drawn per problem)
         "min_number": 1,        # smallest number (>= 1)
         "max_number": 12,       # largest number
         "max_target": 100,      # largest target (targets are >= 1); null = no cap

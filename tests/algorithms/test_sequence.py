@@ -18,7 +18,7 @@ torch.set_num_threads(1)
 
 SMALL = ["model=tiny-xs", "task=countdown", "engine.device=cpu", "iterations=4", "eval.problems=8",
          "eval.samples=4", "eval.every=2", "grpo.num_generations=4", "grpo.prompts_per_step=4",
-         "pop=4", "es.batch_size=4"]
+         "pop=4", "es.batch_size=16"]
 
 
 def config(results_root, *overrides):

@@ -32,7 +32,7 @@ def test_installed_wheel_runs_outside_the_checkout(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", str(wheel)], check=True, timeout=300)
     proc = subprocess.run([str(py), "-m", "esopt.evaluate", "model=tiny-xs", "eval.problems=4", "eval.samples=2",
                            f"sweep.root={tmp_path / 'results'}"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)

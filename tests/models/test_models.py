@@ -16,7 +16,7 @@ def test_registry_hub_ids():
     assert REGISTRY["llama1b"] == "meta-llama/Llama-3.2-1B-Instruct"
     assert REGISTRY["llama8b"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert set(REGISTRY) == {"qwen0.5b", "qwen1.5b", "qwen3b", "qwen7b", "llama1b", "llama3b", "llama8b"}
-    assert TINY == ("tiny-xs", "tiny-s", "tiny-m", "tiny-l")
+    assert TINY == ("tiny-xs", "tiny-s", "tiny-m", "tiny-l", "tiny-xl", "tiny-2xl")
 
 
 def test_unknown_name_is_one_line_config_error():
@@ -63,11 +63,13 @@ def test_tiny_family_loads_with_expected_sizes(tiny_models):
         assert card["params"] == n_params(model)
         sizes[name] = n_params(model)
     values = [sizes[n] for n in TINY]
-    assert values == sorted(values) and len(set(values)) == 4
-    assert 15_000 <= values[0] <= 50_000 and 500_000 <= values[-1] <= 2_500_000
-    assert values[-1] / values[0] >= 16
+    assert values == sorted(values) and len(set(values)) == 6       # at least 6 sizes
+    assert 20_000 <= values[0] <= 50_000 and values[-1] >= 3_000_000
+    assert values[-1] / values[0] >= 100                             # spanning at least 100x
+    for name, (model, _) in tiny_models.items():                      # vLLM's CPU attention: 32, 64, ...
+        assert model.config.head_dim in (32, 64), (name, model.config.head_dim)
     total_bytes = sum((TINY_DIR / n / "model.safetensors").stat().st_size for n in TINY)
-    assert total_bytes < 20 * 2**20
+    assert total_bytes < 40 * 2**20
 
 
 def test_save_load_round_trip_keeps_logits(tiny_models, tmp_path):
@@ -110,3 +112,18 @@ def test_left_padding_does_not_change_greedy_output(tiny_models):
             e1 = tok([p], return_tensors="pt")
             one = model.generate(**e1, do_sample=False, max_new_tokens=12, pad_token_id=0, eos_token_id=1)
             assert tok.decode(one[0, e1["input_ids"].shape[1]:], skip_special_tokens=True) == t
+
+
+def test_pretraining_problems_are_disjoint_from_every_rl_split():
+    """The tiny family is pretrained on the generator's "pretrain" pool only (a hash of the
+    problem key); the RL splits come from the other half, whatever the split sizes or seed."""
+    from esopt.cli.pretrain import COUNTDOWN, countdown_problems
+    from esopt.tasks import countdown, get
+
+    pre = {countdown.key(p["numbers"], p["target"]) for c in COUNTDOWN["problems"] for p in countdown_problems(c)}
+    assert len(pre) > 20_000 and {countdown.pool_of(k) for k in pre} == {"pretrain"}
+    for cfg in ({"name": "countdown"}, {"name": "countdown", "seed": 7, "n_train": 3000, "count": 4}):
+        task = get(cfg, style="compact")
+        for split in ("train", "test", "heldout"):
+            keys = {countdown.key(r["numbers"], r["target"]) for r in task.split(split)}
+            assert keys and not keys & pre, (cfg, split)

@@ -1,4 +1,4 @@
-"""The shipped tiny family is a partially competent, diverse base on Countdown (issue 2):
+"""The shipped tiny family is a partially competent, diverse base on Countdown:
 Pass@1 in [5%, 60%] and Pass@32 >= 1.5 x Pass@1, measured by the shared evaluator at its
 defaults (32 samples, temperature 0.6, top_p 1, the task's 24-token budget) on the test split.
 Here on the first 100 test problems for the smallest and largest member (the full 200-problem
@@ -26,10 +26,10 @@ def _eval(name, task):
 
 @pytest.fixture(scope="module")
 def results(task):
-    return {name: _eval(name, task) for name in ("tiny-xs", "tiny-l")}
+    return {name: _eval(name, task) for name in (models.TINY[0], models.TINY[-1])}
 
 
-@pytest.mark.parametrize("name", ["tiny-xs", "tiny-l"])
+@pytest.mark.parametrize("name", [models.TINY[0], models.TINY[-1]])
 def test_partially_competent_and_diverse(results, name):
     r = results[name]
     p1, p32 = r["pass@k"]["1"], r["pass@k"]["32"]
@@ -39,5 +39,22 @@ def test_partially_competent_and_diverse(results, name):
 
 
 def test_larger_is_better(results):
-    assert results["tiny-l"]["pass@k"]["1"] > results["tiny-xs"]["pass@k"]["1"]
-    assert results["tiny-l"]["pass@k"]["32"] >= results["tiny-xs"]["pass@k"]["32"]
+    small, large = results[models.TINY[0]], results[models.TINY[-1]]
+    # Pass@1 grows with size; Pass@32 does not have to (all sizes reach 0.82-0.88 on 200 problems)
+    assert large["pass@k"]["1"] > small["pass@k"]["1"] + 0.05
+
+
+@pytest.mark.parametrize("name", models.TINY)
+def test_each_size_stopped_at_a_plateau_and_ships_its_best_validation_checkpoint(name):
+    """The cards keep the pretraining curve: every size stopped by the plateau rule (not the step
+    cap) and ships the checkpoint with the lowest validation loss; every size is partially
+    competent and diverse on the test split (the evaluator at its defaults, 200 problems)."""
+    import json
+
+    card = json.loads((models.TINY_DIR / name / "pretrain_card.json").read_text())
+    assert card["stop_reason"].startswith("plateau"), card["stop_reason"]
+    best = min(card["curve"], key=lambda p: p["val_loss"])
+    assert card["shipped_step"] == best["step"] and card["shipped_val_loss"] == best["val_loss"]
+    assert card["recipe"]["countdown"]["pool"] == "pretrain"
+    p1, p32 = (card["eval"]["countdown_test"]["pass@k"][k] for k in ("1", "32"))
+    assert 0.05 <= p1 <= 0.60 and p32 >= 1.5 * p1, (p1, p32)

@@ -66,7 +66,7 @@ def test_bad_inputs_found_before_dispatch(results_root, tmp_path):
     dup.write_text('{"nums": [1, 2, 3], "target": 6}\n' * 20)
     for args, message in [
         ([f"model.path={empty}"], "has no config.json"),
-        ([f"task.source={dup}", "task.n_train=2", "task.n_heldout=0"], "test split of"),
+        ([f"task.source={dup}", "task.n_train=2", "task.n_heldout=0"], "the test split is empty"),
         (["+popsize=8"], "unknown key 'popsize' (did you mean 'pop'?)"),
         (["sweep.name=.."], "sweep.name must be a plain directory name"),  # would write beside results/
     ]:

@@ -133,7 +133,7 @@ def test_keep_fractions_global_vs_per_tensor(planted):
     for n, m in km.items():                               # exactly the entries with |delta| >= thr
         assert torch.equal(m, d[n].abs() >= thr), n
     q = sum(int(m.sum()) for n, m in km.items() if "q_proj.weight" in n)
-    assert q / k > 0.8                                     # planted: q_proj holds most of the top 5%
+    assert q / k > 0.5                                     # planted: q_proj holds most of the top 5%
     # per tensor
     per = {n: analyze.make_rules(lambda n=n: (b for _, b in analyze.stream_bits(pair, [n])), nnz_t[n], [f], True)[f]
            for n in d}

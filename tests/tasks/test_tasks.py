@@ -68,8 +68,8 @@ def test_countdown_generator_determinism_disjoint_reachable():
     assert len(tr) == 300 and len(te) == 100 and len(ho) == 100  # distinct within each split
     assert not (tr & te) and not (tr & ho) and not (te & ho)
     for split in ("train", "test", "heldout"):
+        assert {len(r["numbers"]) for r in a.split(split)} == {3, 4}  # the default mix: 3 and 4 numbers
         for row in a.split(split):
-            assert len(row["numbers"]) == 3
             assert all(1 <= n <= 12 for n in row["numbers"]) and 1 <= row["target"] <= 100
             assert cd.check_expression(row["solution"], row["numbers"], row["target"])
             assert row["prompt"] == " ".join(map(str, row["numbers"])) + f"={row['target']}:"
