@@ -40,18 +40,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's esopt, also when run as a script
 GOALS = {"es_over_gen": 1.10, "es_memory": 1.10}
-TINY_REBUILT = Path("/work/pretrain/tiny/tiny-s")  # head-32 tiny-s until the rebuilt family ships
 
 
 def tiny_source() -> dict:
     from esopt import models
     from esopt.engines.vllm import CPU_HEAD_SIZES, head_size
 
-    if head_size(models.local_config("tiny-s")) in CPU_HEAD_SIZES:
-        return {"name": "tiny-s", "path": None}
-    if (TINY_REBUILT / "config.json").is_file():
-        return {"name": "tiny-s", "path": str(TINY_REBUILT)}
-    sys.exit("bench_vllm: no tiny-s with a head size vLLM's CPU build serves")
+    if head_size(models.local_config("tiny-s")) not in CPU_HEAD_SIZES:
+        sys.exit("bench_vllm: the shipped tiny-s has a head size vLLM's CPU build does not serve")
+    return {"name": "tiny-s", "path": None}
 
 
 def build_05b(directory: Path) -> dict:

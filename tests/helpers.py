@@ -36,11 +36,6 @@ SHARED_DATA = Path(os.environ.get("ESOPT_SHARED_DATA") or REPO.parent / "shared"
 CONF_DIR = REPO / "conf"
 
 
-# The rebuilt tiny family (head size 32) until it ships in esopt/models/tiny/: the vLLM tests use
-# the shipped tiny-s as soon as vLLM's CPU attention can serve it, this directory before that.
-VLLM_TINY_FALLBACK = Path("/work/pretrain/tiny/tiny-s")
-
-
 def require_vllm() -> None:
     """vLLM tests: skip with a reason where vLLM is not importable, but fail where it must be
     (``ESOPT_REQUIRE_VLLM=1``, set by .ci/run for its vLLM stage: a skipped vLLM test there is a
@@ -57,30 +52,14 @@ def require_vllm() -> None:
 
 
 def vllm_tiny() -> list[str]:
-    """Overrides selecting tiny-s in a form vLLM's CPU build serves (head size 32): the shipped
-    model when its head size is served, else the rebuilt one at ``VLLM_TINY_FALLBACK``."""
-    import pytest
-
-    from esopt import models
-    from esopt.engines.vllm import CPU_HEAD_SIZES, head_size
-
-    if head_size(models.local_config("tiny-s")) in CPU_HEAD_SIZES:
-        return ["model=tiny-s"]
-    if (VLLM_TINY_FALLBACK / "config.json").is_file():
-        return ["model=tiny-s", f"model.path={VLLM_TINY_FALLBACK}"]
-    message = f"the shipped tiny-s has head size 16 and {VLLM_TINY_FALLBACK} is absent"
-    if os.environ.get("ESOPT_REQUIRE_VLLM", "") not in ("", "0"):
-        pytest.fail(message)
-    pytest.skip(message)
+    """Overrides selecting tiny-s for the vLLM tests (the shipped family has head size 32, which
+    vLLM's CPU attention serves)."""
+    return ["model=tiny-s"]
 
 
 def vllm_tiny_family(names: tuple[str, ...]) -> list[str]:
-    """Sweep overrides selecting the tiny models ``names`` (in this order) as vLLM's CPU build can
-    serve them: the shipped ones, or the rebuilt head-32 ones beside ``VLLM_TINY_FALLBACK``."""
-    overrides = vllm_tiny()
-    if len(overrides) == 1:
-        return [f"model={','.join(names)}"]
-    return [f"model={','.join(names)}", f"model.path={VLLM_TINY_FALLBACK.parent}/${{model.name}}"]
+    """Sweep overrides selecting the tiny models ``names`` (in this order)."""
+    return [f"model={','.join(names)}"]
 
 
 def random_model(tok, seed=0):
