@@ -20,8 +20,8 @@ def test_es_gets_one_rank_per_gpu_engine():
     assert (lay.ranks, lay.gpus_per_rank, lay.gpus_requested, lay.gpus_used, lay.note) == (4, 1, 4, 4, None)
     req = launcher_request(rc("algo=es", "model=qwen7b"), SLURM)
     assert (req["tasks_per_node"], req["gpus_per_task"], req["gpus_per_node"], req["cpus_per_task"]) == (4, 1, None, 8)
-    tp = layout(rc("algo=es", "model=qwen7b", "engine=vllm", "engine.tensor_parallel_size=2"))
-    assert (tp.ranks, tp.gpus_per_rank, tp.gpus_used) == (2, 2, 4)
+    with pytest.raises(ConfigError, match="tensor_parallel_size must be 1"):  # one single-GPU engine per rank
+        rc("algo=es", "model=qwen7b", "engine=vllm", "engine.tensor_parallel_size=2")
     assert launcher_request(rc("algo=es", "model=qwen7b"), LOCAL)["tasks_per_node"] == 4   # submitit_local
     cpu = layout(rc("algo=es", "model=tiny-s"))
     assert (cpu.ranks, cpu.gpus_per_rank, cpu.gpus_used) == (1, 0, 0)
@@ -42,7 +42,7 @@ def test_grpo_and_base_runs_are_one_process_and_say_why():
 
 @pytest.mark.parametrize("over,message", [
     (("model.resources.ranks=3",), "model.resources.gpus=4 but 3 ranks x 1 GPU(s) per engine would use 3"),
-    (("engine=vllm", "engine.tensor_parallel_size=3"), "not a multiple of engine.tensor_parallel_size=3"),
+    (("engine=vllm", "engine.tensor_parallel_size=3"), "engine.tensor_parallel_size must be 1"),
     (("model.resources.ranks=0",), "model.resources.ranks must be null or an integer >= 1"),
 ])
 def test_requests_no_layout_fills_are_refused(over, message):
