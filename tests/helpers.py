@@ -473,3 +473,24 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
                 "trained_counts": trained["correct_counts"],
                 "curves": [{"mode": "global", "keep": 0.22, "correct_counts": pruned["correct_counts"]}]}))
     return {**p, "cell_model": cell_model}
+
+
+class Killed(BaseException):
+    """A process death, raised inside a run (BaseException: nothing in the run catches it)."""
+
+
+def kill_while_recording(ctx, train, iteration: int) -> None:
+    """Run ``train(ctx)`` and die while the train line of ``iteration`` is being recorded (after
+    the checkpoint of the iteration before it): the resume tests' crash."""
+    import pytest
+
+    log = ctx.log
+
+    def dying_log(**line):
+        if line.get("iteration") == iteration and line.get("kind") == "train":
+            raise Killed
+        log(**line)
+
+    ctx.log = dying_log
+    with pytest.raises(Killed):
+        train(ctx)

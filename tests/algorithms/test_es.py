@@ -15,7 +15,7 @@ from esopt.models.tiny import char_tokenizer
 from esopt.core.store import RunDir
 from esopt.core.errors import NonFinite
 from esopt.runtime.context import RunContext
-from helpers import SevensTask, tiny_model
+from helpers import Killed, SevensTask, kill_while_recording, tiny_model
 
 from esopt.tasks import Verdict
 
@@ -147,26 +147,13 @@ def test_train_logs_diagnostics_and_checkpoints(tmp_path):
     assert state["iteration"] == 3 and (ctx.run.checkpoint_dir / "model.safetensors").exists()
 
 
-class Killed(BaseException):
-    pass
-
-
 def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
     cfg = run_config(iterations=4)
     full = make_ctx(tmp_path / "a", cfg)
     es.train(full)
 
     killed = make_ctx(tmp_path / "b", cfg)
-    log = killed.log
-
-    def dying_log(**line):  # the process dies while iteration 3 is being recorded
-        if line.get("iteration") == 3 and line.get("kind") == "train":
-            raise Killed
-        log(**line)
-
-    killed.log = dying_log
-    with pytest.raises(Killed):
-        es.train(killed)
+    kill_while_recording(killed, es.train, 3)
     assert json.loads((killed.run.checkpoint_dir / "state.json").read_text())["iteration"] == 2
 
     resumed = make_ctx(tmp_path / "b", cfg)  # a fresh process: base weights, same run dir

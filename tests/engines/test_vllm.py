@@ -14,7 +14,7 @@ import time
 
 import pytest
 import torch
-from helpers import require_vllm, run_config, vllm_tiny
+from helpers import kill_while_recording, require_vllm, run_config, vllm_tiny
 
 from esopt import models, noise
 from esopt.core.store import RunDir
@@ -163,10 +163,6 @@ def test_es_run_saves_trained_weights_and_analyses_run(tiny, results_root):
     assert sparsity["analysis"] == "sparsity" and forgetting["analysis"] == "forgetting"
 
 
-class Killed(BaseException):
-    pass
-
-
 def _es_context(tiny, root, *overrides):
     rc = run_config(*tiny, "engine=vllm", "algo=es", *overrides, f"sweep.root={root}")
     model, tok, engine, task = load_components(rc)
@@ -185,16 +181,7 @@ def test_killed_and_resumed_vllm_es_run_ends_on_the_same_weights(tiny, tmp_path)
     want = weights_of(full.engine, fresh_model(tiny))
 
     killed = _es_context(tiny, tmp_path / "b", *args)
-    log = killed.log
-
-    def dying_log(**line):  # the process dies while iteration 3 is being recorded
-        if line.get("iteration") == 3 and line.get("kind") == "train":
-            raise Killed
-        log(**line)
-
-    killed.log = dying_log
-    with pytest.raises(Killed):
-        es.train(killed)
+    kill_while_recording(killed, es.train, 3)
     assert json.loads((killed.run.checkpoint_dir / "state.json").read_text())["iteration"] == 2
 
     resumed = _es_context(tiny, tmp_path / "b", *args)  # a new run: base weights, same run dir
