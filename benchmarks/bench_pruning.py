@@ -58,6 +58,7 @@ PRUNERS = [  # (label, tuning knobs): Optuna's pruners at esopt's defaults, then
     ("wilcoxon", {"pruner": "wilcoxon"}),
     ("auto", {"pruner": "auto"}),
     ("auto, pool_seeds=false", {"pruner": "auto", "pool_seeds": False}),
+    ("auto, baseline=false", {"pruner": "auto", "baseline": False}),
 ]
 
 
@@ -73,6 +74,7 @@ class Run:
     final: float | None
     label: str = ""          # configuration label used in the replay
     poor: bool = False
+    base: dict | None = None  # per-problem results of the run's evaluation before training
     extra: dict = field(default_factory=dict)
 
 
@@ -99,10 +101,10 @@ def load(root: Path, name: str, metric: str = "pass@1") -> list[Run]:
     runs = []
     for t in study.get_trials(deepcopy=False):
         ev = {int(k[len(pruning.EVIDENCE_PREFIX):]): v for k, v in t.user_attrs.items()
-              if k.startswith(pruning.EVIDENCE_PREFIX)}
+              if k.startswith(pruning.EVIDENCE_PREFIX) and k != pruning.BASE_KEY}
         runs.append(Run(t.user_attrs["run_id"], int(t.user_attrs["seed"]), t.user_attrs.get("lr"),
                         t.user_attrs["config_id"], sorted(t.intermediate_values), dict(t.intermediate_values),
-                        ev, t.value))
+                        ev, t.value, base=t.user_attrs.get(pruning.BASE_KEY)))
     return runs
 
 
@@ -120,7 +122,11 @@ def replay(runs: list[Run], knobs: dict, order: list[int], mode: str, metric: st
 
     def start(r: Run):
         trial = tuning.start_trial(study, r.run_id, {"seed": r.seed, "lr": r.lr, "config_id": r.label})
-        return tuning.RunTrial(study, trial, metric, True, t["pruner"])
+        rt = tuning.RunTrial(study, trial, metric, True, t["pruner"])
+        if r.base is not None:  # as esopt.runtime.run does before training
+            rt.record_base({"samples": r.base["samples"], "correct_counts": r.base["correct"],
+                            "greedy_correct": r.base.get("greedy")})
+        return rt
 
     def step(rt, r: Run, s: int) -> bool:
         ev = r.evidence.get(s) or {}

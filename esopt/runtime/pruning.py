@@ -19,6 +19,17 @@ the evidence says the trial's configuration is worse than another one:
   configuration is never compared with itself, so seeds of one configuration never prune each
   other. The run's last evaluation is never pruned (nothing is left to save;
   ``esopt.runtime.context``).
+- Second reference, the base model (``tuning.baseline``, default on): every run evaluates its
+  model before training (``summary["base"]``) and stores that evaluation's per-problem results
+  as ``evidence@base``. At a step that the rule above does not prune, the configuration's
+  per-problem change from its base, ``d_rp = x_rp(s) - x_rp(base)`` (paired by problem, seeds
+  pooled), gets the same kind of bounds (:func:`esopt.core.metrics.config_bounds`, the seed
+  variance of d over the configurations with two or more runs) at the stricter level
+  ``tuning.baseline_confidence`` (0.99: the same base is tested again at every report); prune
+  when the upper bound is below 0: training has made the model worse than the one it started
+  from. This needs no other
+  configuration, so it also cuts a collapsing configuration launched first (the between-
+  configuration rule has nothing to compare it with then).
 
 Why a trial was pruned (any pruner; :func:`explain`) lands in ``summary.json`` as
 ``pruning`` (statistic, value, threshold, reference, step) and in the report's pruning
@@ -39,6 +50,7 @@ from optuna.trial import FrozenTrial, TrialState
 from esopt.core import metrics
 
 EVIDENCE_PREFIX = "evidence@"
+BASE_KEY = "evidence@base"   # the run's evaluation before training (not an Optuna step)
 CONFIG_ATTR = "config_id"
 PER_PROBLEM = re.compile(r"^(?:pass@(\d+)|greedy)$")  # metrics with per-problem scores
 
@@ -78,17 +90,19 @@ def _group(t: FrozenTrial, pool_seeds: bool) -> str:
 
 class ConfidencePruner(BasePruner):
     """``tuning.pruner=auto``: prune a trial when its configuration's upper confidence bound
-    falls below the best other configuration's lower bound at the same step (module doc).
+    falls below the best other configuration's lower bound at the same step, or (``baseline``)
+    when its paired change from the base model is below 0 at that confidence (module doc).
 
     After each call, ``last[trial.number]`` holds the comparison made (or why none was).
     """
 
     def __init__(self, metric: str = "pass@1", n_warmup_steps: int = 0, confidence: float = 0.95,
-                 pool_seeds: bool = True):
+                 pool_seeds: bool = True, baseline: bool = True, baseline_confidence: float = 0.99):
         if not PER_PROBLEM.match(metric):
             raise ValueError(f"the auto pruner needs a per-problem metric (pass@K or greedy), got {metric!r}")
         self.metric, self.n_warmup_steps = metric, int(n_warmup_steps)
         self.confidence, self.pool_seeds = float(confidence), bool(pool_seeds)
+        self.baseline, self.baseline_confidence = bool(baseline), float(baseline_confidence)
         self.last: dict[int, dict] = {}
 
     def groups_at(self, study, step: int, size: int) -> tuple[dict[str, np.ndarray], dict[str, list]]:
@@ -122,7 +136,7 @@ class ConfidencePruner(BasePruner):
         others = [g for g in groups if g != own]
         if not others:
             self.last[trial.number] = {"step": step, "note": "no other configuration reported this step"}
-            return False
+            return self._below_base(study, trial, step, own, groups, who)
         tau2 = metrics.seed_variance(list(groups.values()))
         bounds = {g: metrics.config_bounds(groups[g], tau2, self.confidence) for g in groups}
         maximize = study.direction == StudyDirection.MAXIMIZE
@@ -147,6 +161,44 @@ class ConfidencePruner(BasePruner):
             "seed_variance": float(tau2), "rule": "value < threshold" if maximize else "value > threshold",
             "pruned": bool(prune),
         }
+        return bool(prune) or self._below_base(study, trial, step, own, groups, who)
+
+    def _below_base(self, study, trial: FrozenTrial, step: int, own: str, groups: dict, who: dict) -> bool:
+        """The base-model rule (module doc): prune when the upper bound of the configuration's
+        paired change from its base model is below 0 (mirrored when minimizing)."""
+        if not self.baseline:
+            return False
+        diffs: dict[str, np.ndarray] = {}
+        for g, trials in who.items():
+            rows = []
+            for t, x in zip(trials, groups[g]):
+                b = per_problem(t.user_attrs.get(BASE_KEY), self.metric)
+                if b is not None and b.size == x.size:
+                    rows.append(x - b)
+            if rows:
+                diffs[g] = np.vstack(rows)
+        if own not in diffs:
+            return False
+        tau2 = metrics.seed_variance(list(diffs.values()))
+        m, lo, hi = metrics.config_bounds(diffs[own], tau2, self.baseline_confidence)
+        maximize = study.direction == StudyDirection.MAXIMIZE
+        value = hi if maximize else lo
+        prune = value < 0.0 if maximize else value > 0.0
+        if prune:
+            pct = f"{100 * self.baseline_confidence:g}%"
+            what = "configuration" if self.pool_seeds else "run"
+            n = diffs[own].shape[0]
+            self.last[trial.number] = {
+                "pruner": "auto", "step": int(step), "metric": self.metric,
+                "statistic": f"{'upper' if maximize else 'lower'} {pct} bound of the change in {self.metric} "
+                             f"from the base model, paired by problem, of this {what} "
+                             f"({f'{n} runs pooled, ' if self.pool_seeds and n > 1 else ''}mean change {m:+.4g})",
+                "value": float(value), "threshold": 0.0,
+                "reference": "the base model this configuration started from (each run's evaluation before training)",
+                "reference_runs": [],
+                "seed_variance": float(tau2), "rule": "value < threshold" if maximize else "value > threshold",
+                "pruned": True,
+            }
         return bool(prune)
 
 

@@ -175,6 +175,8 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
             summary["base"] = evaluate_config(cfg.eval, engine, task, ood)
             ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
             rd.write_summary(summary)
+        if shared.trial is not None:  # the auto pruner's base-model reference
+            shared.trial.record_base(summary["base"])
         algo.train(ctx)
         if cfg.algo != "none" and cfg.sweep.save_model:
             save_model(ctx)

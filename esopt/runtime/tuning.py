@@ -62,6 +62,9 @@ class TuningConfig:
     # below the lower bound of the best other configuration at the same step
     confidence: float = 0.95          # level of each two-sided bound
     pool_seeds: bool = True           # compare configurations (seeds pooled); false = single runs
+    baseline: bool = True             # also prune when the configuration is worse than the base model
+    #                                   it started from (paired with the run's evaluation before training)
+    baseline_confidence: float = 0.99  # level of that bound (stricter: it is tested at every report)
     # median / percentile
     n_startup_trials: int = 5         # trials that are never pruned (and set the reference)
     interval_steps: int = 1
@@ -93,6 +96,8 @@ def settings(tuning: Mapping | None) -> dict:
         raise ConfigError(f"tuning.percentile must be in [0, 100], got {t['percentile']}")
     if not 0.0 < float(t["confidence"]) < 1.0:
         raise ConfigError(f"tuning.confidence must be in (0, 1), got {t['confidence']}")
+    if not 0.0 < float(t["baseline_confidence"]) < 1.0:
+        raise ConfigError(f"tuning.baseline_confidence must be in (0, 1), got {t['baseline_confidence']}")
     if int(t["n_warmup_steps"]) < 0:
         raise ConfigError(f"tuning.n_warmup_steps must be >= 0, got {t['n_warmup_steps']}")
     if not 0.0 < float(t["p_threshold"]) <= 1.0:
@@ -165,7 +170,7 @@ def make_pruner(tuning: Mapping | None):
     """Build the pruner named by ``tuning.pruner`` from its knobs (identically in every worker).
 
     none -> NopPruner; auto -> esopt.runtime.pruning.ConfidencePruner(metric, n_warmup_steps,
-    confidence, pool_seeds); median -> MedianPruner(n_startup_trials, n_warmup_steps, interval_steps,
+    confidence, pool_seeds, baseline, baseline_confidence); median -> MedianPruner(n_startup_trials, n_warmup_steps, interval_steps,
     n_min_trials); percentile -> PercentilePruner(percentile, same knobs); successive_halving
     -> SuccessiveHalvingPruner(min_resource, reduction_factor, min_early_stopping_rate,
     bootstrap_count); hyperband -> HyperbandPruner(min_resource, max_resource, reduction_factor,
@@ -185,7 +190,7 @@ def make_pruner(tuning: Mapping | None):
         from esopt.runtime.pruning import ConfidencePruner
 
         return ConfidencePruner(str(t["metric"]), int(t["n_warmup_steps"]), float(t["confidence"]),
-                                bool(t["pool_seeds"]))
+                                bool(t["pool_seeds"]), bool(t["baseline"]), float(t["baseline_confidence"]))
     steps = dict(n_startup_trials=int(t["n_startup_trials"]), n_warmup_steps=int(t["n_warmup_steps"]),
                  interval_steps=int(t["interval_steps"]), n_min_trials=int(t["n_min_trials"]))
     if name == "median":
@@ -326,6 +331,15 @@ class RunTrial:
             with warnings.catch_warnings():  # a resumed run re-reports a step: ignored
                 warnings.simplefilter("ignore")
                 self.trial.report(v, int(step))
+
+    def record_base(self, result: Mapping | None) -> None:
+        """Store the per-problem results of the run's evaluation before training with its trial
+        (``evidence@base``): the auto pruner's second reference (esopt.runtime.pruning)."""
+        from esopt.runtime.pruning import BASE_KEY, evidence
+
+        ev = evidence(result)
+        if ev is not None:
+            self.trial.set_user_attr(BASE_KEY, ev)
 
     def should_prune(self) -> bool:
         """Ask the study's pruner; when it says yes, :attr:`reason` says why (statistic,
