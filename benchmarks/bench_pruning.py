@@ -29,8 +29,8 @@
    false-prune <= 10%, true-prune >= 90% before half the budget.
 
 ``--cli-check`` then runs the issue's commands end to end with ``tuning.pruner=auto`` (8 seeds
-of one config; 5 seeds of lr 0.005 then 5 of lr 1.0, tiny-s) and prints how many runs were
-pruned, beside what the replay predicts for that order.
+of one config; 5 seeds of lr 0.005 then 5 of lr 1.0; the same with lr 1.0 launched first;
+tiny-s) and prints how many runs were pruned.
 """
 
 from __future__ import annotations
@@ -256,6 +256,8 @@ def cli_check(root: Path, data: dict) -> None:
     for name, extra, count in (
         ("cli-equal", ["seed=0,1,2,3,4,5,6,7"], lambda s: True),
         ("cli-planted", [f"lr={GOOD_LR},1.0", "seed=0,1,2,3,4"], lambda s: float(s["lr"]) == 1.0),
+        # lr 1.0 launched first: no other configuration has reported yet, only the base model
+        ("cli-planted-first", [f"lr=1.0,{GOOD_LR}", "seed=0,1,2,3,4"], lambda s: float(s["lr"]) == 1.0),
     ):
         wall = sweep(name, root, "tiny-s", extra, pruner="auto")
         summaries = [json.loads(p.read_text()) for p in sorted((root / name / "runs").glob("*/summary.json"))]

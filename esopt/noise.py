@@ -290,9 +290,13 @@ class Weights:
     member's perturbed tensors from the snapshot -- on another thread while the previous member
     generates -- and then ``perturb(..., prepared=...)`` is one copy into the live weights and
     ``restore`` one copy back from the snapshot: the same bits as the sparse fix-up path
-    (``perturbed`` is ``perturb``'s arithmetic; the snapshot is the exact original). Memory:
-    two extra copies of the weights in their dtype (the snapshot and one prepared member),
-    against the fix-ups' ~14% (bf16, sigma 1.5e-3) to ~45% (fp32, sigma 1e-2) of one copy.
+    (``perturbed`` is ``perturb``'s arithmetic; the snapshot is the exact original). When every
+    tensor is a whole ``nn.Parameter`` (an HF model) nothing is copied at all: the snapshot is
+    the live tensors themselves, ``perturb`` points each parameter at the prepared tensor
+    (``param.data = new``) and ``restore`` points it back. Memory: two extra copies of the
+    weights in their dtype (the snapshot, or the member generating, and the member being
+    prepared), against the fix-ups' ~14% (bf16, sigma 1.5e-3) to ~45% (fp32, sigma 1e-2) of one
+    copy.
     """
 
     def __init__(self, named_params: Params, shard: str = ""):
@@ -302,6 +306,8 @@ class Weights:
         self.base: dict[str, torch.Tensor] | None = None
         self.base_norm: float | None = None
         self.snapshot: list[torch.Tensor] | None = None
+        # whole parameters (an HF model's): a prepared member is swapped in (``param.data``), not copied
+        self.swap = bool(self.params) and all(isinstance(w, torch.nn.Parameter) for _, w in self.params)
 
     supports_prefetch = True
 
@@ -310,6 +316,9 @@ class Weights:
         """Copy the current weights (the snapshot ``prepare`` and ``restore`` use this iteration)."""
         if self.state is not None:
             raise RuntimeError("start_iteration with a pending perturbation")
+        if self.swap:  # the live tensors themselves: members are swapped in, these stay untouched
+            self.snapshot = [w.data for _, w in self.params]
+            return
         if self.snapshot is None:
             self.snapshot = [w.detach().clone() for _, w in self.params]
         else:
@@ -338,6 +347,11 @@ class Weights:
         if self.state is not None:
             raise RuntimeError("perturb called twice without restore")
         if prepared is not None:
+            if self.swap:
+                for new, (_, w) in zip(prepared, self.params):
+                    w.data = new
+                self.state = "swapped"
+                return 0
             for new, (_, w) in zip(prepared, self.params):
                 w.copy_(new)
             self.state = "snapshot"
@@ -349,7 +363,10 @@ class Weights:
     def restore(self) -> None:
         if self.state is None:
             raise RuntimeError("restore called without a pending perturbation")
-        if self.state == "snapshot":
+        if self.state == "swapped":
+            for snap, (_, w) in zip(self.snapshot, self.params):
+                w.data = snap
+        elif self.state == "snapshot":
             for snap, (_, w) in zip(self.snapshot, self.params):
                 w.copy_(snap)
         else:

@@ -178,27 +178,36 @@ def test_chunked_noise_is_consistent_and_exact(monkeypatch, rank):
         torch.testing.assert_close(q[k], w0.float() + step * 0.5 / 3, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["tensors-copied", "parameters-swapped"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_prepared_member_equals_in_place_perturb_and_restores_bitwise(dtype):
-    """The prefetch path (snapshot, prepare off the critical path, copy in, copy back) writes the
-    same bits as the in-place perturb and restores exactly, over many cycles."""
+def test_prepared_member_equals_in_place_perturb_and_restores_bitwise(dtype, whole):
+    """The prefetch path (snapshot, prepare off the critical path, copy in, copy back; or, for
+    whole nn.Parameters, swap in and back without copying) writes the same bits as the in-place
+    perturb and restores exactly, over many cycles."""
     g = torch.Generator().manual_seed(0)
     params = {n: (torch.randn(shape, generator=g) * 0.02).to(dtype)
               for n, shape in (("a.weight", (64, 48)), ("b.weight", (48,)), ("c.weight", (7, 5)))}
-    twin = {n: w.clone() for n, w in params.items()}
-    original = {n: w.clone() for n, w in params.items()}
+    if whole:
+        params = {n: torch.nn.Parameter(w, requires_grad=False) for n, w in params.items()}
+    twin = {n: w.detach().clone() for n, w in params.items()}
+    original = {n: w.detach().clone() for n, w in params.items()}
+    ptrs = {n: w.data_ptr() for n, w in params.items()}
     fast, slow = noise.Weights(params), noise.Weights(twin)
+    assert fast.swap == whole and not slow.swap
     fast.start_iteration()
     for seed in range(200):
         sign = 1.0 if seed % 2 else -1.0
         ready = fast.prepare(seed, 1e-2, sign)
         fast.perturb(seed, 1e-2, sign, prepared=ready)
         slow.perturb(seed, 1e-2, sign)
+        # swapped: the live parameter now is the prepared tensor; copied: the same storage as before
+        assert all((params[n].data_ptr() == ready[k].data_ptr()) == whole for k, n in enumerate(params))
         assert all(torch.equal(params[n].view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
                                twin[n].view(torch.int16 if dtype == torch.bfloat16 else torch.int32)) for n in params)
         fast.restore()
         slow.restore()
     assert all(torch.equal(params[n], original[n]) and torch.equal(twin[n], original[n]) for n in params)
+    assert all(params[n].data_ptr() == ptrs[n] for n in params)   # the original storage is back
     with pytest.raises(RuntimeError, match="start_iteration"):
         noise.Weights(dict(params)).prepare(1, 0.01)
 

@@ -194,7 +194,7 @@ class ConfidencePruner(BasePruner):
                              f"from the base model, paired by problem, of this {what} "
                              f"({f'{n} runs pooled, ' if self.pool_seeds and n > 1 else ''}mean change {m:+.4g})",
                 "value": float(value), "threshold": 0.0,
-                "reference": "the base model this configuration started from (each run's evaluation before training)",
+                "reference": "the base model this configuration started from, evaluated before training",
                 "reference_runs": [],
                 "seed_variance": float(tau2), "rule": "value < threshold" if maximize else "value > threshold",
                 "pruned": True,
