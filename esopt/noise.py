@@ -78,16 +78,32 @@ def _chunks(tensor: torch.Tensor, seed: int, rank: int | None = None):
     if rank is not None and tensor.dim() == 2:
         a, b = lowrank_factors(tensor, seed, rank)
         n = tensor.shape[1]
-        rows = max(1, CHUNK // max(n, 1))
         scale = 1.0 / float(rank) ** 0.5
-        for r0 in range(0, tensor.shape[0], rows):
-            r1 = min(r0 + rows, tensor.shape[0])
-            yield r0 * n, r1 * n, (a[r0:r1] @ b.T).mul_(scale).view(-1)
+        for start, end in _bounds(tensor, rank):
+            yield start, end, (a[start // n:end // n] @ b.T).mul_(scale).view(-1)
         return
     gen = torch.Generator(device=dev).manual_seed(seed)
-    for start in range(0, numel, CHUNK):
-        end = min(start + CHUNK, numel)
+    for start, end in _bounds(tensor, rank):
         yield start, end, torch.randn(end - start, generator=gen, device=dev, dtype=torch.float32)
+
+
+def _bounds(tensor: torch.Tensor, rank: int | None = None) -> list[tuple[int, int]]:
+    """The flat ``(start, end)`` of each noise chunk of ``tensor`` (``_chunks``): ``CHUNK``
+    elements at a time, or, low rank on a 2-D tensor, whole blocks of rows."""
+    numel = tensor.numel()
+    if rank is not None and tensor.dim() == 2:
+        n = tensor.shape[1]
+        rows = max(1, CHUNK // max(n, 1))
+        return [(r0 * n, min(r0 + rows, tensor.shape[0]) * n) for r0 in range(0, tensor.shape[0], rows)]
+    return [(start, min(start + CHUNK, numel)) for start in range(0, numel, CHUNK)]
+
+
+def _streams(tensor: torch.Tensor, seed: int, rank: int | None, kept: torch.Tensor | None):
+    """``_chunks``, or the same chunks sliced from ``kept`` (the tensor's whole flat fp32 noise
+    for this seed, kept by ``perturbed``): the same values, without drawing them again."""
+    if kept is None:
+        return _chunks(tensor, seed, rank)
+    return ((start, end, kept[start:end]) for start, end in _bounds(tensor, rank))
 
 
 def noise_like(tensor: torch.Tensor, seed: int, rank: int | None = None) -> torch.Tensor:
@@ -177,16 +193,26 @@ def restore(params: Params, state: RestoreState) -> None:
 
 @torch.no_grad()
 def perturbed(params: Params, member_seed: int, sigma: float, sign: float = 1.0,
-              rank: int | None = None) -> list[torch.Tensor]:
+              rank: int | None = None, keep: dict | None = None) -> list[torch.Tensor]:
     """The tensors ``perturb`` would write, ``fl(w + sign * sigma * eps)`` (the same chunked fp32
     arithmetic and one cast), computed into new tensors; ``params`` are left untouched. Used to
-    prepare a member off the critical path, from a snapshot of the weights."""
+    prepare a member off the critical path, from a snapshot of the weights. ``keep``: a dict
+    that receives each tensor's flat fp32 noise, ``keep[(member_seed, name)] = eps``, for
+    ``update(..., kept=keep)``."""
     scale = float(sign) * float(sigma)
     out = []
     for name, w in _items(params):
         flat, new = w.view(-1), torch.empty_like(w).view(-1)
+        whole = None if keep is None else torch.empty(w.numel(), dtype=torch.float32, device=w.device)
         for start, end, eps in _chunks(w, tensor_seed(member_seed, name), rank):
-            new[start:end] = (flat[start:end].float() + eps.mul_(scale)).to(w.dtype)
+            if whole is not None:
+                whole[start:end] = eps
+                d = eps * scale               # the same product as eps.mul_(scale), eps kept intact
+            else:
+                d = eps.mul_(scale)
+            new[start:end] = (flat[start:end].float() + d).to(w.dtype)
+        if whole is not None:
+            keep[(int(member_seed), name)] = whole
         out.append(new.view(w.shape))
     return out
 
@@ -201,7 +227,8 @@ def member_coefficients(seeds: Sequence[int], weights: Sequence[float]) -> dict[
 
 @torch.no_grad()
 def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: float,
-           rank: int | None = None, n: int | None = None, threads: int = 1) -> float:
+           rank: int | None = None, n: int | None = None, threads: int = 1,
+           kept: Mapping | None = None) -> float:
     """ES step ``theta += (lr / N) * sum_i weights_i * eps(seeds_i)``; returns the step's L2 norm.
 
     ``weights_i`` = normalised reward times the member's sign (+1, or -1 for the mirrored member of
@@ -210,9 +237,11 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
     to the tensor dtype. ``1/sigma`` is absorbed into ``lr`` (Qiu et al. 2025). The returned
     norm is that of the fp32 step before the cast. ``threads > 1`` updates tensors in parallel
     (each tensor's arithmetic, and the order the norm is summed in, are unchanged: bitwise the
-    same result).
+    same result). ``kept``: noise already drawn by ``perturbed(..., keep=...)``, used instead of
+    drawing it again for the seeds it holds (the same values: bitwise the same result).
     """
     n = len(seeds) if n is None else n
+    kept = kept or {}
     coef = [(s, c) for s, c in member_coefficients(seeds, weights).items() if c != 0.0]
 
     @torch.no_grad()  # grad mode is per thread: the pool's threads need their own
@@ -220,7 +249,7 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
         name, w = item
         sq = []
         flat = w.view(-1)
-        streams = [_chunks(w, tensor_seed(s, name), rank) for s, _ in coef]
+        streams = [_streams(w, tensor_seed(s, name), rank, kept.get((s, name))) for s, _ in coef]
         for pieces in zip(*streams):
             start, end = pieces[0][0], pieces[0][1]
             acc = torch.zeros(end - start, dtype=torch.float32, device=w.device)
@@ -306,16 +335,20 @@ class Weights:
         self.base: dict[str, torch.Tensor] | None = None
         self.base_norm: float | None = None
         self.snapshot: list[torch.Tensor] | None = None
+        self.kept: dict | None = None     # this iteration's members' noise (start_iteration(keep_noise=True))
         # whole parameters (an HF model's): a prepared member is swapped in (``param.data``), not copied
         self.swap = bool(self.params) and all(isinstance(w, torch.nn.Parameter) for _, w in self.params)
 
     supports_prefetch = True
 
     @torch.no_grad()
-    def start_iteration(self) -> None:
-        """Copy the current weights (the snapshot ``prepare`` and ``restore`` use this iteration)."""
+    def start_iteration(self, keep_noise: bool = False) -> None:
+        """Copy the current weights (the snapshot ``prepare`` and ``restore`` use this iteration).
+        ``keep_noise``: ``prepare`` keeps each member's fp32 noise (one weight-sized fp32 copy per
+        member) and this iteration's ``update`` uses it instead of drawing it again."""
         if self.state is not None:
             raise RuntimeError("start_iteration with a pending perturbation")
+        self.kept = {} if keep_noise else None
         if self.swap:  # the live tensors themselves: members are swapped in, these stay untouched
             self.snapshot = [w.data for _, w in self.params]
             return
@@ -329,12 +362,16 @@ class Weights:
     def on_cpu(self) -> bool:
         return all(w.device.type == "cpu" for _, w in self.params)
 
+    @property
+    def numel(self) -> int:
+        return sum(w.numel() for _, w in self.params)
+
     def prepare(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None):
         """A member's perturbed tensors, computed from the snapshot (thread-safe: reads only)."""
         if self.snapshot is None:
             raise RuntimeError("prepare needs start_iteration first")
         names = [n + self.shard for n, _ in self.params] if self.shard else [n for n, _ in self.params]
-        return perturbed(list(zip(names, self.snapshot)), member_seed, sigma, sign, rank)
+        return perturbed(list(zip(names, self.snapshot)), member_seed, sigma, sign, rank, keep=self.kept)
 
     def _named(self) -> list[tuple[str, torch.Tensor]]:
         return [(n + self.shard, w) for n, w in self.params] if self.shard else self.params
@@ -375,7 +412,8 @@ class Weights:
 
     def update(self, seeds: Sequence[int], weights: Sequence[float], lr: float, rank: int | None = None,
                n: int | None = None, threads: int = 1) -> float:
-        return update(self._named(), seeds, weights, lr, rank, n, threads=threads)
+        kept, self.kept = self.kept, None
+        return update(self._named(), seeds, weights, lr, rank, n, threads=threads, kept=kept)
 
     def checksum(self) -> int:
         return checksum(self.params)

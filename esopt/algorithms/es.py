@@ -60,9 +60,15 @@ class ESConfig:
     full_rank: bool = False        # batched: full-rank per-member weights (N model copies: small models only)
     rank: int = 1                  # batched without full_rank: EGGROLL low-rank perturbation rank r
     prefetch: Optional[bool] = None  # prepare the next member's perturbed weights on a second thread while
-    #                                  the current one generates; perturb / restore become copies (bitwise
-    #                                  the same). Costs two copies of the weights. null = on for weights in
-    #                                  host memory (the tiny family), off on GPUs (memory) and inside vLLM
+    #                                  the current one generates; perturb / restore become copies, or for an
+    #                                  HF model a swap of param.data (bitwise the same). Costs two copies of
+    #                                  the weights. null = auto: weights in host memory (the tiny family) with
+    #                                  >= PREFETCH_MIN_PARAMS parameters use the thread, smaller HF models
+    #                                  prepare each member inline and swap it in (the thread's hand-offs cost
+    #                                  more than their noise), GPUs (memory) and vLLM perturb in place;
+    #                                  false = in place (sparse fix-ups restore exactly)
+    noise_cache_mb: float = 32.0   # prepared members keep their fp32 noise for the update when pop x weights
+    #                                x 4 bytes fits in this many MiB (no second draw; bitwise the same); 0 = never
     update_threads: int = 0        # threads for the update (tensors in parallel, bitwise the same); 0 = the CPU count, at most 4
     checkpoint_every: int = 10     # checkpoint every k iterations and at the end (0 = never)
     checksum_every: int = 10       # multi-process: compare a weight checksum across ranks every k (0 = never)
@@ -112,6 +118,7 @@ class ESRun(ESConfig):
             (self.checkpoint_every >= 0, f"es.checkpoint_every must be >= 0, got {self.checkpoint_every}"),
             (self.checksum_every >= 0, f"es.checksum_every must be >= 0, got {self.checksum_every}"),
             (self.update_threads >= 0, f"es.update_threads must be >= 0, got {self.update_threads}"),
+            (self.noise_cache_mb >= 0, f"es.noise_cache_mb must be >= 0, got {self.noise_cache_mb}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -238,10 +245,24 @@ def _timed(clock, phase, fn, *args):
         return fn(*args)
 
 
-def _prefetch_on(es: "ESRun", weights) -> bool:
-    if not getattr(weights, "supports_prefetch", False):
-        return False
-    return bool(weights.on_cpu) if es.prefetch is None else bool(es.prefetch)
+PREFETCH_MIN_PARAMS = 1 << 20  # auto: the prefetch thread from ~1M parameters (tiny-xl up), inline below
+
+
+def member_mode(es: "ESRun", weights) -> str:
+    """How members are perturbed and restored (``es.prefetch``; every mode gives the same bits):
+    ``thread`` (prepared on the prefetch thread while the previous member generates), ``inline``
+    (prepared on the main thread, then swapped in: an HF model on the CPU below
+    PREFETCH_MIN_PARAMS, where the thread's hand-offs slow the Python-bound generation more than
+    its noise costs) or ``inplace`` (perturb in place, restore with sparse fix-ups)."""
+    if not getattr(weights, "supports_prefetch", False) or es.prefetch is False:
+        return "inplace"
+    if es.prefetch:
+        return "thread"
+    if not weights.on_cpu:
+        return "inplace"
+    if getattr(weights, "swap", False) and weights.numel < PREFETCH_MIN_PARAMS:
+        return "inline"
+    return "thread"
 
 
 def update_threads(es: "ESRun") -> int:
@@ -261,13 +282,14 @@ def score_members(engine, weights, task, rows, members: Sequence[int], seeds, si
                                               rank=es.noise_rank, **kw)
     else:
         gens = []
-        prefetch = _prefetch_on(es, weights)
-        if prefetch:
+        mode = member_mode(es, weights)
+        if mode != "inplace":
+            keep = es.pop * weights.numel * 4 <= es.noise_cache_mb * 2**20
             with clock("snapshot"):
-                weights.start_iteration()
+                weights.start_iteration(keep_noise=keep)
 
         def prepare(k):
-            if not prefetch or k >= len(members):
+            if mode != "thread" or k >= len(members):
                 return None
             i = members[k]
             return _PREFETCH.submit(_timed, clock, "prepare_bg", weights.prepare, seeds[i], es.sigma, signs[i])
@@ -275,7 +297,10 @@ def score_members(engine, weights, task, rows, members: Sequence[int], seeds, si
         nxt = prepare(0)
         for k, i in enumerate(members):
             with clock("perturb"):
-                ready = nxt.result() if nxt is not None else None
+                if mode == "inline":
+                    ready = weights.prepare(seeds[i], es.sigma, signs[i])
+                else:
+                    ready = nxt.result() if nxt is not None else None
                 weights.perturb(seeds[i], es.sigma, signs[i], prepared=ready)  # theta_i = theta + sign_i sigma eps_i
             nxt = prepare(k + 1)                                          # member k+1, while k generates
             try:

@@ -233,17 +233,30 @@ def test_nonfinite_reward_fails(tmp_path):
         es.train(ctx)
 
 
-def test_prefetch_and_threaded_update_leave_the_numbers_unchanged():
-    """Issue 17: the prefetching member-by-member loop and the threaded update give bitwise the
-    weights (and rewards) of the in-place loop with a serial update, for the same seed."""
+@pytest.mark.parametrize("antithetic", [False, True])
+def test_prefetch_and_threaded_update_leave_the_numbers_unchanged(antithetic):
+    """Issue 17: every member mode -- in place with fix-ups, the prefetch thread, inline prepare
+    + swap -- with or without the kept noise, and the threaded update give bitwise the weights
+    (and rewards) of the in-place loop with a serial update, for the same seed."""
     task = SevensTask({})
     rows = list(task.split("train"))
     outcomes = set()
-    for prefetch, threads in ((False, 1), (True, 1), (True, 4)):
+    for prefetch, threads, cache, mode in ((False, 1, 0, "inplace"), (True, 1, 0, "thread"), (True, 4, 32, "thread"),
+                                           (None, 1, 32, "inline"), (None, 4, 0, "inline")):
         engine = HFEngine(tiny_model(), char_tokenizer(), device="cpu")
-        cfg = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=8, seed=0, prefetch=prefetch, update_threads=threads)
-        lines = [es.es_step(engine, task, rows, cfg, it) for it in (1, 2, 3)]
+        cfg = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=8, seed=0, prefetch=prefetch, update_threads=threads,
+                       noise_cache_mb=cache, antithetic=antithetic)
+        weights = engine.weights()
+        assert es.member_mode(cfg, weights) == mode
+        kept = []
+        real_update = weights.update
+        weights.update = lambda *a, **k: (kept.append(weights.kept is not None and len(weights.kept)),
+                                          real_update(*a, **k))[1]
+        lines = [es.es_step(engine, task, rows, cfg, it, weights) for it in (1, 2, 3)]
         outcomes.add((noise.checksum(engine.model.named_parameters()),
                       tuple(tuple(x["rewards"]) for x in lines), tuple(x["update_norm"] for x in lines)))
-        assert ("wall_prepare_bg" in lines[-1]) == prefetch
+        assert ("wall_prepare_bg" in lines[-1]) == (mode == "thread")
+        # the noise was kept (one entry per seed and tensor) exactly when it was asked for and fits
+        n_seeds = 3 if antithetic else 6
+        assert kept == [n_seeds * len(list(engine.model.parameters())) if cache and mode != "inplace" else 0] * 3
     assert len(outcomes) == 1
