@@ -25,7 +25,9 @@ paired); the statistic is recomputed from the resampled cell means.
 Power. Every claim tests its effect against a boundary b (0, or a tolerance) and states its
 minimum detectable effect mde = (z_0.975 + z_0.80) * se = 2.80 * se, se = the bootstrap standard
 error of the effect: the distance from b that the cell would detect with 80% power at the 5%
-level. A verdict needs |effect - b| >= mde; closer than that it is "unclear: underpowered".
+level. A verdict needs |effect - b| >= mde; closer than that it is "unclear: underpowered", and
+the claim states ``data_needed`` = (mde / |effect - b|)^2: about how many times its cell's data
+(seeds x problems) the observed effect would need to be decided.
 
 Guards. A claim about ES's coverage, entropy, diversity or combination, or about the population
 ES needs, is "unclear: ES did not learn" unless ES's own Pass@1 gain (final - base, paired) has
@@ -211,10 +213,29 @@ def _claim(cid: int, effect=None, ci=None, verdict: str = "unclear", reason: str
            n: dict | None = None, measure: str = "", definition: str = "", mde: float | None = None,
            boundary: float | None = None, **details) -> dict:
     key, text = CLAIMS[cid]
+    need = data_needed(effect, mde, boundary) if verdict == "unclear" else None
+    if need is not None:
+        details["data_needed"] = need
+        reason += (f"; at this effect a decisive answer needs about {need:.3g}x this cell's data (seeds x "
+                   f"problems)" if need <= 100 else "; at this effect more than 100x this cell's data would be "
+                   "needed (the effect is at the boundary)")
     return {"id": cid, "key": key, "claim": text, "measure": measure, "definition": definition,
             "effect": None if effect is None else float(effect), "ci": ci, "boundary": boundary,
             "mde": None if mde is None else float(mde), "reproduced": verdict, "reason": reason,
             "n": n or {}, "details": details}
+
+
+def data_needed(effect, power, boundary) -> float | None:
+    """How many times the cell's data (seeds x problems) an underpowered claim needs for its
+    observed effect to be detectable: the minimum detectable effect shrinks as 1/sqrt(data), so
+    ``(mde / |effect - boundary|)^2``; None when the claim is not underpowered. (An estimate: the
+    effect may change, and with few seeds the t quantiles shrink too.)"""
+    if effect is None or power is None or boundary is None or not np.isfinite(effect):
+        return None
+    dist = abs(float(effect) - float(boundary))
+    if dist >= power:
+        return None
+    return float("inf") if dist == 0 else float((power / dist) ** 2)
 
 
 def _fmt(v, ci=None) -> str:

@@ -127,6 +127,13 @@ def test_power_rule_marks_small_effects_underpowered():
     # the seed-level term: 3 seeds of wildly different gains do not make a detectable effect
     reps = np.r_[0.03, np.random.default_rng(0).normal(0.03, 0.005, 400)]
     assert C.mde(reps) < 0.03 < C.mde(reps, [[0.0, 0.03, 0.06]])
+    # what an underpowered effect would need: (mde / distance)^2 times the data
+    assert C.data_needed(0.01, 0.05, 0.0) == pytest.approx(25.0)
+    assert C.data_needed(0.1, 0.05, 0.0) is None and C.data_needed(None, 0.05, 0.0) is None
+    c = C._claim(1, 0.01, [0.001, 0.02], "unclear", "underpowered: ...", mde=0.05, boundary=0.0)
+    assert c["details"]["data_needed"] == pytest.approx(25.0) and "about 25x this cell's data" in c["reason"]
+    assert "data_needed" not in C._claim(1, 0.1, [0.05, 0.15], "yes", "interval above", mde=0.05,
+                                         boundary=0.0)["details"]
 
 
 @pytest.mark.parametrize("g1,e1,verdict", [
