@@ -43,6 +43,11 @@ from esopt.core.errors import ConfigError, NonFinite
 # --------------------------------------------------------------------------------------------
 # Hyperparameters: the `es:` config block (registered with Hydra by esopt.cli.configs).
 # --------------------------------------------------------------------------------------------
+# Knobs that change how fast a run goes, never its numbers (each tested bitwise: member modes,
+# update threads, kept noise, checkpoint / resume, rank checksums): not part of the run id.
+SPEED_ONLY = ("prefetch", "update_threads", "noise_cache_mb", "checkpoint_every", "checksum_every")
+
+
 @dataclass
 class ESConfig:
     """The ``es:`` block. The run's grid axes (``pop``, ``sigma``, ``lr``, ``iterations``,

@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 from esopt import algorithms, engines, models, tasks
+from esopt.algorithms.es import SPEED_ONLY
 from esopt.core import store
 from esopt.core.config import RunConfig, parse
 from esopt.core.errors import ConfigError
@@ -123,8 +124,9 @@ def input_fingerprints(rc: RunConfig) -> dict:
 def identity(rc: RunConfig) -> dict:
     """The part of the config that defines the run's result (its id is a hash of this).
 
-    Launcher, sweep bookkeeping, tuning, analyses and output paths are excluded: the same run
-    launched locally or on Slurm, or in a sweep of another name, is the same run. Knobs the
+    Launcher, sweep bookkeeping, tuning, analyses, output paths and ES's speed-only knobs
+    (``esopt.algorithms.es.SPEED_ONLY``) are excluded: the same run launched locally or on
+    Slurm, or in a sweep of another name, or faster, is the same run. Knobs the
     algorithm does not read are excluded too: a grid ``algo=none,es,grpo pop=8,16`` has one
     base run and one GRPO run per seed. The contents of the local inputs are included
     (``inputs``: size and hash of the data file and of the weights, :func:`input_fingerprints`),
@@ -137,6 +139,8 @@ def identity(rc: RunConfig) -> dict:
     if d["eval"].get("ood_task") is None:  # runs without an OOD set keep their earlier ids
         for key in ("ood_task", "ood_split", "ood_problems"):
             d["eval"].pop(key, None)
+    for key in SPEED_ONLY:  # how fast, never what: the same run (each is tested bitwise)
+        (d.get("es") or {}).pop(key, None)
     d["engine"] = {k: v for k, v in d["engine"].items() if k in ("name",)}
     d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
     for key in algorithms.get(rc.algo).ignores:
