@@ -235,14 +235,14 @@ def test_nonfinite_reward_fails(tmp_path):
 
 @pytest.mark.parametrize("antithetic", [False, True])
 def test_prefetch_and_threaded_update_leave_the_numbers_unchanged(antithetic):
-    """Issue 17: every member mode -- in place with fix-ups, the prefetch thread, inline prepare
-    + swap -- with or without the kept noise, and the threaded update give bitwise the weights
-    (and rewards) of the in-place loop with a serial update, for the same seed."""
+    """Issue 17: both member modes -- in place with fix-ups; the prefetch thread, whose members
+    are swapped in -- with or without the kept noise, and the threaded update give
+    bitwise the weights (and rewards) of the in-place loop with a serial update, for the same seed."""
     task = SevensTask({})
     rows = list(task.split("train"))
     outcomes = set()
     for prefetch, threads, cache, mode in ((False, 1, 0, "inplace"), (True, 1, 0, "thread"), (True, 4, 32, "thread"),
-                                           (None, 1, 32, "inline"), (None, 4, 0, "inline")):
+                                           (None, 1, 32, "thread"), (None, 4, 0, "thread")):
         engine = HFEngine(tiny_model(), char_tokenizer(), device="cpu")
         cfg = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=8, seed=0, prefetch=prefetch, update_threads=threads,
                        noise_cache_mb=cache, antithetic=antithetic)
