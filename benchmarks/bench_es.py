@@ -112,6 +112,8 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
     noise.restore(params, state)
     for rep in range(reps):
         it = rep + 1
+        # iteration it's prompt batch: the plain generation is timed on the prompts ES just used
+        texts = [rows[i]["prompt"] for i in es.prompt_batch(0, it, len(rows), prompts)]
         for mode, cfg in modes:
             t, line = timed(lambda: es.es_step(engine, task, rows, cfg, it))
             walls[mode].append(t)
