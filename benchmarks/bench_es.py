@@ -133,8 +133,8 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
            "batched_tok_s": med(pop_gen) / med(big), "batched_full_tok_s": med(full_gen) / med(big),
            "_walls": {"plain_gen_s": med(plain), "pop_tok_s": med(pop_gen), "plain_batched_tok_s": med(big),
                       "weights_mb": weight_bytes / 2**20, "fixup_bytes_over_weight_bytes": fixup_share,
-                      "kept_noise_mb": (lambda b: b if b <= es_cfg(pop, prompts).noise_cache_mb else 0.0)(
-                          pop * sum(w.numel() for _, w in params) * 4 / 2**20)},
+                      "kept_noise_mb": (pop * engine.weights().numel * 4 / 2**20
+                                        if es.keeps_noise(es_cfg(pop, prompts), engine.weights()) else 0.0)},
            "_parts": {mode: {"iteration": med(walls[mode]),
                              **{k: med(p[k] for p in parts[mode]) for k in PARTS}} for mode in walls}}
     return out

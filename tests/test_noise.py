@@ -212,6 +212,27 @@ def test_prepared_member_equals_in_place_perturb_and_restores_bitwise(dtype, who
         noise.Weights(dict(params)).prepare(1, 0.01)
 
 
+@pytest.mark.parametrize("rank", [None, 2])
+def test_update_uses_kept_noise_and_it_is_the_drawn_noise(rank):
+    """``perturbed(..., keep=)`` keeps each member's noise; ``update(..., kept=)`` uses it instead
+    of drawing again: the same bits as drawing (kept == drawn), and a planted wrong kept entry
+    changes exactly the tensor it belongs to (so the update really reads it)."""
+    g = torch.Generator().manual_seed(2)
+    base = {n: torch.randn(shape, generator=g) for n, shape in (("a.weight", (40, 30)), ("b.weight", (30,)))}
+    seeds, coefs = [21, 22, 23], [0.5, -1.0, 0.25]
+    kept: dict = {}
+    for s_ in seeds:
+        noise.perturbed(base, s_, 0.01, keep=kept, rank=rank)
+    assert set(kept) == {(s_, n) for s_ in seeds for n in base}
+    drawn, reused, planted = ({n: w.clone() for n, w in base.items()} for _ in range(3))
+    assert noise.update(drawn, seeds, coefs, 0.1, rank=rank) == noise.update(reused, seeds, coefs, 0.1, rank=rank,
+                                                                             kept=kept)
+    assert all(torch.equal(drawn[n], reused[n]) for n in base)
+    wrong = {**kept, (22, "a.weight"): torch.zeros_like(kept[(22, "a.weight")])}
+    noise.update(planted, seeds, coefs, 0.1, rank=rank, kept=wrong)
+    assert not torch.equal(planted["a.weight"], drawn["a.weight"]) and torch.equal(planted["b.weight"], drawn["b.weight"])
+
+
 def test_threaded_update_is_bitwise_the_serial_one():
     g = torch.Generator().manual_seed(1)
     a = {f"t{i}": torch.randn(300, 70, generator=g) for i in range(6)}

@@ -66,9 +66,10 @@ class ESConfig:
     rank: int = 1                  # batched without full_rank: EGGROLL low-rank perturbation rank r
     prefetch: Optional[bool] = None  # prepare the next member's perturbed weights on a second thread while
     #                                  the current one generates; perturb / restore become copies, or for an
-    #                                  HF model a swap of param.data (bitwise the same). Costs two copies of the weights. null = on for weights in
-    #                                  host memory (the tiny family), off on GPUs (memory) and inside vLLM;
-    #                                  false = in place (sparse fix-ups restore exactly)
+    #                                  HF model a swap of param.data (bitwise the same). Costs two copies of
+    #                                  the weights. null = on for weights in host memory (the tiny family),
+    #                                  off on GPUs (memory) and inside vLLM; false = in place (sparse fix-ups
+    #                                  restore exactly)
     noise_cache_mb: float = 32.0   # prepared members keep their fp32 noise for the update when pop x weights
     #                                x 4 bytes fits in this many MiB (no second draw; bitwise the same); 0 = never
     update_threads: int = 0        # threads for the update (tensors in parallel, bitwise the same); 0 = the CPU count, at most 4
@@ -258,6 +259,12 @@ def member_mode(es: "ESRun", weights) -> str:
     return "thread" if es.prefetch or weights.on_cpu else "inplace"
 
 
+def keeps_noise(es: "ESRun", weights) -> bool:
+    """Whether prepared members keep their fp32 noise for the update: pop x weights x 4 bytes
+    fits in ``es.noise_cache_mb`` MiB."""
+    return es.pop * weights.numel * 4 <= es.noise_cache_mb * 2**20
+
+
 def update_threads(es: "ESRun") -> int:
     return es.update_threads or min(4, os.cpu_count() or 1)
 
@@ -277,9 +284,8 @@ def score_members(engine, weights, task, rows, members: Sequence[int], seeds, si
         gens = []
         mode = member_mode(es, weights)
         if mode != "inplace":
-            keep = es.pop * weights.numel * 4 <= es.noise_cache_mb * 2**20
             with clock("snapshot"):
-                weights.start_iteration(keep_noise=keep)
+                weights.start_iteration(keep_noise=keeps_noise(es, weights))
 
         def prepare(k):
             if mode != "thread" or k >= len(members):

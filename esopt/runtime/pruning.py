@@ -148,20 +148,22 @@ class ConfidencePruner(BasePruner):
         pct = f"{100 * self.confidence:g}%"
         what = "configuration" if self.pool_seeds else "run"
         n_own, n_ref = groups[own].shape[0], groups[ref].shape[0]
-        pooled = lambda n: f"{n} runs pooled, " if self.pool_seeds and n > 1 else ""  # noqa: E731
         params = _describe(who[ref][0])
         self.last[trial.number] = {
             "pruner": "auto", "step": int(step), "metric": self.metric,
             "statistic": f"{'upper' if maximize else 'lower'} {pct} bound of {self.metric} of this {what} "
-                         f"({pooled(n_own)}mean {m:.4g})",
+                         f"({self._pooled(n_own)}mean {m:.4g})",
             "value": float(value), "threshold": float(threshold),
-            "reference": f"best other {what} ({params + '; ' if params else ''}{pooled(n_ref)}mean {rm:.4g}): "
+            "reference": f"best other {what} ({params + '; ' if params else ''}{self._pooled(n_ref)}mean {rm:.4g}): "
                          f"its {'lower' if maximize else 'upper'} {pct} bound",
             "reference_runs": [t.user_attrs.get("run_id", f"trial {t.number}") for t in who[ref]],
             "seed_variance": float(tau2), "rule": "value < threshold" if maximize else "value > threshold",
             "pruned": bool(prune),
         }
         return bool(prune) or self._below_base(study, trial, step, own, groups, who)
+
+    def _pooled(self, n: int) -> str:
+        return f"{n} runs pooled, " if self.pool_seeds and n > 1 else ""
 
     def _below_base(self, study, trial: FrozenTrial, step: int, own: str, groups: dict, who: dict) -> bool:
         """The base-model rule (module doc): prune when the upper bound of the configuration's
@@ -192,7 +194,7 @@ class ConfidencePruner(BasePruner):
                 "pruner": "auto", "step": int(step), "metric": self.metric,
                 "statistic": f"{'upper' if maximize else 'lower'} {pct} bound of the change in {self.metric} "
                              f"from the base model, paired by problem, of this {what} "
-                             f"({f'{n} runs pooled, ' if self.pool_seeds and n > 1 else ''}mean change {m:+.4g})",
+                             f"({self._pooled(n)}mean change {m:+.4g})",
                 "value": float(value), "threshold": 0.0,
                 "reference": "the base model this configuration started from, evaluated before training",
                 "reference_runs": [],

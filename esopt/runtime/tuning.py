@@ -94,6 +94,9 @@ def settings(tuning: Mapping | None) -> dict:
         raise ConfigError(f"tuning.direction must be maximize or minimize, got {t['direction']!r}")
     if not 0.0 <= float(t["percentile"]) <= 100.0:
         raise ConfigError(f"tuning.percentile must be in [0, 100], got {t['percentile']}")
+    for key in ("enabled", "pool_seeds", "baseline"):
+        if not isinstance(t[key], bool):
+            raise ConfigError(f"tuning.{key} must be true or false, got {t[key]!r}")
     if not 0.0 < float(t["confidence"]) < 1.0:
         raise ConfigError(f"tuning.confidence must be in (0, 1), got {t['confidence']}")
     if not 0.0 < float(t["baseline_confidence"]) < 1.0:

@@ -170,6 +170,9 @@ BASE = ["model=tiny-xs", "algo=es", "iterations=6", "eval.every=3", "eval.sample
     (["tuning.metric=accuracy"], "is not produced"),
     (["tuning.pruner=auto", "tuning.metric=maj@4"], "needs a metric with per-problem scores"),
     (["tuning.pruner=auto", "tuning.confidence=1.0"], "tuning.confidence must be in"),
+    (["tuning.pruner=auto", "tuning.baseline_confidence=0"], "tuning.baseline_confidence must be in"),
+    (["tuning.pruner=auto", "tuning.baseline=maybe"], "tuning.baseline must be true or false"),
+    (["tuning.pruner=auto", "tuning.pool_seeds=1"], "tuning.pool_seeds must be true or false"),
 ])
 def test_bad_tuning_is_one_line_config_error(extra, match):
     from helpers import run_config
