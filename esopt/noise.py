@@ -193,28 +193,91 @@ def restore(params: Params, state: RestoreState) -> None:
 
 @torch.no_grad()
 def perturbed(params: Params, member_seed: int, sigma: float, sign: float = 1.0,
-              rank: int | None = None, keep: dict | None = None) -> list[torch.Tensor]:
+              rank: int | None = None, keep: dict | None = None,
+              out: torch.Tensor | None = None) -> list[torch.Tensor]:
     """The tensors ``perturb`` would write, ``fl(w + sign * sigma * eps)`` (the same chunked fp32
     arithmetic and one cast), computed into new tensors; ``params`` are left untouched. Used to
     prepare a member off the critical path, from a snapshot of the weights. ``keep``: a dict
     that receives each tensor's flat fp32 noise, ``keep[(member_seed, name)] = eps``, for
-    ``update(..., kept=keep)``."""
+    ``update(..., kept=keep)``. ``out``: one flat tensor of the params' (common) dtype holding
+    all their elements, written into instead of allocating (the results are views of it).
+
+    When the whole model is one chunk (full rank, one dtype and device, at most ``CHUNK``
+    elements: the small models the prefetch thread serves), the noise is drawn straight into the
+    output (or into one fp32 buffer when it is kept) with few ops per tensor: the same values
+    (each tensor is one chunk; the ops are elementwise), so the thread holds the GIL less while
+    the previous member generates. Kept noises are then views of one buffer (``update`` sums
+    them in one pass)."""
     scale = float(sign) * float(sigma)
-    out = []
-    for name, w in _items(params):
-        flat, new = w.view(-1), torch.empty_like(w).view(-1)
-        whole = None if keep is None else torch.empty(w.numel(), dtype=torch.float32, device=w.device)
-        for start, end, eps in _chunks(w, tensor_seed(member_seed, name), rank):
+    items = _items(params)
+    sizes = [w.numel() for _, w in items]
+    one_chunk = _one_chunk(items, rank)
+    if out is None and one_chunk:
+        out = torch.empty(sum(sizes), dtype=items[0][1].dtype, device=items[0][1].device)
+    if out is None:
+        outs = [torch.empty_like(w).view(-1) for _, w in items]
+    else:
+        if out.numel() != sum(sizes) or any(w.dtype != out.dtype for _, w in items):
+            raise ValueError("perturbed: out must hold every parameter's elements in their dtype")
+        outs = list(out.split(sizes))
+    if one_chunk:
+        _perturbed_flat(items, sizes, outs, out, member_seed, scale, keep)
+    else:
+        for (name, w), new in zip(items, outs):
+            flat = w.view(-1)
+            whole = None if keep is None else torch.empty(w.numel(), dtype=torch.float32, device=w.device)
+            for start, end, eps in _chunks(w, tensor_seed(member_seed, name), rank):
+                if whole is not None:
+                    whole[start:end] = eps
+                    d = eps * scale               # the same product as eps.mul_(scale), eps kept intact
+                else:
+                    d = eps.mul_(scale)
+                new[start:end] = (flat[start:end].float() + d).to(w.dtype)
             if whole is not None:
-                whole[start:end] = eps
-                d = eps * scale               # the same product as eps.mul_(scale), eps kept intact
-            else:
-                d = eps.mul_(scale)
-            new[start:end] = (flat[start:end].float() + d).to(w.dtype)
-        if whole is not None:
-            keep[(int(member_seed), name)] = whole
-        out.append(new.view(w.shape))
-    return out
+                keep[(int(member_seed), name)] = whole
+    return [new.view(w.shape) for new, (_, w) in zip(outs, items)]
+
+
+def _one_chunk(items: list[tuple[str, torch.Tensor]], rank: int | None) -> bool:
+    """Full-rank noise of tensors sharing one dtype and device, ``CHUNK`` elements in all."""
+    return (rank is None and bool(items) and len({(w.dtype, w.device) for _, w in items}) == 1
+            and sum(w.numel() for _, w in items) <= CHUNK)
+
+
+SMALL = 1 << 18  # elements (1 MiB of fp32, within a core's L2): one pass over a whole member
+
+
+def _perturbed_flat(items, sizes, outs, out, member_seed: int, scale: float, keep: dict | None) -> None:
+    """``perturbed``'s one-chunk path: the noise drawn straight into ``out`` (or, when it is
+    kept or the weights are not fp32, into one fp32 buffer), ``d = scale * eps``, then
+    ``fl(w + d)`` (= ``fl(d + w)``). Up to ``SMALL`` elements in all, the scaling and the adding
+    are one pass each over the whole member (the fewest calls, so the fewest GIL hand-offs with
+    the generating thread); above it, tensor by tensor, so each slice is drawn, scaled and added
+    while it is in cache (one pass per step over a big member evicted the generation's data)."""
+    dtype, dev = items[0][1].dtype, items[0][1].device
+    fp32 = dtype == torch.float32
+    eps_all = out if fp32 and keep is None else torch.empty(sum(sizes), dtype=torch.float32, device=dev)
+    small = sum(sizes) <= SMALL
+    gen = torch.Generator(device=dev)
+    for (name, w), eps, new in zip(items, eps_all.split(sizes), outs):
+        gen.manual_seed(tensor_seed(member_seed, name))  # the tensor's stream: randn(numel), as in _chunks
+        torch.randn(eps.numel(), generator=gen, device=dev, dtype=torch.float32, out=eps)
+        if keep is not None:
+            keep[(int(member_seed), name)] = eps
+        if not small:
+            _add_scaled(w.view(-1), eps, scale, keep is None, new, fp32)
+    if small:
+        _add_scaled(torch.cat([w.view(-1) for _, w in items]), eps_all, scale, keep is None, out, fp32)
+
+
+def _add_scaled(w: torch.Tensor, eps: torch.Tensor, scale: float, in_place: bool, new: torch.Tensor,
+                fp32: bool) -> None:
+    """``new = fl(w + fl(scale * eps))`` in ``w``'s dtype; ``in_place``: ``eps`` may be scaled in place."""
+    d = eps.mul_(scale) if in_place else eps * scale
+    if fp32:
+        torch.add(w, d, out=new)
+    else:
+        new.copy_((w.float() + d).to(new.dtype))
 
 
 def member_coefficients(seeds: Sequence[int], weights: Sequence[float]) -> dict[int, float]:
@@ -233,7 +296,7 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
 
     ``weights_i`` = normalised reward times the member's sign (+1, or -1 for the mirrored member of
     an antithetic pair, which shares its partner's seed). ``N = n or len(seeds)``. The sum is
-    accumulated in fp32 (chunk by chunk, all members' noise streams in lockstep) and cast once
+    accumulated in fp32 (chunk by chunk; within a chunk member by member, in seed order) and cast once
     to the tensor dtype. ``1/sigma`` is absorbed into ``lr`` (Qiu et al. 2025). The returned
     norm is that of the fp32 step before the cast. ``threads > 1`` updates tensors in parallel
     (each tensor's arithmetic, and the order the norm is summed in, are unchanged: bitwise the
@@ -250,11 +313,10 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
         sq = []
         flat = w.view(-1)
         streams = [_streams(w, tensor_seed(s, name), rank, kept.get((s, name))) for s, _ in coef]
-        for pieces in zip(*streams):
-            start, end = pieces[0][0], pieces[0][1]
+        for start, end in _bounds(w, rank) if coef else ():  # no member counts: nothing to add
             acc = torch.zeros(end - start, dtype=torch.float32, device=w.device)
-            for (_, c), (_, _, eps) in zip(coef, pieces):
-                acc.add_(eps, alpha=c)
+            for (_, c), stream in zip(coef, streams):  # one member's chunk alive at a time
+                acc.add_(next(stream)[2], alpha=c)
             acc.mul_(lr / n)
             sq.append(float(acc.double().pow(2).sum()))
             part = flat[start:end]
@@ -262,6 +324,20 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
         return sq
 
     items = _items(params)
+    flat = _flat_kept(items, [s for s, _ in coef], kept, rank)
+    if flat is not None:  # every member's noise is one buffer (perturbed's flat path): one pass each
+        acc = torch.zeros(flat[0].numel(), dtype=torch.float32, device=flat[0].device)
+        for (_, c), eps in zip(coef, flat):
+            acc.add_(eps, alpha=c)
+        acc.mul_(lr / n)
+        sq, start = 0.0, 0
+        for _, w in items:  # per tensor, as below: the same values, norm parts and sum order
+            step = acc[start:start + w.numel()]
+            start += w.numel()
+            sq += float(step.double().pow(2).sum())
+            part = w.view(-1)
+            part.copy_((part.float() + step).to(w.dtype))
+        return sq ** 0.5
     if threads > 1 and len(items) > 1:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -274,6 +350,26 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
         for x in part:
             sq += x
     return sq ** 0.5
+
+
+def _flat_kept(items, seeds: Sequence[int], kept: Mapping, rank: int | None) -> list[torch.Tensor] | None:
+    """Each seed's kept noise as one flat buffer, when ``perturbed`` drew it so (its flat path:
+    every tensor's noise a consecutive slice of one buffer, in this order); else None."""
+    if not seeds or not _one_chunk(items, rank):
+        return None
+    out = []
+    for s in seeds:
+        views = [kept.get((s, name)) for name, _ in items]
+        base = views[0]._base if views[0] is not None else None
+        if base is None or base.numel() != sum(w.numel() for _, w in items):
+            return None
+        start = 0
+        for v, (_, w) in zip(views, items):
+            if v is None or v._base is not base or v.storage_offset() != start or v.numel() != w.numel():
+                return None
+            start += w.numel()
+        out.append(base)
+    return out
 
 
 @torch.no_grad()
@@ -306,6 +402,12 @@ def l2_distance(params: Params, ref: Mapping[str, torch.Tensor]) -> float:
     return sq ** 0.5
 
 
+class Prepared(list):
+    """A member's perturbed tensors from ``Weights.prepare``: views of one of its two buffers."""
+    slot: int = 0
+    issue: int = 0
+
+
 class Weights:
     """The ES weight operations bound to one set of live parameters (an HF model, or the model
     inside a vLLM worker): perturb / restore / update / checksum / drift, holding the pending
@@ -325,7 +427,11 @@ class Weights:
     (``param.data = new``) and ``restore`` points it back. Memory: two extra copies of the
     weights in their dtype (the snapshot, or the member generating, and the member being
     prepared), against the fix-ups' ~14% (bf16, sigma 1.5e-3) to ~45% (fp32, sigma 1e-2) of one
-    copy.
+    copy. Prepared members are written into two buffers allocated once and used in turn (the
+    member generating, the member being prepared), so a prepared member is valid until the
+    next-but-one ``prepare`` (``perturb`` refuses an overwritten one): a fresh weight-sized
+    allocation freed per member made glibc raise its mmap threshold and keep the generation's
+    later allocations on the heap (tiny-2xl: +90 MB peak RSS instead of +24 MB).
     """
 
     def __init__(self, named_params: Params, shard: str = ""):
@@ -338,6 +444,8 @@ class Weights:
         self.kept: dict | None = None     # this iteration's members' noise (start_iteration(keep_noise=True))
         # whole parameters (an HF model's): a prepared member is swapped in (``param.data``), not copied
         self.swap = bool(self.params) and all(isinstance(w, torch.nn.Parameter) for _, w in self.params)
+        self._buffers: list[torch.Tensor] = []  # the two flat member buffers (one dtype), made on first use
+        self._issued = [0, 0]                   # how many members each buffer has held
 
     supports_prefetch = True
 
@@ -371,7 +479,17 @@ class Weights:
         if self.snapshot is None:
             raise RuntimeError("prepare needs start_iteration first")
         names = [n + self.shard for n, _ in self.params] if self.shard else [n for n, _ in self.params]
-        return perturbed(list(zip(names, self.snapshot)), member_seed, sigma, sign, rank, keep=self.kept)
+        if len({w.dtype for _, w in self.params}) != 1:  # mixed dtypes: no shared buffer, fresh tensors
+            return perturbed(list(zip(names, self.snapshot)), member_seed, sigma, sign, rank, keep=self.kept)
+        if not self._buffers:
+            w0 = self.params[0][1]
+            self._buffers = [torch.empty(self.numel, dtype=w0.dtype, device=w0.device) for _ in range(2)]
+        slot = sum(self._issued) % 2
+        self._issued[slot] += 1
+        member = Prepared(perturbed(list(zip(names, self.snapshot)), member_seed, sigma, sign, rank,
+                                    keep=self.kept, out=self._buffers[slot]))
+        member.slot, member.issue = slot, self._issued[slot]
+        return member
 
     def _named(self) -> list[tuple[str, torch.Tensor]]:
         return [(n + self.shard, w) for n, w in self.params] if self.shard else self.params
@@ -384,6 +502,9 @@ class Weights:
         if self.state is not None:
             raise RuntimeError("perturb called twice without restore")
         if prepared is not None:
+            if isinstance(prepared, Prepared) and self._issued[prepared.slot] != prepared.issue:
+                raise RuntimeError("perturb: this prepared member's buffer was reused by a later prepare "
+                                   "(at most two prepared members are valid at a time)")
             if self.swap:
                 for new, (_, w) in zip(prepared, self.params):
                     w.data = new

@@ -178,12 +178,18 @@ def test_chunked_noise_is_consistent_and_exact(monkeypatch, rank):
         torch.testing.assert_close(q[k], w0.float() + step * 0.5 / 3, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("small", [noise.SMALL, 0, -1], ids=["whole-member-passes", "tensor-by-tensor", "chunked"])
 @pytest.mark.parametrize("whole", [False, True], ids=["tensors-copied", "parameters-swapped"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_prepared_member_equals_in_place_perturb_and_restores_bitwise(dtype, whole):
+def test_prepared_member_equals_in_place_perturb_and_restores_bitwise(monkeypatch, dtype, whole, small):
     """The prefetch path (snapshot, prepare off the critical path, copy in, copy back; or, for
     whole nn.Parameters, swap in and back without copying) writes the same bits as the in-place
-    perturb and restores exactly, over many cycles."""
+    perturb and restores exactly, over many cycles -- through each of ``perturbed``'s paths: one
+    pass over a small member, tensor by tensor, and the general chunked one. Prepared members
+    live in two buffers used in turn: a member kept past the next-but-one prepare is refused."""
+    monkeypatch.setattr(noise, "SMALL", max(small, 0))
+    if small < 0:
+        monkeypatch.setattr(noise, "CHUNK", 1000)  # 64 x 48 = 3072 entries: several chunks
     g = torch.Generator().manual_seed(0)
     params = {n: (torch.randn(shape, generator=g) * 0.02).to(dtype)
               for n, shape in (("a.weight", (64, 48)), ("b.weight", (48,)), ("c.weight", (7, 5)))}
@@ -208,6 +214,11 @@ def test_prepared_member_equals_in_place_perturb_and_restores_bitwise(dtype, who
         slow.restore()
     assert all(torch.equal(params[n], original[n]) and torch.equal(twin[n], original[n]) for n in params)
     assert all(params[n].data_ptr() == ptrs[n] for n in params)   # the original storage is back
+    stale = fast.prepare(1, 1e-2)
+    fast.prepare(2, 1e-2)
+    fast.prepare(3, 1e-2)                                          # reuses stale's buffer
+    with pytest.raises(RuntimeError, match="reused"):
+        fast.perturb(1, 1e-2, prepared=stale)
     with pytest.raises(RuntimeError, match="start_iteration"):
         noise.Weights(dict(params)).prepare(1, 0.01)
 
@@ -224,6 +235,8 @@ def test_update_uses_kept_noise_and_it_is_the_drawn_noise(rank):
     for s_ in seeds:
         noise.perturbed(base, s_, 0.01, keep=kept, rank=rank)
     assert set(kept) == {(s_, n) for s_ in seeds for n in base}
+    # full rank on a small model: each member's noise is one buffer, summed in one pass
+    assert (noise._flat_kept(list(base.items()), seeds, kept, rank) is not None) == (rank is None)
     drawn, reused, planted = ({n: w.clone() for n, w in base.items()} for _ in range(3))
     assert noise.update(drawn, seeds, coefs, 0.1, rank=rank) == noise.update(reused, seeds, coefs, 0.1, rank=rank,
                                                                              kept=kept)

@@ -224,7 +224,7 @@ def score(task, gen, rows: Sequence[Mapping], memo: dict | None = None) -> tuple
                 v = memo[(p, c)] = task.verify(c, row)
             verdicts.append(v)
         rewards += [v.reward for v in verdicts]
-        success.append(float(np.mean([v.correct for v in verdicts])))
+        success.append(sum(bool(v.correct) for v in verdicts) / len(verdicts))  # exact: a count / n
     return float(np.mean(rewards)), success
 
 

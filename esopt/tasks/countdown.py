@@ -110,22 +110,42 @@ def parse_expression(expr: str) -> ast.expr | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     body = tree.body
-    for node in ast.walk(body):
-        if isinstance(node, ast.BinOp):
-            if type(node.op) not in _OPS:
-                return None
-        elif isinstance(node, ast.Constant):
-            if type(node.value) is not int:
-                return None
-        elif not isinstance(node, ast.operator):
-            return None
-    return body
+    return body if _allowed(body) else None
 
 
-def _value(node: ast.expr) -> Fraction | None:
-    """Exact value of a parsed tree; None on division by zero or a magnitude over the cap."""
-    if isinstance(node, ast.Constant):
-        return Fraction(node.value)
+def _allowed(node: ast.expr) -> bool:
+    """Only BinOp(+ - * /) over int Constants, all the way down (iterative: no recursion limit)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        t = type(n)
+        if t is ast.BinOp:
+            if type(n.op) not in _OPS:
+                return False
+            todo += (n.left, n.right)
+        elif t is not ast.Constant or type(n.value) is not int:
+            return False
+    return True
+
+
+def _literals(node: ast.expr) -> Counter:
+    """The multiset of integer literals of an allowed tree."""
+    out: Counter = Counter()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if type(n) is ast.Constant:
+            out[n.value] += 1
+        else:
+            todo += (n.left, n.right)
+    return out
+
+
+def _value(node: ast.expr) -> int | Fraction | None:
+    """Exact value of a parsed tree (an int until a division makes it a ``Fraction``); None on
+    division by zero or a magnitude over the cap."""
+    if type(node) is ast.Constant:
+        return node.value
     left, right = _value(node.left), _value(node.right)  # type: ignore[attr-defined]
     if left is None or right is None:
         return None
@@ -139,8 +159,8 @@ def _value(node: ast.expr) -> Fraction | None:
     else:
         if right == 0:
             return None
-        v = left / right
-    if abs(v.numerator) > MAX_MAGNITUDE or v.denominator > MAX_MAGNITUDE:
+        v = Fraction(left, right) if type(left) is int and type(right) is int else left / right
+    if abs(v.numerator) > MAX_MAGNITUDE or v.denominator > MAX_MAGNITUDE:  # ints have both too
         return None
     return v
 
@@ -148,7 +168,8 @@ def _value(node: ast.expr) -> Fraction | None:
 def evaluate(expr: str) -> Fraction | None:
     """Exact ``Fraction`` value of an allowed expression (see ``parse_expression``), else None."""
     tree = parse_expression(expr)
-    return None if tree is None else _value(tree)
+    value = None if tree is None else _value(tree)
+    return None if value is None else Fraction(value)
 
 
 def canonical(expr: str) -> str | None:
@@ -157,7 +178,22 @@ def canonical(expr: str) -> str | None:
     e.g. ``" (3 * 7) + 2"`` -> ``"3*7+2"``.
     """
     tree = parse_expression(expr)
-    return None if tree is None else ast.unparse(tree).replace(" ", "")
+    return None if tree is None else _unparse(tree)
+
+
+_PRECEDENCE = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2}
+
+
+def _unparse(tree: ast.expr, context: int = 0) -> str:
+    """``ast.unparse(tree)`` without spaces, for allowed trees: operators are left-associative,
+    so an operand is parenthesised when its operator binds less tightly than the context asks
+    (the left operand: the parent's precedence; the right one: one more)."""
+    if type(tree) is ast.Constant:
+        return str(tree.value)
+    op = type(tree.op)  # type: ignore[attr-defined]
+    p = _PRECEDENCE[op]
+    text = _unparse(tree.left, p) + _OPS[op] + _unparse(tree.right, p + 1)  # type: ignore[attr-defined]
+    return f"({text})" if context > p else text
 
 
 TOLERANCE = Fraction(1, 10**5)  # the published reward: |value - target| < 1e-5
@@ -204,8 +240,11 @@ def check_expression(expr: str, numbers: Iterable[int], target) -> bool:
     nesting checks come before ``ast``; intermediate values are capped at 10**12).
     """
     tree = parse_expression(expr)
-    if tree is None:
-        return False
+    return tree is not None and _tree_checks(tree, numbers, target)
+
+
+def _tree_checks(tree: ast.expr, numbers: Iterable[int], target) -> bool:
+    """``check_expression`` on an already parsed allowed tree."""
     goal = parse_target(target)
     if goal is None:
         return False
@@ -213,10 +252,7 @@ def check_expression(expr: str, numbers: Iterable[int], target) -> bool:
         want = Counter(int(n) for n in numbers)
     except (TypeError, ValueError, OverflowError):
         return False
-    used = Counter(
-        node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-    )
-    if used != want:
+    if _literals(tree) != want:
         return False
     value = _value(tree)
     return value is not None and abs(value - goal) < TOLERANCE
@@ -295,9 +331,10 @@ def chat_verdict(completion: str, numbers: Sequence[int], target) -> Verdict:
 def compact_verdict(completion: str, numbers: Sequence[int], target) -> Verdict:
     """Compact style: format = 1 iff the stripped completion is an allowed expression;
     answer = check_expression; reward = 0.1*format + answer."""
-    extracted = canonical(completion)
+    tree = parse_expression(completion)  # parsed once for the format, the answer and the extract
+    extracted = None if tree is None else _unparse(tree)
     fmt = 0.0 if extracted is None else 1.0
-    ok = extracted is not None and check_expression(completion, numbers, target)
+    ok = tree is not None and _tree_checks(tree, numbers, target)
     return Verdict(0.1 * fmt + float(ok), fmt, float(ok), ok, extracted)
 
 
