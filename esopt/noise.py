@@ -119,10 +119,22 @@ def noise_like(tensor: torch.Tensor, seed: int, rank: int | None = None) -> torc
     return out.view(tensor.shape)
 
 
-def lowrank_factors(tensor: torch.Tensor, seed: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The EGGROLL factors of a 2-D tensor (m x n): ``A`` (m x rank), ``B`` (n x rank), fp32."""
+def draw_into(out: torch.Tensor, seed: int, generator: torch.Generator) -> torch.Tensor:
+    """Full-rank noise of a tensor of at most ``CHUNK`` elements (one chunk: ``randn(numel)``
+    from its seed, as ``_chunks`` draws it), written into the fp32 tensor ``out``;
+    ``generator`` (on ``out``'s device) is reseeded and reused."""
+    if out.numel() > CHUNK:
+        raise ValueError("draw_into: more than one chunk of noise")
+    generator.manual_seed(seed)
+    return torch.randn(out.shape, generator=generator, device=out.device, dtype=torch.float32, out=out)
+
+
+def lowrank_factors(tensor: torch.Tensor, seed: int, rank: int,
+                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The EGGROLL factors of a 2-D tensor (m x n): ``A`` (m x rank), ``B`` (n x rank), fp32.
+    ``generator``: one to reseed and reuse (on the tensor's device) instead of making one."""
     m, n = tensor.shape
-    gen = torch.Generator(device=tensor.device).manual_seed(seed)
+    gen = (generator or torch.Generator(device=tensor.device)).manual_seed(seed)
     a = torch.randn((m, rank), generator=gen, device=tensor.device, dtype=torch.float32)
     b = torch.randn((n, rank), generator=gen, device=tensor.device, dtype=torch.float32)
     return a, b
@@ -260,8 +272,7 @@ def _perturbed_flat(items, sizes, outs, out, member_seed: int, scale: float, kee
     small = sum(sizes) <= SMALL
     gen = torch.Generator(device=dev)
     for (name, w), eps, new in zip(items, eps_all.split(sizes), outs):
-        gen.manual_seed(tensor_seed(member_seed, name))  # the tensor's stream: randn(numel), as in _chunks
-        torch.randn(eps.numel(), generator=gen, device=dev, dtype=torch.float32, out=eps)
+        draw_into(eps, tensor_seed(member_seed, name), gen)
         if keep is not None:
             keep[(int(member_seed), name)] = eps
         if not small:

@@ -71,6 +71,9 @@ class PopulationForward:
         params = dict(model.named_parameters())
         dev = next(model.parameters()).device
         signs = torch.tensor([s for _, s in self.members], dtype=torch.float32, device=dev)
+        scales = signs * self.sigma  # fp32 sign_i * sigma, as noise.perturb scales eps
+        gen = torch.Generator(device=dev)  # reseeded per (member, tensor): the same streams
+        self.bias_delta: dict[str, torch.Tensor] = {}
         for mod, kind, name in self._plan:
             tensors = [(name, params[name])]
             if kind == "linear" and mod.bias is not None:
@@ -78,16 +81,23 @@ class PopulationForward:
             for n, w in tensors:
                 if n in self.stacks:
                     continue  # tied weight: one stack, shared
+                seeds = [noise.tensor_seed(s, n) for s, _ in self.members]
                 if w.dim() == 2 and rank is not None:
-                    fac = [noise.lowrank_factors(w, noise.tensor_seed(s, n), rank) for s, _ in self.members]
+                    fac = [noise.lowrank_factors(w, seed, rank, gen) for seed in seeds]
                     a = torch.stack([f[0] for f in fac]).to(w.dtype)  # [G, m, r]
                     b = torch.stack([f[1] for f in fac]).to(w.dtype)  # [G, n, r]
                     c = (signs * self.sigma / math.sqrt(rank)).to(w.dtype)  # [G]
                     self.stacks[n] = (a * c[:, None, None], b)
-                else:  # full rank: the exact tensors noise.perturb would write
-                    self.stacks[n] = torch.stack([
-                        (w.float() + noise.noise_like(w, noise.tensor_seed(s, n)) * (sg * self.sigma)).to(w.dtype)
-                        for s, sg in self.members])
+                else:  # full rank: the exact tensors noise.perturb would write, all members in one op
+                    eps = torch.empty((self.G, *w.shape), dtype=torch.float32, device=dev)
+                    for e, seed in zip(eps, seeds):
+                        if w.numel() <= noise.CHUNK:
+                            noise.draw_into(e, seed, gen)
+                        else:
+                            e.copy_(noise.noise_like(w, seed))
+                    self.stacks[n] = (w.float() + eps * scales.view(-1, *[1] * w.dim())).to(w.dtype)
+                    if w.dim() == 1 and kind == "linear" and rank is not None:  # a low-rank layer's bias:
+                        self.bias_delta[n] = (self.stacks[n] - w)[:, None, :]  # added to F.linear's
         self._names = names
 
     # --- per-kind forwards -----------------------------------------------------------------
@@ -99,19 +109,19 @@ class PopulationForward:
     def _linear(self, mod: nn.Linear, wname: str, x: torch.Tensor) -> torch.Tensor:
         st = self.stacks[wname]
         xg = self._grouped(x)
-        bias = self.stacks[self._names[id(mod.bias)]][:, None, :] if mod.bias is not None else None
-        if isinstance(st, tuple):  # y = x W^T + b_i + (x B_i)(c_i A_i)^T
+        bname = self._names[id(mod.bias)] if mod.bias is not None else None
+        if isinstance(st, tuple):  # y = (x W^T + b) + (b_i - b) + (x B_i)(c_i A_i)^T
             a, b = st
-            y = F.linear(xg, mod.weight)
-            if bias is not None:
-                y = y + bias
+            y = F.linear(xg, mod.weight, mod.bias)  # the bias fused into the matmul, as plain inference
+            if bname is not None:
+                y.add_(self.bias_delta[bname])
             if a.shape[-1] == 1:  # rank 1: a row dot product and an outer product, no small bmm
                 u = (xg * b[:, None, :, 0]).sum(-1, keepdim=True)            # [G, T, 1] = x . b_i
                 y.addcmul_(u, a[:, None, :, 0])                               # + (x . b_i) c_i a_i
             else:
                 y = torch.baddbmm(y, torch.bmm(xg, b), a.transpose(1, 2))
-        elif bias is not None:  # y = b_i + x W_i^T
-            y = torch.baddbmm(bias, xg, st.transpose(1, 2))
+        elif bname is not None:  # y = b_i + x W_i^T
+            y = torch.baddbmm(self.stacks[bname][:, None, :], xg, st.transpose(1, 2))
         else:
             y = torch.bmm(xg, st.transpose(1, 2))
         return y.reshape(*x.shape[:-1], y.shape[-1])

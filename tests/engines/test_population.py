@@ -71,6 +71,26 @@ def test_batched_logits_match_weight_edit(engine, rank):
         torch.testing.assert_close(model(**ids).logits[:2], model(**{n: v[:2] for n, v in ids.items()}).logits)
 
 
+@pytest.mark.parametrize("rank", [2, None], ids=["lowrank", "fullrank"])
+def test_member_stacks_are_the_perturbed_tensors(engine, rank):
+    """Every full-rank per-member tensor (all of them at rank None; biases and norm scales at
+    low rank) is bitwise the one ``noise.perturbed`` writes for that member (one generator reused
+    across members and one op per stack give the same draws and arithmetic); a low-rank
+    layer's bias delta restores it: ``b + (b_i - b)`` is ``b_i``'s perturbation."""
+    params = list(engine.named_parameters())
+    pf = population.PopulationForward(engine.model, MEMBERS, SIGMA, rank, 1)
+    checked = 0
+    for k, (seed, sign) in enumerate(MEMBERS):
+        want = dict(zip([n for n, _ in params], noise.perturbed(params, seed, SIGMA, sign)))
+        for name, st in pf.stacks.items():
+            if not isinstance(st, tuple):
+                assert torch.equal(st[k], want[name]), name
+                checked += 1
+    assert checked >= len(MEMBERS) * (len(params) if rank is None else 3)
+    assert all(d.shape[0] == len(MEMBERS) for d in pf.bias_delta.values())
+    assert bool(pf.bias_delta) == (rank is not None)
+
+
 def test_stack_memory_and_unsupported_modules():
     lin = nn.Sequential(nn.Linear(8, 6), nn.LayerNorm(6))
     with pytest.raises(NotImplementedError, match="LayerNorm"):
