@@ -329,9 +329,7 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
             for (_, c), stream in zip(coef, streams):  # one member's chunk alive at a time
                 acc.add_(next(stream)[2], alpha=c)
             acc.mul_(lr / n)
-            sq.append(float(acc.double().pow(2).sum()))
-            part = flat[start:end]
-            part.copy_((part.float() + acc).to(w.dtype))
+            sq.append(_apply_step(flat[start:end], acc))
         return sq
 
     items = _items(params)
@@ -343,11 +341,8 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
         acc.mul_(lr / n)
         sq, start = 0.0, 0
         for _, w in items:  # per tensor, as below: the same values, norm parts and sum order
-            step = acc[start:start + w.numel()]
+            sq += _apply_step(w.view(-1), acc[start:start + w.numel()])
             start += w.numel()
-            sq += float(step.double().pow(2).sum())
-            part = w.view(-1)
-            part.copy_((part.float() + step).to(w.dtype))
         return sq ** 0.5
     if threads > 1 and len(items) > 1:
         from concurrent.futures import ThreadPoolExecutor
@@ -361,6 +356,12 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
         for x in part:
             sq += x
     return sq ** 0.5
+
+
+def _apply_step(part: torch.Tensor, step: torch.Tensor) -> float:
+    """``part += step`` (fp32 sum, one cast to ``part``'s dtype); returns ``||step||^2`` (fp64)."""
+    part.copy_((part.float() + step).to(part.dtype))
+    return float(step.double().pow(2).sum())
 
 
 def _flat_kept(items, seeds: Sequence[int], kept: Mapping, rank: int | None) -> list[torch.Tensor] | None:
