@@ -30,7 +30,8 @@ Rows per model (hf engine, Countdown train prompts, greedy, the task's token bud
   ranks_slurm         the same through the real local Slurm: one ES run as 1 Slurm task vs 2
                       tasks (model.resources.ranks), mean iteration wall from metrics.jsonl.
 
-Each ES row also prints its breakdown (median seconds per iteration): gen, perturb (critical
+Each ratio is the median over --reps of the ratio within one repetition (both sides measured
+back to back). Each ES row also prints its breakdown (median seconds per iteration): gen, perturb (critical
 path: waiting for the prepared member + the swap or copy), restore, score, update, prepare_bg
 (on the second thread, off the critical path) and the plain generation it is compared with.
 Medians over --reps. Timings on a shared machine are noisy: read the ratios, not the seconds.
@@ -149,12 +150,15 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
                 t, g = timed(lambda: engine.generate(texts * pop, max_new_tokens=budget))
                 (big if fixed else natural["plain"]).append(g.n_tokens / t)
     med = statistics.median
-    out = {"es_over_inference": med(walls["default"]) / med(plain),
-           "es_over_inf_inplace": med(walls["inplace"]) / med(plain),
+    def paired(num, den):  # median of the per-repetition ratios: a slow drift of the machine cancels
+        return med(a / b for a, b in zip(num, den))
+
+    out = {"es_over_inference": paired(walls["default"], plain),
+           "es_over_inf_inplace": paired(walls["inplace"], plain),
            "_mode": es.member_mode(es_cfg(pop, prompts), engine.weights()),
-           "batched_tok_s": med(pop_gen) / med(big), "batched_full_tok_s": med(full_gen) / med(big),
+           "batched_tok_s": paired(pop_gen, big), "batched_full_tok_s": paired(full_gen, big),
            "_walls": {"plain_gen_s": med(plain), "pop_tok_s": med(pop_gen), "plain_batched_tok_s": med(big),
-                      "natural_batched_tok_s": med(natural["pop"]) / med(natural["plain"]),
+                      "natural_batched_tok_s": paired(natural["pop"], natural["plain"]),
                       "weights_mb": weight_bytes / 2**20, "fixup_bytes_over_weight_bytes": fixup_share,
                       "kept_noise_mb": (pop * engine.weights().numel * 4 / 2**20
                                         if es.keeps_noise(es_cfg(pop, prompts), engine.weights()) else 0.0)},
