@@ -36,7 +36,7 @@ def _alone(engine, seed, sign, rank, **kw):
         assert noise.checksum(params) == before
 
 
-@pytest.mark.parametrize("rank", [2, None], ids=["lowrank", "fullrank"])
+@pytest.mark.parametrize("rank", [1, 2, None], ids=["rank1", "lowrank", "fullrank"])
 def test_batched_members_equal_alone(engine, rank):
     before = noise.checksum(engine.named_parameters())
     # max_rows=6 packs two members per generate call (3 prompts each): chunking is exercised
