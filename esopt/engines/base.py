@@ -28,7 +28,8 @@ class WeightOps(Protocol):
     for in-process models; ``esopt.engines.vllm_worker.VLLMWeights`` inside vLLM workers).
     Noise is keyed by Hugging Face parameter names, so the same member seed perturbs the same
     weights on every engine. Weights that can prepare a member off the critical path set
-    ``supports_prefetch`` and offer ``start_iteration(keep_noise)`` / ``prepare`` and the
+    ``supports_prefetch`` and offer ``start_iteration(keep_noise)`` / ``prepare`` (a prepared
+    member stays valid until the next-but-one ``prepare``) and the
     ``on_cpu``, ``numel`` and ``swap`` properties (esopt.noise.Weights;
     esopt.algorithms.es.member_mode chooses how they are used)."""
 
