@@ -120,13 +120,13 @@ def noise_like(tensor: torch.Tensor, seed: int, rank: int | None = None) -> torc
 
 
 def draw_into(out: torch.Tensor, seed: int, generator: torch.Generator) -> torch.Tensor:
-    """Full-rank noise of a tensor of at most ``CHUNK`` elements (one chunk: ``randn(numel)``
-    from its seed, as ``_chunks`` draws it), written into the fp32 tensor ``out``;
-    ``generator`` (on ``out``'s device) is reseeded and reused."""
-    if out.numel() > CHUNK:
-        raise ValueError("draw_into: more than one chunk of noise")
+    """Full-rank noise from ``seed`` (the chunked stream ``_chunks`` draws) written into the
+    contiguous fp32 tensor ``out``; ``generator`` (on ``out``'s device) is reseeded and reused."""
     generator.manual_seed(seed)
-    return torch.randn(out.shape, generator=generator, device=out.device, dtype=torch.float32, out=out)
+    flat = out.view(-1)
+    for start, end in _bounds(out):
+        torch.randn(end - start, generator=generator, device=out.device, dtype=torch.float32, out=flat[start:end])
+    return out
 
 
 def lowrank_factors(tensor: torch.Tensor, seed: int, rank: int,
@@ -333,10 +333,10 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
         return sq
 
     items = _items(params)
-    flat = _flat_kept(items, [s for s, _ in coef], kept, rank)
-    if flat is not None:  # every member's noise is one buffer (perturbed's flat path): one pass each
-        acc = torch.zeros(flat[0].numel(), dtype=torch.float32, device=flat[0].device)
-        for (_, c), eps in zip(coef, flat):
+    flat_noise = _flat_kept(items, [s for s, _ in coef], kept, rank)
+    if flat_noise is not None:  # every member's noise is one buffer (perturbed's flat path): one pass each
+        acc = torch.zeros(flat_noise[0].numel(), dtype=torch.float32, device=flat_noise[0].device)
+        for (_, c), eps in zip(coef, flat_noise):
             acc.add_(eps, alpha=c)
         acc.mul_(lr / n)
         sq, start = 0.0, 0
@@ -415,8 +415,8 @@ def l2_distance(params: Params, ref: Mapping[str, torch.Tensor]) -> float:
 
 
 class Prepared(list):
-    """A member's perturbed tensors from ``Weights.prepare``: views of one of its two buffers."""
-    slot: int = 0
+    """A member's perturbed tensors from ``Weights.prepare``: views of one of its two buffers,
+    buffer ``issue % 2`` (``issue``: which prepare wrote it; 0: fresh tensors, no buffer)."""
     issue: int = 0
 
 
@@ -457,7 +457,7 @@ class Weights:
         # whole parameters (an HF model's): a prepared member is swapped in (``param.data``), not copied
         self.swap = bool(self.params) and all(isinstance(w, torch.nn.Parameter) for _, w in self.params)
         self._buffers: list[torch.Tensor] = []  # the two flat member buffers (one dtype), made on first use
-        self._issued = [0, 0]                   # how many members each buffer has held
+        self._prepared = 0                      # members prepared into them so far
 
     supports_prefetch = True
 
@@ -490,17 +490,16 @@ class Weights:
         """A member's perturbed tensors, computed from the snapshot (thread-safe: reads only)."""
         if self.snapshot is None:
             raise RuntimeError("prepare needs start_iteration first")
-        names = [n + self.shard for n, _ in self.params] if self.shard else [n for n, _ in self.params]
-        if len({w.dtype for _, w in self.params}) != 1:  # mixed dtypes: no shared buffer, fresh tensors
-            return perturbed(list(zip(names, self.snapshot)), member_seed, sigma, sign, rank, keep=self.kept)
-        if not self._buffers:
-            w0 = self.params[0][1]
-            self._buffers = [torch.empty(self.numel, dtype=w0.dtype, device=w0.device) for _ in range(2)]
-        slot = sum(self._issued) % 2
-        self._issued[slot] += 1
-        member = Prepared(perturbed(list(zip(names, self.snapshot)), member_seed, sigma, sign, rank,
-                                    keep=self.kept, out=self._buffers[slot]))
-        member.slot, member.issue = slot, self._issued[slot]
+        snapshot = [(name, snap) for (name, _), snap in zip(self._named(), self.snapshot)]
+        out = None
+        if len({w.dtype for _, w in self.params}) == 1:  # mixed dtypes: no shared buffer, fresh tensors
+            if not self._buffers:
+                w0 = self.params[0][1]
+                self._buffers = [torch.empty(self.numel, dtype=w0.dtype, device=w0.device) for _ in range(2)]
+            self._prepared += 1
+            out = self._buffers[self._prepared % 2]
+        member = Prepared(perturbed(snapshot, member_seed, sigma, sign, rank, keep=self.kept, out=out))
+        member.issue = self._prepared if out is not None else 0
         return member
 
     def _named(self) -> list[tuple[str, torch.Tensor]]:
@@ -514,7 +513,7 @@ class Weights:
         if self.state is not None:
             raise RuntimeError("perturb called twice without restore")
         if prepared is not None:
-            if isinstance(prepared, Prepared) and self._issued[prepared.slot] != prepared.issue:
+            if isinstance(prepared, Prepared) and prepared.issue and self._prepared - prepared.issue >= 2:
                 raise RuntimeError("perturb: this prepared member's buffer was reused by a later prepare "
                                    "(at most two prepared members are valid at a time)")
             if self.swap:

@@ -51,7 +51,6 @@ class PopulationForward:
         self.G = len(self.members)
         names = {id(p): n for n, p in model.named_parameters()}
         self.stacks: dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]] = {}
-        self.scale = None
         self._patched: list[tuple[nn.Module, str, object]] = []
         self._plan: list[tuple[nn.Module, str, str]] = []  # (module, kind, param name)
         for mod in model.modules():
@@ -86,15 +85,12 @@ class PopulationForward:
                     fac = [noise.lowrank_factors(w, seed, rank, gen) for seed in seeds]
                     a = torch.stack([f[0] for f in fac]).to(w.dtype)  # [G, m, r]
                     b = torch.stack([f[1] for f in fac]).to(w.dtype)  # [G, n, r]
-                    c = (signs * self.sigma / math.sqrt(rank)).to(w.dtype)  # [G]
+                    c = (scales / math.sqrt(rank)).to(w.dtype)  # [G]
                     self.stacks[n] = (a * c[:, None, None], b)
                 else:  # full rank: the exact tensors noise.perturb would write, all members in one op
                     eps = torch.empty((self.G, *w.shape), dtype=torch.float32, device=dev)
                     for e, seed in zip(eps, seeds):
-                        if w.numel() <= noise.CHUNK:
-                            noise.draw_into(e, seed, gen)
-                        else:
-                            e.copy_(noise.noise_like(w, seed))
+                        noise.draw_into(e, seed, gen)
                     self.stacks[n] = (w.float() + eps * scales.view(-1, *[1] * w.dim())).to(w.dtype)
                     if w.dim() == 1 and kind == "linear" and rank is not None:  # a low-rank layer's bias:
                         self.bias_delta[n] = (self.stacks[n] - w)[:, None, :]  # added to F.linear's

@@ -323,8 +323,9 @@ def reward(completion: str, numbers: Sequence[int], target) -> float:
 def chat_verdict(completion: str, numbers: Sequence[int], target) -> Verdict:
     fmt = format_score(completion)
     content = last_answer(completion)
-    ok = content is not None and check_expression(content, numbers, target)
-    extracted = None if content is None else (canonical(content) or content)
+    tree = None if content is None else parse_expression(content)  # parsed once: answer and extract
+    ok = tree is not None and _tree_checks(tree, numbers, target)
+    extracted = None if content is None else (_unparse(tree) if tree is not None else content)
     return Verdict(0.1 * fmt + float(ok), fmt, float(ok), ok, extracted)
 
 

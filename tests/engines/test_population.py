@@ -71,12 +71,16 @@ def test_batched_logits_match_weight_edit(engine, rank):
         torch.testing.assert_close(model(**ids).logits[:2], model(**{n: v[:2] for n, v in ids.items()}).logits)
 
 
+@pytest.mark.parametrize("chunk", [None, 100], ids=["one-chunk", "chunked"])
 @pytest.mark.parametrize("rank", [2, None], ids=["lowrank", "fullrank"])
-def test_member_stacks_are_the_perturbed_tensors(engine, rank):
+def test_member_stacks_are_the_perturbed_tensors(engine, rank, chunk, monkeypatch):
     """Every full-rank per-member tensor (all of them at rank None; biases and norm scales at
     low rank) is bitwise the one ``noise.perturbed`` writes for that member (one generator reused
-    across members and one op per stack give the same draws and arithmetic); a low-rank
-    layer's bias delta restores it: ``b + (b_i - b)`` is ``b_i``'s perturbation."""
+    across members and one op per stack give the same draws and arithmetic), also when tensors
+    span several noise chunks; a low-rank layer's bias delta restores it: ``b + (b_i - b)`` is
+    ``b_i``'s perturbation."""
+    if chunk:
+        monkeypatch.setattr(noise, "CHUNK", chunk)
     params = list(engine.named_parameters())
     pf = population.PopulationForward(engine.model, MEMBERS, SIGMA, rank, 1)
     checked = 0
