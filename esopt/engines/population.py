@@ -85,6 +85,8 @@ class PopulationForward:
                     fac = [noise.lowrank_factors(w, seed, rank, gen) for seed in seeds]
                     a = torch.stack([f[0] for f in fac]).to(w.dtype)  # [G, m, r]
                     b = torch.stack([f[1] for f in fac]).to(w.dtype)  # [G, n, r]
+                    if rank == 1:  # strides (n, 1, n), not (n, 1, 1): bmm(x, b) then runs as a
+                        b = b.view(self.G, 1, -1).transpose(1, 2)  # matrix-vector product, 5-10x faster
                     c = (scales / math.sqrt(rank)).to(w.dtype)  # [G]
                     self.stacks[n] = (a * c[:, None, None], b)
                 else:  # full rank: the exact tensors noise.perturb would write, all members in one op
@@ -102,25 +104,40 @@ class PopulationForward:
             raise RuntimeError(f"population batch has {x.shape[0]} rows, expected {self.G} x {self.R}")
         return x.reshape(self.G, -1, x.shape[-1])  # [G, R*S, d]
 
-    def _linear(self, mod: nn.Linear, wname: str, x: torch.Tensor) -> torch.Tensor:
-        st = self.stacks[wname]
-        xg = self._grouped(x)
-        bname = self._names[id(mod.bias)] if mod.bias is not None else None
+    def _linear(self, mod: nn.Linear, wname: str):
+        """``mod``'s population forward, with its tensors looked up once (it runs every step)."""
+        st, weight, bias = self.stacks[wname], mod.weight, mod.bias
+        bname = self._names[id(bias)] if bias is not None else None
         if isinstance(st, tuple):  # y = (x W^T + b) + (b_i - b) + (x B_i)(c_i A_i)^T
             a, b = st
-            y = F.linear(xg, mod.weight, mod.bias)  # the bias fused into the matmul, as plain inference
-            if bname is not None:
-                y.add_(self.bias_delta[bname])
-            if a.shape[-1] == 1:  # rank 1: a row dot product and an outer product, no small bmm
-                u = (xg * b[:, None, :, 0]).sum(-1, keepdim=True)            # [G, T, 1] = x . b_i
-                y.addcmul_(u, a[:, None, :, 0])                               # + (x . b_i) c_i a_i
-            else:
-                y = torch.baddbmm(y, torch.bmm(xg, b), a.transpose(1, 2))
+            delta = self.bias_delta.get(bname)
+            rank1 = a.shape[-1] == 1
+            a = a.view(self.G, 1, -1) if rank1 else a.transpose(1, 2)
+
+            def forward(x):
+                xg = self._grouped(x)
+                y = F.linear(xg, weight, bias)  # the bias fused into the matmul, as plain inference
+                if delta is not None:
+                    y.add_(delta)
+                u = torch.bmm(xg, b)  # [G, T, r] = x B_i (b's layout makes it a fast matrix-vector product)
+                if rank1:
+                    y.addcmul_(u, a)  # + (x . b_i) c_i a_i: an outer product, no small bmm
+                else:
+                    y.baddbmm_(u, a)
+                return y.reshape(*x.shape[:-1], y.shape[-1])
         elif bname is not None:  # y = b_i + x W_i^T
-            y = torch.baddbmm(self.stacks[bname][:, None, :], xg, st.transpose(1, 2))
+            wt, bi = st.transpose(1, 2), self.stacks[bname][:, None, :]
+
+            def forward(x):
+                y = torch.baddbmm(bi, self._grouped(x), wt)
+                return y.reshape(*x.shape[:-1], y.shape[-1])
         else:
-            y = torch.bmm(xg, st.transpose(1, 2))
-        return y.reshape(*x.shape[:-1], y.shape[-1])
+            wt = st.transpose(1, 2)
+
+            def forward(x):
+                y = torch.bmm(self._grouped(x), wt)
+                return y.reshape(*x.shape[:-1], y.shape[-1])
+        return forward
 
     def _embedding(self, mod: nn.Embedding, wname: str, ids: torch.Tensor) -> torch.Tensor:
         st = self.stacks[wname]
@@ -141,7 +158,7 @@ class PopulationForward:
     def __enter__(self):
         for mod, kind, name in self._plan:
             if kind == "linear":
-                mod.forward = (lambda m, n: lambda x: self._linear(m, n, x))(mod, name)
+                mod.forward = self._linear(mod, name)
                 self._patched.append((mod, "forward", None))
             elif kind == "embedding":
                 mod.forward = (lambda m, n: lambda ids: self._embedding(m, n, ids))(mod, name)
