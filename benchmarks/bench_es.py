@@ -6,11 +6,15 @@
 Rows per model (hf engine, Countdown train prompts, greedy, the task's token budget):
 
   es_over_inference   ES iteration wall, member by member at the defaults (es.prefetch=null: on
-                      the CPU the next member is prepared on a second thread while one generates,
-                      and swapped in and out of the HF parameters; small models keep the
-                      members' noise for the update) / wall of the same N
+                      the CPU each member's perturbed weights are prepared into a reused buffer,
+                      on a second thread while the previous member generates (inline for small
+                      members: es.INLINE_MAX), and swapped in and out of the HF parameters;
+                      small models keep the members' noise for the update) / wall of the same N
                       generate calls of the same prompts with the unperturbed model in the same
-                      engine.                                                  goal <= 1.05
+                      engine, every row generating the whole token budget on both sides (EOS
+                      ignored), so that members whose completions end later than the base
+                      model's do not count as machinery cost. The ratio with natural lengths
+                      is printed as natural_es_over_inference.                 goal <= 1.05
   es_over_inf_inplace the same with es.prefetch=false (in-place perturb, sparse fix-up restore),
                       measured side by side.
   batched_tok_s       tokens/s of one population-batched generate (N members x P prompts,
@@ -120,7 +124,7 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
     walls = {m: [] for m, _ in modes}
     parts = {m: [] for m, _ in modes}
     plain, pop_gen, full_gen, big = [], [], [], []
-    natural = {"pop": [], "plain": []}
+    natural = {"pop": [], "plain": [], "es": [], "es_plain": []}
     for _, cfg in modes:   # warm-up (first-call costs)
         es.es_step(engine, task, rows, cfg, 0)
     engine.generate(texts * pop, max_new_tokens=budget)
@@ -133,11 +137,15 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
         it = rep + 1
         # iteration it's prompt batch: the plain generation is timed on the prompts ES just used
         texts = [rows[i]["prompt"] for i in es.prompt_batch(0, it, len(rows), prompts)]
-        for mode, cfg in modes:
-            t, line = timed(lambda: es.es_step(engine, task, rows, cfg, it))
-            walls[mode].append(t)
-            parts[mode].append({k: line.get(f"wall_{k}", 0.0) for k in PARTS})
-        plain.append(timed(lambda: [engine.generate(texts, max_new_tokens=budget) for _ in range(pop)])[0])
+        with _ignore_eos(engine, True):  # equal work: every row to the budget on both sides
+            for mode, cfg in modes:
+                t, line = timed(lambda: es.es_step(engine, task, rows, cfg, it))
+                walls[mode].append(t)
+                parts[mode].append({k: line.get(f"wall_{k}", 0.0) for k in PARTS})
+            plain.append(timed(lambda: [engine.generate(texts, max_new_tokens=budget) for _ in range(pop)])[0])
+        natural["es"].append(timed(lambda: es.es_step(engine, task, rows, modes[0][1], it))[0])
+        natural["es_plain"].append(
+            timed(lambda: [engine.generate(texts, max_new_tokens=budget) for _ in range(pop)])[0])
         members = [(1000 * it + i, 1.0) for i in range(pop)]
         for fixed in (True, False):
             with _ignore_eos(engine, fixed):
@@ -158,6 +166,7 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
            "_mode": es.member_mode(es_cfg(pop, prompts), engine.weights()),
            "batched_tok_s": paired(pop_gen, big), "batched_full_tok_s": paired(full_gen, big),
            "_walls": {"plain_gen_s": med(plain), "pop_tok_s": med(pop_gen), "plain_batched_tok_s": med(big),
+                      "natural_es_over_inference": paired(natural["es"], natural["es_plain"]),
                       "natural_batched_tok_s": paired(natural["pop"], natural["plain"]),
                       "weights_mb": weight_bytes / 2**20, "fixup_bytes_over_weight_bytes": fixup_share,
                       "kept_noise_mb": (pop * engine.weights().numel * 4 / 2**20

@@ -67,9 +67,10 @@ class ESConfig:
     prefetch: Optional[bool] = None  # prepare the next member's perturbed weights on a second thread while
     #                                  the current one generates; perturb / restore become copies, or for an
     #                                  HF model a swap of param.data (bitwise the same). Costs two copies of
-    #                                  the weights. null = on for weights in host memory (the tiny family),
-    #                                  off on GPUs (memory) and inside vLLM; false = in place (sparse fix-ups
-    #                                  restore exactly)
+    #                                  the weights. null = for weights in host memory, on the thread above
+    #                                  es.INLINE_MAX elements and on the generating thread below it (the
+    #                                  same prepare and swap); off on GPUs (memory) and inside vLLM;
+    #                                  false = in place (sparse fix-ups restore exactly)
     noise_cache_mb: float = 32.0   # prepared members keep their fp32 noise for the update when pop x weights
     #                                x 4 bytes fits in this many MiB (no second draw; bitwise the same); 0 = never
     update_threads: int = 0        # threads for the update (tensors in parallel, bitwise the same); 0 = the CPU count, at most 4
@@ -248,15 +249,30 @@ def _timed(clock, phase, fn, *args):
         return fn(*args)
 
 
+# Members up to this many elements are prepared inline (mode ``inline``) rather than on the
+# prefetch thread. Measured on the 2-vCPU machine as the extra wall of one member's generation
+# (median of 30 paired repetitions): tiny-s (105k) 1.28 ms inline vs 1.46 ms on the thread,
+# tiny-m (333k) 2.9 vs 3.7, tiny-l (801k) 2.0 vs 1.1, tiny-xl (1.7M) 13.4 vs 5.4. A small
+# member's prepare is mostly per-tensor Python (a reseed and a draw per tensor): on the thread
+# each of those GIL hand-offs stalls the Python-bound generation loop.
+INLINE_MAX = 1 << 19
+
+
 def member_mode(es: "ESRun", weights) -> str:
-    """How members are perturbed and restored (``es.prefetch``; both give the same bits):
+    """How members are perturbed and restored (``es.prefetch``; all give the same bits):
     ``thread`` (each member prepared on the prefetch thread while the previous one generates,
-    then swapped in and out of an HF model's parameters, or copied) or ``inplace`` (perturb in
-    place, restore with sparse fix-ups). (Scoring each member on that thread too was measured:
-    tiny-s 0.03 slower, tiny-2xl 0.02 faster, within run-to-run noise; it stays after the loop.)"""
+    then swapped in and out of an HF model's parameters, or copied), ``inline`` (the same
+    prepare and swap, on the generating thread: small members, see ``INLINE_MAX``) or ``inplace``
+    (perturb in place, restore with sparse fix-ups). (Scoring each member on the prefetch thread
+    was measured: tiny-s 0.03 slower, tiny-2xl 0.02 faster, within run-to-run noise; it stays after
+    the loop.)"""
     if not getattr(weights, "supports_prefetch", False) or es.prefetch is False:
         return "inplace"
-    return "thread" if es.prefetch or weights.on_cpu else "inplace"
+    if es.prefetch:
+        return "thread"
+    if not weights.on_cpu:
+        return "inplace"
+    return "inline" if weights.numel <= INLINE_MAX else "thread"
 
 
 def keeps_noise(es: "ESRun", weights) -> bool:
@@ -296,7 +312,10 @@ def score_members(engine, weights, task, rows, members: Sequence[int], seeds, si
         nxt = prepare(0)
         for k, i in enumerate(members):
             with clock("perturb"):
-                ready = nxt.result() if nxt is not None else None
+                if mode == "inline":
+                    ready = weights.prepare(seeds[i], es.sigma, signs[i])
+                else:
+                    ready = nxt.result() if nxt is not None else None
                 weights.perturb(seeds[i], es.sigma, signs[i], prepared=ready)  # theta_i = theta + sign_i sigma eps_i
             nxt = prepare(k + 1)                                          # member k+1, while k generates
             try:

@@ -233,16 +233,28 @@ def test_nonfinite_reward_fails(tmp_path):
         es.train(ctx)
 
 
+def test_default_member_mode_follows_the_member_size(monkeypatch):
+    """es.prefetch=null on the CPU: small members are prepared inline, larger ones on the thread;
+    true forces the thread, false the in-place path, whatever the size."""
+    weights = HFEngine(tiny_model(), char_tokenizer(), device="cpu").weights()
+    auto, on, off = (es.ESRun(pop=2, sigma=0.05, lr=0.1, batch_size=2, prefetch=p) for p in (None, True, False))
+    for limit, mode in ((weights.numel, "inline"), (weights.numel - 1, "thread")):
+        monkeypatch.setattr(es, "INLINE_MAX", limit)
+        assert (es.member_mode(auto, weights), es.member_mode(on, weights), es.member_mode(off, weights)) == (
+            mode, "thread", "inplace")
+
+
 @pytest.mark.parametrize("antithetic", [False, True])
 def test_prefetch_and_threaded_update_leave_the_numbers_unchanged(antithetic):
-    """Issue 17: both member modes -- in place with fix-ups; the prefetch thread, whose members
-    are swapped in -- with or without the kept noise, and the threaded update give
-    bitwise the weights (and rewards) of the in-place loop with a serial update, for the same seed."""
+    """Issue 17: every member mode -- in place with fix-ups; the prefetch thread, whose members
+    are swapped in; the same prepare and swap inline (small members) -- with or without the kept
+    noise, and the threaded update give bitwise the weights (and rewards) of the in-place loop
+    with a serial update, for the same seed."""
     task = SevensTask({})
     rows = list(task.split("train"))
     outcomes = set()
     for prefetch, threads, cache, mode in ((False, 1, 0, "inplace"), (True, 1, 0, "thread"), (True, 4, 32, "thread"),
-                                           (None, 1, 32, "thread"), (None, 4, 0, "thread")):
+                                           (None, 1, 32, "inline"), (None, 4, 0, "inline")):
         engine = HFEngine(tiny_model(), char_tokenizer(), device="cpu")
         cfg = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=8, seed=0, prefetch=prefetch, update_threads=threads,
                        noise_cache_mb=cache, antithetic=antithetic)
