@@ -35,7 +35,7 @@ Rows per model (hf engine, Countdown train prompts, greedy, the task's token bud
                       tasks (model.resources.ranks), mean iteration wall from metrics.jsonl.
 
 Each ratio is the median over --reps of the ratio within one repetition (both sides measured
-back to back). Each ES row also prints its breakdown (median seconds per iteration): gen, perturb (critical
+back to back, first one then the other side first in turn). Each ES row also prints its breakdown (median seconds per iteration): gen, perturb (critical
 path: waiting for the prepared member + the swap or copy), restore, score, update, prepare_bg
 (on the second thread, off the critical path) and the plain generation it is compared with.
 Medians over --reps. Timings on a shared machine are noisy: read the ratios, not the seconds.
@@ -105,6 +105,16 @@ def _ignore_eos(engine, on: bool):
         engine.eos_ids = saved
 
 
+def back_to_back(rep: int, *fns):
+    """Call ``fns`` one after another, in reverse order on odd repetitions (an order effect, such
+    as the allocator state one side leaves the other, cancels in the medians); their results in
+    the order given."""
+    out = [None] * len(fns)
+    for i in (reversed(range(len(fns))) if rep % 2 else range(len(fns))):
+        out[i] = fns[i]()
+    return out
+
+
 def timed(fn):
     t = time.perf_counter()
     out = fn()
@@ -137,26 +147,36 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
         it = rep + 1
         # iteration it's prompt batch: the plain generation is timed on the prompts ES just used
         texts = [rows[i]["prompt"] for i in es.prompt_batch(0, it, len(rows), prompts)]
+        members = [(1000 * it + i, 1.0) for i in range(pop)]
+
+        def es_run(cfg):  # (wall, diagnostics line) of one ES iteration
+            return timed(lambda: es.es_step(engine, task, rows, cfg, it))
+
+        def plain_run():  # wall of the same N generate calls with the base model
+            return timed(lambda: [engine.generate(texts, max_new_tokens=budget) for _ in range(pop)])[0]
+
+        def pop_run(rank):  # tokens/s of one population-batched generate
+            def run():
+                t, gens = timed(lambda: population.generate(engine, texts, members, 0.01, rank=rank,
+                                                            max_new_tokens=budget, max_rows=pop * prompts))
+                return sum(g.n_tokens for g in gens) / t
+            return run
+
+        def big_run():  # tokens/s of plain batched generate of the same N x P rows
+            t, g = timed(lambda: engine.generate(texts * pop, max_new_tokens=budget))
+            return g.n_tokens / t
+
         with _ignore_eos(engine, True):  # equal work: every row to the budget on both sides
-            for mode, cfg in modes:
-                t, line = timed(lambda: es.es_step(engine, task, rows, cfg, it))
+            *lines, p = back_to_back(rep, *[lambda c=cfg: es_run(c) for _, cfg in modes], plain_run)
+            plain.append(p)
+            for (mode, _), (t, line) in zip(modes, lines):
                 walls[mode].append(t)
                 parts[mode].append({k: line.get(f"wall_{k}", 0.0) for k in PARTS})
-            plain.append(timed(lambda: [engine.generate(texts, max_new_tokens=budget) for _ in range(pop)])[0])
-        natural["es"].append(timed(lambda: es.es_step(engine, task, rows, modes[0][1], it))[0])
-        natural["es_plain"].append(
-            timed(lambda: [engine.generate(texts, max_new_tokens=budget) for _ in range(pop)])[0])
-        members = [(1000 * it + i, 1.0) for i in range(pop)]
-        for fixed in (True, False):
-            with _ignore_eos(engine, fixed):
-                for store, rank in ((pop_gen, 1), (full_gen, None)):
-                    if not fixed and rank is None:
-                        continue
-                    t, gens = timed(lambda: population.generate(engine, texts, members, 0.01, rank=rank,
-                                                                max_new_tokens=budget, max_rows=pop * prompts))
-                    (store if fixed else natural["pop"]).append(sum(g.n_tokens for g in gens) / t)
-                t, g = timed(lambda: engine.generate(texts * pop, max_new_tokens=budget))
-                (big if fixed else natural["plain"]).append(g.n_tokens / t)
+            for store, x in zip((pop_gen, full_gen, big), back_to_back(rep, pop_run(1), pop_run(None), big_run)):
+                store.append(x)
+        for store, x in zip((natural["es"], natural["es_plain"], natural["pop"], natural["plain"]),
+                            back_to_back(rep, lambda: es_run(modes[0][1])[0], plain_run, pop_run(1), big_run)):
+            store.append(x)
     med = statistics.median
     def paired(num, den):  # median of the per-repetition ratios: a slow drift of the machine cancels
         return med(a / b for a, b in zip(num, den))
