@@ -35,8 +35,10 @@ Rows per model (hf engine, Countdown train prompts, greedy, the task's token bud
                       tasks (model.resources.ranks), mean iteration wall from metrics.jsonl.
 
 Each ratio is the median over --reps of the ratio within one repetition (both sides measured
-back to back, first one then the other side first in turn). Each ES row also prints its breakdown (median seconds per iteration): gen, perturb (critical
-path: waiting for the prepared member + the swap or copy), restore, score, update, prepare_bg
+back to back, first one then the other side first in turn; the batched rows over 2 x --reps,
+in a loop of their own). Each ES row also prints its
+breakdown (median seconds per iteration): gen, perturb (critical path: preparing the member
+inline, or waiting for the thread's, + the swap or copy), restore, score, update, prepare_bg
 (on the second thread, off the critical path) and the plain generation it is compared with.
 Medians over --reps. Timings on a shared machine are noisy: read the ratios, not the seconds.
 """
@@ -133,8 +135,24 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
     modes = (("default", es_cfg(pop, prompts)), ("inplace", es_cfg(pop, prompts, prefetch=False)))
     walls = {m: [] for m, _ in modes}
     parts = {m: [] for m, _ in modes}
-    plain, pop_gen, full_gen, big = [], [], [], []
-    natural = {"pop": [], "plain": [], "es": [], "es_plain": []}
+    walls_plain, es_natural, plain_natural = [], [], []  # ES rows: the plain side; natural lengths
+    batched = {"pop": [], "full": [], "natural": []}  # (population tok/s, plain batched tok/s) pairs
+
+    def es_run(cfg, it):  # (wall, diagnostics line) of one ES iteration
+        return timed(lambda: es.es_step(engine, task, rows, cfg, it))
+
+    def plain_run(texts):  # wall of the same N generate calls with the base model
+        return timed(lambda: [engine.generate(texts, max_new_tokens=budget) for _ in range(pop)])[0]
+
+    def pop_run(rank, texts, members):  # tokens/s of one population-batched generate
+        t, gens = timed(lambda: population.generate(engine, texts, members, 0.01, rank=rank,
+                                                    max_new_tokens=budget, max_rows=pop * prompts))
+        return sum(g.n_tokens for g in gens) / t
+
+    def big_run(texts):  # tokens/s of plain batched generate of the same N x P rows
+        t, g = timed(lambda: engine.generate(texts * pop, max_new_tokens=budget))
+        return g.n_tokens / t
+
     for _, cfg in modes:   # warm-up (first-call costs)
         es.es_step(engine, task, rows, cfg, 0)
     engine.generate(texts * pop, max_new_tokens=budget)
@@ -147,47 +165,41 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
         it = rep + 1
         # iteration it's prompt batch: the plain generation is timed on the prompts ES just used
         texts = [rows[i]["prompt"] for i in es.prompt_batch(0, it, len(rows), prompts)]
-        members = [(1000 * it + i, 1.0) for i in range(pop)]
-
-        def es_run(cfg):  # (wall, diagnostics line) of one ES iteration
-            return timed(lambda: es.es_step(engine, task, rows, cfg, it))
-
-        def plain_run():  # wall of the same N generate calls with the base model
-            return timed(lambda: [engine.generate(texts, max_new_tokens=budget) for _ in range(pop)])[0]
-
-        def pop_run(rank):  # tokens/s of one population-batched generate
-            def run():
-                t, gens = timed(lambda: population.generate(engine, texts, members, 0.01, rank=rank,
-                                                            max_new_tokens=budget, max_rows=pop * prompts))
-                return sum(g.n_tokens for g in gens) / t
-            return run
-
-        def big_run():  # tokens/s of plain batched generate of the same N x P rows
-            t, g = timed(lambda: engine.generate(texts * pop, max_new_tokens=budget))
-            return g.n_tokens / t
-
         with _ignore_eos(engine, True):  # equal work: every row to the budget on both sides
-            *lines, p = back_to_back(rep, *[lambda c=cfg: es_run(c) for _, cfg in modes], plain_run)
-            plain.append(p)
+            *lines, p = back_to_back(rep, *[lambda c=cfg: es_run(c, it) for _, cfg in modes],
+                                     lambda: plain_run(texts))
+            walls_plain.append(p)
             for (mode, _), (t, line) in zip(modes, lines):
                 walls[mode].append(t)
                 parts[mode].append({k: line.get(f"wall_{k}", 0.0) for k in PARTS})
-            for store, x in zip((pop_gen, full_gen, big), back_to_back(rep, pop_run(1), pop_run(None), big_run)):
-                store.append(x)
-        for store, x in zip((natural["es"], natural["es_plain"], natural["pop"], natural["plain"]),
-                            back_to_back(rep, lambda: es_run(modes[0][1])[0], plain_run, pop_run(1), big_run)):
-            store.append(x)
+        t, p = back_to_back(rep, lambda: es_run(modes[0][1], it)[0], lambda: plain_run(texts))
+        es_natural.append(t)
+        plain_natural.append(p)
+    # the batched rows in a loop of their own, twice as many repetitions (each call is short), each
+    # ratio from two calls made one right after the other
+    for rep in range(2 * reps):
+        texts = [rows[i]["prompt"] for i in es.prompt_batch(0, rep + 1, len(rows), prompts)]
+        members = [(1000 * (rep + 1) + i, 1.0) for i in range(pop)]
+        for key, rank, fixed in (("pop", 1, True), ("full", None, True), ("natural", 1, False)):
+            with _ignore_eos(engine, fixed):
+                batched[key].append(back_to_back(rep, lambda: pop_run(rank, texts, members),
+                                                 lambda: big_run(texts)))
     med = statistics.median
+
     def paired(num, den):  # median of the per-repetition ratios: a slow drift of the machine cancels
         return med(a / b for a, b in zip(num, den))
 
-    out = {"es_over_inference": paired(walls["default"], plain),
-           "es_over_inf_inplace": paired(walls["inplace"], plain),
+    def ratio(key):
+        return med(x / y for x, y in batched[key])
+
+    out = {"es_over_inference": paired(walls["default"], walls_plain),
+           "es_over_inf_inplace": paired(walls["inplace"], walls_plain),
            "_mode": es.member_mode(es_cfg(pop, prompts), engine.weights()),
-           "batched_tok_s": paired(pop_gen, big), "batched_full_tok_s": paired(full_gen, big),
-           "_walls": {"plain_gen_s": med(plain), "pop_tok_s": med(pop_gen), "plain_batched_tok_s": med(big),
-                      "natural_es_over_inference": paired(natural["es"], natural["es_plain"]),
-                      "natural_batched_tok_s": paired(natural["pop"], natural["plain"]),
+           "batched_tok_s": ratio("pop"), "batched_full_tok_s": ratio("full"),
+           "_walls": {"plain_gen_s": med(walls_plain), "pop_tok_s": med(x for x, _ in batched["pop"]),
+                      "plain_batched_tok_s": med(y for _, y in batched["pop"]),
+                      "natural_es_over_inference": paired(es_natural, plain_natural),
+                      "natural_batched_tok_s": ratio("natural"),
                       "weights_mb": weight_bytes / 2**20, "fixup_bytes_over_weight_bytes": fixup_share,
                       "kept_noise_mb": (pop * engine.weights().numel * 4 / 2**20
                                         if es.keeps_noise(es_cfg(pop, prompts), engine.weights()) else 0.0)},
