@@ -36,10 +36,10 @@ Rows per model (hf engine, Countdown train prompts, greedy, the task's token bud
 
 Each ratio is the median over --reps of the ratio within one repetition (both sides measured
 back to back, first one then the other side first in turn; the batched rows over 2 x --reps,
-in a loop of their own). Each ES row also prints its
-breakdown (median seconds per iteration): gen, perturb (critical path: preparing the member
-inline, or waiting for the thread's, + the swap or copy), restore, score, update, prepare_bg
-(on the second thread, off the critical path) and the plain generation it is compared with.
+in a loop of their own). Each ES row also prints its breakdown (median seconds per
+iteration): gen, perturb (critical path: preparing the member inline, or waiting for the
+thread's, + the swap or copy), restore, score, update, prepare_bg (on the second thread, off
+the critical path) and the plain generation it is compared with.
 Medians over --reps. Timings on a shared machine are noisy: read the ratios, not the seconds.
 """
 
@@ -189,8 +189,8 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
     def paired(num, den):  # median of the per-repetition ratios: a slow drift of the machine cancels
         return med(a / b for a, b in zip(num, den))
 
-    def ratio(key):
-        return med(x / y for x, y in batched[key])
+    def ratio(key):  # a batched row: its (population, plain) pairs
+        return paired(*zip(*batched[key]))
 
     out = {"es_over_inference": paired(walls["default"], walls_plain),
            "es_over_inf_inplace": paired(walls["inplace"], walls_plain),

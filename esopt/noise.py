@@ -74,7 +74,7 @@ def _chunks(tensor: torch.Tensor, seed: int, rank: int | None = None):
     the definition of the noise, so it never depends on free memory). Low rank (2-D, ``rank``):
     the factors are drawn whole and the product is emitted by blocks of rows.
     """
-    numel, dev = tensor.numel(), tensor.device
+    dev = tensor.device
     if rank is not None and tensor.dim() == 2:
         a, b = lowrank_factors(tensor, seed, rank)
         n = tensor.shape[1]
@@ -215,11 +215,12 @@ def perturbed(params: Params, member_seed: int, sigma: float, sign: float = 1.0,
     all their elements, written into instead of allocating (the results are views of it).
 
     When the whole model is one chunk (full rank, one dtype and device, at most ``CHUNK``
-    elements: the small models the prefetch thread serves), the noise is drawn straight into the
-    output (or into one fp32 buffer when it is kept) with few ops per tensor: the same values
-    (each tensor is one chunk; the ops are elementwise), so the thread holds the GIL less while
-    the previous member generates. Kept noises are then views of one buffer (``update`` sums
-    them in one pass)."""
+    elements: the small models ES prepares member by member), the noise is drawn straight into
+    the output (or into one fp32 buffer when it is kept) with few ops per tensor: the same values
+    (each tensor is one chunk; the ops are elementwise) in fewer calls, whether the member is
+    prepared inline or on the prefetch thread (where each call is a GIL hand-off with the
+    generating thread). Kept noises are then views of one buffer (``update`` sums them in one
+    pass)."""
     scale = float(sign) * float(sigma)
     items = _items(params)
     sizes = [w.numel() for _, w in items]
@@ -263,8 +264,8 @@ def _perturbed_flat(items, sizes, outs, out, member_seed: int, scale: float, kee
     """``perturbed``'s one-chunk path: the noise drawn straight into ``out`` (or, when it is
     kept or the weights are not fp32, into one fp32 buffer), ``d = scale * eps``, then
     ``fl(w + d)`` (= ``fl(d + w)``). Up to ``SMALL`` elements in all, the scaling and the adding
-    are one pass each over the whole member (the fewest calls, so the fewest GIL hand-offs with
-    the generating thread); above it, tensor by tensor, so each slice is drawn, scaled and added
+    are one pass each over the whole member (the fewest calls: per-call overhead, and on the
+    prefetch thread GIL hand-offs, dominate at this size); above it, tensor by tensor, so each slice is drawn, scaled and added
     while it is in cache (one pass per step over a big member evicted the generation's data)."""
     dtype, dev = items[0][1].dtype, items[0][1].device
     fp32 = dtype == torch.float32
