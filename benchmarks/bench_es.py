@@ -1,7 +1,7 @@
 """ES speed and memory ratios, side by side on tiny models, with where the time goes.
 
     python benchmarks/bench_es.py                       # tiny-s and the largest tiny model, N=16, 32 prompts
-    python benchmarks/bench_es.py --models tiny-s --reps 2 --no-ranks --no-slurm
+    python benchmarks/bench_es.py --models tiny-s --reps 2 --seconds 0 --no-ranks --no-slurm
 
 Rows per model (hf engine, Countdown train prompts, greedy, the task's token budget):
 
@@ -36,14 +36,17 @@ Rows per model (hf engine, Countdown train prompts, greedy, the task's token bud
   ranks_slurm         the same through the real local Slurm: one ES run as 1 Slurm task vs 2
                       tasks (model.resources.ranks), mean iteration wall from metrics.jsonl.
 
-Each ratio is the median over --reps of the ratio within one repetition (both sides measured
-back to back, first one then the other side first in turn; the batched rows over 2 x --reps,
-in a loop of their own), printed with the repetitions' quartiles [q1-q3] (min-max below 4);
+Each ratio is the median over the repetitions of the ratio within one repetition (both sides
+measured back to back, first one then the other side first in turn; the batched rows in a loop
+of their own). Each loop runs at least --reps repetitions (the batched loop 2 x --reps) and goes
+on while it has run under --seconds: on this machine the same work moves by +-10-25% from one
+call to the next, and a short row's five ratios can put its median anywhere in that band
+(tiny-s member by member: 1.22 over 5 repetitions, 1.00 over 20 in another run), printed with the repetitions' quartiles [q1-q3] (min-max below 4);
 a verdict whose quartiles fall on both sides of the goal says so ("not across the quartiles"). Each ES row also prints its breakdown (median seconds per
 iteration): gen, perturb (critical path: preparing the member inline, or waiting for the
 thread's, + the swap or copy), restore, score, update, prepare_bg (on the second thread, off
 the critical path) and the plain generation it is compared with.
-Medians over --reps. Timings on a shared machine are noisy: read the ratios, not the seconds.
+Timings on a shared machine are noisy: read the ratios and their quartiles, not the seconds.
 """
 
 from __future__ import annotations
@@ -126,7 +129,17 @@ def timed(fn):
     return time.perf_counter() - t, out
 
 
-def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
+def repetitions(least: int, seconds: float):
+    """0, 1, 2, ...: at least ``least`` repetitions, more while the loop has run under
+    ``seconds`` (a short row's per-repetition ratios spread more: it gets more of them)."""
+    t0 = time.perf_counter()
+    rep = 0
+    while rep < least or time.perf_counter() - t0 < seconds:
+        yield rep
+        rep += 1
+
+
+def bench_model(name: str, pop: int, prompts: int, reps: int, seconds: float = 0.0) -> dict:
     from esopt import noise
     from esopt.algorithms import es
     from esopt.engines import population
@@ -168,7 +181,7 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
     weight_bytes = sum(w.numel() * w.element_size() for _, w in params)
     fixup_share = state.nbytes / weight_bytes
     noise.restore(params, state)
-    for rep in range(reps):
+    for rep in repetitions(reps, seconds):
         it = rep + 1
         # iteration it's prompt batch: the plain generation is timed on the prompts ES just used
         texts = [rows[i]["prompt"] for i in es.prompt_batch(0, it, len(rows), prompts)]
@@ -184,7 +197,7 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
         plain_natural.append(p)
     # the batched rows in a loop of their own, twice as many repetitions (each call is short), each
     # ratio from two calls made one right after the other
-    for rep in range(2 * reps):
+    for rep in repetitions(2 * reps, seconds):
         texts = [rows[i]["prompt"] for i in es.prompt_batch(0, rep + 1, len(rows), prompts)]
         members = [(1000 * (rep + 1) + i, 1.0) for i in range(pop)]
         setups.append(pop_setup(members))
@@ -211,6 +224,7 @@ def bench_model(name: str, pop: int, prompts: int, reps: int) -> dict:
            "batched_tok_s": ratio("pop", "batched_tok_s"), "batched_full_tok_s": ratio("full", "batched_full_tok_s"),
            "_spread": spread,
            "_walls": {"plain_gen_s": med(walls_plain), "pop_tok_s": med(x for x, _ in batched["pop"]),
+                      "reps_es": len(walls_plain), "reps_batched": len(batched["pop"]),
                       "pop_setup_s": med(setups),
                       "pop_call_s": pop * prompts * budget / med(x for x, _ in batched["pop"]),  # EOS ignored: every row the budget
                       "plain_batched_tok_s": med(y for _, y in batched["pop"]),
@@ -339,7 +353,9 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["tiny-s", TINY[-1]])
     ap.add_argument("--pop", type=int, default=16)
     ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5, help="repetitions per row, at least")
+    ap.add_argument("--seconds", type=float, default=60.0,
+                    help="more repetitions while a row's loop has run under this long")
     ap.add_argument("--rank-iters", type=int, default=2)
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-ranks", action="store_true")
@@ -356,10 +372,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)  # one thread: robust on a shared machine (no OpenMP spin contention)
-    print(f"ES benchmark: N={a.pop}, {a.prompts} prompts, reps={a.reps}, threads={torch.get_num_threads()}, "
+    print(f"ES benchmark: N={a.pop}, {a.prompts} prompts, reps>={a.reps} (more within {a.seconds:g} s a row), "
+          f"threads={torch.get_num_threads()}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for name in a.models:
-        r = bench_model(name, a.pop, a.prompts, a.reps)
+        r = bench_model(name, a.pop, a.prompts, a.reps, a.seconds)
         if not a.no_memory:
             r["memory"], extra = bench_memory(name, a.pop, a.prompts)
             r["_walls"]["es_extra_rss_mb"] = extra / 2**20
