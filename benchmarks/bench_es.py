@@ -38,15 +38,15 @@ Rows per model (hf engine, Countdown train prompts, greedy, the task's token bud
 
 Each ratio is the median over the repetitions of the ratio within one repetition (both sides
 measured back to back, first one then the other side first in turn; the batched rows in a loop
-of their own). Each loop runs at least --reps repetitions (the batched loop 2 x --reps) and goes
-on while it has run under --seconds: on this machine the same work moves by +-10-25% from one
-call to the next, and a short row's five ratios can put its median anywhere in that band
-(tiny-s member by member: 1.22 over 5 repetitions, 1.00 over 20 in another run), printed with the repetitions' quartiles [q1-q3] (min-max below 4);
-a verdict whose quartiles fall on both sides of the goal says so ("not across the quartiles"). Each ES row also prints its breakdown (median seconds per
-iteration): gen, perturb (critical path: preparing the member inline, or waiting for the
-thread's, + the swap or copy), restore, score, update, prepare_bg (on the second thread, off
-the critical path) and the plain generation it is compared with.
-Timings on a shared machine are noisy: read the ratios and their quartiles, not the seconds.
+of their own), printed with the repetitions' quartiles [q1-q3] (min-max below 4); a verdict
+whose quartiles fall on both sides of the goal says so ("not across the quartiles"). Each loop
+runs at least --reps repetitions (the batched loop 2 x --reps) and goes on while it has run
+under --seconds: on a small shared machine the same work moves by 10-25% from one call to the
+next, and a short row's few ratios can put its median anywhere in that band. Each ES row also
+prints its breakdown (median seconds per iteration): gen, perturb (critical path: preparing
+the member inline, or waiting for the thread's, + the swap or copy), restore, score, update,
+prepare_bg (on the second thread, off the critical path) and the plain generation it is
+compared with. Read the ratios and their quartiles, not the seconds.
 """
 
 from __future__ import annotations
@@ -336,13 +336,12 @@ def verdict(key, value, spread=None):
     def ok(v):
         return v <= goal if op == "<=" else v >= goal
 
-    text = f"{value:6.2f}"
+    text, robust = f"{value:6.2f}", ""
     if spread is not None:
         lo, hi = spread
-        robust = "" if ok(lo) == ok(hi) == ok(value) else ", not across the quartiles"
         text += f"  [{lo:.2f}-{hi:.2f}]"
-    else:
-        robust = ""
+        if not ok(lo) == ok(hi) == ok(value):
+            robust = ", not across the quartiles"
     return f"{text}  (goal {op} {goal:g}: {'met' if ok(value) else 'MISSED'}{robust})"
 
 
