@@ -207,29 +207,26 @@ def bench_model(name: str, pop: int, prompts: int, reps: int, seconds: float = 0
                                                  lambda: big_run(texts)))
     med = statistics.median
 
-    spread: dict[str, tuple[float, float]] = {}
+    def ratios(num, den):  # per-repetition ratios: a slow drift of the machine cancels in each
+        return [a / b for a, b in zip(num, den)]
 
-    def paired(num, den, key=None):  # median of the per-repetition ratios: a slow drift of the machine
-        q = [a / b for a, b in zip(num, den)]  # cancels; their quartiles kept as the row's spread
-        if key is not None:
-            spread[key] = quartiles(q)
-        return med(q)
+    def batched_ratios(key):  # a batched row: its (population, plain) pairs
+        return ratios(*zip(*batched[key]))
 
-    def ratio(key, row=None):  # a batched row: its (population, plain) pairs
-        return paired(*zip(*batched[key]), key=row)
-
-    out = {"es_over_inference": paired(walls["default"], walls_plain, "es_over_inference"),
-           "es_over_inf_inplace": paired(walls["inplace"], walls_plain, "es_over_inf_inplace"),
+    per_rep = {"es_over_inference": ratios(walls["default"], walls_plain),
+               "es_over_inf_inplace": ratios(walls["inplace"], walls_plain),
+               "batched_tok_s": batched_ratios("pop"), "batched_full_tok_s": batched_ratios("full")}
+    pop_tok_s = med(x for x, _ in batched["pop"])
+    out = {**{key: med(q) for key, q in per_rep.items()},  # each row: the median of its ratios,
+           "_spread": {key: quartiles(q) for key, q in per_rep.items()},  # and their quartiles
            "_mode": es.member_mode(es_cfg(pop, prompts), engine.weights()),
-           "batched_tok_s": ratio("pop", "batched_tok_s"), "batched_full_tok_s": ratio("full", "batched_full_tok_s"),
-           "_spread": spread,
-           "_walls": {"plain_gen_s": med(walls_plain), "pop_tok_s": med(x for x, _ in batched["pop"]),
+           "_walls": {"plain_gen_s": med(walls_plain), "pop_tok_s": pop_tok_s,
                       "reps_es": len(walls_plain), "reps_batched": len(batched["pop"]),
                       "pop_setup_s": med(setups),
-                      "pop_call_s": pop * prompts * budget / med(x for x, _ in batched["pop"]),  # EOS ignored: every row the budget
+                      "pop_call_s": pop * prompts * budget / pop_tok_s,  # EOS ignored: every row the budget
                       "plain_batched_tok_s": med(y for _, y in batched["pop"]),
-                      "natural_es_over_inference": paired(es_natural, plain_natural),
-                      "natural_batched_tok_s": ratio("natural"),
+                      "natural_es_over_inference": med(ratios(es_natural, plain_natural)),
+                      "natural_batched_tok_s": med(batched_ratios("natural")),
                       "weights_mb": weight_bytes / 2**20, "fixup_bytes_over_weight_bytes": fixup_share,
                       "kept_noise_mb": (pop * engine.weights().numel * 4 / 2**20
                                         if es.keeps_noise(es_cfg(pop, prompts), engine.weights()) else 0.0)},

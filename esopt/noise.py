@@ -265,8 +265,9 @@ def _perturbed_flat(items, sizes, outs, out, member_seed: int, scale: float, kee
     kept or the weights are not fp32, into one fp32 buffer), ``d = scale * eps``, then
     ``fl(w + d)`` (= ``fl(d + w)``). Up to ``SMALL`` elements in all, the scaling and the adding
     are one pass each over the whole member (the fewest calls: per-call overhead, and on the
-    prefetch thread GIL hand-offs, dominate at this size); above it, tensor by tensor, so each slice is drawn, scaled and added
-    while it is in cache (one pass per step over a big member evicted the generation's data)."""
+    prefetch thread GIL hand-offs, dominate at this size); above it, tensor by tensor, so each
+    slice is drawn, scaled and added while it is in cache (one pass per step over a big member
+    evicted the generation's data)."""
     dtype, dev = items[0][1].dtype, items[0][1].device
     fp32 = dtype == torch.float32
     eps_all = out if fp32 and keep is None else torch.empty(sum(sizes), dtype=torch.float32, device=dev)
