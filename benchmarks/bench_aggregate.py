@@ -1,6 +1,6 @@
 """Aggregation speed on a large synthetic sweep (goal: 10,000 run directories in <= 5 s).
 
-    python benchmarks/bench_aggregate.py [--runs 10000] [--dir DIR] [--iterations 10]
+    python benchmarks/bench_aggregate.py [--runs 10000] [--dir DIR] [--iterations 10] [--write-docs]
 
 Writes N synthetic run directories (tests/helpers.py write_synthetic_sweep: 10 model sizes x
 4 pops x N/40 seeds of ES; each run: summary.json with base/final evaluations over 200 problems
@@ -15,6 +15,7 @@ per-member rewards list, plus an eval line every 5 iterations), then times, in-p
 The file cache is warm (the sweep was just written), as after a sweep on the same machine.
 Wall seconds decide "met"; CPU seconds (this process, all its threads) and the load average
 are printed too, since on a shared machine wall time mostly measures the other users.
+``--write-docs`` also writes the table to docs/results/aggregate.md (benchmarks/_results.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--dir", default=None, help="reuse/keep the synthetic sweep here")
+    ap.add_argument("--write-docs", action="store_true", help="write the table to docs/results/aggregate.md")
     args = ap.parse_args(argv)
 
     tmp = None
@@ -71,10 +73,18 @@ def main(argv=None) -> int:
               f"on {os.cpu_count()} cores; stages (wall): "
               + ", ".join(f"{k} {v:.2f}s" for k, v in agg.timings.items() if k.endswith("_s")))
         print(f"{'stage':<22}{'runs':>8}{'wall s':>9}{'cpu s':>8}{'runs/s':>9}{'goal s':>8}{'met':>6}")
+        table = []
         for name, sec, cpu in rows:
             goal = GOAL_S if name == "aggregate (no page)" else None
             met = "-" if goal is None else ("yes" if sec <= goal else "no")
             print(f"{name:<22}{n:>8}{sec:>9.2f}{cpu:>8.2f}{n / sec:>9.0f}{goal or '-':>8}{met:>6}")
+            table.append([name, n, f"{sec:.2f}", f"{cpu:.2f}", f"{n / sec:.0f}", goal or "-", met])
+        if args.write_docs:
+            from _results import write_table
+
+            write_table("aggregate", "Aggregation of a large synthetic sweep", None,
+                        ["stage", "runs", "wall s", "cpu s", "runs/s", "goal s", "met"], table,
+                        notes=f"{n} runs, {lines} metrics lines; load average {load0:.1f} at the start.")
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

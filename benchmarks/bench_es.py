@@ -358,6 +358,7 @@ def main() -> None:
     ap.add_argument("--no-slurm", action="store_true", help="skip the 1-vs-2 Slurm task row")
     ap.add_argument("--worker-memory", nargs=4, metavar=("MODEL", "MODE", "POP", "PROMPTS"))
     ap.add_argument("--worker-ranks", nargs=5, metavar=("MODEL", "POP", "PROMPTS", "ITERS", "OUT"))
+    ap.add_argument("--write-docs", action="store_true", help="write the table to docs/results/es_speed.md")
     a = ap.parse_args()
     if a.worker_memory:
         m, mode, pop, prompts = a.worker_memory
@@ -371,8 +372,9 @@ def main() -> None:
     print(f"ES benchmark: N={a.pop}, {a.prompts} prompts, reps>={a.reps} (more within {a.seconds:g} s a row), "
           f"threads={torch.get_num_threads()}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    results = {}  # model -> its row values, for --write-docs
     for name in a.models:
-        r = bench_model(name, a.pop, a.prompts, a.reps, a.seconds)
+        r = results[name] = bench_model(name, a.pop, a.prompts, a.reps, a.seconds)
         if not a.no_memory:
             r["memory"], extra = bench_memory(name, a.pop, a.prompts)
             r["_walls"]["es_extra_rss_mb"] = extra / 2**20
@@ -392,6 +394,24 @@ def main() -> None:
             other = p["iteration"] - sum(p[k] for k in ("gen", "perturb", "restore", "score", "update", "snapshot"))
             print(f"  {mode:8s} per iteration: " + ", ".join(f"{k} {v:.3f}s" for k, v in p.items())
                   + f", other {other:.3f}s; plain generation {r['_walls']['plain_gen_s']:.3f}s")
+    if a.write_docs:
+        write_docs(a, results)
+
+
+def write_docs(a, results: dict) -> None:
+    """The ratios of this run as one table (a row per goal, a column per model) in
+    docs/results/es_speed.md (benchmarks/_results.py)."""
+    from _results import write_table
+
+    rows = [[f"{key} ({GOALS[key][0]} {GOALS[key][1]:g})",
+             *(verdict(key, r[key], r["_spread"].get(key)).replace("  ", " ").strip() if key in r else "-"
+               for r in results.values())]
+            for key in GOALS if any(key in r for r in results.values())]
+    reps = "; ".join(f"{m}: {r['_walls']['reps_es']} ES / {r['_walls']['reps_batched']} batched repetitions"
+                     for m, r in results.items())
+    write_table("es_speed", "ES speed and memory ratios", None, ["ratio (goal)", *results], rows,
+                notes=f"N={a.pop}, {a.prompts} prompts, hf engine, one thread; {reps}. "
+                      "Each cell: the median of per-repetition ratios [first-third quartile] and its verdict.")
 
 
 if __name__ == "__main__":

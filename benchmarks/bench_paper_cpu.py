@@ -1,12 +1,13 @@
 """Wall time of the whole paper_cpu preset (runs + aggregate + claims) against its goal.
 
-    python benchmarks/bench_paper_cpu.py [--quick] [--root DIR] [--keep] [--threads 1] [overrides ...]
+    python benchmarks/bench_paper_cpu.py [--quick] [--root DIR] [--keep] [--threads 1] [--write-docs] [overrides ...]
 
 Runs ``python -m esopt.sweep -m +experiment=paper_cpu`` (``--quick``: paper_cpu_quick, goal 5
 minutes) into a fresh results root (a temporary directory unless ``--root``), prints the wall
 time against the goal (60 minutes on a 2-core CPU, issue 14), the per-algorithm run time from the
 summaries, and the claims table from claims.json. Not run by the tests. Exit code 1 if the
-sweep failed or the goal was missed.
+sweep failed or the goal was missed. ``--write-docs`` writes the wall time and the claims table
+to docs/results/claims_paper_cpu.md (benchmarks/_results.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> int:
     ap.add_argument("--threads", default="1",
                     help="OMP_NUM_THREADS for the sweep (default 1, the fastest for tiny models; 'inherit' keeps "
                          "the environment's)")
+    ap.add_argument("--write-docs", action="store_true", help="write to docs/results/claims_paper_cpu.md")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hydra/launcher=submitit_local")
     a = ap.parse_args()
     preset, goal = ("paper_cpu_quick", 300) if a.quick else ("paper_cpu", 3600)
@@ -60,6 +62,27 @@ def main() -> int:
         print("\n".join(table_lines(json.loads(cj.read_text()))))
     else:
         print(f"no {cj}")
+    if a.write_docs:
+        from _results import write_table
+
+        command = " ".join(["python", *sys.argv])
+        write_table("claims_paper_cpu", f"{preset}: wall time", command,
+                    ["preset", "runs", "wall min", "goal min", "met", "exit code"],
+                    [[preset, sum(map(len, by_algo.values())), f"{wall / 60:.1f}", goal // 60,
+                      "yes" if wall <= goal else "no", proc.returncode]],
+                    notes="Run time per algorithm: " + "; ".join(
+                        f"{k} {len(v)} runs, mean {sum(v) / len(v):.1f} s" for k, v in by_algo.items()) + ".")
+        if cj.exists():
+            def num(v):
+                return "-" if v is None else f"{v:+.3f}"
+
+            claims = json.loads(cj.read_text())["claims"]
+            write_table("claims_paper_cpu", f"{preset}: claims", command,
+                        ["#", "claim", "effect [95% CI]", "minimum detectable", "verdict", "reason"],
+                        [[c["id"], c["key"], num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]"
+                                                                 if c.get("ci") else ""),
+                          "-" if c.get("mde") is None else f"{c['mde']:.3g}", c["reproduced"], c["reason"]]
+                         for c in claims])
     print(f"results: {sweep}")
     if not a.root and not a.keep:
         shutil.rmtree(root, ignore_errors=True)

@@ -3,6 +3,7 @@
     python benchmarks/bench_pruning.py                        # tiny-s and tiny-xs (~35-45 min loaded)
     python benchmarks/bench_pruning.py --models tiny-xs --seeds 8 --poor-seeds 3   # smaller
     python benchmarks/bench_pruning.py --cli-check            # + the issue's two commands, live
+    python benchmarks/bench_pruning.py --write-docs           # + the tables into docs/results/pruning.md
 
 1. Record: per model, two real ES sweeps (``algo=es pop=8 iterations=12 eval.every=3
    eval.problems=40 eval.samples=8``, the issue's setting) run to the end without pruning:
@@ -193,6 +194,7 @@ def main() -> None:
     ap.add_argument("--orders", type=int, default=50, help="random launch orders replayed per pruner")
     ap.add_argument("--root", default="/tmp/esopt-bench-pruning", help="sweeps are kept (and reused) here")
     ap.add_argument("--cli-check", action="store_true", help="also run the issue's two commands with pruner=auto")
+    ap.add_argument("--write-docs", action="store_true", help="write the tables to docs/results/pruning.md")
     args = ap.parse_args()
     root = Path(args.root)
     models = [m for m in args.models.split(",") if m]
@@ -222,10 +224,12 @@ def main() -> None:
         print(f"  equal grid: final pass@1 {min(fe):.3f}..{max(fe):.3f} over {len(fe)} seeds")
 
     rng = random.Random(0)
+    tables = {}
     for mode in ("sequential", "lockstep"):
-        print(f"\n{mode} launch, mean over {args.orders} random orders; ES pop 8, {ITERATIONS} iterations, "
-              f"evaluation every 3 on 40 problems x 8 samples; planted: pruned at or before iteration "
-              f"{ITERATIONS // 2} (at any iteration)")
+        title = (f"{mode} launch, mean over {args.orders} random orders; ES pop 8, {ITERATIONS} "
+                 f"iterations, evaluation every 3 on 40 problems x 8 samples; planted: pruned at or "
+                 f"before iteration {ITERATIONS // 2} (at any iteration)")
+        print(f"\n{title}")
         head = ["model", "pruner", "equal grid: false-prune", "saved", f"planted: false-prune (lr {GOOD_LR})",
                 *(f"lr {lr} pruned" for lr in POOR_LRS), "saved"]
         rows = []
@@ -243,15 +247,25 @@ def main() -> None:
         for row in rows:
             print("| " + " | ".join(row) + " |")
         sys.stdout.flush()
+        tables[mode] = (title, head, rows)
 
-    if args.cli_check:
-        cli_check(root, data)
+    checks = cli_check(root, data) if args.cli_check else []
+    if args.write_docs:
+        from _results import write_table
+
+        for mode, (title, head, rows) in tables.items():
+            write_table("pruning", f"Pruners replayed, {mode} launch", None, head, rows, notes=title + ".")
+        if checks:
+            write_table("pruning", "Command-line check, tuning.pruner=auto", None,
+                        ["sweep", "grid", "pruned", "all runs pruned", "wall s"], checks,
+                        notes="tiny-s, " + " ".join(SETTING) + ".")
 
 
-def cli_check(root: Path, data: dict) -> None:
-    """The issue's two commands, live, with tuning.pruner=auto (tiny-s)."""
+def cli_check(root: Path, data: dict) -> list[list]:
+    """The issue's two commands, live, with tuning.pruner=auto (tiny-s); returns the table rows."""
     import json
 
+    rows = []
     print("\nthe command line, tuning.pruner=auto, tiny-s (" + " ".join(SETTING) + "):")
     for name, extra, count in (
         ("cli-equal", ["seed=0,1,2,3,4,5,6,7"], lambda s: True),
@@ -269,6 +283,9 @@ def cli_check(root: Path, data: dict) -> None:
               f"wall {wall:.0f} s")
         for s in pruned[:2]:
             print(f"    e.g. {s['run_id']}: {s['error']}")
+        rows.append([name, " ".join(extra), f"{len(pruned)} of {len(sel)}",
+                     f"{sum(s['status'] == 'pruned' for s in summaries)} of {len(summaries)}", f"{wall:.0f}"])
+    return rows
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_sweep.py                 # local and (if sinfo works) local Slurm
     python benchmarks/bench_sweep.py --runs 6 --no-slurm
+    python benchmarks/bench_sweep.py --write-docs    # also write both tables to docs/results/sweep.md
 
 End to end, per launcher: one sweep of N tiny runs (tiny-xs, algo=none, 8 problems x 4
 samples; Slurm with array_parallelism=1 so the runs follow each other). A run's own time is
@@ -147,6 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20, help="repetitions of the in-process parts")
     ap.add_argument("--no-slurm", action="store_true", help="only the local launcher")
     ap.add_argument("--root", default=None, help="keep results here (default: a temporary dir)")
+    ap.add_argument("--write-docs", action="store_true", help="write the tables to docs/results/sweep.md")
     args = ap.parse_args(argv)
     if args.runs < 2:
         sys.exit("bench: --runs must be >= 2")
@@ -164,9 +166,19 @@ def main(argv=None) -> int:
             else:
                 print("(local Slurm not running: start it with scripts/start_slurm.sh; slurm row skipped)")
         print()
-        print(pd.DataFrame(end_to_end(root, launchers, args.runs, inside)).to_string(index=False))
-        print("overhead_per_run_s = gap_s + extra_in_run_s "
-              f"+ {inside:.3f} s per-run bookkeeping (compose/validate, store, Optuna)")
+        e2e = end_to_end(root, launchers, args.runs, inside)
+        print(pd.DataFrame(e2e).to_string(index=False))
+        formula = ("overhead_per_run_s = gap_s + extra_in_run_s "
+                   f"+ {inside:.3f} s per-run bookkeeping (compose/validate, store, Optuna)")
+        print(formula)
+        if args.write_docs:
+            from _results import write_table
+
+            load = f"load average {os.getloadavg()[0]:.1f} at the end"
+            write_table("sweep", "Per-run bookkeeping in process", None, list(comp[0]),
+                        [list(r.values()) for r in comp], notes=f"Median of {args.reps} repetitions; {load}.")
+            write_table("sweep", "Per-run overhead by launcher", None, list(e2e[0]),
+                        [list(r.values()) for r in e2e], notes=f"{formula}; {load}.")
     finally:
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)

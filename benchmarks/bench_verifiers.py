@@ -1,6 +1,6 @@
 """Verifier cost on hostile completions (goal: any completion up to 1 MB scored in < 50 ms).
 
-    python benchmarks/bench_verifiers.py [--sizes 10000,30000,100000,1048576] [--old-max 30000]
+    python benchmarks/bench_verifiers.py [--sizes 10000,30000,100000,1048576] [--old-max 30000] [--write-docs]
 
 For each input family of tests/tasks/test_verifier_fuzz.py (repeated and unclosed tags, a valid
 completion with 2,000 random tag insertions, digit strings, GSM8K markers, ...) and each size,
@@ -10,7 +10,8 @@ machine the wall time mostly measures the other users). "growth" = t(largest) / 
 ratio for linear code; its square for quadratic code). "old" times the public reward's regexes
 (esopt.tasks.countdown._FULL / _THINK / _ANSWER, the previous implementation) on the chat
 families, only up to --old-max characters: they are quadratic (the issue measured up to 14 s
-at 100 KB and no result within 120 s at 1 MB).
+at 100 KB and no result within 120 s at 1 MB). ``--write-docs`` writes the table to
+docs/results/verifiers.md (benchmarks/_results.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,30000,100000,1048576")
     ap.add_argument("--old-max", type=int, default=30000)
+    ap.add_argument("--write-docs", action="store_true", help="write the table to docs/results/verifiers.md")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
     g8 = gsm8k.GSM8KTask({"source": "unused.jsonl"})
@@ -70,10 +72,14 @@ def main(argv=None) -> int:
     head = " | ".join(f"{n // 1000} KB ms" for n in sizes)
     old_sizes = [n for n in sizes if n <= args.old_max]
     old_head = " | ".join(f"old {n // 1000} KB ms" for n in old_sizes)
-    print(f"load average {os.getloadavg()[0]:.1f}; goal {GOAL_S * 1000:.0f} ms at {sizes[-1] // 1000} KB")
+    load0 = os.getloadavg()[0]
+    print(f"load average {load0:.1f}; goal {GOAL_S * 1000:.0f} ms at {sizes[-1] // 1000} KB")
+    header = ["family", *head.split(" | "), f"CPU ms at {sizes[-1] // 1000} KB", "growth", "goal",
+              *(old_head.split(" | ") if old_head else [])]
     print(f"| family | {head} | CPU ms at {sizes[-1] // 1000} KB | growth | goal | {old_head} |")
     print("|---" * (len(sizes) + 4 + len(old_sizes)) + "|")
     worst = worst_cpu = 0.0
+    table = []
     for fam in families:
         times = [best_of(lambda: score(inputs[n][fam])) for n in sizes]
         cpu = cpu_of(lambda: score(inputs[sizes[-1]][fam]))
@@ -86,11 +92,18 @@ def main(argv=None) -> int:
                 olds.append(f"{1000 * best_of(lambda: (ref_format_score(c), ref_last_answer(c)), 1):.1f}")
             else:
                 olds.append("-")
-        print(f"| {fam} | " + " | ".join(f"{1000 * t:.1f}" for t in times) + f" | {1000 * cpu:.1f}"
-              + f" | {growth:.1f}x | {'met' if times[-1] < GOAL_S else 'missed'} | " + " | ".join(olds) + " |",
-              flush=True)
-    print(f"worst at {sizes[-1] // 1000} KB: {1000 * worst:.1f} ms wall ({'met' if worst < GOAL_S else 'missed'}), "
-          f"{1000 * worst_cpu:.1f} ms CPU ({'met' if worst_cpu < GOAL_S else 'missed'})")
+        row = [fam, *(f"{1000 * t:.1f}" for t in times), f"{1000 * cpu:.1f}", f"{growth:.1f}x",
+               "met" if times[-1] < GOAL_S else "missed", *olds]
+        table.append(row)
+        print("| " + " | ".join(row) + " |", flush=True)
+    summary = (f"worst at {sizes[-1] // 1000} KB: {1000 * worst:.1f} ms wall ({'met' if worst < GOAL_S else 'missed'}), "
+               f"{1000 * worst_cpu:.1f} ms CPU ({'met' if worst_cpu < GOAL_S else 'missed'})")
+    print(summary)
+    if args.write_docs:
+        from _results import write_table
+
+        write_table("verifiers", "Verifier cost on hostile completions", None, header, table,
+                    notes=f"{summary}; load average {load0:.1f} at the start; goal {GOAL_S * 1000:.0f} ms.")
     return 0
 
 

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_vllm.py                 # tiny-s and a random Qwen2.5-0.5B-shaped model
     python benchmarks/bench_vllm.py --skip-05b      # tiny-s only (about a minute)
+    python benchmarks/bench_vllm.py --write-docs    # also write the table to docs/results/vllm.md
 
 Needs vLLM (``bash scripts/install_vllm.sh``). Every measurement runs in a fresh process (one
 vLLM engine per process; peak memory is that process's high-water mark, ``ru_maxrss``; on a
@@ -214,26 +215,38 @@ def bench(label: str, spec: dict, dtype: str, gen: dict, es_kw: dict, threads: i
     }
 
 
-def table(results: list[dict]) -> str:
-    rows = [("vllm / hf generation tokens/s", "gen_vllm_over_hf", None),
-            ("vllm with CPU repacking (eval only) / hf tokens/s", "gen_prepack_over_hf", None),
-            ("ES iteration in vLLM / plain vLLM generation (<= 1.10)", "es_over_gen", "es_over_gen"),
-            ("ES peak memory / vLLM inference peak memory (<= 1.10)", "es_memory", "es_memory")]
-    head = "| ratio (goal) | " + " | ".join(r["model"] for r in results) + " |"
-    lines = [head, "|---|" + "---|" * len(results)]
-    for title, key, goal in rows:
+ROWS = [("vllm / hf generation tokens/s", "gen_vllm_over_hf", None),
+        ("vllm with CPU repacking (eval only) / hf tokens/s", "gen_prepack_over_hf", None),
+        ("ES iteration in vLLM / plain vLLM generation (<= 1.10)", "es_over_gen", "es_over_gen"),
+        ("ES peak memory / vLLM inference peak memory (<= 1.10)", "es_memory", "es_memory")]
+
+
+def table_rows(results: list[dict]) -> list[list[str]]:
+    """One row per ratio: its title, then each model's value with its verdict."""
+    rows = []
+    for title, key, goal in ROWS:
         cells = []
         for r in results:
             v = r[key]
             mark = "" if goal is None else (" met" if v <= GOALS[goal] else " missed")
             cells.append(f"{v:.2f}{mark}")
-        lines.append(f"| {title} | " + " | ".join(cells) + " |")
+        rows.append([title, *cells])
+    return rows
+
+
+def details(results: list[dict]) -> list[str]:
+    return [f"{r['model']}: hf {r['hf_tok_s']:.0f} tok/s, vllm {r['vllm_tok_s']:.0f}, vllm repacked "
+            f"{r['prepack_tok_s']:.0f}; ES iteration {r['es_wall']:.1f} s vs {r['gen_wall']:.1f} s of "
+            f"generation (split {json.dumps({k: round(v, 2) for k, v in r['es_split'].items()})}); "
+            f"peak RSS ES {r['es_peak_mb']:.0f} MB vs inference {r['gen_peak_mb']:.0f} MB" for r in results]
+
+
+def table(results: list[dict]) -> str:
+    head = "| ratio (goal) | " + " | ".join(r["model"] for r in results) + " |"
+    lines = [head, "|---|" + "---|" * len(results)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(results)]
     lines.append("")
-    for r in results:
-        lines.append(f"{r['model']}: hf {r['hf_tok_s']:.0f} tok/s, vllm {r['vllm_tok_s']:.0f}, vllm repacked "
-                     f"{r['prepack_tok_s']:.0f}; ES iteration {r['es_wall']:.1f} s vs {r['gen_wall']:.1f} s of "
-                     f"generation (split {json.dumps({k: round(v, 2) for k, v in r['es_split'].items()})}); "
-                     f"peak RSS ES {r['es_peak_mb']:.0f} MB vs inference {r['gen_peak_mb']:.0f} MB")
+    lines += details(results)
     return "\n".join(lines)
 
 
@@ -257,6 +270,7 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=0.01)
     ap.add_argument("--skip-05b", action="store_true", help="tiny-s only")
     ap.add_argument("--workdir", default="/tmp/esopt-bench-vllm", help="where the 0.5B-shaped model is built")
+    ap.add_argument("--write-docs", action="store_true", help="write the table to docs/results/vllm.md")
     a = ap.parse_args()
     if a.child:
         child_main(a)
@@ -275,6 +289,11 @@ def main() -> None:
                              dict(prompts=8, samples=1, temperature=0.0, max_new=32, reps=2, max_len=256, max_batch=16),
                              dict(pop=4, prompts=8, max_new=32, sigma=1.5e-3), threads))
     print(table(results))
+    if a.write_docs:
+        from _results import write_table
+
+        write_table("vllm", "vLLM engine against hf", None, ["ratio (goal)", *(r["model"] for r in results)],
+                    table_rows(results), notes="\n\n".join(details(results)))
 
 
 if __name__ == "__main__":
