@@ -403,7 +403,7 @@ def write_docs(a, results: dict) -> None:
     docs/results/es_speed.md (benchmarks/_results.py)."""
     from _results import write_table
 
-    rows = [[f"{key} ({GOALS[key][0]} {GOALS[key][1]:g})",
+    rows = [[key,
              *(verdict(key, r[key], r["_spread"].get(key)).replace("  ", " ").strip() if key in r else "-"
                for r in results.values())]
             for key in GOALS if any(key in r for r in results.values())]

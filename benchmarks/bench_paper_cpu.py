@@ -63,30 +63,36 @@ def main() -> int:
     else:
         print(f"no {cj}")
     if a.write_docs:
-        from _results import write_table
-
-        command = " ".join(["python", *sys.argv])
-        write_table("claims_paper_cpu", f"{preset}: wall time", command,
-                    ["preset", "runs", "wall min", "goal min", "met", "exit code"],
-                    [[preset, sum(map(len, by_algo.values())), f"{wall / 60:.1f}", goal // 60,
-                      "yes" if wall <= goal else "no", proc.returncode]],
-                    notes="Run time per algorithm: " + "; ".join(
-                        f"{k} {len(v)} runs, mean {sum(v) / len(v):.1f} s" for k, v in by_algo.items()) + ".")
-        if cj.exists():
-            def num(v):
-                return "-" if v is None else f"{v:+.3f}"
-
-            claims = json.loads(cj.read_text())["claims"]
-            write_table("claims_paper_cpu", f"{preset}: claims", command,
-                        ["#", "claim", "effect [95% CI]", "minimum detectable", "verdict", "reason"],
-                        [[c["id"], c["key"], num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]"
-                                                                 if c.get("ci") else ""),
-                          "-" if c.get("mde") is None else f"{c['mde']:.3g}", c["reproduced"], c["reason"]]
-                         for c in claims])
+        write_docs(preset, goal, wall, proc.returncode, by_algo, cj)
     print(f"results: {sweep}")
     if not a.root and not a.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0 if proc.returncode == 0 and wall <= goal and cj.exists() else 1
+
+
+def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: dict, cj: Path) -> None:
+    """The wall time and (when claims.json exists) the claims table into
+    docs/results/claims_paper_cpu.md (benchmarks/_results.py)."""
+    from _results import write_table
+
+    def num(v):
+        return "-" if v is None else f"{v:+.3f}"
+
+    command = " ".join(["python", *sys.argv])
+    write_table("claims_paper_cpu", f"{preset}: wall time", command,
+                ["preset", "runs", "wall min", "goal min", "met", "exit code"],
+                [[preset, sum(map(len, by_algo.values())), f"{wall / 60:.1f}", goal // 60,
+                  "yes" if wall <= goal else "no", returncode]],
+                notes="Run time per algorithm: " + "; ".join(
+                    f"{k} {len(v)} runs, mean {sum(v) / len(v):.1f} s" for k, v in by_algo.items()) + ".")
+    if cj.exists():
+        claims = json.loads(cj.read_text())["claims"]
+        write_table("claims_paper_cpu", f"{preset}: claims", command,
+                    ["#", "claim", "effect [95% CI]", "minimum detectable", "verdict", "reason"],
+                    [[c["id"], c["key"], num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]"
+                                                             if c.get("ci") else ""),
+                      "-" if c.get("mde") is None else f"{c['mde']:.3g}", c["reproduced"], c["reason"]]
+                     for c in claims])
 
 
 if __name__ == "__main__":
