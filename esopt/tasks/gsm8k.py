@@ -255,7 +255,8 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 timeout = int(sys.argv[1])
 pred_cfg = (LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False),
             ExprExtractionConfig())
-gold_cfg = (ExprExtractionConfig(),)
+gold_cfg = ((LatexExtractionConfig(), ExprExtractionConfig()) if sys.argv[2] == "latex"
+            else (ExprExtractionConfig(),))
 out = []
 for gold, pred in json.load(sys.stdin):
     try:
@@ -278,10 +279,13 @@ def math_verify_available() -> bool:
 
 
 def math_verify_batch(
-    golds: Sequence[str], completions: Sequence[str], timeout: float, workers: int | None = None
+    golds: Sequence[str], completions: Sequence[str], timeout: float, workers: int | None = None,
+    gold_format: str = "expr",
 ) -> list[bool | None]:
     """math-verify's verdict on each (gold, completion) pair: True / False when it found an answer
-    in the completion, None when it found none or failed. The pairs are split over ``workers``
+    in the completion, None when it found none or failed. Golds are read as plain expressions
+    (``gold_format="expr"``: GSM8K's numbers) or as LaTeX, then expressions (``"latex"``: MATH's
+    ``$\\frac{3}{4}$``; pass them inside ``$...$``). The pairs are split over ``workers``
     subprocesses (default: one per available CPU) run side by side; each pair's parse and verify
     have a ``timeout`` (seconds), and a subprocess that fails or overruns gives None for its pairs
     (with one warning line on stderr)."""
@@ -295,8 +299,9 @@ def math_verify_batch(
     chunks = [pairs[i:i + size] for i in range(0, len(pairs), size)]
     t = max(1, math.ceil(timeout))
     procs = [
-        subprocess.Popen([sys.executable, "-c", _MV_SCRIPT, str(t)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", _MV_SCRIPT, str(t), gold_format],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
         for _ in chunks
     ]
     out: list[bool | None] = []
