@@ -213,14 +213,14 @@ def parse_row(row: Mapping, where: str) -> dict:
     """A source row -> ``{problem, gold, solution, level, subject, unique_id}``; ConfigError
     (one line, starting with ``where``) when the problem or the gold answer is missing."""
     problem = _first(row, PROBLEM_KEYS)
-    cols = ", ".join(row) or "none"
+    cols = ", ".join(k for k, v in row.items() if v is not None) or "none"
     if not isinstance(problem, str) or not problem.strip():
         raise ConfigError(f"{where}: no 'problem' field (or 'Problem', 'question') with text; "
-                          f"columns: {cols}")
+                          f"fields: {cols}")
     gold = gold_of(row)
     if gold is None:
         raise ConfigError(f"{where}: no 'answer' field (or 'Answer', 'final_answer') and no "
-                          f"'solution' with a \\boxed{{}} answer; columns: {cols}")
+                          f"'solution' with a \\boxed{{}} answer; fields: {cols}")
     sol, uid = _first(row, SOLUTION_KEYS), _first(row, ID_KEYS)
     subject = row.get("subject") or row.get("type")
     return {"problem": problem, "gold": gold, "solution": sol if isinstance(sol, str) else "",
@@ -325,7 +325,8 @@ class MathTask(Task):
             rows, where = self._rows(c["test_split"])
             n, n_train, n_held = len(rows), c["n_train"], c["n_heldout"]
             if n_train + n_held >= n:
-                raise ConfigError(f"task math: {where} has {n} problems; n_train={n_train} + "
+                kept = f" of levels {c['levels']}" if c["levels"] is not None else ""
+                raise ConfigError(f"task math: {where} has {n} problems{kept}; n_train={n_train} + "
                                   f"n_heldout={n_held} leaves no test problems")
             end = n - n_held
             stop = end if c["n_test"] is None else min(end, n_train + c["n_test"])
