@@ -243,12 +243,13 @@ def test_evaluate_tiny_xs_with_an_ood_benchmark(tmp_path):
     evaluation entry point validates as algo=none), with an AIME file as eval.ood_task."""
     out = tmp_path / "eval.json"
     p = run_cli("esopt.evaluate", "model=tiny-xs", "task=math", f"task.source={M500}",
-                "eval.problems=4", "eval.samples=2", "eval.max_new_tokens=24", f"eval.out={out}",
+                "task.math_verify=false", "eval.greedy=false", "eval.problems=4", "eval.samples=2",
+                "eval.max_new_tokens=24", f"eval.out={out}",
                 f"eval.ood_task={{name:math,source:{AIME}}}", "eval.ood_problems=3", timeout=300)
     assert p.returncode == 0, p.stderr
     r = json.loads(out.read_text())
     assert (r["task"], r["split"], r["n_problems"], r["samples"]) == ("math", "test", 4, 2)
-    assert r["verifier"].endswith("last-boxed exact fallback")
+    assert r["verifier"] == "last-boxed exact fallback" and r["greedy"] is None
     assert len(r["correct_counts"]) == 4 and all(0 <= c <= 2 for c in r["correct_counts"])
     assert r["pass@k"]["1"] == pytest.approx(sum(r["correct_counts"]) / 8)
     assert (r["ood_task"], r["ood_n_problems"]) == ("math", 3) and set(r["ood_pass@k"]) == {"1", "2"}
