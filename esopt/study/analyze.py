@@ -63,7 +63,7 @@ import torch
 from esopt import engines, models, tasks
 from esopt.core.config import ANALYSES, SPLITS
 from esopt.core.errors import ConfigError
-from esopt.core.metrics import bootstrap_ci, pass_at_k, percentile_interval
+from esopt.core.metrics import bootstrap_ci, pass_at_k, percentile_interval, resample_indices
 from esopt.core.store import RunDir, atomic_write_json
 from esopt.evaluator import evaluate
 from esopt.runtime.run import resolve_device
@@ -419,7 +419,7 @@ def gain_share(base: np.ndarray, trained: np.ndarray, pruned: np.ndarray, *, n_b
     if gain == 0:
         return None, None
     share = float((pruned.mean() - base.mean()) / gain)
-    idx = np.random.default_rng(seed).integers(0, len(base), size=(n_boot, len(base)))
+    idx = resample_indices(np.random.default_rng(seed), n_boot, len(base))
     g = trained[idx].mean(1) - base[idx].mean(1)
     ok = g != 0
     if not ok.any():

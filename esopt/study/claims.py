@@ -20,7 +20,8 @@ s_{r,p} = pass@k of run r on problem p from its correct counts (unbiased estimat
 the largest k = the number of samples). A "cell mean" is mean_{r,p} s_{r,p}. The bootstrap
 resamples problems once per replicate (shared by every algorithm and by base/final: paired over
 problems) and runs (seeds) with replacement within each algorithm (base/final of one run stay
-paired); the statistic is recomputed from the resampled cell means.
+paired); the part the run resampling adds is widened by sqrt(R / (R - 1)) (the one rule,
+``esopt.core.metrics.widen``); the statistic is recomputed from the resampled cell means.
 
 Power. Every claim tests its effect against a boundary b (0, or a tolerance) and states its
 minimum detectable effect mde = (z_0.975 + z_0.80) * se = 2.80 * se, se = the bootstrap standard
@@ -82,7 +83,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from esopt.algorithms import ALGORITHMS
-from esopt.core.metrics import pass_at_k, percentile_interval as interval
+from esopt.core.metrics import bootstrap_means, bootstrap_runs, pass_at_k, resample_indices
+from esopt.core.metrics import percentile_interval as interval
 from esopt.study import fit, tables
 
 ALGOS = tuple(ALGORITHMS)
@@ -103,50 +105,6 @@ CLAIMS = {
                        "tolerance of the best shrinks with model size)."),
 }
 VERDICTS = ("yes", "no", "unclear")
-
-
-# ---------------------------------------------------------------------------------------
-# statistics (pure)
-def boot_means(arrays: Mapping[str, np.ndarray], *, n_boot: int, seed: int,
-               pair_rows: Iterable[Iterable[str]] = ()) -> dict[str, np.ndarray]:
-    """Cell means of per-run, per-problem arrays: row 0 observed, rows 1..n_boot resampled.
-
-    ``arrays[name]`` is (R_name, P) with the same P (problem p is the same problem in every
-    array). Each replicate draws one problem resample (P indices, shared by all arrays: paired
-    over problems) and, per array, R_name run indices with replacement; arrays named together
-    in ``pair_rows`` (same R) share their run indices (e.g. base and final of the same runs).
-    mean_b = mean_{i, j} X[rows_b[i], probs_b[j]].  Returns name -> (n_boot + 1,).
-    """
-    rng = np.random.default_rng(seed)
-    names = list(arrays)
-    P = {np.asarray(a).shape[1] for a in arrays.values()}
-    if len(P) != 1:
-        raise ValueError(f"arrays must share the problem axis, got sizes {sorted(P)}")
-    P = P.pop()
-    probs = rng.integers(0, P, size=(n_boot, P))
-    group_of = {n: n for n in names}
-    for grp in pair_rows:
-        grp = [g for g in grp if g in arrays]
-        for g in grp[1:]:
-            group_of[g] = grp[0]
-    rows: dict[str, np.ndarray] = {}
-    out = {}
-    for name in names:
-        x = np.asarray(arrays[name], dtype=np.float64)
-        g = group_of[name]
-        if g not in rows:
-            rows[g] = rng.integers(0, x.shape[0], size=(n_boot, x.shape[0]))
-        colmeans = x[:, probs].mean(axis=2)                            # (R, B): per run, resampled problems
-        picked = np.take_along_axis(colmeans.T, rows[g], axis=1)       # (B, R)
-        out[name] = np.concatenate([[x.mean()], picked.mean(axis=1)])
-    return out
-
-
-def boot_runs(values, *, n_boot: int, seed: int) -> np.ndarray:
-    """Mean of the values (row 0) and of n_boot resamples of them with replacement (rows 1..)."""
-    v = np.asarray(values, dtype=np.float64)
-    idx = np.random.default_rng(seed).integers(0, len(v), size=(n_boot, len(v)))
-    return np.concatenate([[v.mean()], v[idx].mean(axis=1)])
 
 
 # ---------------------------------------------------------------------------------------
@@ -310,7 +268,7 @@ def es_gain(es: list[dict], *, n_boot: int, seed: int, level: float = 0.95) -> d
     if base is None or final is None:
         return None
     P = min(base.shape[1], final.shape[1])
-    b = boot_means({"base": base[:, :P], "final": final[:, :P]}, n_boot=n_boot, seed=seed,
+    b = bootstrap_means({"base": base[:, :P], "final": final[:, :P]}, n_boot=n_boot, seed=seed,
                    pair_rows=[("base", "final")])
     diff = b["final"] - b["base"]
     per_run = (final[:, :P] - base[:, :P]).mean(axis=1)
@@ -386,7 +344,7 @@ def claim_entropy(es: list[dict], grpo: list[dict], *, n_boot: int, seed: int, b
     guard = _guard(2, gain, "the cell's ES runs", m, d, 0.0)
     if guard is not None:
         return guard
-    gb, eb = boot_runs(g, n_boot=n_boot, seed=seed), boot_runs(e, n_boot=n_boot, seed=seed + 1)
+    gb, eb = bootstrap_runs(g, n_boot=n_boot, seed=seed), bootstrap_runs(e, n_boot=n_boot, seed=seed + 1)
     gci, eci = interval(gb[1:], level), interval(eb[1:], level)
     g_mde, e_mde = mde(gb, [g]), mde(eb, [e])
     gv, gwhy = decide(gb[0], gci, g_mde, 0.0, above_is_yes=False)        # "yes" = falls
@@ -433,7 +391,7 @@ def claim_coverage(es: list[dict], grpo: list[dict], *, n_boot: int, seed: int, 
     (ce, cg), P = _pair_P(ge[0], gg[0])
     arrays = {"es_K": pass_at_k(ge[1], ce, K), "grpo_K": pass_at_k(gg[1], cg, K),
               "es_1": pass_at_k(ge[1], ce, 1), "grpo_1": pass_at_k(gg[1], cg, 1)}
-    b = boot_means(arrays, n_boot=n_boot, seed=seed, pair_rows=[("es_K", "es_1"), ("grpo_K", "grpo_1")])
+    b = bootstrap_means(arrays, n_boot=n_boot, seed=seed, pair_rows=[("es_K", "es_1"), ("grpo_K", "grpo_1")])
     dk, d1 = b["es_K"] - b["grpo_K"], b["grpo_1"] - b["es_1"]
     ci, ci1 = interval(dk[1:], level), interval(d1[1:], level)
     power = mde(dk, [arrays["es_K"].mean(axis=1), arrays["grpo_K"].mean(axis=1)])
@@ -513,22 +471,15 @@ def claim_diversity(es_all: list[dict], *, n_boot: int, seed: int, level: float 
     if not best:
         return _claim(4, reason="missing data: ES runs without base and final Pass@1 (ES learning unknown)",
                       n={"runs": len(paired)}, measure=m, definition=d, boundary=0.0, **common)
-    gb = boot_runs(best, n_boot=n_boot, seed=seed + 7)
+    gb = bootstrap_runs(best, n_boot=n_boot, seed=seed + 7)
     pooled = {"effect": float(gb[0]), "ci": interval(gb[1:], level), "reps": gb, "per_run": np.array(best)}
     guard = _guard(4, pooled, "runs at each model's best population", m, d, 0.0)
     if guard is not None:
         guard["details"].update(common)
         return guard
     cells = np.array([row[4] for row in paired])
-    rng = np.random.default_rng(seed)
-    idx = [np.arange(len(a))]
-    for _ in range(n_boot):                       # resample runs within each cell
-        pick = np.empty(len(a), dtype=int)
-        for key in np.unique(cells):
-            members = np.flatnonzero(cells == key)
-            pick[members] = rng.choice(members, size=len(members))
-        idx.append(pick)
-    idx = np.stack(idx)
+    idx = np.concatenate([np.arange(len(a))[None],                 # resample runs within each cell
+                          resample_indices(np.random.default_rng(seed), n_boot, len(a), groups=cells)])
     rj = partial_spearman(a[:, 0], a[:, 2], cells, idx)
     rp = partial_spearman(a[:, 1], a[:, 2], cells, idx)
     cj, cp = interval(rj[1:], level), interval(rp[1:], level)
@@ -565,7 +516,7 @@ def claim_sparsity(es_sp: list[dict], *, n_boot: int, seed: int, keep: float, ke
     P = min(len(p[1]) for p in parts)
     arr = {name: np.array([np.asarray(p[i][:P], dtype=np.float64) / p[0] for p in parts])
            for i, name in ((1, "base"), (2, "trained"), (3, "pruned"))}
-    b = boot_means(arr, n_boot=n_boot, seed=seed, pair_rows=[("base", "trained", "pruned")])
+    b = bootstrap_means(arr, n_boot=n_boot, seed=seed, pair_rows=[("base", "trained", "pruned")])
     gain = b["trained"] - b["base"]
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(gain != 0, (b["pruned"] - b["base"]) / gain, np.nan)
@@ -622,7 +573,7 @@ def claim_sequence(es: list[dict], grpo: list[dict], grpo_es: list[dict], es_grp
     arrays = {}
     for (a, (c, n)), ca in zip(got.items(), arrs):
         arrays[f"{a}_1"], arrays[f"{a}_K"] = pass_at_k(n, ca, 1), pass_at_k(n, ca, K)
-    b = boot_means(arrays, n_boot=n_boot, seed=seed, pair_rows=[(f"{a}_1", f"{a}_K") for a in got])
+    b = bootstrap_means(arrays, n_boot=n_boot, seed=seed, pair_rows=[(f"{a}_1", f"{a}_K") for a in got])
     level_each = 1 - (1 - level) / 2
     per = {}
     for o in present:
@@ -690,37 +641,28 @@ def claim_pop_vs_size(es_all: list[dict], *, n_boot: int, seed: int, tolerance: 
     if guard is not None:
         guard["n"] = n
         return guard
-    rng = np.random.default_rng(seed)
     P = min(len(r["final_counts"]) for r in gained)
-    probs = np.concatenate([np.arange(P)[None], rng.integers(0, P, size=(n_boot, P))])     # shared problems
     models = sorted(cells, key=lambda mm: _num(cells[mm][next(iter(cells[mm]))][0].get("params")) or 0)
     params = np.array([_num(cells[mm][next(iter(cells[mm]))][0].get("params")) for mm in models], dtype=float)
     if not np.all(np.isfinite(params)) or np.any(params <= 0):
         return _claim(7, reason="missing data: model sizes (params) unknown", n=n, measure=m, definition=d,
                       boundary=0.0)
+    scores = {}                                   # (model, pop) -> per-run, per-problem final Pass@1
+    for mm in models:
+        for pp, runs in cells[mm].items():
+            c, nn = _counts(runs, "final_counts")
+            scores[(mm, pp)] = pass_at_k(nn, c[:, :P], 1)                   # (R, P)
+    b = bootstrap_means(scores, n_boot=n_boot, seed=seed)        # problems shared, seeds within each cell
     stars = np.zeros((n_boot + 1, len(models)))
     table = []
     for j, mm in enumerate(models):
         pops = list(cells[mm])
-        means = np.zeros((n_boot + 1, len(pops)))
-        for i, pp in enumerate(pops):
-            runs = cells[mm][pp]
-            c, nn = _counts(runs, "final_counts")
-            s1 = pass_at_k(nn, c[:, :P], 1)                                   # (R, P)
-            rows = np.concatenate([np.arange(len(runs))[None], rng.integers(0, len(runs), size=(n_boot, len(runs)))])
-            per_run = s1[:, probs].mean(axis=2)                               # (R, B+1)
-            means[:, i] = np.take_along_axis(per_run.T, rows, axis=1).mean(axis=1)
-        best = means.max(axis=1, keepdims=True)
-        first = np.argmax(means >= best - tolerance, axis=1)                  # smallest pop within tol
-        stars[:, j] = np.asarray(pops, dtype=float)[first]
-        star_ci = interval(stars[1:, j], level)
+        means = np.stack([b[(mm, pp)] for pp in pops], axis=1)                # (B+1, pops)
+        stars[:, j] = np.asarray(pops, dtype=float)[fit.efficient_peak(means, tolerance)]
         table.append({"model": mm, "params": float(params[j]), "n_star": float(stars[0, j]),
-                      "n_star_ci": star_ci, "pops": pops, "pass@1": [float(x) for x in means[0]],
-                      "seeds": [len(cells[mm][pp]) for pp in pops]})
-    x = np.log(params)
-    xc = x - x.mean()
-    ly = np.log(stars)
-    slopes = (ly - ly.mean(axis=1, keepdims=True)) @ xc / float(xc @ xc)
+                      "n_star_ci": interval(stars[1:, j], level), "pops": pops,
+                      "pass@1": [float(x) for x in means[0]], "seeds": [len(cells[mm][pp]) for pp in pops]})
+    _, slopes = fit.loglog_fit(params, stars)
     ci = interval(slopes[1:], level)
     power = mde(slopes)
     v, why = decide(float(slopes[0]), ci, power, 0.0, above_is_yes=False)

@@ -38,13 +38,14 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from esopt.core.metrics import pass_at_k
+from esopt.core.metrics import pass_at_k, percentile_interval, resample_indices
 from esopt.core.store import jsonable
 from esopt.study import claims, fit, tables
 
 ALGO_ORDER = ("base", "none", "es", "grpo", "grpo_es", "es_grpo")
 COLORS = {"base": "#7f7f7f", "none": "#7f7f7f", "es": "#1f77b4", "grpo": "#d62728",
           "grpo_es": "#9467bd", "es_grpo": "#2ca02c"}
+BAND_LEVEL = 0.95        # the Pass@K bands' percentile interval
 PASSK_RUNS = 30          # Pass@K curves read per-problem counts of at most this many seeds
 CURVE_RUNS = 40          # learning curves drawn for at most this many runs (best by the metric)
 CURVES = (("reward_mean", "train", "reward"), ("pass@1", "eval", "held-out pass@1"),
@@ -232,15 +233,15 @@ def _passk_from_counts(counts: list[np.ndarray], n: int, rng, n_boot: int = 1000
 
     counts: per run, correct counts per problem (same problems). Per problem and run,
     pass@k = 1 - C(n-c,k)/C(n,k) (a table over c = 0..n); averaged over runs, then over
-    problems; the band resamples problems (1000 resamples, percentile 95%).
+    problems; the band resamples problems (``n_boot`` resamples, percentile ``BAND_LEVEL``).
     """
     ks = np.arange(1, n + 1)
     table = np.stack([pass_at_k(n, np.arange(n + 1), int(k)) for k in ks], axis=1)   # (n+1, K)
     c = np.clip(np.stack(counts).astype(np.int64), 0, n)                             # (S, P)
     per = table[c].mean(axis=0)                                                      # (P, K)
-    idx = rng.integers(0, per.shape[0], (n_boot, per.shape[0]))
-    boots = per[idx].mean(axis=1)                                                    # (B, K)
-    return ks, per.mean(axis=0), np.percentile(boots, 2.5, axis=0), np.percentile(boots, 97.5, axis=0)
+    boots = per[resample_indices(rng, n_boot, per.shape[0])].mean(axis=1)           # (B, K)
+    lo, hi = percentile_interval(boots, BAND_LEVEL, axis=0)
+    return ks, per.mean(axis=0), lo, hi
 
 
 def _read_counts(runs_dir: Path | None, rid: str, which: str):
