@@ -436,7 +436,7 @@ def paired_change(base: np.ndarray, trained: np.ndarray, *, n_boot: int = 1000, 
 
 def _task(rc, tokenizer, task_cfg: dict | None = None):
     cfg = rc.task if task_cfg is None else task_cfg
-    return tasks.get(cfg, tokenizer=tokenizer, style=cfg.get("style") or rc.model.get("prompt_style"))
+    return tasks.get(cfg, tokenizer=tokenizer, style=rc.model.get("prompt_style"))
 
 
 def _engine(rc, model, tokenizer, device: str):
