@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -241,6 +241,33 @@ def check_counts(task: str, value: Any) -> list[int]:
     ):
         raise ConfigError(f"task {task}: count must be 2..6 or a list of those, got {value!r}")
     return list(counts)
+
+
+DRAWS_PER_PROBLEM, EXTRA_DRAWS = 50, 1000  # draws a generator may spend: 50 n + 1000 for n problems
+
+
+def distinct_problems(n: int, draw: Callable[[], dict | None], key: Callable[[dict], Hashable], *,
+                      exclude: Iterable = (), keep: Callable[[Hashable], bool] | None = None,
+                      too_few: Callable[[int], str]) -> list[dict]:
+    """``n`` problems from ``draw()`` (None = a miss), distinct by ``key(p)`` and none in
+    ``exclude``, in draw order; a key ``keep`` rejects is seen but not kept. ConfigError with
+    ``too_few(found)`` after ``DRAWS_PER_PROBLEM * n + EXTRA_DRAWS`` draws."""
+    seen, out = set(exclude), []
+    budget = DRAWS_PER_PROBLEM * n + EXTRA_DRAWS
+    while len(out) < n:
+        budget -= 1
+        if budget < 0:
+            raise ConfigError(too_few(len(out)))
+        p = draw()
+        if p is None:
+            continue
+        k = key(p)
+        if k in seen:
+            continue
+        seen.add(k)
+        if keep is None or keep(k):
+            out.append(p)
+    return out
 
 
 def chat_prompt(tokenizer, messages: list[dict], suffix: str = "") -> str:
