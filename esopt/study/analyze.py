@@ -45,6 +45,7 @@ from esopt.study.forgetting import REAL_HELDOUT_TASKS, TINY_HELDOUT_TASKS, defau
 from esopt.study.module_types import MODULE_TYPES, layer_of, module_type
 from esopt.study.sparsity import DEFAULT_FRACTIONS, HEADLINE_KEEP, MODES, sparsity
 
+ERROR_CHARS = 500        # a failed analysis's error line is cut to this length
 __all__ = ["CHUNK", "DEFAULT_FRACTIONS", "HEADLINE_KEEP", "MODES", "MODULE_TYPES", "REAL_HELDOUT_TASKS",
            "TINY_HELDOUT_TASKS", "TOP_FRACTION", "ConfigError", "EvalOpts", "Pair", "Rule", "TrainedWeights",
            "apply_rule", "check_match", "compare_drift", "count_nonzero", "default_tasks", "delta_chunks", "drift",
@@ -83,7 +84,7 @@ def run_analyses(rc, run_dir: str | Path, names: Iterable[str], opts: dict | Non
                            opts=dataclasses.replace(eo, greedy=bool(opts.get("greedy", True))))
             out[name] = str(Path(run_dir) / f"{name}.json")
         except Exception as e:  # noqa: BLE001 - an analysis never fails the run
-            line = f"{type(e).__name__}: {e}".splitlines()[0][:500]
+            line = f"{type(e).__name__}: {e}".splitlines()[0][:ERROR_CHARS]
             print(f"esopt: warning: analysis {name} failed for {run_dir}: {line}", file=sys.stderr)
             out[name] = {"error": line}
     return out

@@ -5,6 +5,7 @@ in ``esopt.study.claims`` (which chooses the comparison cell and runs them all).
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Iterable
 
 import numpy as np
@@ -13,7 +14,11 @@ from esopt.core.metrics import bootstrap_means, bootstrap_runs, pass_at_k, resam
 from esopt.core.metrics import percentile_interval as interval
 from esopt.study import fit
 
-Z_POWER = 1.959964 + 0.841621  # z_0.975 + z_0.80: mde = 2.80 standard errors
+LEVEL_Q, POWER_Q = 0.975, 0.80   # the two-sided 5% test and 80% power of every claim
+Z_POWER = NormalDist().inv_cdf(LEVEL_Q) + NormalDist().inv_cdf(POWER_Q)  # mde = 2.80 standard errors
+MAX_DATA_NEEDED = 100            # beyond this many times the cell's data, say "more than"
+GUARD_BOOT = 400                 # replicates of claim 7's guard (ES's gain at each best population)
+KEEP_MATCH = 5e-3                # a sparsity curve point counts as the claim's keep fraction within this
 CLAIMS = {
     1: ("es_raises_pass1", "ES raises held-out Pass@1 over the base model."),
     2: ("entropy", "GRPO's held-out token entropy falls over training while ES's stays within a band "
@@ -56,7 +61,7 @@ def _claim(cid: int, effect=None, ci=None, verdict: str = "unclear", reason: str
     if need is not None:
         details["data_needed"] = need
         reason += (f"; at this effect a decisive answer needs about {need:.3g}x this cell's data (seeds x "
-                   f"problems)" if need <= 100 else "; at this effect more than 100x this cell's data would be "
+                   f"problems)" if need <= MAX_DATA_NEEDED else f"; at this effect more than {MAX_DATA_NEEDED}x this cell's data would be "
                    "needed (the effect is at the boundary)")
     return {"id": cid, "key": key, "claim": text, "measure": measure, "definition": definition,
             "effect": None if effect is None else float(effect), "ci": ci, "boundary": boundary,
@@ -98,7 +103,7 @@ def mde(reps, runs: Iterable | None = None) -> float | None:
     if groups and all(g.size >= 2 for g in groups):
         df = min(g.size for g in groups) - 1
         se = math.sqrt(sum(float(g.var(ddof=1)) / g.size for g in groups))
-        seeds = float((student_t.ppf(0.975, df) + student_t.ppf(0.80, df)) * se)
+        seeds = float((student_t.ppf(LEVEL_Q, df) + student_t.ppf(POWER_Q, df)) * se)
         out = seeds if out is None else max(out, seeds)
     return out
 
@@ -388,7 +393,7 @@ def claim_sparsity(es_sp: list[dict], *, n_boot: int, seed: int, keep: float, ke
         s = r.get("sparsity") or {}
         n = s.get("samples")
         curve = [c for c in s.get("curves") or [] if c.get("mode") == "global"
-                 and abs(float(c.get("keep", -1)) - keep) < 5e-3 and c.get("correct_counts") is not None]
+                 and abs(float(c.get("keep", -1)) - keep) < KEEP_MATCH and c.get("correct_counts") is not None]
         if n and curve and s.get("base_counts") is not None and s.get("trained_counts") is not None:
             parts.append((int(n), s["base_counts"], s["trained_counts"], curve[0]["correct_counts"]))
     if not parts:
@@ -517,7 +522,7 @@ def claim_pop_vs_size(es_all: list[dict], *, n_boot: int, seed: int, tolerance: 
     for pops in cells.values():           # each size's best population (highest mean final Pass@1)
         at_best += max(pops.values(), key=lambda rs: float(np.mean(
             [np.mean(r["final_counts"]) / float(r["samples"]) for r in rs])))
-    gain = es_gain(at_best, n_boot=min(n_boot, 400), seed=seed + 3, level=level)
+    gain = es_gain(at_best, n_boot=min(n_boot, GUARD_BOOT), seed=seed + 3, level=level)
     guard = _guard(7, gain, "runs at each model size's best population", m, d, 0.0)
     if guard is not None:
         guard["n"] = n

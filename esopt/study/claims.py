@@ -253,7 +253,7 @@ def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:
             trend = json.loads(tj.read_text())
         else:
             metric = agg.metric or tables.metric_column("pass@1", agg.runs.columns)
-            trend = fit.fit_runs(agg.runs, metric, n_boot=int(settings.get("n_boot") or 1000),
+            trend = fit.fit_runs(agg.runs, metric, n_boot=int(settings.get("n_boot") or DEFAULTS["n_boot"]),
                              seed=int(settings.get("seed") or 0))
     records = records_from_tables(agg.runs, agg.curves)
     attach_details(records, tables.find_runs_dir(sweep_dir))

@@ -34,7 +34,8 @@ from esopt.runtime.validate import validate
 
 CHUNK = 1 << 22          # entries per streamed chunk (16 MiB of float32)
 HIGH_BINS = 1 << 15      # histogram of the high 16 bits of a non-negative float32 (sign bit 0)
-LOW_BINS = 1 << 16       # histogram of the low 16 bits inside one high bucket
+LOW_BITS = 16            # |delta| bits split into high and low halves
+LOW_BINS = 1 << LOW_BITS  # histogram of the low 16 bits inside one high bucket
 LOW_MASK = LOW_BINS - 1
 
 
@@ -212,7 +213,7 @@ def rank_thresholds(stream: Callable[[], Iterable[torch.Tensor]], ranks: Iterabl
         return {}
     hi = torch.zeros(HIGH_BINS, dtype=torch.int64)
     for bits in stream():                                  # histograms count on the chunk's device
-        hi += torch.bincount((bits >> 16).reshape(-1), minlength=HIGH_BINS).cpu()
+        hi += torch.bincount((bits >> LOW_BITS).reshape(-1), minlength=HIGH_BINS).cpu()
     tail_hi = np.cumsum(hi.numpy()[::-1])[::-1]           # tail_hi[h] = count(high bits >= h)
     total = int(tail_hi[0])
     where = {}
@@ -225,7 +226,7 @@ def rank_thresholds(stream: Callable[[], Iterable[torch.Tensor]], ranks: Iterabl
     lo = {h: torch.zeros(LOW_BINS, dtype=torch.int64) for h in buckets}
     for bits in stream():
         bits = bits.reshape(-1)
-        top = bits >> 16
+        top = bits >> LOW_BITS
         for h in buckets:
             sel = bits[top == h]
             if sel.numel():
@@ -236,7 +237,7 @@ def rank_thresholds(stream: Callable[[], Iterable[torch.Tensor]], ranks: Iterabl
         need = r - above
         low = int(np.nonzero(tail_lo >= need)[0].max())
         n_gt = above + (int(tail_lo[low + 1]) if low + 1 < len(tail_lo) else 0)
-        out[r] = ((h << 16) | low, n_gt, int(lo[h][low]))
+        out[r] = ((h << LOW_BITS) | low, n_gt, int(lo[h][low]))
     return out
 
 

@@ -195,8 +195,19 @@ def fit_trend(model, params, pop, value, setting=None, seed_ids=None, *, toleran
     out["n_settings_max"] = int(max(np.bincount(cell_of_sub))) if len(cell_of_sub) else 0
 
     P = np.array([m["params"] for m in out["models"]])
+    out["n_model_sizes"] = len(set(P.tolist()))
+    out["variants"], out["band"] = fit_variants(P, stars, ci, n_boot)
+    primary = out["variants"]["continuous"]
+    for key in ("slope", "intercept", "slope_ci", "intercept_ci", "verdict", "verdict_reason"):
+        out[key] = primary[key]
+    return out
+
+
+def fit_variants(P: np.ndarray, stars: dict, ci: float, n_boot: int) -> tuple[dict, dict | None]:
+    """Per N* estimate (``METHODS``): the log-log fit, its intervals and verdict; and the band of
+    the continuous fit drawn on the page. ``stars[method]``: per model, (B+1,) N* replicates."""
     n_sizes = len(set(P.tolist()))
-    out["n_model_sizes"] = n_sizes
+    variants, band = {}, None
     for m in METHODS:
         var = {"slope": None, "intercept": None, "slope_ci": None, "intercept_ci": None}
         if n_sizes >= 2:
@@ -207,15 +218,12 @@ def fit_trend(model, params, pop, value, setting=None, seed_ids=None, *, toleran
                 grid = np.linspace(np.log(P.min()), np.log(P.max()), BAND_POINTS)
                 pred = a[:, None] + b[:, None] * grid[None, :]
                 lo, hi = percentile_interval(pred[1:], ci, axis=0) if n_boot else (None, None)
-                out["band"] = {"params": np.exp(grid).tolist(), "pop_fit": np.exp(pred[0]).tolist(),
-                               "pop_lo": np.exp(lo).tolist() if n_boot else None,
-                               "pop_hi": np.exp(hi).tolist() if n_boot else None}
+                band = {"params": np.exp(grid).tolist(), "pop_fit": np.exp(pred[0]).tolist(),
+                        "pop_lo": np.exp(lo).tolist() if n_boot else None,
+                        "pop_hi": np.exp(hi).tolist() if n_boot else None}
         var["verdict"], var["verdict_reason"] = verdict(var["slope"], var["slope_ci"], n_sizes)
-        out["variants"][m] = var
-    primary = out["variants"]["continuous"]
-    for key in ("slope", "intercept", "slope_ci", "intercept_ci", "verdict", "verdict_reason"):
-        out[key] = primary[key]
-    return out
+        variants[m] = var
+    return variants, band
 
 
 def fit_runs(runs, metric: str, *, algo: str = "es", tolerance: float = 0.01, n_boot: int = 1000,

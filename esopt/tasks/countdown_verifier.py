@@ -150,6 +150,8 @@ def _unparse(tree: ast.expr, context: int = 0) -> str:
     return f"({text})" if context > p else text
 
 
+MAX_TARGET_TEXT = 40  # longest target string parsed
+FORMAT_WEIGHT = 0.1  # compact reward = FORMAT_WEIGHT * format + answer
 TOLERANCE = Fraction(1, 10**5)  # the published reward: |value - target| < 1e-5
 _TARGET_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 
@@ -167,7 +169,7 @@ def parse_target(value) -> Fraction | None:
         return Fraction(repr(f)) if math.isfinite(f) else None
     if isinstance(value, Fraction):  # pragma: no cover - Fraction is a numbers.Real
         return value
-    if isinstance(value, str) and len(value) <= 40 and _TARGET_TEXT.fullmatch(value.strip()):
+    if isinstance(value, str) and len(value) <= MAX_TARGET_TEXT and _TARGET_TEXT.fullmatch(value.strip()):
         return Fraction(value.strip())
     return None
 
@@ -280,7 +282,7 @@ def chat_verdict(completion: str, numbers: Sequence[int], target) -> Verdict:
     tree = None if content is None else parse_expression(content)  # parsed once: answer and extract
     ok = tree is not None and _tree_checks(tree, numbers, target)
     extracted = None if content is None else (_unparse(tree) if tree is not None else content)
-    return Verdict(0.1 * fmt + float(ok), fmt, float(ok), ok, extracted)
+    return Verdict(FORMAT_WEIGHT * fmt + float(ok), fmt, float(ok), ok, extracted)
 
 
 def compact_verdict(completion: str, numbers: Sequence[int], target) -> Verdict:
@@ -290,4 +292,4 @@ def compact_verdict(completion: str, numbers: Sequence[int], target) -> Verdict:
     extracted = None if tree is None else _unparse(tree)
     fmt = 0.0 if extracted is None else 1.0
     ok = tree is not None and _tree_checks(tree, numbers, target)
-    return Verdict(0.1 * fmt + float(ok), fmt, float(ok), ok, extracted)
+    return Verdict(FORMAT_WEIGHT * fmt + float(ok), fmt, float(ok), ok, extracted)
