@@ -33,6 +33,8 @@ class Algorithm:
     ignores: tuple[str, ...]  # config keys it does not read (they do not enter its run id)
     summary: str              # one line for --help and the docs
     multi_rank: bool = False  # runs as several processes (ranks) splitting its work (ES)
+    color: str = "#7f7f7f"    # its colour on the sweep's page (hex)
+    order: int = 99           # its place on the page: base/none first, then es, grpo, grpo_es, es_grpo
 
     @property
     def _modules(self):
@@ -73,11 +75,15 @@ class Algorithm:
 
 
 ALGORITHMS: dict[str, Algorithm] = {
-    "none": Algorithm("none", (), _RUN_KEYS, "evaluate the base model only"),
-    "es": Algorithm("es", ("es",), ("grpo", "sequence"), "evolution strategies", multi_rank=True),
-    "grpo": Algorithm("grpo", ("grpo",), ("pop", "sigma", "es", "sequence"), "GRPO through TRL"),
-    "grpo_es": Algorithm("grpo_es", ("grpo", "es"), (), "GRPO, then ES from its weights"),
-    "es_grpo": Algorithm("es_grpo", ("es", "grpo"), (), "ES, then GRPO from its weights"),
+    "none": Algorithm("none", (), _RUN_KEYS, "evaluate the base model only", color="#7f7f7f", order=0),
+    "es": Algorithm("es", ("es",), ("grpo", "sequence"), "evolution strategies", multi_rank=True,
+                    color="#1f77b4", order=1),
+    "grpo": Algorithm("grpo", ("grpo",), ("pop", "sigma", "es", "sequence"), "GRPO through TRL",
+                      color="#d62728", order=2),
+    "grpo_es": Algorithm("grpo_es", ("grpo", "es"), (), "GRPO, then ES from its weights",
+                         color="#9467bd", order=3),
+    "es_grpo": Algorithm("es_grpo", ("es", "grpo"), (), "ES, then GRPO from its weights",
+                         color="#2ca02c", order=4),
 }
 
 

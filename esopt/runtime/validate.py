@@ -76,7 +76,9 @@ _CHECKED_TASKS: set[str] = set()
 
 
 def _task_style(task_cfg: dict, rc: RunConfig) -> str:
-    return task_cfg.get("style") or rc.model.get("prompt_style") or "compact"
+    """The style the run will build this task with (``tasks.prompt_style``; before the
+    tokenizer is loaded, the model's local directory tells whether it has a chat template)."""
+    return tasks.prompt_style(task_cfg, models.local_dir(rc.model), rc.model.get("prompt_style"))
 
 
 def _check_task_data(rc: RunConfig) -> None:

@@ -56,7 +56,7 @@ def aggregate(sweep_dir: str | os.PathLike, *, metric: str = "pass@1", tolerance
     if claims:
         t = time.perf_counter()
         try:
-            agg.claims = claims_mod.claims(agg, n_boot=bootstrap or 1000, seed=seed)
+            agg.claims = claims_mod.claims(agg, n_boot=bootstrap or claims_mod.DEFAULTS["n_boot"], seed=seed)
             atomic_write_json(out / "claims.json", agg.claims)
             paths["claims.json"] = out / "claims.json"
         except Exception as e:  # noqa: BLE001 - the tables and page must still be written

@@ -7,7 +7,8 @@ populations? For each model size m we find the best population N*_m by a final m
 
 and read the claim "larger models need smaller populations" as b < 0. Intervals come from a
 bootstrap that redoes the whole pipeline: resample runs with replacement within each
-(model, pop, setting) cell, recompute cell means, N*_m and (a, b); 95% = 2.5/97.5 percentiles.
+(model, pop, setting) cell, recompute cell means (widened by sqrt(n/(n-1)),
+``esopt.core.metrics.widen``), N*_m and (a, b); 95% = 2.5/97.5 percentiles.
 
 Three estimates of N*_m (``trend.json`` holds all three; ``method`` names the primary one):
     discrete    argmax over tested pops of the cell mean (ties -> the smaller pop)
@@ -25,8 +26,11 @@ import math
 
 import numpy as np
 
-from esopt.core.metrics import percentile_interval
+from esopt.core.metrics import percentile_interval, resample_indices, widen
 
+BAND_POINTS = 25             # x positions of the trend's drawn band (log-spaced over the sizes)
+TIE_SLACK = 1e-12            # a mean this close below best - tolerance counts as within it
+RESAMPLE_BLOCK = 2_000_000   # resampled run values held at once (rows of a bootstrap block x runs)
 CLAIM = "larger models need smaller populations (slope of log pop* on log params < 0)"
 METHODS = ("continuous", "discrete", "efficient")
 
@@ -57,9 +61,15 @@ def quadratic_peak(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def efficient_peak(y: np.ndarray, tolerance: float) -> np.ndarray:
-    """Index of the smallest pop with mean >= best - tolerance, per row of ``y`` (B, P)."""
+    """N*: index of the smallest pop whose mean is within ``tolerance`` of the best,
+    ``min {i : y_i >= max_j y_j - tolerance}``, per row of ``y`` (B, P) (pops sorted ascending).
+
+    The one home of "the smallest population within tolerance of the best" (the trend fit's
+    ``efficient`` variant and claim 7 both call it); a mean at the boundary counts as within
+    (``TIE_SLACK`` absorbs float rounding of ``best - tolerance``).
+    """
     best = y.max(axis=-1, keepdims=True)
-    return np.argmax(y >= best - tolerance - 1e-12, axis=-1)
+    return np.argmax(y >= best - tolerance - TIE_SLACK, axis=-1)
 
 
 def loglog_fit(params: np.ndarray, pop_star: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,25 +107,22 @@ def verdict(slope: float | None, ci: tuple[float, float] | None, n_models: int) 
 def _cell_means(values: np.ndarray, sub: np.ndarray, n_sub: int, n_boot: int, rng) -> np.ndarray:
     """Row 0: observed sub-cell means; rows 1..n_boot: means of within-sub-cell resamples.
 
-    ``sub`` (R,) is each run's sub-cell index, runs sorted by it. Resampling draws, for every
-    run position, a uniformly random run of the same sub-cell (with replacement). A resampled
-    mean m_b of a cell with n runs and observed mean m is widened to
-        m + sqrt(n / (n - 1)) * (m_b - m)
-    so its variance is s^2/n (unbiased) rather than (n-1)/n * s^2/n: plain resampling of 3
-    seeds gives intervals about 18% too narrow (n = 1 cells have no spread either way).
+    ``sub`` (R,) is each run's sub-cell index, runs sorted by it. Resampling draws, for every run position, a
+    uniformly random run of the same sub-cell (with replacement,
+    :func:`esopt.core.metrics.resample_indices`); each resampled mean is widened by
+    :func:`esopt.core.metrics.widen` with n = the sub-cell's runs (n = 1 cells have no spread).
     """
     counts = np.bincount(sub, minlength=n_sub)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     out = np.empty((n_boot + 1, n_sub))
     out[0] = np.bincount(sub, weights=values, minlength=n_sub) / counts
-    chunk = max(1, 2_000_000 // max(len(values), 1))                 # bound memory
+    chunk = max(1, RESAMPLE_BLOCK // max(len(values), 1))             # bound memory
     for b0 in range(0, n_boot, chunk):
         nb = min(chunk, n_boot - b0)
-        idx = starts[sub] + (rng.random((nb, len(values))) * counts[sub]).astype(np.int64)
+        idx = resample_indices(rng, nb, len(values), groups=sub)
         sums = np.add.reduceat(values[idx], starts, axis=1)
         out[1 + b0:1 + b0 + nb] = sums / counts
-    widen = np.sqrt(counts / np.maximum(counts - 1, 1))
-    out[1:] = out[0] + widen * (out[1:] - out[0])
+    out[1:] = widen(out[1:], out[0], counts)
     return out
 
 
@@ -165,7 +172,6 @@ def fit_trend(model, params, pop, value, setting=None, seed_ids=None, *, toleran
     for s in range(len(uniq)):                                                # best setting
         cell_vals[:, cell_of_sub[s]] = np.maximum(cell_vals[:, cell_of_sub[s]], means[:, s])
 
-    lo_q, hi_q = 100 * (1 - ci) / 2, 100 * (1 + ci) / 2
     stars = {m: [] for m in METHODS}                                          # (B+1,) per model
     for mi, name in enumerate(names):
         cols = np.where(cells[:, 0] == mi)[0]
@@ -189,8 +195,19 @@ def fit_trend(model, params, pop, value, setting=None, seed_ids=None, *, toleran
     out["n_settings_max"] = int(max(np.bincount(cell_of_sub))) if len(cell_of_sub) else 0
 
     P = np.array([m["params"] for m in out["models"]])
+    out["n_model_sizes"] = len(set(P.tolist()))
+    out["variants"], out["band"] = fit_variants(P, stars, ci, n_boot)
+    primary = out["variants"]["continuous"]
+    for key in ("slope", "intercept", "slope_ci", "intercept_ci", "verdict", "verdict_reason"):
+        out[key] = primary[key]
+    return out
+
+
+def fit_variants(P: np.ndarray, stars: dict, ci: float, n_boot: int) -> tuple[dict, dict | None]:
+    """Per N* estimate (``METHODS``): the log-log fit, its intervals and verdict; and the band of
+    the continuous fit drawn on the page. ``stars[method]``: per model, (B+1,) N* replicates."""
     n_sizes = len(set(P.tolist()))
-    out["n_model_sizes"] = n_sizes
+    variants, band = {}, None
     for m in METHODS:
         var = {"slope": None, "intercept": None, "slope_ci": None, "intercept_ci": None}
         if n_sizes >= 2:
@@ -198,19 +215,15 @@ def fit_trend(model, params, pop, value, setting=None, seed_ids=None, *, toleran
             var.update(slope=float(b[0]), intercept=float(a[0]),
                        slope_ci=percentile_interval(b[1:], ci), intercept_ci=percentile_interval(a[1:], ci))
             if m == "continuous":
-                grid = np.linspace(np.log(P.min()), np.log(P.max()), 25)
+                grid = np.linspace(np.log(P.min()), np.log(P.max()), BAND_POINTS)
                 pred = a[:, None] + b[:, None] * grid[None, :]
-                out["band"] = {"params": np.exp(grid).tolist(), "pop_fit": np.exp(pred[0]).tolist(),
-                               "pop_lo": np.exp(np.percentile(pred[1:], lo_q, axis=0)).tolist()
-                               if n_boot else None,
-                               "pop_hi": np.exp(np.percentile(pred[1:], hi_q, axis=0)).tolist()
-                               if n_boot else None}
+                lo, hi = percentile_interval(pred[1:], ci, axis=0) if n_boot else (None, None)
+                band = {"params": np.exp(grid).tolist(), "pop_fit": np.exp(pred[0]).tolist(),
+                        "pop_lo": np.exp(lo).tolist() if n_boot else None,
+                        "pop_hi": np.exp(hi).tolist() if n_boot else None}
         var["verdict"], var["verdict_reason"] = verdict(var["slope"], var["slope_ci"], n_sizes)
-        out["variants"][m] = var
-    primary = out["variants"]["continuous"]
-    for key in ("slope", "intercept", "slope_ci", "intercept_ci", "verdict", "verdict_reason"):
-        out[key] = primary[key]
-    return out
+        variants[m] = var
+    return variants, band
 
 
 def fit_runs(runs, metric: str, *, algo: str = "es", tolerance: float = 0.01, n_boot: int = 1000,

@@ -22,7 +22,6 @@ bad line, a type that changes) sends that chunk's stage to the pure-Python reade
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -30,63 +29,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from esopt.core.config import ANALYSES
 from esopt.core.errors import ConfigError
 from esopt.core.store import atomic_path
-ID_COLUMNS = ("run_id", "status", "error", "algo", "task", "model", "params", "pop", "sigma", "lr",
-              "seed", "iterations", "tokens_generated", "wall_s", "sweep")
-REQUIRED = ("status", "algo", "model")
-NUMERIC_ID_COLUMNS = ("params", "pop", "sigma", "lr", "seed", "iterations", "tokens_generated", "wall_s")
+from esopt.study.arrow_read import arrow_curves, arrow_summaries
+from esopt.study.run_read import (ID_COLUMNS, NUMERIC_ID_COLUMNS, REQUIRED, RunRead, analysis_columns, flatten,
+                                  parse_jsonl, read_raw, read_run, summary_row)
 
-# Per-problem and per-member lists are dropped from the tables; emptying them in the raw bytes
-# before parsing is the main speed-up (parsing is the cost). Values are numbers, so `[^]]*`.
-_DROP_LISTS = [(re.compile(rb'"%s"\s*:\s*\[[^\]]*\]' % k), b'"%s": []' % k)   # constant replacement:
-               for k in (b"correct_counts", b"greedy_correct", b"rewards")]      # no per-match Python
-
-
-def _drop_lists(raw: bytes, which: slice = slice(None)) -> bytes:
-    for pattern, empty in _DROP_LISTS[which]:
-        raw = pattern.sub(empty, raw)
-    return raw
-
-
-SUMMARY_LISTS, METRICS_LISTS = slice(0, 2), slice(2, 3)   # what each file kind carries
-
-
-# ---------------------------------------------------------------------------------------
-# flattening
-def flatten(d: dict, prefix: str = "", out: dict | None = None) -> dict:
-    """Flatten one JSON object into scalar columns.
-
-    ``{"pass@k": {"1": v}}`` -> ``pass@1``; ``{"pass@k_ci": {"1": [lo, hi]}}`` -> ``pass@1_lo``,
-    ``pass@1_hi``; ``{"greedy_ci": [lo, hi]}`` -> ``greedy_lo``, ``greedy_hi``; other nested
-    dicts -> ``outer.inner``; other lists are dropped (per-problem / per-member lists).
-    """
-    out = {} if out is None else out
-    for key, v in d.items():
-        if isinstance(v, dict):
-            if key.endswith("@k"):
-                for k, x in v.items():
-                    if not isinstance(x, (dict, list)):
-                        out[f"{prefix}{key[:-1]}{k}"] = x
-            elif key.endswith("@k_ci"):
-                for k, x in v.items():
-                    if isinstance(x, list) and len(x) == 2:
-                        out[f"{prefix}{key[:-4]}{k}_lo"], out[f"{prefix}{key[:-4]}{k}_hi"] = x
-            else:
-                flatten(v, f"{prefix}{key}.", out)
-        elif isinstance(v, list):
-            if key.endswith("_ci") and len(v) == 2:
-                out[f"{prefix}{key[:-3]}_lo"], out[f"{prefix}{key[:-3]}_hi"] = v
-        else:
-            out[prefix + key] = v
-    return out
+__all__ = ["ID_COLUMNS", "NUMERIC_ID_COLUMNS", "REQUIRED", "Aggregate", "RunRead", "find_runs_dir", "flatten",
+           "load", "metric_column", "read_run", "rows_table", "summary_row", "write_tables"]
+READ_THREADS = 4         # threads reading run files (IO-bound: they overlap while the GIL is released)
+RUNS_PER_CHUNK = 2000    # run directories parsed together by one Arrow pass
+THREADED_MIN = 64        # fewer files than this are read on the calling thread
+NOTED_COLUMNS = 6        # metric columns named in the "different metric sets" note
 
 
 def metric_column(metric: str, columns) -> str:
@@ -102,126 +61,6 @@ def metric_column(metric: str, columns) -> str:
 def _is_metric(name: str) -> bool:
     return bool(re.fullmatch(r"(pass|maj)@\d+|greedy|entropy|format", name))
 
-
-# ---------------------------------------------------------------------------------------
-# reading one run
-@dataclass
-class RunRead:
-    run_id: str
-    row: dict | None = None               # the runs-table row, None when skipped
-    skip: str | None = None               # why it was skipped
-    lines: list = field(default_factory=list)   # parsed metrics lines
-    bad_lines: int = 0
-    notes: list = field(default_factory=list)
-
-
-def _parse_jsonl(data: bytes) -> tuple[list, int]:
-    """Parse metrics.jsonl bytes -> (objects, number of unparseable lines).
-
-    Fast path: one json.loads over ``[l1,l2,...]``; on any error (e.g. a torn last line of a
-    running run) fall back to line by line and count the bad ones.
-    """
-    data = _drop_lists(data)
-    lines = [ln for ln in data.split(b"\n") if ln.strip()]
-    if not lines:
-        return [], 0
-    try:
-        objs = json.loads(b"[" + b",".join(lines) + b"]")
-        if all(isinstance(o, dict) for o in objs):
-            return objs, 0
-    except ValueError:
-        pass
-    objs, bad = [], 0
-    for ln in lines:
-        try:
-            o = json.loads(ln)
-        except ValueError:
-            bad += 1
-            continue
-        if isinstance(o, dict):
-            objs.append(o)
-        else:
-            bad += 1
-    return objs, bad
-
-
-def _summary_row(run_id: str, s: dict) -> dict:
-    """summary.json -> one flat row (see ID_COLUMNS for the fixed leading columns)."""
-    model = s["model"]
-    row = {
-        "run_id": run_id, "status": s["status"], "error": s.get("error"), "algo": s["algo"],
-        "task": s.get("task")["name"] if isinstance(s.get("task"), dict) else s.get("task"),
-        "model": model["name"] if isinstance(model, dict) else model,
-        "params": model.get("params") if isinstance(model, dict) else None,
-    }
-    for key in ("pop", "sigma", "lr", "seed", "iterations", "tokens_generated", "wall_s", "sweep"):
-        row[key] = s.get(key)
-    for key in ("base", "final"):
-        if isinstance(s.get(key), dict):
-            flatten(s[key], f"{key}_", row)
-    for i, ph in enumerate(s.get("phases") or []):
-        if isinstance(ph, dict):
-            row[f"phase{i + 1}_algo"] = ph.get("algo")
-            row[f"phase{i + 1}_iterations"] = ph.get("iterations")
-            if isinstance(ph.get("eval"), dict):
-                flatten(ph["eval"], f"phase{i + 1}_", row)
-    skip = set(row) | {"base", "final", "phases", "config", "model", "task", "run_id"}
-    for key, v in s.items():  # anything else a later version adds (attempts, effective, ...)
-        if key not in skip:
-            if isinstance(v, dict):
-                flatten(v, f"{key}.", row)
-            elif not isinstance(v, list):
-                row[key] = v
-    return row
-
-
-def _analysis_columns(path: Path, names: set, notes: list) -> dict:
-    """Scalars of the optional analysis files beside a run, as ``<analysis>_<key>`` columns."""
-    row: dict = {}
-    for name in ANALYSES:
-        if f"{name}.json" in names:
-            try:
-                a = json.loads((path / f"{name}.json").read_bytes())
-                flatten(a if isinstance(a, dict) else {"value": a}, f"{name}_", row)
-            except (ValueError, OSError) as e:
-                notes.append(f"run {path.name}: {name}.json unreadable ({type(e).__name__}); ignored")
-    return row
-
-
-def summary_row(run_id: str, raw: bytes | None) -> tuple[dict | None, str | None]:
-    """summary.json bytes -> (runs-table row, None) or (None, why it is skipped). Never raises."""
-    if raw is None:
-        return None, "no summary.json (not started, or not a run directory)"
-    try:
-        s = json.loads(_drop_lists(raw))
-    except ValueError as e:
-        return None, f"corrupt summary.json: {str(e).splitlines()[0]}"
-    if not isinstance(s, dict):
-        return None, f"corrupt summary.json: a JSON {type(s).__name__}, not an object"
-    missing = [k for k in REQUIRED if k not in s or s[k] is None]
-    if isinstance(s.get("model"), dict) and s["model"].get("name") is None:
-        missing.append("model.name")
-    if missing:
-        return None, f"summary.json lacks {', '.join(missing)}"
-    try:
-        return _summary_row(run_id, s), None
-    except (KeyError, TypeError, AttributeError) as e:
-        return None, f"summary.json has an unexpected shape ({type(e).__name__}: {e})"
-
-
-def read_run(path: Path) -> RunRead:
-    """Read one run directory with the pure-Python reader; never raises for bad content."""
-    rr = RunRead(path.name)
-    names, summ, metr = _read_raw(path)
-    if names is None:
-        rr.skip = "unreadable run directory"
-        return rr
-    rr.row, rr.skip = summary_row(path.name, summ)
-    if rr.row is not None:
-        rr.row.update(_analysis_columns(path, names, rr.notes))
-        rr.lines, rr.bad_lines = _parse_jsonl(metr)
-        rr.row["n_lines"] = len(rr.lines)
-    return rr
 
 
 # ---------------------------------------------------------------------------------------
@@ -282,168 +121,6 @@ def _curve_rows(reads: list[RunRead]):
     return rows, run_ids, line_no
 
 
-# ---------------------------------------------------------------------------------------
-# fast path: Arrow's C++ JSON reader over a whole chunk of runs (the Python path above is the
-# reference and the fallback: any chunk Arrow cannot read exactly is re-read by read_run)
-def _arrow_flat(prefix: str, key: str, arr, out: dict) -> None:
-    """Arrow twin of :func:`flatten` for one column (same naming rules)."""
-    t = arr.type
-    if pa.types.is_struct(t):
-        for i in range(t.num_fields):
-            child, sub = pc.struct_field(arr, [i]), t.field(i).name
-            if key.endswith("@k"):
-                if not (pa.types.is_struct(child.type) or pa.types.is_list(child.type)):
-                    out.setdefault(f"{prefix}{key[:-1]}{sub}", child)
-            elif key.endswith("@k_ci"):
-                _arrow_pair(f"{prefix}{key[:-4]}{sub}", child, out)
-            else:
-                _arrow_flat(f"{prefix}{key}.", sub, child, out)
-    elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        if key.endswith("_ci"):
-            _arrow_pair(f"{prefix}{key[:-3]}", arr, out)
-    else:
-        out.setdefault(prefix + key, arr.cast(pa.float64()) if pa.types.is_null(t) else arr)
-
-
-def _arrow_struct(prefix: str, arr, out: dict) -> None:
-    """Flatten a struct column's fields with ``prefix`` (like ``flatten(d, prefix)``)."""
-    for i in range(arr.type.num_fields):
-        _arrow_flat(prefix, arr.type.field(i).name, pc.struct_field(arr, [i]), out)
-
-
-def _arrow_pair(name: str, arr, out: dict) -> None:
-    """[lo, hi] list column -> name_lo, name_hi (dropped unless every list has two items)."""
-    if not pa.types.is_list(arr.type):
-        return
-    n = pc.list_value_length(arr)
-    if pc.all(pc.equal(n, 2)).as_py() in (True, None) and not pa.types.is_struct(arr.type.value_type):
-        if pc.max(n).as_py() is None:
-            return
-        out.setdefault(f"{name}_lo", pc.list_element(arr, 0))
-        out.setdefault(f"{name}_hi", pc.list_element(arr, 1))
-
-
-_JSON_PARSE = None
-
-
-def _read_json_lines(buf: bytes) -> pa.Table:
-    import io
-    import pyarrow.json as pj
-
-    global _JSON_PARSE
-    _JSON_PARSE = _JSON_PARSE or pj.ParseOptions(unexpected_field_behavior="infer")
-    return pj.read_json(io.BytesIO(buf), read_options=pj.ReadOptions(block_size=1 << 22),
-                        parse_options=_JSON_PARSE)
-
-
-def _arrow_summaries(ids: list[str], raws: list[bytes]) -> pa.Table:
-    """Summaries (one JSON object each) -> runs-table rows; raises if any is unusable."""
-    # A JSON document has newlines only between tokens (strings escape them): one per line.
-    tab = _read_json_lines(_drop_lists(b"\n".join(r.replace(b"\n", b"").replace(b"\r", b"") for r in raws),
-                                       SUMMARY_LISTS))
-    if tab.num_rows != len(ids):
-        raise ValueError("row count mismatch")
-    cols = {c: tab.column(c) for c in tab.column_names}
-    for k in REQUIRED:
-        if k not in cols or cols[k].null_count:
-            raise ValueError(f"missing {k}")
-    out: dict = {"run_id": pa.array(ids, pa.string()), "status": cols["status"], "error": cols.get("error")}
-    model = cols["model"]
-    if pa.types.is_struct(model.type):
-        names = [model.type.field(i).name for i in range(model.type.num_fields)]
-        if "name" not in names or pc.struct_field(model, [names.index("name")]).null_count:
-            raise ValueError("missing model.name")
-        out["algo"] = cols["algo"]
-        task = cols.get("task")
-        if task is not None and pa.types.is_struct(task.type):
-            raise ValueError("task is a dict")  # rare: the Python path handles it
-        out["task"] = task
-        out["model"] = pc.struct_field(model, [names.index("name")])
-        out["params"] = pc.struct_field(model, [names.index("params")]) if "params" in names else None
-    else:
-        raise ValueError("model is not a dict")
-    for key in ("pop", "sigma", "lr", "seed", "iterations", "tokens_generated", "wall_s", "sweep"):
-        out[key] = cols.get(key)
-    for key in ("base", "final"):
-        if key in cols and pa.types.is_struct(cols[key].type):
-            _arrow_struct(f"{key}_", cols[key], out)
-    if "phases" in cols and pa.types.is_list(cols["phases"].type):
-        ph = cols["phases"]
-        if not pa.types.is_struct(ph.type.value_type) and pc.max(pc.list_value_length(ph)).as_py():
-            raise ValueError("phases of unexpected shape")
-        ph = ph.combine_chunks() if isinstance(ph, pa.ChunkedArray) else ph
-        lengths = pc.fill_null(pc.list_value_length(ph), 0)
-        for i in range(pc.max(lengths).as_py() or 0):
-            has = pc.greater(lengths, i)                   # runs with an i-th phase (sequences)
-            el = pc.list_element(ph.filter(has), i)
-            names = [el.type.field(j).name for j in range(el.type.num_fields)]
-            leaves: dict = {}
-            for f in ("algo", "iterations"):
-                if f in names:
-                    leaves[f"phase{i + 1}_{f}"] = pc.struct_field(el, [names.index(f)])
-            if "eval" in names:
-                _arrow_struct(f"phase{i + 1}_", pc.struct_field(el, [names.index("eval")]), leaves)
-            for name, leaf in leaves.items():           # back to one value per run, null elsewhere
-                leaf = leaf.combine_chunks() if isinstance(leaf, pa.ChunkedArray) else leaf
-                out[name] = pc.replace_with_mask(pa.nulls(len(ph), leaf.type), has, leaf)
-    skip = set(out) | {"base", "final", "phases", "config", "model", "task", "run_id"}
-    for key, arr in cols.items():
-        if key not in skip:
-            _arrow_flat("", key, arr, flat := {})
-            for k, v in flat.items():
-                out.setdefault(k, v)
-    out = {k: v for k, v in out.items() if v is not None}
-    return pa.table(out)
-
-
-def _arrow_curves(ids: list[str], blobs: list[bytes]) -> tuple[pa.Table, list[int], list[int]]:
-    """metrics.jsonl contents -> curves table (+ lines per run, torn lines dropped per run)."""
-    parts, counts, bad = [], [], []
-    for data in blobs:
-        nbad = 0
-        if data and not data.endswith(b"\n"):                    # a torn last line?
-            cut = data.rfind(b"\n") + 1
-            try:
-                json.loads(data[cut:])
-                data += b"\n"
-            except ValueError:
-                data, nbad = data[:cut], 1
-        if data.startswith(b"\n") or b"\n\n" in data or b"\r" in data:   # blank lines: normalise
-            data = b"".join(ln + b"\n" for ln in data.split(b"\n") if ln.strip())
-        parts.append(data)
-        counts.append(data.count(b"\n"))
-        bad.append(nbad)
-    total = sum(counts)
-    if not total:
-        return pa.table({}), counts, bad
-    tab = _read_json_lines(_drop_lists(b"".join(parts), METRICS_LISTS))
-    if tab.num_rows != total:
-        raise ValueError("row count mismatch")
-    out = {"run_id": pa.array(np.repeat(np.array(ids, dtype=object), counts).tolist(), pa.string()),
-           "line": pa.array(np.concatenate([np.arange(c) for c in counts]), pa.int64())}
-    for key in tab.column_names:
-        _arrow_flat("", key, tab.column(key), out)
-    return pa.table(out), counts, bad
-
-
-def _read_raw(path: Path):
-    """(file names, summary bytes, metrics bytes) of one run directory; IO only."""
-    try:
-        d = str(path)
-        names = set(os.listdir(d))
-        summ = metr = None
-        if "summary.json" in names:
-            with open(os.path.join(d, "summary.json"), "rb") as f:
-                summ = f.read()
-        if "metrics.jsonl" in names:
-            with open(os.path.join(d, "metrics.jsonl"), "rb") as f:
-                metr = f.read()
-        metr = metr or b""
-    except OSError:
-        return None, None, b""
-    return names, summ, metr
-
-
 _FALLBACKS: list[str] = []   # stages the Arrow path handed to Python (reported in timings)
 
 
@@ -463,7 +140,7 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
     try:
         if not all(raws[i][1] for i in idx):
             raise ValueError("missing summaries")
-        runs = _arrow_summaries([ids[i] for i in idx], [raws[i][1] for i in idx])
+        runs = arrow_summaries([ids[i] for i in idx], [raws[i][1] for i in idx])
     except (ValueError, KeyError, TypeError, pa.ArrowException):
         _FALLBACKS.append("summaries")
         rows, keep = [], []
@@ -480,13 +157,13 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
         return [], [], skipped, notes
     good = [ids[i] for i in idx]
     try:
-        curves, counts, bad = _arrow_curves(good, [raws[i][2] for i in idx])
+        curves, counts, bad = arrow_curves(good, [raws[i][2] for i in idx])
     except (ValueError, KeyError, TypeError, pa.ArrowException):
         _FALLBACKS.append("curves")
         reads = []
         for i in idx:
             rr = RunRead(ids[i])
-            rr.lines, rr.bad_lines = _parse_jsonl(raws[i][2])
+            rr.lines, rr.bad_lines = parse_jsonl(raws[i][2])
             reads.append(rr)
         crows, cids, cline = _curve_rows(reads)
         curves = rows_table(crows, cids, cline)
@@ -495,7 +172,7 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
               for rid, b in zip(good, bad) if b]
     if "n_lines" not in runs.column_names:
         runs = runs.append_column("n_lines", pa.array(counts, pa.int64()))
-    extra = [{"run_id": ids[i], **_analysis_columns(paths[i], raws[i][0], notes)} for i in idx
+    extra = [{"run_id": ids[i], **analysis_columns(paths[i], raws[i][0], notes)} for i in idx
              if any(f"{a}.json" in raws[i][0] for a in ANALYSES)]
     if any(len(e) > 1 for e in extra):                    # align analysis columns to the runs
         where = {rid: i for i, rid in enumerate(runs.column("run_id").to_pylist())}
@@ -524,7 +201,7 @@ def _read_chunk_python(paths: list[Path]):
 
 def _map_threads(fn, items: list, threads: int) -> list:
     """[fn(x) for x in items] on ``threads`` threads, one contiguous slice each (IO-bound fn)."""
-    if threads <= 1 or len(items) < 64:
+    if threads <= 1 or len(items) < THREADED_MIN:
         return [fn(x) for x in items]
     step = -(-len(items) // threads)
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -571,7 +248,7 @@ def find_runs_dir(sweep_dir: Path) -> Path:
     raise ConfigError(f"no runs in {sweep_dir} (expected {runs}/<run_id>/summary.json)")
 
 
-def load(sweep_dir: str | os.PathLike, *, threads: int = 4, chunk: int = 2000, fast: bool = True) -> Aggregate:
+def load(sweep_dir: str | os.PathLike, *, threads: int = READ_THREADS, chunk: int = RUNS_PER_CHUNK, fast: bool = True) -> Aggregate:
     """Read every run directory of a sweep into tables (no fit, no page).
 
     ``fast=False`` forces the pure-Python reader (the reference the Arrow path must match).
@@ -590,7 +267,7 @@ def load(sweep_dir: str | os.PathLike, *, threads: int = 4, chunk: int = 2000, f
         part = paths[c0:c0 + chunk]
         t = time.perf_counter()
         # threads overlap the file reads (the GIL is released during IO)
-        raws = _map_threads(_read_raw, part, threads)
+        raws = _map_threads(read_raw, part, threads)
         t_io += time.perf_counter() - t
         r, c, s, n = _read_chunk(part, raws) if fast else _read_chunk_python(part)
         run_tabs += r
@@ -634,9 +311,9 @@ def _metric_set_notes(runs: pd.DataFrame) -> list[str]:
     partial = [c for c in cols if 0 < runs.loc[has_final, c].notna().sum() < has_final.sum()]
     if not partial:
         return []
-    show = ", ".join(f"{c[6:]} ({int(runs[c].notna().sum())}/{int(has_final.sum())})" for c in partial[:6])
+    show = ", ".join(f"{c[6:]} ({int(runs[c].notna().sum())}/{int(has_final.sum())})" for c in partial[:NOTED_COLUMNS])
     return [f"runs report different metric sets; missing values are NaN: {show}"
-            + (" ..." if len(partial) > 6 else "")]
+            + (" ..." if len(partial) > NOTED_COLUMNS else "")]
 
 
 def write_tables(agg: Aggregate, out: Path) -> dict[str, Path]:

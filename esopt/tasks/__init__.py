@@ -8,9 +8,10 @@ A task never knows which algorithm calls it. Build one from the task config with
     vs = task.verdicts(completions, rows)      # the evaluator's batch check (GSM8K: math-verify)
 
 Prompt styles: ``compact`` (the tiny character-level models: ``"3 7 2=23:"`` -> ``"3*7+2"``) and
-``chat`` (instruct models: a chat-templated prompt). The style is, in order: the task config's
-``style`` key when set, else the ``style`` argument (the model's ``prompt_style``), else ``chat``
-when the tokenizer has a chat template and the task supports it, else ``compact``.
+``chat`` (instruct models: a chat-templated prompt). :func:`prompt_style` is the one rule, used
+by the run, validation and the sweep's token estimate alike: the task config's ``style`` key
+when set, else the model's ``prompt_style``, else ``chat`` when the tokenizer (or the model's
+local directory) has a chat template and the task supports it, else ``compact``.
 
 Splits are always ``train``, ``test`` and ``heldout``, pairwise disjoint (by the task's problem
 key), and the same for the same knobs and seed. Each task module documents its split rule.
@@ -19,8 +20,11 @@ key), and the same for the same knobs and seed. Each task module documents its s
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+import json
+import os
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from esopt.core.config import SPLITS
@@ -64,10 +68,7 @@ class Task:
     def __init__(self, cfg: Mapping | None = None, tokenizer=None, style: str | None = None):
         self.cfg: dict[str, Any] = self.resolve(resolve_knobs(self.name, cfg or {}, self.knobs))
         self.tokenizer = tokenizer
-        chosen = self.cfg["style"] or style
-        if chosen is None:
-            has_template = getattr(tokenizer, "chat_template", None) is not None
-            chosen = "chat" if has_template and "chat" in self.styles else "compact"
+        chosen = prompt_style(self.cfg, tokenizer, style, supported=self.styles)
         if chosen not in self.styles:
             raise ConfigError(
                 f"task {self.name} supports style {' or '.join(self.styles)}, not {chosen!r}"
@@ -147,6 +148,45 @@ def resolved(cfg: Mapping) -> dict:
     return cls.resolve(resolve_knobs(cls.name, cfg, cls.knobs))
 
 
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")  # beside tokenizer_config.json
+
+
+def has_chat_template(tokenizer_or_dir) -> bool:
+    """Whether a tokenizer, or the model directory it loads from, has a chat template.
+
+    A tokenizer: its ``chat_template``. A directory (``str`` / ``Path``): a ``chat_template``
+    in its ``tokenizer_config.json``, or one of ``CHAT_TEMPLATE_FILES`` (how transformers saves
+    it), read without loading the tokenizer. None (no tokenizer, a hub id) -> False.
+    """
+    if tokenizer_or_dir is None:
+        return False
+    if isinstance(tokenizer_or_dir, (str, os.PathLike)):
+        d = Path(tokenizer_or_dir).expanduser()
+        if any((d / f).is_file() for f in CHAT_TEMPLATE_FILES):
+            return True
+        try:
+            return bool(json.loads((d / "tokenizer_config.json").read_text()).get("chat_template"))
+        except (OSError, ValueError, AttributeError):
+            return False
+    return bool(getattr(tokenizer_or_dir, "chat_template", None))
+
+
+def prompt_style(task_cfg: Mapping, tokenizer_or_dir=None, model_style: str | None = None,
+                 supported: Sequence[str] | None = None) -> str:
+    """The prompt style a task is built with; the one rule (module docstring).
+
+    ``task_cfg["style"]`` when set, else ``model_style`` (the model config's ``prompt_style``),
+    else ``"chat"`` when :func:`has_chat_template` (``tokenizer_or_dir``: the run's tokenizer,
+    or the model's local directory before it is loaded) and the task supports chat
+    (``supported``, default the task class's ``styles``), else ``"compact"``.
+    """
+    chosen = to_dict(task_cfg).get("style") or model_style
+    if chosen is not None:
+        return chosen
+    styles = supported if supported is not None else task_class(to_dict(task_cfg).get("name")).styles
+    return "chat" if "chat" in styles and has_chat_template(tokenizer_or_dir) else "compact"
+
+
 def get(cfg: Mapping, tokenizer=None, style: str | None = None) -> Task:
     """Build the task named ``cfg["name"]`` with the other keys of ``cfg`` as its knobs."""
     cfg = to_dict(cfg)
@@ -204,13 +244,40 @@ def check_counts(task: str, value: Any) -> list[int]:
     return list(counts)
 
 
+DRAWS_PER_PROBLEM, EXTRA_DRAWS = 50, 1000  # draws a generator may spend: 50 n + 1000 for n problems
+
+
+def distinct_problems(n: int, draw: Callable[[], dict | None], key: Callable[[dict], Hashable], *,
+                      exclude: Iterable = (), keep: Callable[[Hashable], bool] | None = None,
+                      too_few: Callable[[int], str]) -> list[dict]:
+    """``n`` problems from ``draw()`` (None = a miss), distinct by ``key(p)`` and none in
+    ``exclude``, in draw order; a key ``keep`` rejects is seen but not kept. ConfigError with
+    ``too_few(found)`` after ``DRAWS_PER_PROBLEM * n + EXTRA_DRAWS`` draws."""
+    seen, out = set(exclude), []
+    budget = DRAWS_PER_PROBLEM * n + EXTRA_DRAWS
+    while len(out) < n:
+        budget -= 1
+        if budget < 0:
+            raise ConfigError(too_few(len(out)))
+        p = draw()
+        if p is None:
+            continue
+        k = key(p)
+        if k in seen:
+            continue
+        seen.add(k)
+        if keep is None or keep(k):
+            out.append(p)
+    return out
+
+
 def chat_prompt(tokenizer, messages: list[dict], suffix: str = "") -> str:
     """Chat-templated prompt text with the assistant turn opened, plus ``suffix``.
 
     Without a tokenizer or a chat template: a plain-text rendering of the same messages
     (``System: ...`` / ``User: ...`` / ``Assistant:``), so the prompt still ends with ``suffix``.
     """
-    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+    if tokenizer is not None and has_chat_template(tokenizer):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return text + suffix
     lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]

@@ -22,11 +22,13 @@ import random
 import re
 from collections.abc import Callable, Mapping
 
-from esopt.tasks import ConfigError, Task, Verdict, check_counts, check_int, make_dataset
+from esopt.tasks import ConfigError, Task, Verdict, check_counts, check_int, distinct_problems, make_dataset
 
 _INT = re.compile(r"-?[0-9]+")
 # Knobs every synthetic task has: split sizes of one seeded stream of distinct problems dealt
 # test, heldout, train, and the generator seed (same knobs + seed = same data).
+ANSWER_CHARS = 8          # completion budget of the synthetic tasks (characters of the answer)
+COMPARE_LIMIT = 10**6     # compare's numbers stay below this (short prompts)
 COMMON = {"n_train": 2000, "n_test": 500, "n_heldout": 500, "seed": 0}
 
 
@@ -53,31 +55,28 @@ def deal(
     """Distinct problems from ``make(rng)`` dealt to test, heldout, train (in that order)."""
     n = n_test + n_heldout + n_train
     rng = random.Random(seed)
-    seen, probs = set(), []
-    budget = 50 * n + 1000
-    while len(probs) < n:
-        budget -= 1
-        if budget < 0:
-            raise ConfigError(
-                f"task {task}: only {len(probs)} distinct problems found of {n} wanted; "
-                "widen the number range or lower n_train/n_test/n_heldout"
-            )
-        p = make(rng)
-        k = key(p)
-        if k not in seen:
-            seen.add(k)
-            probs.append(p)
+    probs = distinct_problems(n, lambda: make(rng), key, too_few=lambda found: (
+        f"task {task}: only {found} distinct problems found of {n} wanted; "
+        "widen the number range or lower n_train/n_test/n_heldout"))
     a, b = n_test, n_test + n_heldout
     return {"test": probs[:a], "heldout": probs[a:b], "train": probs[b:]}
 
 
 class SyntheticTask(Task):
     styles = ("compact",)
-    budgets = {"compact": 8}
+    budgets = {"compact": ANSWER_CHARS}
 
     def _validate(self) -> None:
         for k, lo in (("n_train", 0), ("n_test", 1), ("n_heldout", 0), ("seed", 0)):
             check_int(self.name, k, self.cfg[k], lo)
+
+    def _check_range(self, low: str, high: str, floor: int, ceiling: int) -> None:
+        """Knobs ``floor <= low <= high <= ceiling`` (ConfigError otherwise; the ceiling keeps
+        the answer within the ``ANSWER_CHARS`` budget)."""
+        check_int(self.name, low, self.cfg[low], floor)
+        check_int(self.name, high, self.cfg[high], self.cfg[low])
+        if self.cfg[high] > ceiling:
+            raise ConfigError(f"task {self.name}: {high} must be <= {ceiling} (the answer budget is {ANSWER_CHARS})")
 
     def make(self, rng: random.Random) -> dict:
         """One problem ``{"numbers": [...], "prompt": str, "answer": str}``."""
@@ -116,10 +115,7 @@ class AdditionTask(SyntheticTask):
 
     def _validate(self) -> None:
         super()._validate()
-        check_int("addition", "min_digits", self.cfg["min_digits"], 1)
-        check_int("addition", "max_digits", self.cfg["max_digits"], self.cfg["min_digits"])
-        if self.cfg["max_digits"] > 7:
-            raise ConfigError("task addition: max_digits must be <= 7 (the answer budget is 8)")
+        self._check_range("min_digits", "max_digits", 1, ANSWER_CHARS - 1)   # a sum has one digit more
 
     def make(self, rng: random.Random) -> dict:
         lo, hi = self.cfg["min_digits"], self.cfg["max_digits"]
@@ -140,7 +136,7 @@ class CompareTask(SyntheticTask):
         c["count"] = check_counts("compare", c["count"])
         check_int("compare", "min_number", c["min_number"], 0)
         check_int("compare", "max_number", c["max_number"], c["min_number"])
-        if c["max_number"] >= 10**6:
+        if c["max_number"] >= COMPARE_LIMIT:
             raise ConfigError("task compare: max_number must be < 1000000 (short prompts)")
 
     def make(self, rng: random.Random) -> dict:
@@ -162,10 +158,7 @@ class ReverseTask(SyntheticTask):
 
     def _validate(self) -> None:
         super()._validate()
-        check_int("reverse", "min_length", self.cfg["min_length"], 1)
-        check_int("reverse", "max_length", self.cfg["max_length"], self.cfg["min_length"])
-        if self.cfg["max_length"] > 8:
-            raise ConfigError("task reverse: max_length must be <= 8 (the answer budget is 8)")
+        self._check_range("min_length", "max_length", 1, ANSWER_CHARS)
 
     def make(self, rng: random.Random) -> dict:
         n = rng.randint(self.cfg["min_length"], self.cfg["max_length"])

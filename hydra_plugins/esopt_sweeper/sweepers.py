@@ -619,9 +619,9 @@ def estimate_tokens(rc) -> int:
 
 
 def _task(rc, task_cfg: dict):
-    from esopt import tasks
+    from esopt import models, tasks
 
-    style = task_cfg.get("style") or rc.model.get("prompt_style") or "compact"
+    style = tasks.prompt_style(task_cfg, models.local_dir(rc.model), rc.model.get("prompt_style"))
     return tasks.get(task_cfg, style=style)
 
 

@@ -119,3 +119,41 @@ def test_percentile_interval():
     reps = np.arange(1001, dtype=float)
     assert metrics.percentile_interval(reps, 0.95) == pytest.approx([25.0, 975.0])
     assert metrics.percentile_interval([np.nan, np.inf]) is None
+
+
+def test_bootstrap_means_pairs_problems_and_runs():
+    rng = np.random.default_rng(0)
+    base = rng.random((3, 50))
+    b = metrics.bootstrap_means({"base": base, "final": base + 0.1}, n_boot=200, seed=1,
+                                pair_rows=[("base", "final")])
+    # paired over problems and runs: the difference is exactly the planted shift in every replicate
+    assert np.allclose(b["final"] - b["base"], 0.1)
+    unpaired = metrics.bootstrap_means({"base": base, "final": base + 0.1}, n_boot=200, seed=1)
+    assert np.ptp(unpaired["final"] - unpaired["base"]) > 0.01
+    assert b["base"][0] == pytest.approx(base.mean())
+    with pytest.raises(ValueError, match="share the problem axis"):
+        metrics.bootstrap_means({"a": np.zeros((2, 3)), "b": np.zeros((2, 4))}, n_boot=5, seed=0)
+
+
+def test_widen_makes_a_run_bootstrap_unbiased():
+    """A plain bootstrap of a mean of n runs has variance (n-1)/n * s^2/n; widened, s^2/n."""
+    v = np.array([0.1, 0.5, 0.3])
+    plain = metrics.bootstrap_runs(v, n_boot=40000, seed=0, widen_runs=False)
+    wide = metrics.bootstrap_runs(v, n_boot=40000, seed=0)
+    assert plain[0] == wide[0] == pytest.approx(v.mean())
+    assert plain[1:].var() == pytest.approx(v.var(ddof=0) / 3, rel=0.03)
+    assert wide[1:].var() == pytest.approx(v.var(ddof=1) / 3, rel=0.03)
+    assert np.allclose(metrics.widen(np.array([1.0, 3.0]), 2.0, 1), [1.0, 3.0])    # n = 1: unchanged
+
+
+def test_resample_indices_within_groups():
+    groups = np.array(["a", "b", "a", "c", "b", "a"])
+    idx = metrics.resample_indices(np.random.default_rng(0), 500, len(groups), groups=groups)
+    assert idx.shape == (500, 6)
+    assert (groups[idx] == groups[None, :]).all()                 # every draw stays in its group
+    assert set(np.unique(idx[:, 0])) == {0, 2, 5}                 # and reaches every member of it
+    assert (idx[:, 3] == 3).all()                                 # a group of one stays put
+    rng1, rng2 = np.random.default_rng(3), np.random.default_rng(3)
+    whole = metrics.resample_indices(rng1, 10, 6, groups=groups)
+    parts = np.concatenate([metrics.resample_indices(rng2, n, 6, groups=groups) for n in (4, 6)])
+    assert (whole == parts).all()                                 # blocks draw the same stream

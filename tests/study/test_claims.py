@@ -40,20 +40,6 @@ def rec(algo, seed, base_p=0.3, final_p=0.3, *, model="tiny-s", pop=16, iteratio
             "final_entropy": h1, "tokens_generated": 1000, **extra}
 
 
-# --- statistics ----------------------------------------------------------------------
-def test_boot_means_pairs_problems_and_runs():
-    rng = np.random.default_rng(0)
-    base = rng.random((3, 50))
-    b = C.boot_means({"base": base, "final": base + 0.1}, n_boot=200, seed=1, pair_rows=[("base", "final")])
-    # paired over problems and runs: the difference is exactly the planted shift in every replicate
-    assert np.allclose(b["final"] - b["base"], 0.1)
-    unpaired = C.boot_means({"base": base, "final": base + 0.1}, n_boot=200, seed=1)
-    assert np.ptp(unpaired["final"] - unpaired["base"]) > 0.01
-    assert b["base"][0] == pytest.approx(base.mean())
-    with pytest.raises(ValueError, match="share the problem axis"):
-        C.boot_means({"a": np.zeros((2, 3)), "b": np.zeros((2, 4))}, n_boot=5, seed=0)
-
-
 # --- controls through the store: planted, reversed, ES failing, nothing trained ---------------
 OPPOSITE = {"grpo_gain": 0.2, "grpo_entropy": 0.3, "es_entropy": 0.5, "coverage": "grpo", "diversity": -1.0,
             "sequence": "neither", "sparsity": 0.2, "slope": 0.5}

@@ -1,0 +1,205 @@
+"""Reading one run directory with the pure-Python reader: the reference semantics of the
+runs table (``esopt.study.tables``; the Arrow fast path, ``esopt.study.arrow_read``, must match it).
+
+A run directory is ``<sweep>/runs/<run_id>/{summary.json, metrics.jsonl}`` plus the optional
+analysis files (``sparsity.json``, ``drift.json``, ``forgetting.json``). A run that cannot be
+read (no/corrupt summary.json, missing keys) is skipped with a reason, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from esopt.core.config import ANALYSES
+
+ID_COLUMNS = ("run_id", "status", "error", "algo", "task", "model", "params", "pop", "sigma", "lr",
+              "seed", "iterations", "tokens_generated", "wall_s", "sweep")
+REQUIRED = ("status", "algo", "model")
+NUMERIC_ID_COLUMNS = ("params", "pop", "sigma", "lr", "seed", "iterations", "tokens_generated", "wall_s")
+
+# Per-problem and per-member lists are dropped from the tables; emptying them in the raw bytes
+# before parsing is the main speed-up (parsing is the cost). Values are numbers, so `[^]]*`.
+_DROP_LISTS = [(re.compile(rb'"%s"\s*:\s*\[[^\]]*\]' % k), b'"%s": []' % k)   # constant replacement:
+               for k in (b"correct_counts", b"greedy_correct", b"rewards")]      # no per-match Python
+
+
+def drop_lists(raw: bytes, which: slice = slice(None)) -> bytes:
+    for pattern, empty in _DROP_LISTS[which]:
+        raw = pattern.sub(empty, raw)
+    return raw
+
+
+SUMMARY_LISTS, METRICS_LISTS = slice(0, 2), slice(2, 3)   # what each file kind carries
+
+
+# ---------------------------------------------------------------------------------------
+# flattening
+def flatten(d: dict, prefix: str = "", out: dict | None = None) -> dict:
+    """Flatten one JSON object into scalar columns.
+
+    ``{"pass@k": {"1": v}}`` -> ``pass@1``; ``{"pass@k_ci": {"1": [lo, hi]}}`` -> ``pass@1_lo``,
+    ``pass@1_hi``; ``{"greedy_ci": [lo, hi]}`` -> ``greedy_lo``, ``greedy_hi``; other nested
+    dicts -> ``outer.inner``; other lists are dropped (per-problem / per-member lists).
+    """
+    out = {} if out is None else out
+    for key, v in d.items():
+        if isinstance(v, dict):
+            if key.endswith("@k"):
+                for k, x in v.items():
+                    if not isinstance(x, (dict, list)):
+                        out[f"{prefix}{key[:-1]}{k}"] = x
+            elif key.endswith("@k_ci"):
+                for k, x in v.items():
+                    if isinstance(x, list) and len(x) == 2:
+                        out[f"{prefix}{key[:-4]}{k}_lo"], out[f"{prefix}{key[:-4]}{k}_hi"] = x
+            else:
+                flatten(v, f"{prefix}{key}.", out)
+        elif isinstance(v, list):
+            if key.endswith("_ci") and len(v) == 2:
+                out[f"{prefix}{key[:-3]}_lo"], out[f"{prefix}{key[:-3]}_hi"] = v
+        else:
+            out[prefix + key] = v
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# reading one run
+@dataclass
+class RunRead:
+    run_id: str
+    row: dict | None = None               # the runs-table row, None when skipped
+    skip: str | None = None               # why it was skipped
+    lines: list = field(default_factory=list)   # parsed metrics lines
+    bad_lines: int = 0
+    notes: list = field(default_factory=list)
+
+
+def parse_jsonl(data: bytes) -> tuple[list, int]:
+    """Parse metrics.jsonl bytes -> (objects, number of unparseable lines).
+
+    Fast path: one json.loads over ``[l1,l2,...]``; on any error (e.g. a torn last line of a
+    running run) fall back to line by line and count the bad ones.
+    """
+    data = drop_lists(data)
+    lines = [ln for ln in data.split(b"\n") if ln.strip()]
+    if not lines:
+        return [], 0
+    try:
+        objs = json.loads(b"[" + b",".join(lines) + b"]")
+        if all(isinstance(o, dict) for o in objs):
+            return objs, 0
+    except ValueError:
+        pass
+    objs, bad = [], 0
+    for ln in lines:
+        try:
+            o = json.loads(ln)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(o, dict):
+            objs.append(o)
+        else:
+            bad += 1
+    return objs, bad
+
+
+def _summary_row(run_id: str, s: dict) -> dict:
+    """summary.json -> one flat row (see ID_COLUMNS for the fixed leading columns)."""
+    model = s["model"]
+    row = {
+        "run_id": run_id, "status": s["status"], "error": s.get("error"), "algo": s["algo"],
+        "task": s.get("task")["name"] if isinstance(s.get("task"), dict) else s.get("task"),
+        "model": model["name"] if isinstance(model, dict) else model,
+        "params": model.get("params") if isinstance(model, dict) else None,
+    }
+    for key in ("pop", "sigma", "lr", "seed", "iterations", "tokens_generated", "wall_s", "sweep"):
+        row[key] = s.get(key)
+    for key in ("base", "final"):
+        if isinstance(s.get(key), dict):
+            flatten(s[key], f"{key}_", row)
+    for i, ph in enumerate(s.get("phases") or []):
+        if isinstance(ph, dict):
+            row[f"phase{i + 1}_algo"] = ph.get("algo")
+            row[f"phase{i + 1}_iterations"] = ph.get("iterations")
+            if isinstance(ph.get("eval"), dict):
+                flatten(ph["eval"], f"phase{i + 1}_", row)
+    skip = set(row) | {"base", "final", "phases", "config", "model", "task", "run_id"}
+    for key, v in s.items():  # anything else a later version adds (attempts, effective, ...)
+        if key not in skip:
+            if isinstance(v, dict):
+                flatten(v, f"{key}.", row)
+            elif not isinstance(v, list):
+                row[key] = v
+    return row
+
+
+def analysis_columns(path: Path, names: set, notes: list) -> dict:
+    """Scalars of the optional analysis files beside a run, as ``<analysis>_<key>`` columns."""
+    row: dict = {}
+    for name in ANALYSES:
+        if f"{name}.json" in names:
+            try:
+                a = json.loads((path / f"{name}.json").read_bytes())
+                flatten(a if isinstance(a, dict) else {"value": a}, f"{name}_", row)
+            except (ValueError, OSError) as e:
+                notes.append(f"run {path.name}: {name}.json unreadable ({type(e).__name__}); ignored")
+    return row
+
+
+def summary_row(run_id: str, raw: bytes | None) -> tuple[dict | None, str | None]:
+    """summary.json bytes -> (runs-table row, None) or (None, why it is skipped). Never raises."""
+    if raw is None:
+        return None, "no summary.json (not started, or not a run directory)"
+    try:
+        s = json.loads(drop_lists(raw))
+    except ValueError as e:
+        return None, f"corrupt summary.json: {str(e).splitlines()[0]}"
+    if not isinstance(s, dict):
+        return None, f"corrupt summary.json: a JSON {type(s).__name__}, not an object"
+    missing = [k for k in REQUIRED if k not in s or s[k] is None]
+    if isinstance(s.get("model"), dict) and s["model"].get("name") is None:
+        missing.append("model.name")
+    if missing:
+        return None, f"summary.json lacks {', '.join(missing)}"
+    try:
+        return _summary_row(run_id, s), None
+    except (KeyError, TypeError, AttributeError) as e:
+        return None, f"summary.json has an unexpected shape ({type(e).__name__}: {e})"
+
+
+def read_run(path: Path) -> RunRead:
+    """Read one run directory with the pure-Python reader; never raises for bad content."""
+    rr = RunRead(path.name)
+    names, summ, metr = read_raw(path)
+    if names is None:
+        rr.skip = "unreadable run directory"
+        return rr
+    rr.row, rr.skip = summary_row(path.name, summ)
+    if rr.row is not None:
+        rr.row.update(analysis_columns(path, names, rr.notes))
+        rr.lines, rr.bad_lines = parse_jsonl(metr)
+        rr.row["n_lines"] = len(rr.lines)
+    return rr
+
+
+def read_raw(path: Path):
+    """(file names, summary bytes, metrics bytes) of one run directory; IO only."""
+    try:
+        d = str(path)
+        names = set(os.listdir(d))
+        summ = metr = None
+        if "summary.json" in names:
+            with open(os.path.join(d, "summary.json"), "rb") as f:
+                summ = f.read()
+        if "metrics.jsonl" in names:
+            with open(os.path.join(d, "metrics.jsonl"), "rb") as f:
+                metr = f.read()
+        metr = metr or b""
+    except OSError:
+        return None, None, b""
+    return names, summ, metr

@@ -1,0 +1,153 @@
+"""Functional sparsity of a run's update: how much of its gain the largest entries keep.
+
+For a keep fraction f, ``k = round(f * nnz)`` of the ``nnz`` nonzero
+entries of delta are kept and the rest set back to the base value: the evaluated weights are
+``where(keep, theta_trained, theta_base)`` (no arithmetic, so f = 1 is the trained model and
+f = 0 the base, bit for bit). Modes: ``global`` (the k largest |delta| over the whole model),
+``per_tensor`` (``round(f * nnz_t)`` largest within each tensor), ``smallest`` (control: the k
+smallest nonzero |delta| over the whole model). Ties at the threshold are kept in tensor
+order, then flat index, so exactly k entries are kept. Share of gain kept:
+``share = (S_pruned - S_base) / (S_trained - S_base)`` for S = Pass@1 and Pass@K (K =
+samples), with a 95% paired percentile bootstrap over problems (the same resampled problems
+for the three models; replicates with zero gain are dropped; None when the gain is 0).
+
+    python -m esopt.analyze sparsity <run-dir> [--fractions ...] [--modes ...]   (writes sparsity.json)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from esopt.core.errors import ConfigError
+from esopt.study.analysis_common import (EvalOpts, analysis_engine, analysis_task, gain_share, per_problem,
+                                         result_header, run_evaluate, scores, write_result)
+from esopt.study.delta import (Rule, apply_rule, count_nonzero, load_model, make_rules, open_pair, params,
+                               stream_bits)
+
+DEFAULT_FRACTIONS = (1.0, 0.5, 0.22, 0.1, 0.05, 0.01)
+MODES = ("global", "per_tensor", "smallest")
+HEADLINE_KEEP = 0.22      # the study's headline point: 78% of the update zeroed
+
+
+def sparsity(run_dir: str | Path, *, fractions: Sequence[float] = DEFAULT_FRACTIONS,
+             modes: Sequence[str] = MODES, base: str | None = None, device: str | None = None,
+             opts: EvalOpts | None = None, write: bool = True, log: Callable[[str], None] | None = None) -> dict:
+    """Evaluate where(top-|delta| mask, trained, base) for each keep fraction and mode; write
+    ``sparsity.json``. See the module docstring for the definitions."""
+    t0 = time.time()
+    fractions = [float(f) for f in fractions]
+    if not fractions or any(not 0.0 <= f <= 1.0 for f in fractions):
+        raise ConfigError(f"--fractions must be in [0, 1], got {fractions}")
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ConfigError(f"unknown sparsity mode(s) {bad or modes} (known: {', '.join(MODES)})")
+    opts = opts or EvalOpts()
+    opts.check()
+    log = log or (lambda s: None)
+    pair = open_pair(run_dir, base, device)
+    rc = pair.rc
+    o = opts.resolved(rc)
+    k = o.samples
+    work, tok = load_model(rc, rc.model["name"], str(pair.trained.path), pair.device)
+    work_params = dict(params(work))
+    engine = analysis_engine(rc, work, tok, pair.device)
+    task = analysis_task(rc, tok)
+
+    trained_eval = run_evaluate(engine, task, o)           # the working model is the trained one now
+    nnz_t = count_nonzero(pair)
+    nnz = sum(nnz_t.values())
+    n_params = sum(p.numel() for _, p in pair.base_params)
+
+    rules = mode_rules(pair, modes, fractions, nnz_t)
+    base_eval = None
+    curves = []
+    for mode in [m for m in MODES if m in modes]:
+        for f in fractions:
+            if mode == "per_tensor":
+                fresh = {name: r[f].copy() for name, r in rules[mode][f].items()}
+                rule_for, threshold = (lambda name, fresh=fresh: fresh[name]), None
+            else:
+                one = rules[mode][f].copy()
+                rule_for = lambda name, one=one: one  # noqa: E731
+                threshold = None if one.thr is None else float(np.array([one.thr], dtype=np.int32).view(np.float32)[0])
+            kept = apply_rule(pair, work_params, rule_for)
+            ev = run_evaluate(engine, task, o)
+            log(f"sparsity {mode:<10} keep {f:<5g} ({kept} of {nnz} entries): pass@1 {ev['pass@k']['1']:.4f}")
+            curves.append({"mode": mode, "keep": f, "kept": kept, "threshold": threshold, **scores(ev, k),
+                           "correct_counts": ev["correct_counts"], "greedy_correct": ev.get("greedy_correct")})
+            if base_eval is None and kept == 0:
+                base_eval = ev
+    if base_eval is None:                                  # evaluate the base itself
+        apply_rule(pair, work_params, lambda name: Rule(True, None, 0, 0))
+        base_eval = run_evaluate(engine, task, o)
+
+    b_c, t_c = base_eval["correct_counts"], trained_eval["correct_counts"]
+    add_shares(curves, b_c, t_c, trained_eval["pass@k"]["1"], k, o)
+    base_s, trained_s = scores(base_eval, k), scores(trained_eval, k)
+    result = {
+        **result_header("sparsity", rc, pair.run_dir, pair.base_name, pair.base_path),
+        "trained_path": str(pair.trained.path), "split": o.split, "n_problems": trained_eval["n_problems"],
+        "samples": o.samples, "k": k, "temperature": o.temperature, "eval_seed": o.seed,
+        "n_params": int(n_params), "nnz": int(nnz), "changed_frac": nnz / max(n_params, 1),
+        "fractions": fractions, "modes": [m for m in MODES if m in modes],
+        "base_score": base_s, "trained_score": trained_s,
+        "gain": {m: trained_s[m] - base_s[m] for m in base_s},
+        "headline": _headline(curves),
+        "curves": curves,
+        "base_counts": b_c, "trained_counts": t_c,
+        "wall_s": round(time.time() - t0, 3),
+    }
+    return write_result(pair.run_dir, "sparsity", result, write)
+
+
+def mode_rules(pair, modes: Sequence[str], fractions: Sequence[float], nnz_t: dict[str, int]) -> dict:
+    """mode -> fraction -> the exact keep :class:`Rule` (``per_tensor``: a rule per tensor)."""
+    nnz = sum(nnz_t.values())
+
+    def whole():
+        return (bits for _, bits in stream_bits(pair))
+
+    rules: dict[str, dict] = {}
+    if "global" in modes:
+        rules["global"] = make_rules(whole, nnz, fractions, largest=True)
+    if "smallest" in modes:
+        rules["smallest"] = make_rules(whole, nnz, fractions, largest=False)
+    if "per_tensor" in modes:
+        per: dict[str, dict[float, Rule]] = {}
+        for name, _ in pair.base_params:
+            per[name] = make_rules(lambda name=name: (b for _, b in stream_bits(pair, [name])),
+                                   nnz_t[name], fractions, largest=True)
+        rules["per_tensor"] = {f: per for f in fractions}
+    return rules
+
+
+def add_shares(curves: list[dict], base_counts, trained_counts, trained_pass1: float, k: int, o: EvalOpts) -> None:
+    """Each curve point's share of the gain kept (Pass@1 and Pass@K, with intervals,
+    :func:`esopt.study.analysis_common.gain_share`) and its Pass@1 against the trained model."""
+    for c in curves:
+        for metric, kk in (("pass@1", 1), ("pass@K", k)):
+            share, ci = gain_share(per_problem(base_counts, k, kk), per_problem(trained_counts, k, kk),
+                                   per_problem(c["correct_counts"], k, kk), n_boot=o.bootstrap, seed=o.seed)
+            c[f"share_{metric}"], c[f"share_{metric}_ci"] = share, ci
+        c["delta_pass@1"] = c["pass@1"] - trained_pass1
+
+
+def _headline(curves: list[dict]) -> dict:
+    """The global-mode point nearest keep 0.22 (the study's 78% zeroed), with its control."""
+    glob = [c for c in curves if c["mode"] == "global"] or curves
+    if not glob:
+        return {}
+    best = min(glob, key=lambda c: abs(c["keep"] - HEADLINE_KEEP))
+    out = {"mode": best["mode"], "keep": best["keep"]}
+    for key in ("pass@1", "pass@K", "delta_pass@1", "share_pass@1", "share_pass@1_ci", "share_pass@K",
+                "share_pass@K_ci"):
+        out[key] = best.get(key)
+    ctrl = [c for c in curves if c["mode"] == "smallest" and c["keep"] == best["keep"]]
+    if ctrl:
+        out["smallest_share_pass@1"] = ctrl[0]["share_pass@1"]
+        out["smallest_share_pass@1_ci"] = ctrl[0]["share_pass@1_ci"]
+    return out
