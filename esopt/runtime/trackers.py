@@ -16,8 +16,8 @@ tensorboard     ``<sweep>/tensorboard/<run_id>/`` (``logger_opts.tensorboard.dir
                 ``base/<key>`` at the last one, the config and summary as text. At each resume
                 the run's events are rewritten from metrics.jsonl, so every step appears once.
 wandb           project ``logger_opts.wandb.project`` (esopt), group = sweep, name = run id,
-                id = ``<sweep>-<run_id>``, ``resume="allow"``; history keyed by ``iteration``;
-                summary = ``final/*``, ``base/*``, status. Offline (files in
+                id = ``<sweep>-<run_id>``, ``resume="allow"``; history keyed by ``iteration``
+                (a resume sends the lines it keeps again); summary = ``final/*``, ``base/*``, status. Offline (files in
                 ``<sweep>/wandb/offline-run-*``, upload with ``wandb sync``) unless logged in
                 (``WANDB_API_KEY`` or a netrc entry for the W&B host) or ``WANDB_MODE`` /
                 ``logger_opts.wandb.mode`` says otherwise.
@@ -88,6 +88,10 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{k}"] = v
     return out
+
+
+def _line_key(line: dict) -> tuple:
+    return tuple(line.get(k) for k in LINE_LABELS)
 
 
 def _last_step(lines) -> int:
@@ -226,9 +230,19 @@ class Wandb(Tracker):
             settings=wandb.Settings(silent=quiet, console="off", x_disable_stats=True))
         self.wb.define_metric("iteration")
         self.wb.define_metric("*", step_metric="iteration")
+        self.sent: set = set()
 
     def metrics(self, line: dict) -> None:
         self.wb.log({"iteration": int(line.get("iteration") or 0), **line_scalars(line)})
+        self.sent.add(_line_key(line))
+
+    def rewrite(self, lines: list[dict]) -> None:
+        """A resume: the lines kept from earlier attempts, again (same values, plotted by
+        iteration), so this attempt's run files hold the whole curve even when a killed attempt
+        never flushed its own (wandb writes them from a separate process)."""
+        for line in lines:
+            if _line_key(line) not in self.sent:
+                self.metrics(line)
 
     def finish(self, summary: dict) -> None:
         self.wb.summary.update({**summary_scalars(summary), "status": summary.get("status")})
