@@ -22,7 +22,8 @@ wandb           project ``logger_opts.wandb.project`` (esopt), group = sweep, na
                 (``WANDB_API_KEY`` or a netrc entry for the W&B host) or ``WANDB_MODE`` /
                 ``logger_opts.wandb.mode`` says otherwise.
 mlflow          experiment = sweep, run name = run id, tag ``esopt.run_id`` (a resume finds and
-                continues that run); params = the flattened config, metrics as for TensorBoard
+                continues that run); params = the flattened config (``logger_opts`` left out, as
+                everywhere: a database URI may hold a password), metrics as for TensorBoard
                 (``@`` spelled ``_at_``: MLflow refuses it), status FINISHED / KILLED (pruned) /
                 FAILED. ``logger_opts.mlflow.tracking_uri``: a server (``http://host:5000``) or a
                 database; null = ``sqlite:///<sweep>/mlflow.db``.
@@ -172,7 +173,6 @@ class TensorBoard(Tracker):
         for line in lines:
             self.metrics(line, flush=False)
         self.writer.flush()
-        self.last = _last_step(lines)
 
     def finish(self, summary: dict) -> None:
         step = _last_step(self.run.run_dir.lines())
@@ -419,8 +419,9 @@ def attach(rc, rid: str, rd: store.RunDir) -> Trackers | None:
     names = tuple(getattr(rc, "logger", ()) or ())
     if not names:
         return None
+    config = {k: v for k, v in rc.to_dict().items() if k != "logger_opts"}  # URIs may hold passwords
     info = RunInfo(sweep=rc.sweep.name, sweep_dir=store.sweep_dir(rc.sweep.root, rc.sweep.name), run_id=rid,
-                   config=rc.to_dict(), run_dir=rd)
+                   config=config, run_dir=rd)
     group = Trackers([TRACKERS[n](_options(rc, n), info) for n in dict.fromkeys(names)])
     rd.observers.append(group)
     return group
