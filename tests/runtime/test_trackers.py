@@ -198,6 +198,7 @@ def mlflow_server(tmp_path_factory):
             assert time.time() < deadline, "mlflow server did not answer /health in 120 s"
             time.sleep(0.5)
 
+    ready.proc = proc
     try:
         yield ready
     finally:
@@ -339,3 +340,28 @@ def test_es_run_killed_and_resumed_continues_each_tracker_run_with_the_values_of
     assert attempts[1]["summary"]["status"] == "completed" and attempts[1]["exit"] == 0
     config = {i.key: json.loads(i.value_json) for i in attempts[1]["run"].config.update}
     assert config["pop"] == 4 and config["logger"] == ["tensorboard", "wandb", "mlflow"]
+
+
+def test_a_server_that_dies_mid_run_is_one_warning_and_the_run_completes(tmp_path, mlflow_server, capsys):
+    """Last in this file: it kills the module's MLflow server after the run's first iteration."""
+    import threading
+
+    uri = mlflow_server()
+    rc = run_config(*ES, "iterations=4", f"sweep.root={tmp_path}", "logger=[mlflow,tensorboard]",
+                    f"logger_opts.mlflow.tracking_uri={uri}")
+    rd = RunDir.for_run(rc.sweep.root, rc.sweep.name, run_id(rc))
+
+    def kill_after_first_iteration():
+        while not any(x["kind"] == "train" for x in rd.lines()):
+            time.sleep(0.02)
+        os.killpg(mlflow_server.proc.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_after_first_iteration, daemon=True)
+    killer.start()
+    summary = run(rc)
+    killer.join(timeout=5)
+    assert summary["status"] == "completed", summary["error"]
+    warnings = [x for x in capsys.readouterr().err.splitlines() if "warning" in x]
+    assert len(warnings) == 1 and warnings[0].startswith("esopt: warning: logger mlflow failed for run"), warnings
+    tb = tensorboard_scalars(tmp_path / "default" / "tensorboard" / rd.path.name)
+    assert {k: tb[k] for k in expected(rd.path)} == as_float32(expected(rd.path))  # the others go on
