@@ -365,3 +365,24 @@ def test_a_server_that_dies_mid_run_is_one_warning_and_the_run_completes(tmp_pat
     assert len(warnings) == 1 and warnings[0].startswith("esopt: warning: logger mlflow failed for run"), warnings
     tb = tensorboard_scalars(tmp_path / "default" / "tensorboard" / rd.path.name)
     assert {k: tb[k] for k in expected(rd.path)} == as_float32(expected(rd.path))  # the others go on
+
+
+def test_wandb_is_online_only_with_credentials_at_hand(tmp_path, monkeypatch):
+    """An API key in the environment, or a netrc entry for the W&B host (where `wandb login`
+    writes it); anything else runs offline."""
+    from esopt.runtime.trackers import wandb_logged_in
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    netrc = tmp_path / "netrc"
+    monkeypatch.setenv("NETRC", str(netrc))
+    assert not wandb_logged_in()                                   # no file
+    netrc.write_text("machine example.org login user password pw\n")
+    netrc.chmod(0o600)
+    assert not wandb_logged_in()                                   # another host only
+    netrc.write_text("machine api.wandb.ai login user password " + "k" * 40 + "\n")
+    assert wandb_logged_in()
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.mycluster.org")
+    assert not wandb_logged_in()                                   # a self-hosted server: its own entry
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert wandb_logged_in()
