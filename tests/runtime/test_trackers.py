@@ -271,18 +271,22 @@ def test_bad_logger_input_is_one_line_before_dispatch_and_the_run_id_ignores_the
     assert run_id(tracked) == run_id(plain)
 
 
+def resume_args(root: Path, uri: str) -> list[str]:
+    return [*ES, "iterations=4", "es.checkpoint_every=2", f"sweep.root={root}", "logger=[tensorboard,wandb,mlflow]",
+            f"logger_opts.mlflow.tracking_uri={uri}", "logger_opts.wandb.mode=offline"]
+
+
 def sweep(root: Path, uri: str) -> subprocess.Popen:
     # a user's own process: not attached to the wandb-core service of this one (WANDB_SERVICE)
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "esopt.sweep", *ES, "iterations=4", "es.checkpoint_every=2", f"sweep.root={root}",
-         "logger=[tensorboard,wandb,mlflow]", f"logger_opts.mlflow.tracking_uri={uri}"],
-        cwd=REPO, env={**env, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "esopt.sweep", *resume_args(root, uri)], cwd=REPO,
+                            env={**env, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def test_es_run_killed_and_resumed_continues_each_tracker_run_with_the_values_of_metrics_jsonl(
-        tmp_path, mlflow_server):
+        tmp_path, mlflow_server, capsys):
+    """The first attempt is a sweep killed after iteration 3; the second resumes in this process."""
     mlflow_server = mlflow_server()
     root = tmp_path / "results"
     p = sweep(root, mlflow_server)
@@ -300,9 +304,10 @@ def test_es_run_killed_and_resumed_continues_each_tracker_run_with_the_values_of
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
     assert json.loads((rd / "summary.json").read_text())["status"] == "running"
-    p = sweep(root, mlflow_server)
-    _, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err[-3000:]
+    rc = run_config(*resume_args(root, mlflow_server))
+    assert run_id(rc) == rd.name
+    run(rc)
+    err = capsys.readouterr().err
     assert "esopt: warning" not in err, err
     summary = json.loads((rd / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["attempts"] == 2
