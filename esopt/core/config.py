@@ -84,10 +84,13 @@ class RunConfig:
     sequence: dict = field(default_factory=dict)
     tuning: dict = field(default_factory=dict)
     analysis: tuple = ()
+    logger: tuple = ()              # experiment trackers (esopt.runtime.trackers): not in the run id
+    logger_opts: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["analysis"] = list(self.analysis)
+        d["logger"] = list(self.logger)
         return d
 
 
@@ -211,8 +214,13 @@ def parse(cfg: Any) -> RunConfig:
         eval=_eval_config(dict(raw.get("eval") or {})), sweep=sweep,
         es=dict(raw.get("es") or {}), grpo=dict(raw.get("grpo") or {}),
         sequence=dict(raw.get("sequence") or {}), tuning=dict(raw.get("tuning") or {}),
-        analysis=tuple(analysis),
+        analysis=tuple(analysis), logger=_names(raw.get("logger")), logger_opts=dict(raw.get("logger_opts") or {}),
     )
+
+
+def _names(value) -> tuple:
+    """A list-valued key given as one name (``logger=wandb``) or a list (``logger=[a,b]``)."""
+    return (value,) if isinstance(value, str) else tuple(value or ())
 
 
 TOP_LEVEL = tuple(f.name for f in fields(RunConfig))   # every key a run config may have

@@ -11,6 +11,10 @@ A sweep lives in ``<root>/<sweep>/``; each run in ``<root>/<sweep>/runs/<run_id>
 
 The run id is a hash of the part of the config that defines the result
 (:func:`esopt.runtime.validate.identity`), so rerunning a sweep finds its finished runs.
+
+A :class:`RunDir` tells its ``observers`` what it records, after recording it: ``on_metrics(line)``
+for each metrics line, ``on_rewrite(lines)`` when metrics.jsonl is cut back (a resume),
+``on_summary(summary)`` for each summary (the experiment trackers, esopt.runtime.trackers).
 """
 
 from __future__ import annotations
@@ -148,6 +152,7 @@ class RunDir:
         self.config_path = self.path / "config.yaml"
         self.checkpoint_dir = self.path / "checkpoint"
         self.model_dir = self.path / "model"  # final trained weights (HF save_pretrained)
+        self.observers: list = []             # told of every line / rewrite / summary written
 
     @classmethod
     def for_run(cls, root: str, sweep: str, rid: str) -> "RunDir":
@@ -162,10 +167,13 @@ class RunDir:
     # --- metrics.jsonl -------------------------------------------------------------
     def log(self, **line: Any) -> None:
         """Append one JSON line (flushed and fsynced, so a kill loses at most this line)."""
+        line = jsonable(line)
         with open(self.metrics_path, "a") as f:
-            f.write(dumps(line) + "\n")
+            f.write(json.dumps(line) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        for observer in self.observers:
+            observer.on_metrics(line)
 
     def lines(self) -> Iterator[dict]:
         """Metrics lines; a torn last line (killed mid-write) is skipped."""
@@ -185,10 +193,14 @@ class RunDir:
         """Keep only the lines for which ``keep(line)`` is true (used on resume)."""
         kept = [line for line in self.lines() if keep(line)]
         atomic_write_text(self.metrics_path, "".join(dumps(x) + "\n" for x in kept))
+        for observer in self.observers:
+            observer.on_rewrite(kept)
 
     # --- summary.json ----------------------------------------------------------------
     def write_summary(self, summary: dict) -> None:
         atomic_write_json(self.summary_path, summary)
+        for observer in self.observers:
+            observer.on_summary(jsonable(summary))
 
     def read_summary(self) -> dict | None:
         """The summary, or None when there is none or it cannot be read (not UTF-8, not JSON,

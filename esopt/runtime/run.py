@@ -22,7 +22,7 @@ from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
 from esopt.evaluator import evaluate_config, ood_task
-from esopt.runtime import tuning
+from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line
 from esopt.runtime.validate import config_id, input_fingerprints, run_id, uses
 
@@ -145,6 +145,7 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
         rd.truncate_metrics(lambda line: False)
         shutil.rmtree(rd.checkpoint_dir, ignore_errors=True)
     rd.create(cfg.to_dict())
+    trackers.attach(cfg, rid, rd)  # logger=[...]: the store feeds them every line and the summary
     t0 = time.time() - _previous_wall(rd, previous)  # resumed runs keep counting
     summary = {
         "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,

@@ -24,7 +24,7 @@ from esopt.algorithms.es import SPEED_ONLY
 from esopt.core import store
 from esopt.core.config import RunConfig, parse
 from esopt.core.errors import ConfigError
-from esopt.runtime import tuning
+from esopt.runtime import trackers, tuning
 from esopt.runtime.layout import layout
 
 
@@ -51,6 +51,7 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     engines.check(rc.engine, rc.model)
     layout(rc)  # the GPUs the run asks for must be the GPUs it uses
     tuning.check(rc)
+    trackers.check(rc)
     if check_data:
         _check_task_data(rc)
     return rc
@@ -135,7 +136,7 @@ def identity(rc: RunConfig) -> dict:
     so the same path with other data or weights is another run.
     """
     d = rc.to_dict()
-    for key in ("sweep", "tuning", "analysis"):  # analyses read the result, never change it
+    for key in ("sweep", "tuning", "analysis", "logger", "logger_opts"):  # read the result, never change it
         d.pop(key, None)
     d["eval"].pop("out", None)
     if d["eval"].get("ood_task") is None:  # runs without an OOD set keep their earlier ids
