@@ -210,9 +210,23 @@ def precheck(argv: list[str]) -> None:
         if _single_run(argv, overrides):  # exactly this config runs: validate all of it now
             from esopt.runtime.validate import validate
 
-            validate(raw)
+            algo = algorithms.get(validate(raw).algo)
+            unread = list(dict.fromkeys(k for k in override_keys(point) if not algo.uses(k)))
+            if unread:
+                print(f"esopt: note: {no_effect(unread, algo.name)}", file=sys.stderr)
     except ConfigError as e:
         fail(str(e))
+
+
+def override_keys(overrides: list[str]) -> list[str]:
+    """The keys the overrides set (``+`` / ``++`` / ``~`` dropped)."""
+    return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o]
+
+
+def no_effect(keys: list[str], algo: str) -> str:
+    """The note for keys the run's algorithm does not read (``Algorithm.uses``): they are
+    accepted, so a grid over several algorithms takes a key of any one's block."""
+    return f"{', '.join(keys) or 'the differing keys'} {'has' if len(keys) == 1 else 'have'} no effect with algo={algo}"
 
 
 _NO_RUN_FLAGS = {"-c", "--cfg", "-i", "--info", "-h", "--help", "--hydra-help", "--version",

@@ -35,22 +35,20 @@ def unread_notes(jobs: List[Job]) -> List[str]:
     with algo=grpo: 6 points are 2 runs" (:func:`collapsed_points`); any other such key once,
     "es.batch_size has no effect with algo=none"."""
     from esopt import algorithms
+    from esopt.cli.common import no_effect, override_keys
 
     out, covered = [], set()
     for (algo, keys), (points, runs) in collapsed_points(jobs).items():
-        out.append(f"{', '.join(keys) or 'the differing keys'} {'has' if len(keys) == 1 else 'have'} no effect "
-                   f"with algo={algo}: {points} points are {runs} run{'s' if runs > 1 else ''}")
+        out.append(f"{no_effect(list(keys), algo)}: {points} points are {runs} run{'s' if runs > 1 else ''}")
         covered |= {(algo, k) for k in keys}
     unread: Dict[str, List[str]] = {}
     for job in jobs:
         algo = algorithms.get(job.rc.algo)
-        for key in (o.split("=", 1)[0].lstrip("+~") for o in job.overrides if "=" in o):
+        for key in override_keys(job.overrides):
             keys = unread.setdefault(algo.name, [])
             if not algo.uses(key) and (algo.name, key) not in covered and key not in keys:
                 keys.append(key)
-    out += [f"{', '.join(keys)} {'has' if len(keys) == 1 else 'have'} no effect with algo={algo}"
-            for algo, keys in unread.items() if keys]
-    return out
+    return out + [no_effect(keys, algo) for algo, keys in unread.items() if keys]
 
 
 def collapsed_points(jobs: List[Job]) -> Dict[tuple, List[int]]:
