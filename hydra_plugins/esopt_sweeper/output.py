@@ -14,6 +14,7 @@ JOIN_S = 10.0       # at the end, wait at most this long for the progress thread
 TABLE_WIDTH = 200   # the tables' pandas display: characters per line,
 TABLE_COLUMNS = 30  # columns
 TABLE_ROWS = 500    # and rows before pandas elides
+FIXED_COLUMNS = 4   # a grid of one point: the table shows its first this many keys
 
 
 def first_line(e: BaseException) -> str:
@@ -78,7 +79,8 @@ def varying_keys(grid: List[List[str]]) -> List[str]:
             if "=" in o and not o.startswith(("hydra.", "++tuning.study")):
                 k, v = o.split("=", 1)
                 values.setdefault(k, set()).add(v)
-    return [k for k, vs in values.items() if len(vs) > 1] or [k for k in values if not k.startswith("sweep.")][:4]
+    return ([k for k, vs in values.items() if len(vs) > 1]
+            or [k for k in values if not k.startswith("sweep.")][:FIXED_COLUMNS])
 
 
 class wide:

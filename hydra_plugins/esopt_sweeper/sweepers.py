@@ -26,6 +26,8 @@ from hydra_plugins.esopt_sweeper.output import (SweepProgress, aggregate_sweep, 
                                                 quiet_sacct, unread_notes, varying_keys, wide)
 
 log = logging.getLogger(__name__)
+WARNING_CHARS = 500  # a launcher's error for a run, as printed: at most this long
+ERROR_COLUMN = 60    # the final table's error column: its first this many characters
 
 @dataclass
 class EsoptSweeperConf:
@@ -222,7 +224,7 @@ class EsoptSweeper(Sweeper):
                     ok = r is not None and getattr(getattr(r, "status", None), "name", "") == "COMPLETED"
                     if not ok and r is not None:
                         err = getattr(r, "_return_value", None)
-                        print(f"esopt: warning: run {job.rid} raised: {err!r}"[:500], file=sys.stderr)
+                        print(f"esopt: warning: run {job.rid} raised: {err!r}"[:WARNING_CHARS], file=sys.stderr)
 
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):
@@ -253,7 +255,7 @@ class EsoptSweeper(Sweeper):
                 v = tuning.metric_value(s.get("final"), metric)
                 row[metric] = None if v is None else round(v, 4)
                 row["wall_s"] = s.get("wall_s")
-                row["error"] = (s.get("error") or "")[:60]
+                row["error"] = (s.get("error") or "")[:ERROR_COLUMN]
             rows.append(row)
         return pd.DataFrame(rows)
 
