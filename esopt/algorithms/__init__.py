@@ -1,13 +1,31 @@
 """The training algorithms and their registry.
 
-Each algorithm declares, in one place, what the rest of esopt needs to know about it: the
-config blocks it reads, its validation, the config keys that do not change its result (so they
-stay out of its run id), its generated-token estimate and its train function. The run
-lifecycle (``esopt.runtime``), the sweepers and the study look algorithms up here; nothing
-else branches on an algorithm's name.
+Each entry of :data:`ALGORITHMS` declares, in one place, everything that differs per algorithm;
+the run lifecycle (``esopt.runtime``), the sweepers and the study read the entry and never ask
+an algorithm its name:
 
-    algo = ALGORITHMS["es"]
-    algo.validate(rc); algo.train(ctx); algo.estimate_tokens(rc, budget)
+- ``module``: where its ``train(ctx)`` lives, beside the optional ``validate(cfg)`` (every check
+  of its knobs, before any work), ``estimate_tokens(cfg, iterations, budget)`` (generated-token
+  upper bound) and ``budgets(cfg)`` (the iterations of each phase; default one phase of all of
+  them). ``None``: it trains nothing (the base model is evaluated only);
+- ``blocks``: the config blocks it reads (:class:`Block`: ``es:``, ``grpo:``, ...), each a
+  documented dataclass in its algorithm's module. The registry composes every algorithm's
+  blocks into the Hydra config (``esopt.cli.configs``), so a grid holding several algorithms
+  accepts any of their keys; each run keeps its own blocks (``esopt.runtime.validate``);
+- ``reads``: the top-level axes of :data:`AXES` it reads. What a run does not read stays out of
+  its run id, and a grid key it does not read is one note, never an error
+  (``esopt: note: es.batch_size has no effect with algo=none``);
+- ``phases``: for a sequence, the registered algorithms it runs one after another;
+- run time: ``multi_rank`` (several processes split its work), ``gpu_share`` (it trains the
+  model by gradients on the GPU, beside an engine that holds its own weights);
+- the report: ``color`` and ``order``.
+
+    algo = get("es")
+    algo.validate(rc); algo.train(ctx); algo.estimate_tokens(rc, budget); algo.uses("pop")
+
+Adding an algorithm is one module (its config dataclass, ``train``, optionally ``validate`` /
+``estimate_tokens``) plus one :func:`register` line below (from outside the package: the same
+call; tests/algorithms/test_toy_algorithm.py does it).
 
 - ``none``: evaluate the base model only.
 - ``es``: evolution strategies (``esopt.algorithms.es``; noise in ``esopt.noise``).
@@ -18,76 +36,171 @@ else branches on an algorithm's name.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from types import ModuleType
+from typing import Any, Optional
 
 from esopt.core.errors import ConfigError
 
-# Config keys of the run config; what each algorithm ignores is listed per algorithm.
-_RUN_KEYS = ("pop", "sigma", "lr", "iterations", "es", "grpo", "sequence", "analysis")
+# The run's top-level axes that only some algorithms read (each entry's `reads` says which);
+# every other top-level key (model, task, engine, seed, eval, ...) every run reads.
+AXES = ("pop", "sigma", "lr", "iterations")
+
+
+def _load(ref: Any) -> Any:
+    """``"package.module:NAME"`` -> that object, imported on first use (the algorithm modules
+    import torch and transformers; the registry stays light). Anything else is returned as is."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, name = ref.partition(":")
+    obj = importlib.import_module(module)
+    return getattr(obj, name) if name else obj
+
+
+@dataclass(frozen=True)
+class Block:
+    """One config block: ``name:`` in the run config, its keys the fields of a documented
+    dataclass declared by the algorithm that owns it."""
+
+    name: str
+    config: Any              # the dataclass, or "module:Class" (imported when first needed)
+    speed_only: Any = ()     # keys that change how fast a run goes, never its numbers (not in its
+    #                          run id): a tuple, or "module:NAME" of one
+
+    def dataclass(self) -> type:
+        return _load(self.config)
+
+    def defaults(self) -> dict:
+        """Every key with its default (the Hydra node ``esopt.cli.configs`` registers)."""
+        return asdict(self.dataclass()())
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self.dataclass()))
+
+    def speed_keys(self) -> tuple[str, ...]:
+        return tuple(_load(self.speed_only))
 
 
 @dataclass(frozen=True)
 class Algorithm:
+    """One registry entry (module docstring)."""
+
     name: str
-    phases: tuple[str, ...]   # the single algorithms it runs, in order ("es",), ("grpo", "es"), ...
-    ignores: tuple[str, ...]  # config keys it does not read (they do not enter its run id)
-    summary: str              # one line for --help and the docs
-    multi_rank: bool = False  # runs as several processes (ranks) splitting its work (ES)
-    color: str = "#7f7f7f"    # its colour on the sweep's page (hex)
-    order: int = 99           # its place on the page: base/none first, then es, grpo, grpo_es, es_grpo
+    summary: str                       # one line for --help and the docs
+    module: Any = None                 # "esopt.algorithms.es" or a module; None = trains nothing
+    blocks: tuple[Block, ...] = ()     # the config blocks it reads
+    reads: tuple[str, ...] = ()        # the top-level axes (AXES) it reads
+    phases: tuple[str, ...] = ()       # a sequence: the registered algorithms it runs, in order
+    multi_rank: bool = False           # runs as several processes (ranks) splitting its work (ES)
+    gpu_share: Optional[str] = None    # "block.key": the GPU memory share an engine holding its own
+    #                                    weights (vLLM) may take while this algorithm trains the model
+    #                                    by gradients beside it, on the same GPU (GRPO); None = the
+    #                                    model is only the engine's host copy and stays on the CPU
+    color: str = "#7f7f7f"             # its colour in the report
+    order: int = 99                    # its place in the report's legends and tables
 
     @property
-    def _modules(self):
-        return [importlib.import_module(f"esopt.algorithms.{p}") for p in self.phases]
+    def trains(self) -> bool:
+        """Whether it trains at all (``none`` does not: its final evaluation is the base one)."""
+        return self.module is not None
+
+    @property
+    def block_names(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.blocks)
+
+    def _module(self) -> ModuleType:
+        return _load(self.module)
 
     def uses(self, key: str) -> bool:
-        """Whether a run of this algorithm reads the top-level or block key ``key``."""
-        return key not in self.ignores
+        """Whether a run of this algorithm reads ``key``: a top-level axis (``pop``), a block
+        (``es``) or a key in one (``es.batch_size``; ``+``/``~`` prefixes ignored). Keys no
+        algorithm owns (model, task, engine, seed, eval, ...) every run reads; ``analysis``
+        reads the trained weights, so only an algorithm that trains reads it."""
+        head = str(key).lstrip("+~").split(".", 1)[0]
+        if head in AXES:
+            return head in self.reads
+        if head in blocks():
+            return head in self.block_names
+        if head == "analysis":
+            return self.trains
+        return True
 
     def validate(self, cfg) -> None:
         """Every check of this algorithm's knobs, before any work (ConfigError, one line)."""
-        for module in self._modules:
-            module.validate(cfg)
-        if len(self.phases) > 1:
-            from esopt.algorithms import sequence
-
-            sequence.validate(cfg)
+        check = getattr(self._module(), "validate", None) if self.trains else None
+        if check is not None:
+            check(cfg)
 
     def train(self, ctx):
         """Train ``ctx.model`` through ``ctx.engine``; returns the final evaluation or None."""
-        if not self.phases:
-            return None
-        if len(self.phases) == 1:
-            return self._modules[0].train(ctx)
-        from esopt.algorithms import sequence
+        return self._module().train(ctx) if self.trains else None
 
-        return sequence.train(ctx)
+    def budgets(self, cfg) -> tuple[int, ...]:
+        """The iterations of each phase, in order (their ends are evaluated); () = no training."""
+        if not self.trains:
+            return ()
+        split = getattr(self._module(), "budgets", None)
+        return tuple(split(cfg)) if split is not None else (int(cfg.iterations),)
 
-    def estimate_tokens(self, cfg, budget: int) -> int:
-        """Upper bound on generated training tokens (every completion uses its whole budget)."""
-        if len(self.phases) > 1:
-            from esopt.algorithms import sequence
-
-            budgets = sequence.split_iterations(cfg.iterations, sequence.split_of(cfg))
-        else:
-            budgets = (cfg.iterations,) * len(self.phases)
-        return sum(m.estimate_tokens(cfg, n, budget) for m, n in zip(self._modules, budgets))
+    def estimate_tokens(self, cfg, budget: int, iterations: int | None = None) -> int:
+        """Upper bound on generated training tokens over ``iterations`` (default the run's; a
+        sequence phase: its share), every completion using its whole ``budget``."""
+        estimate = getattr(self._module(), "estimate_tokens", None) if self.trains else None
+        n = int(cfg.iterations if iterations is None else iterations)
+        return int(estimate(cfg, n, budget)) if estimate is not None else 0
 
 
-ALGORITHMS: dict[str, Algorithm] = {
-    "none": Algorithm("none", (), _RUN_KEYS, "evaluate the base model only", color="#7f7f7f", order=0),
-    "es": Algorithm("es", ("es",), ("grpo", "sequence"), "evolution strategies", multi_rank=True,
-                    color="#1f77b4", order=1),
-    "grpo": Algorithm("grpo", ("grpo",), ("pop", "sigma", "es", "sequence"), "GRPO through TRL",
-                      color="#d62728", order=2),
-    "grpo_es": Algorithm("grpo_es", ("grpo", "es"), (), "GRPO, then ES from its weights",
-                         color="#9467bd", order=3),
-    "es_grpo": Algorithm("es_grpo", ("es", "grpo"), (), "ES, then GRPO from its weights",
-                         color="#2ca02c", order=4),
-}
+ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def blocks() -> dict[str, Block]:
+    """Every registered algorithm's config blocks, by name (the registry composes them all into
+    the Hydra config, so a grid over several algorithms accepts any of their keys)."""
+    out: dict[str, Block] = {}
+    for algo in ALGORITHMS.values():
+        for b in algo.blocks:
+            out.setdefault(b.name, b)
+    return out
+
+
+def register(algo: Algorithm) -> Algorithm:
+    """Add ``algo`` to the registry (a new block name must not clash with another's block)."""
+    for b in algo.blocks:
+        known = blocks().get(b.name)
+        if known is not None and known.config != b.config:
+            raise ValueError(f"block {b.name!r} of algo {algo.name!r} is already {known.config!r}")
+    unknown = [k for k in algo.reads if k not in AXES]
+    if unknown:
+        raise ValueError(f"algo {algo.name!r} reads {unknown}, not among the top-level axes {AXES}")
+    ALGORITHMS[algo.name] = algo
+    return algo
+
+
+def sequence(name: str, summary: str, *phases: str, **entry: Any) -> Algorithm:
+    """A sequence entry (``esopt.algorithms.sequence``): the phases' blocks and axes, plus
+    ``sequence:`` (its split of the iterations)."""
+    parts = [get(p) for p in phases]
+    own = [b for a in parts for b in a.blocks] + [SEQUENCE]
+    return Algorithm(
+        name, summary, "esopt.algorithms.sequence", blocks=tuple({b.name: b for b in own}.values()),
+        reads=tuple(k for k in AXES if any(k in a.reads for a in parts)), phases=tuple(phases),
+        gpu_share=next((a.gpu_share for a in parts if a.gpu_share), None), **entry)
 
 
 def get(name: str) -> Algorithm:
     if name not in ALGORITHMS:
         raise ConfigError(f"unknown algo {name!r} (known: {', '.join(ALGORITHMS)})")
     return ALGORITHMS[name]
+
+
+ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es:SPEED_ONLY")
+GRPO = Block("grpo", "esopt.algorithms.grpo:GRPOSettings")
+SEQUENCE = Block("sequence", "esopt.algorithms.sequence:SequenceConfig")
+
+register(Algorithm("none", "evaluate the base model only", color="#7f7f7f", order=0))
+register(Algorithm("es", "evolution strategies", "esopt.algorithms.es", (ES,), AXES, multi_rank=True,
+                   color="#1f77b4", order=1))
+register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
+                   gpu_share="grpo.vllm_gpu_memory_utilization", color="#d62728", order=2))
+register(sequence("grpo_es", "GRPO, then ES from its weights", "grpo", "es", color="#9467bd", order=3))
+register(sequence("es_grpo", "ES, then GRPO from its weights", "es", "grpo", color="#2ca02c", order=4))

@@ -387,6 +387,9 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vl
     return GRPOConfig(**kwargs)
 
 
+ROLLOUT_SEED_STRIDE = 1_000_003  # rollout seed = run seed * this + step: distinct per (run seed, step)
+
+
 def rollout_function(ctx, settings: GRPOSettings, max_new_tokens: int):
     """TRL's ``rollout_func`` generating GRPO's completions with the run's engine
     (``grpo.use_vllm=true`` with ``engine=vllm``: one vLLM engine per run serves both the
@@ -416,7 +419,7 @@ def rollout_function(ctx, settings: GRPOSettings, max_new_tokens: int):
         prompt_ids = encode_prompts(ctx.tokenizer, prompts)
         completion_ids = ctx.engine.rollouts(
             prompt_ids, temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=max_new_tokens,
-            seed=int(ctx.cfg.seed) * 1_000_003 + step, stop=stop)
+            seed=int(ctx.cfg.seed) * ROLLOUT_SEED_STRIDE + step, stop=stop)
         nan = float("nan")
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
                 "logprobs": [[nan] * len(c) for c in completion_ids]}
@@ -488,8 +491,8 @@ def train(ctx) -> dict | None:
                           "for TRL's colocated vLLM")
     lr = resolve_lr(ctx.cfg, settings)
     max_steps = int(ctx.iterations)
-    if hasattr(ctx, "set_effective"):  # summary: lr for algo=grpo; grpo_lr always (sequences)
-        ctx.set_effective(grpo_lr=lr, **({"lr": lr} if ctx.cfg.algo == "grpo" else {}))
+    if hasattr(ctx, "set_effective"):  # summary: lr when GRPO is the whole run; grpo_lr always (sequences)
+        ctx.set_effective(grpo_lr=lr, **({"lr": lr} if ctx.phase == ctx.cfg.algo else {}))
     out = checkpoint_dir(ctx)
     out.mkdir(parents=True, exist_ok=True)
 

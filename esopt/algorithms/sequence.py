@@ -1,9 +1,10 @@
 """Sequential training: ``algo=grpo_es`` (GRPO then ES) and ``algo=es_grpo`` (ES then GRPO).
 
-The run's ``iterations`` budget is split: phase one gets ``sequence.split * iterations``
-rounded half up (at least 1, at most iterations - 1), phase two the rest (the study: an
-equal split). Each phase is the unchanged single algorithm (``esopt.algorithms.es.train`` / ``esopt.algorithms.grpo.train``) run
-on a phase view of the context (``ctx.for_phase``): its metrics lines carry ``phase`` = its
+The registry entry (``esopt.algorithms.sequence``) names the phases, in order. The run's
+``iterations`` budget is split: phase one gets ``sequence.split * iterations`` rounded half up
+(at least 1, at most iterations - 1), phase two the rest (the study: an equal split). Each
+phase is the unchanged single algorithm (its registry entry's ``train``) run on a phase view
+of the context (``ctx.for_phase``): its metrics lines carry ``phase`` = its
 algo, and its iteration numbers continue the run's count. Each phase checkpoints into its
 own ``<run>/checkpoint/phase<k>-<algo>/``; when it ends, the model is saved there (HF
 ``save_pretrained`` in ``final/``) with the phase's evaluation and token count
@@ -20,11 +21,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from esopt import models
+from esopt import algorithms, models
 from esopt.core.errors import ConfigError
 from esopt.core.store import atomic_write_json
-
-PHASES = {"grpo_es": ("grpo", "es"), "es_grpo": ("es", "grpo")}
 
 
 @dataclass(frozen=True)
@@ -36,12 +35,20 @@ class SequenceConfig:
 
 def split_of(cfg) -> float:
     """``sequence.split`` of a run config (its default when unset)."""
-    return (cfg.sequence or {}).get("split", SequenceConfig.split)
+    return cfg.block("sequence").get("split", SequenceConfig.split)
+
+
+def phases(cfg) -> tuple[str, ...]:
+    """The run's phases, in order (its registry entry's ``phases``)."""
+    return algorithms.get(cfg.algo).phases
 
 
 def validate(cfg) -> None:
-    """Sequence checks: a split in (0, 1), at least one iteration per phase, and no top-level
-    lr (the two phases' step sizes differ ~100x: set es.lr / grpo.lr)."""
+    """Each phase's own checks, then the sequence's: a split in (0, 1), at least one iteration
+    per phase, and no top-level lr (the two phases' step sizes differ ~100x: set es.lr /
+    grpo.lr)."""
+    for name in phases(cfg):
+        algorithms.get(name).validate(cfg)
     split = split_of(cfg)
     if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0.0 < float(split) < 1.0:
         raise ConfigError(f"sequence.split must be in (0, 1), got {split!r}")
@@ -67,10 +74,15 @@ def split_iterations(total: int, split: float) -> tuple[int, int]:
     return n1, total - n1
 
 
-def _algorithm(name: str):
-    import importlib
+def budgets(cfg) -> tuple[int, int]:
+    """The two phases' iterations (:func:`split_iterations` of the run's)."""
+    return split_iterations(int(cfg.iterations), split_of(cfg))
 
-    return importlib.import_module(f"esopt.algorithms.{name}")
+
+def estimate_tokens(cfg, iterations: int, budget: int) -> int:
+    """The phases' estimates (``esopt.algorithms``), each over its share of ``iterations``."""
+    n = split_iterations(int(iterations), split_of(cfg))
+    return sum(algorithms.get(p).estimate_tokens(cfg, budget, iterations=k) for p, k in zip(phases(cfg), n))
 
 
 def phase_dir(ctx, index: int, algo: str) -> Path:
@@ -97,13 +109,12 @@ def _save_phase(ctx, path: Path, record: dict) -> None:
 
 def train(ctx) -> dict | None:
     """Run both phases on ``ctx.model`` in place; return the final evaluation."""
-    algo = ctx.cfg.algo
-    if algo not in PHASES:
-        raise ConfigError(f"sequence.train needs algo grpo_es or es_grpo, got {algo!r}")
+    names = phases(ctx.cfg)
+    if len(names) != 2:
+        raise ConfigError(f"a sequence needs two phases, algo {ctx.cfg.algo!r} has {names}")
     total = int(getattr(ctx, "iterations", ctx.cfg.iterations))
-    budgets = split_iterations(total, split_of(ctx.cfg))
     offset, result = 0, None
-    for index, (name, n) in enumerate(zip(PHASES[algo], budgets), start=1):
+    for index, (name, n) in enumerate(zip(names, split_iterations(total, split_of(ctx.cfg))), start=1):
         where = phase_dir(ctx, index, name)
         view = _phase_view(ctx, name, n, offset, where)
         if (where / "done.json").exists():  # finished before a requeue
@@ -113,7 +124,7 @@ def train(ctx) -> dict | None:
             ctx.add_tokens(int(record["tokens_total"]) - int(ctx.tokens_total))
             result = record["eval"]
         else:
-            result = _algorithm(name).train(view)
+            result = algorithms.get(name).train(view)
             shared = getattr(view, "shared", None)
             if result is None and shared is not None and shared.last_eval_iteration == offset + n:
                 result = shared.last_eval

@@ -21,6 +21,8 @@ from esopt.core.errors import ConfigError
 from esopt.study import claims
 from esopt.study.aggregate import aggregate
 
+SHOWN = 20  # skipped runs and notes printed (the rest are in aggregate.json)
+
 
 def main(argv: list[str] | None = None) -> int:
     quiet()
@@ -58,11 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     counts = ", ".join(f"{v} {k}" for k, v in agg.runs["status"].value_counts().items())
     print(f"{len(agg.runs)} runs ({counts}), {len(agg.curves)} metrics lines, "
           f"{len(agg.skipped)} skipped, in {time.perf_counter() - t0:.2f} s")
-    for s in agg.skipped[:20]:
+    for s in agg.skipped[:SHOWN]:
         print(f"  skipped {s['run_id']}: {s['reason']}")
-    if len(agg.skipped) > 20:
-        print(f"  ... {len(agg.skipped) - 20} more in aggregate.json")
-    for n in agg.notes[:20]:
+    if len(agg.skipped) > SHOWN:
+        print(f"  ... {len(agg.skipped) - SHOWN} more in aggregate.json")
+    for n in agg.notes[:SHOWN]:
         print(f"  note: {n}")
     tr = agg.trend
     if tr.get("slope") is not None:

@@ -7,9 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-# The Hydra configs: conf/ at the top of the checkout, reached through the esopt/conf link (an
-# installed package holds a copy there).
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from esopt.cli.configs import CONF_DIR  # noqa: F401 - the Hydra configs (conf/), here for every entry point
 
 
 # Libraries whose warnings and info logs are chatter at the command line (deprecations of
@@ -56,9 +54,10 @@ def fail(message: str, code: int = 2):
 
 def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     """Reject unknown config-group choices (model=foo) with one line, before Hydra runs."""
-    from esopt import engines, tasks
+    from esopt import algorithms, engines, tasks
 
-    code_groups = {"task": tuple(tasks.TASK_NAMES), "engine": tuple(engines.ENGINES)}
+    code_groups = {"task": tuple(tasks.TASK_NAMES), "engine": tuple(engines.ENGINES),
+                   "algo": tuple(algorithms.ALGORITHMS)}
     for arg in argv:
         m = re.match(r"^(model|task|algo|engine)=(.*)$", arg)
         if not m or "(" in m.group(2):
@@ -178,6 +177,7 @@ def precheck(argv: list[str]) -> None:
     layer reads (``+popsize=8``), and ``sweep.name`` / ``sweep.root`` (every value given). Each
     problem is one line and exit 2 (:func:`fail`); the full validation of every run follows
     in the sweeper / the run's entry point."""
+    from esopt import algorithms
     from esopt.core.config import check_keys, check_sweep_location, plain
     from esopt.core.errors import ConfigError
 
@@ -204,15 +204,29 @@ def precheck(argv: list[str]) -> None:
         fail(_hydra_error(e, point))
     raw = {k: plain(cfg[k]) for k in cfg if k != "hydra"}  # hydra's own keys resolve only in a job
     try:
-        check_keys(raw)
+        check_keys(raw, algorithms.blocks())
         sweep = raw.get("sweep") or {}
         check_sweep_location(sweep.get("name"), sweep.get("root"))
         if _single_run(argv, overrides):  # exactly this config runs: validate all of it now
             from esopt.runtime.validate import validate
 
-            validate(raw)
+            algo = algorithms.get(validate(raw).algo)
+            unread = list(dict.fromkeys(k for k in override_keys(point) if not algo.uses(k)))
+            if unread:
+                print(f"esopt: note: {no_effect(unread, algo.name)}", file=sys.stderr)
     except ConfigError as e:
         fail(str(e))
+
+
+def override_keys(overrides: list[str]) -> list[str]:
+    """The keys the overrides set (``+`` / ``++`` / ``~`` dropped)."""
+    return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o]
+
+
+def no_effect(keys: list[str], algo: str) -> str:
+    """The note for keys the run's algorithm does not read (``Algorithm.uses``): they are
+    accepted, so a grid over several algorithms takes a key of any one's block."""
+    return f"{', '.join(keys) or 'the differing keys'} {'has' if len(keys) == 1 else 'have'} no effect with algo={algo}"
 
 
 _NO_RUN_FLAGS = {"-c", "--cfg", "-i", "--info", "-h", "--help", "--hydra-help", "--version",

@@ -268,6 +268,65 @@ def _new_model(name: str, seed: int):
     return Qwen2ForCausalLM(tiny_config(name))
 
 
+PROBE_PROBLEMS = 100  # Pass@1 probes of the curve: the first this many validation problems of each kind
+
+
+def _optimizer(model, recipe: dict):
+    """AdamW with weight decay on the matrices only (not on norms and biases)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": COMMON["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=recipe["lr"], betas=COMMON["betas"],
+    )
+
+
+def _resume(d: Path, model, opt, batches) -> dict:
+    """The state saved at the last evaluation (``last.pt``), loaded into model, optimizer and
+    data order: ``{"history", "step", "wall_s", "best", "best_loss"}``."""
+    saved = torch.load(d / "last.pt", weights_only=False)
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["opt"])
+    batches.rng.setstate(saved["rng"])
+    return {"history": saved["history"], "step": saved["step"], "wall_s": saved["wall_s"],
+            "best": saved["best"], "best_loss": min(h["val_loss"] for h in saved["history"])}
+
+
+def _save_state(d: Path, model, opt, batches, history: list, step: int, wall_s: float, best) -> None:
+    """``last.pt`` (atomically): everything :func:`_resume` needs to continue bitwise."""
+    d.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "rng": batches.rng.getstate(),
+                "history": history, "step": step, "wall_s": wall_s, "best": best}, d / "last.pt.tmp")
+    Path(d / "last.pt.tmp").replace(d / "last.pt")
+
+
+def _curve_point(model, step: int, wall_s: float, losses: list[float], vbatch, probe_rows: dict | None) -> dict:
+    """One evaluation of the curve: mean train loss since the last one, validation loss, and
+    (``probe_rows``) Pass@1 probes per kind."""
+    model.eval()
+    point = {"step": step, "wall_s": round(wall_s, 1), "train_loss": round(sum(losses) / len(losses), 5),
+             "val_loss": round(validation_loss(model, vbatch), 5)}
+    for kind, rows in (probe_rows or {}).items():
+        point[kind] = probe_pass(model, rows)
+    model.train()
+    return point
+
+
+def _card_info(name: str, stop: dict, step: int, reason: str, history: list, wall_s: float) -> dict:
+    """The recipe and the curve, for the model's ``pretrain_card.json``."""
+    best = min(history, key=lambda h: h["val_loss"])
+    return {"recipe": {**RECIPES[name], **COMMON, "stop": stop, "mix": MIX,
+                       "countdown": {**{k: v for k, v in COUNTDOWN.items() if k != "problems"},
+                                     "pool": "pretrain", "validation_per_count": VALIDATION,
+                                     "problems": {str(k): v for k, v in COUNTDOWN["problems"].items()}},
+                       "synthetic": SYNTHETIC,
+                       "loss": "next-token cross-entropy on completion tokens (+EOS) only",
+                       "optimizer": "AdamW, linear warm-up then constant lr"},
+            "stopped_at": step, "stop_reason": reason, "shipped_step": best["step"],
+            "shipped_val_loss": best["val_loss"], "train_wall_s": round(wall_s, 1), "curve": history}
+
+
 def train(name: str, train_data, val_data, seed: int = 0, ckpt_dir: Path | None = None,
           resume: bool = False, log=print, probe_every: int = 2, max_steps: int | None = None):
     """Train tiny family member ``name`` from scratch until its validation loss plateaus
@@ -280,27 +339,17 @@ def train(name: str, train_data, val_data, seed: int = 0, ckpt_dir: Path | None 
     recipe = {**RECIPES[name], **COMMON}
     stop = {**STOP, **({"max_steps": max_steps} if max_steps else {})}
     model = _new_model(name, seed)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": COMMON["weight_decay"]},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=recipe["lr"], betas=COMMON["betas"],
-    )
+    opt = _optimizer(model, recipe)
     batches = Batches(train_data, seed, recipe["batch"], MIX)
     vbatch = validation_batch(val_data, seed)
-    probe_rows = {k: v[:100] for k, v in val_data.items()}
+    probe_rows = {k: v[:PROBE_PROBLEMS] for k, v in val_data.items()}
     history: list[dict] = []
     best_state, best_loss, step, wall0 = None, float("inf"), 0, 0.0
     d = Path(ckpt_dir) / name if ckpt_dir is not None else None
     if resume and d is not None and (d / "last.pt").exists():
-        saved = torch.load(d / "last.pt", weights_only=False)
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["opt"])
-        batches.rng.setstate(saved["rng"])
-        history, step, wall0 = saved["history"], saved["step"], saved["wall_s"]
-        best_loss = min(h["val_loss"] for h in history)
-        best_state = saved["best"]
+        saved = _resume(d, model, opt, batches)
+        history, step, wall0, best_state, best_loss = (saved[k] for k in ("history", "step", "wall_s", "best",
+                                                                          "best_loss"))
         log(f"{name} resumed at step {step}")
     t0 = time.time() - wall0
     reason = f"max_steps ({stop['max_steps']})"
@@ -319,44 +368,23 @@ def train(name: str, train_data, val_data, seed: int = 0, ckpt_dir: Path | None 
         step += 1
         if step % stop["eval_every"]:
             continue
-        model.eval()
-        point = {"step": step, "wall_s": round(time.time() - t0, 1),
-                 "train_loss": round(sum(losses) / len(losses), 5),
-                 "val_loss": round(validation_loss(model, vbatch), 5)}
+        probe = probe_every and (step // stop["eval_every"]) % probe_every == 0
+        point = _curve_point(model, step, time.time() - t0, losses, vbatch, probe_rows if probe else None)
         losses = []
-        if probe_every and (step // stop["eval_every"]) % probe_every == 0:
-            for kind, rows in probe_rows.items():
-                point[kind] = probe_pass(model, rows)
-        model.train()
         history.append(point)
         log(f"{name} {json.dumps(point)}")
         if point["val_loss"] < best_loss:
             best_loss = point["val_loss"]
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if d is not None:
-            d.mkdir(parents=True, exist_ok=True)
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                        "rng": batches.rng.getstate(), "history": history, "step": step,
-                        "wall_s": time.time() - t0, "best": best_state}, d / "last.pt.tmp")
-            Path(d / "last.pt.tmp").replace(d / "last.pt")
+            _save_state(d, model, opt, batches, history, step, time.time() - t0, best_state)
         if plateaued(history, stop["patience"], stop["min_rel_improvement"]):
             reason = (f"plateau: no {stop['min_rel_improvement']:.1%} improvement of the best "
                       f"validation loss in {stop['patience']} evaluations")
             break
     model.load_state_dict(best_state)
     model.eval()
-    best = min(history, key=lambda h: h["val_loss"])
-    info = {"recipe": {**RECIPES[name], **COMMON, "stop": stop, "mix": MIX,
-                       "countdown": {**{k: v for k, v in COUNTDOWN.items() if k != "problems"},
-                                     "pool": "pretrain", "validation_per_count": VALIDATION,
-                                     "problems": {str(k): v for k, v in COUNTDOWN["problems"].items()}},
-                       "synthetic": SYNTHETIC,
-                       "loss": "next-token cross-entropy on completion tokens (+EOS) only",
-                       "optimizer": "AdamW, linear warm-up then constant lr"},
-            "stopped_at": step, "stop_reason": reason, "shipped_step": best["step"],
-            "shipped_val_loss": best["val_loss"], "train_wall_s": round(time.time() - t0, 1),
-            "curve": history}
-    return model, char_tokenizer(), info
+    return model, char_tokenizer(), _card_info(name, stop, step, reason, history, time.time() - t0)
 
 
 # ---------------------------------------------------------------- shipping

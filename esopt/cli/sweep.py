@@ -18,14 +18,14 @@ from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import ConfigError
 from esopt.runtime.run import print_summary, run, run_worker
-from esopt.runtime.validate import run_id, validate
+from esopt.runtime.validate import run_id, uses, validate
 
 
 def analyses(cfg: RunConfig, summary: dict) -> dict:
     """Run the analyses of ``analysis=[...]`` still missing for a completed run (never raises);
     they read ``<run>/model/`` and write ``<analysis>.json`` beside it."""
     rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, summary.get("run_id") or run_id(cfg))
-    if summary.get("status") != "completed" or cfg.algo == "none" or not rd.model_dir.is_dir():
+    if summary.get("status") != "completed" or not uses(cfg, "analysis") or not rd.model_dir.is_dir():
         return summary
     missing = [a for a in cfg.analysis if not (rd.path / f"{a}.json").exists()]
     if missing:

@@ -14,8 +14,8 @@ config is always read as ``cfg["pop"]``; code after parsing uses ``RunConfig.pop
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Mapping, Optional
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Collection, Mapping, Optional
 
 from esopt.core.errors import ConfigError
 
@@ -60,12 +60,16 @@ class SweepConfig:
     save_model: bool = True      # keep the trained weights in <run>/model/ (HF format) for analyses
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RunConfig:
     """One run: what to train, how, and where its results land.
 
-    ``model``, ``task``, ``engine``, ``es``, ``grpo``, ``sequence`` and ``tuning`` stay plain
-    dicts (the layers that own them parse their knobs); the grid axes are typed fields.
+    ``model``, ``task``, ``engine`` and ``tuning`` stay plain dicts (the layers that own them
+    parse their knobs); the grid axes are typed fields. ``blocks`` holds the algorithm's config
+    blocks by name (``es:``, ``grpo:``, ...): each is declared by its algorithm and composed by
+    the registry (``esopt.algorithms``), so core names none of them. A block reads as an
+    attribute too (``rc.es``), and :meth:`to_dict` puts each at the top level, where the config
+    has it.
     """
 
     model: dict
@@ -79,19 +83,40 @@ class RunConfig:
     iterations: int
     eval: EvalConfig
     sweep: SweepConfig
-    es: dict = field(default_factory=dict)
-    grpo: dict = field(default_factory=dict)
-    sequence: dict = field(default_factory=dict)
-    tuning: dict = field(default_factory=dict)
-    analysis: tuple = ()
-    logger: tuple = ()              # experiment trackers (esopt.runtime.trackers): not in the run id
-    logger_opts: dict = field(default_factory=dict)
+    tuning: dict
+    analysis: tuple
+    blocks: Mapping[str, dict]
+    logger: tuple                   # experiment trackers (esopt.runtime.trackers): not in the run id
+    logger_opts: dict
+
+    def __init__(self, model: dict, task: dict, algo: str, engine: dict, pop: int, sigma: float | None,
+                 lr: float | None, seed: int, iterations: int, eval: EvalConfig, sweep: SweepConfig,
+                 tuning: dict | None = None, analysis: tuple = (), blocks: Mapping[str, dict] | None = None,
+                 logger: tuple = (), logger_opts: dict | None = None, **named_blocks: dict):
+        values = dict(model=model, task=task, algo=algo, engine=engine, pop=pop, sigma=sigma, lr=lr,
+                      seed=seed, iterations=iterations, eval=eval, sweep=sweep, tuning=dict(tuning or {}),
+                      analysis=tuple(analysis), blocks={**dict(blocks or {}), **named_blocks},
+                      logger=tuple(logger), logger_opts=dict(logger_opts or {}))
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    def __getattr__(self, name: str) -> dict:
+        """``rc.es``: the run's block ``es`` (AttributeError when it has none)."""
+        blocks = self.__dict__.get("blocks") or {}
+        if name.startswith("_") or name not in blocks:
+            raise AttributeError(f"RunConfig has no field or block {name!r}")
+        return blocks[name]
+
+    def block(self, name: str) -> dict:
+        """The run's block ``name`` (``{}`` when it has none: every key at its default)."""
+        return dict(self.blocks.get(name) or {})
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["analysis"] = list(self.analysis)
-        d["logger"] = list(self.logger)
-        return d
+        blocks = d.pop("blocks")
+        tail = {"tuning": d.pop("tuning"), "analysis": list(d.pop("analysis")),
+                "logger": list(d.pop("logger")), "logger_opts": d.pop("logger_opts")}
+        return {**d, **blocks, **tail}
 
 
 def plain(value: Any) -> Any:
@@ -163,16 +188,19 @@ def _eval_config(raw: Mapping) -> EvalConfig:
     return ev
 
 
-def parse(cfg: Any) -> RunConfig:
+def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     """Check a composed Hydra config (or a plain mapping) and return the typed RunConfig.
 
-    Raises ConfigError (one line) on the first problem found. Only what needs no other layer is
+    ``blocks``: the names of the algorithms' config blocks (``esopt.algorithms.blocks()``); None
+    takes every other top-level mapping for one (the caller checks their names). Raises
+    ConfigError (one line) on the first problem found. Only what needs no other layer is
     checked here; ``esopt.runtime.validate.validate`` adds the model, task and algorithm checks.
     """
     raw = plain(cfg)
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration is not a mapping")
-    check_keys(raw)
+    check_keys(raw, blocks)
+    names = [k for k in raw if k not in TOP_LEVEL and k != "hydra"] if blocks is None else list(blocks)
 
     model = dict(raw.get("model") or {})
     if not model.get("name"):
@@ -211,10 +239,9 @@ def parse(cfg: Any) -> RunConfig:
     return RunConfig(
         model=model, task=task, algo=str(raw.get("algo", "none")), engine=engine, pop=pop,
         sigma=sigma, lr=lr, seed=seed, iterations=iterations,
-        eval=_eval_config(dict(raw.get("eval") or {})), sweep=sweep,
-        es=dict(raw.get("es") or {}), grpo=dict(raw.get("grpo") or {}),
-        sequence=dict(raw.get("sequence") or {}), tuning=dict(raw.get("tuning") or {}),
-        analysis=tuple(analysis), logger=_names(raw.get("logger")), logger_opts=dict(raw.get("logger_opts") or {}),
+        eval=_eval_config(dict(raw.get("eval") or {})), sweep=sweep, tuning=dict(raw.get("tuning") or {}),
+        analysis=tuple(analysis), blocks={k: dict(raw[k] or {}) for k in names if k in raw},
+        logger=_names(raw.get("logger")), logger_opts=dict(raw.get("logger_opts") or {}),
     )
 
 
@@ -223,7 +250,8 @@ def _names(value) -> tuple:
     return (value,) if isinstance(value, str) else tuple(value or ())
 
 
-TOP_LEVEL = tuple(f.name for f in fields(RunConfig))   # every key a run config may have
+# every top-level key of a run config besides the algorithms' blocks
+TOP_LEVEL = tuple(f.name for f in fields(RunConfig) if f.name != "blocks")
 
 
 def did_you_mean(key: str, known) -> str:
@@ -234,14 +262,17 @@ def did_you_mean(key: str, known) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def check_keys(raw: Mapping) -> None:
+def check_keys(raw: Mapping, blocks: Collection[str] | None = None) -> None:
     """Refuse top-level keys no layer reads (``foo=1``, ``+popsize=8``): a typo would otherwise
-    be ignored silently. ConfigError with a "did you mean" when close to a known key."""
-    unknown = [k for k in raw if k not in TOP_LEVEL and k != "hydra"]
+    be ignored silently. ConfigError with a "did you mean" when close to a known key.
+    ``blocks``: the algorithms' block names; None accepts any mapping as one (see :func:`parse`)."""
+    known = TOP_LEVEL + tuple(blocks or ())
+    unknown = [k for k in raw if k not in known and k != "hydra"
+               and not (blocks is None and isinstance(raw[k], Mapping))]
     if unknown:
         k = unknown[0]
-        raise ConfigError(f"unknown key {k!r}{did_you_mean(k, TOP_LEVEL)}; known top-level keys: "
-                          f"{', '.join(TOP_LEVEL)}")
+        raise ConfigError(f"unknown key {k!r}{did_you_mean(k, known)}; known top-level keys: "
+                          f"{', '.join(known)}")
 
 
 def check_sweep_location(name: Any, root: Any) -> None:

@@ -61,7 +61,7 @@ def layout(rc: RunConfig) -> Layout:
         return Layout(ranks, per_rank, gpus)
     note = None
     if gpus > per_rank:
-        note = (f"algo={rc.algo} runs as one process (GRPO's data parallelism is not wired in esopt): "
+        note = (f"algo={rc.algo} runs as one process (only a multi-rank algorithm, ES, splits its work): "
                 f"it asks for {per_rank} GPU(s), not model.resources.gpus={gpus}")
     if ranks_set not in (None, 1):
         note = (note + "; " if note else "") + f"algo={rc.algo} ignores model.resources.ranks={ranks_set}"

@@ -1,4 +1,4 @@
-"""Noise-aware pruning (``tuning.pruner=auto``) and the record of why a trial was pruned.
+"""Noise-aware pruning (``tuning.pruner=auto``; its registry entry is in ``esopt.runtime.pruners``).
 
 A single evaluation on a few hundred problems is noisy: a median rule prunes half of the runs
 of an equally good configuration at its first report. The ``auto`` pruner prunes only when
@@ -31,16 +31,15 @@ the evidence says the trial's configuration is worse than another one:
   configuration, so it also cuts a collapsing configuration launched first (the between-
   configuration rule has nothing to compare it with then).
 
-Why a trial was pruned (any pruner; :func:`explain`) lands in ``summary.json`` as
+Why a trial was pruned (any pruner; ``esopt.runtime.pruners.explain``) lands in ``summary.json`` as
 ``pruning`` (statistic, value, threshold, reference, step) and in the report's pruning
 figure (``esopt.study.report.fig_pruning``).
 """
 
 from __future__ import annotations
 
-import math
 import re
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 from optuna.pruners import BasePruner
@@ -209,44 +208,3 @@ def _describe(t: FrozenTrial) -> str:
     keys = ("pop", "sigma", "lr")
     return ", ".join(f"{k}={t.user_attrs[k]:g}" if isinstance(t.user_attrs.get(k), (int, float))
                      else f"{k}={t.user_attrs[k]}" for k in keys if t.user_attrs.get(k) is not None)
-
-
-def explain(name: str, pruner: Any, study, trial: FrozenTrial, metric: str) -> dict:
-    """Why ``pruner`` (``tuning.pruner=name``) pruned ``trial`` at its last step: statistic,
-    value, threshold, reference, step (a dict for ``summary.json``)."""
-    step = trial.last_step
-    value = trial.intermediate_values.get(step) if step is not None else None
-    out: dict = {"pruner": name, "step": None if step is None else int(step), "metric": metric}
-    if isinstance(pruner, ConfidencePruner):
-        return {**out, **pruner.last.get(trial.number, {})}
-    maximize = study.direction == StudyDirection.MAXIMIZE
-    if name in ("median", "percentile"):
-        # Optuna: the trial's best value so far against the percentile, at this step, of the
-        # completed trials (for maximize the (100 - p)-th percentile; median: p = 50)
-        pct = 50.0 if name == "median" else float(pruner._percentile)
-        done = [t.intermediate_values[step] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if step in t.intermediate_values]
-        vals = np.asarray(list(trial.intermediate_values.values()), dtype=float)
-        best = float(np.nanmax(vals) if maximize else np.nanmin(vals))
-        thr = float(np.nanpercentile(done, 100 - pct if maximize else pct)) if done else math.nan
-        return {**out, "statistic": f"best {metric} reported so far", "value": best, "threshold": thr,
-                "reference": f"{'median' if name == 'median' else f'{pct:g}th percentile'} of {len(done)} "
-                             f"completed trial(s) at this step",
-                "rule": "value < threshold" if maximize else "value > threshold"}
-    if name == "wilcoxon":
-        try:
-            best = study.best_trial
-            common = sorted(set(trial.intermediate_values) & set(best.intermediate_values))
-            d = [trial.intermediate_values[s] - best.intermediate_values[s] for s in common]
-            from scipy.stats import wilcoxon
-
-            p = float(wilcoxon(d, alternative="less" if maximize else "greater", zero_method="zsplit").pvalue)
-            return {**out, "statistic": f"Wilcoxon signed-rank p-value of {metric} vs the best trial",
-                    "value": p, "threshold": float(pruner._p_threshold),
-                    "reference": f"best trial #{best.number} ({len(common)} common steps)",
-                    "rule": "value < threshold"}
-        except Exception:  # noqa: BLE001 - an explanation must never fail a run
-            pass
-    return {**out, "statistic": f"{metric} at this step", "value": value, "threshold": None,
-            "reference": f"{name} rule (rung promotion cut-off)" if name in ("successive_halving", "hyperband")
-            else f"{name} rule", "rule": None}

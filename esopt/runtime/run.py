@@ -54,23 +54,32 @@ def load_components(cfg: RunConfig):
     hf_logging.disable_progress_bar()
     m = cfg.model
     set_threads(cfg.engine.get("threads", "auto"), tiny=models.is_tiny(m))
-    engine_cfg, device = dict(cfg.engine), resolve_device(cfg.engine.get("device", "auto"))
-    if engine_cfg.get("name") == "vllm":
-        # vLLM holds the weights it generates with; the HF model is the host copy that saving
-        # uses, and GRPO's policy: on the GPU only when gradients are computed on it
-        if cfg.algo in ("none", "es"):
-            device = "cpu"
-        else:  # GRPO trains beside the engine on the same GPU
-            share = (cfg.grpo or {}).get("vllm_gpu_memory_utilization")
-            if share is not None:
-                engine_cfg["gpu_memory_utilization"] = min(float(engine_cfg.get("gpu_memory_utilization", 1.0)),
-                                                           float(share))
+    engine_cfg, device = placement(cfg, resolve_device(cfg.engine.get("device", "auto")))
     model, tokenizer = models.load(
         m["name"], path=m.get("path"), dtype=m.get("dtype", "float32"), device=device,
     )
     task = tasks.get(cfg.task, tokenizer=tokenizer, style=cfg.task.get("style") or m.get("prompt_style"))
     engine = engines.get(engine_cfg, model, tokenizer)
     return model, tokenizer, engine, task
+
+
+def placement(cfg: RunConfig, device: str) -> tuple[dict, str]:
+    """The engine config and the HF model's device. vLLM holds the weights it generates with;
+    the HF model is then the host copy that saving uses, on the CPU, unless the algorithm trains
+    it by gradients beside the engine on the same GPU (its entry's ``gpu_share``, GRPO): then
+    the engine's GPU memory share is capped by that key's value."""
+    engine_cfg = dict(cfg.engine)
+    if engine_cfg.get("name") != "vllm":
+        return engine_cfg, device
+    share_key = algorithms.get(cfg.algo).gpu_share
+    if share_key is None:
+        return engine_cfg, "cpu"
+    block, _, key = share_key.partition(".")
+    share = cfg.block(block).get(key)
+    if share is not None:
+        engine_cfg["gpu_memory_utilization"] = min(float(engine_cfg.get("gpu_memory_utilization", 1.0)),
+                                                   float(share))
+    return engine_cfg, device
 
 
 def save_model(ctx: RunContext) -> None:
@@ -138,7 +147,6 @@ def _previous_wall(rd: store.RunDir, previous: dict) -> float:
 
 def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
     """The run itself, by the process that holds its claim."""
-    algo = algorithms.get(cfg.algo)
     previous = rd.read_summary() or {}
     if not previous and (rd.metrics_path.exists() or rd.checkpoint_dir.exists()):
         # leftovers of an attempt whose summary is gone or unreadable: its state is unknown
@@ -146,8 +154,36 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
         shutil.rmtree(rd.checkpoint_dir, ignore_errors=True)
     rd.create(cfg.to_dict())
     trackers.attach(cfg, rid, rd)  # logger=[...]: the store feeds them every line and the summary
-    t0 = time.time() - _previous_wall(rd, previous)  # resumed runs keep counting
-    summary = {
+    shared = Shared(time.time() - _previous_wall(rd, previous))  # resumed runs keep counting
+    summary = _first_summary(cfg, rid, previous, shared.t0)
+    rd.write_summary(summary)
+    try:
+        _train_and_evaluate(cfg, rid, rd, summary, shared)
+        summary["status"] = "completed"
+    except Pruned as e:
+        summary["status"], summary["error"] = "pruned", str(e)
+        summary["pruning"] = e.reason
+        summary["final"] = shared.last_eval
+    except Exception as e:  # noqa: BLE001 - a failing run is recorded, never raised
+        summary["status"] = "failed"
+        summary["error_type"] = type(e).__name__
+        summary["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:ERROR_CHARS]
+        try:
+            store.atomic_write_text(rd.path / "error.txt", traceback.format_exc())
+        except OSError:  # a full disk: the summary below matters more
+            pass
+    finally:
+        _close(rd, summary, shared)
+    return summary
+
+
+ERROR_CHARS = 500  # the summary's error: the first line of the exception, at most this long
+
+
+def _first_summary(cfg: RunConfig, rid: str, previous: dict, t0: float) -> dict:
+    """The summary written as the attempt starts (``running``); the axes the algorithm does not
+    read are null (``iterations``: 0)."""
+    return {
         "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,
         "task": cfg.task.get("name"), "model": {"name": cfg.model["name"], "params": None},
         "pop": cfg.pop if uses(cfg, "pop") else None,
@@ -159,64 +195,59 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
         "attempts": int(previous.get("attempts") or 0) + 1, "worker": store.worker_info(),
         "inputs": input_fingerprints(cfg), "config": cfg.to_dict(),
     }
-    rd.write_summary(summary)
-    shared = Shared(t0)
-    try:
-        model, tokenizer, engine, task = load_components(cfg)
-        summary["model"]["params"] = models.n_params(model)
-        params = {"model": cfg.model["name"], "params": summary["model"]["params"], "pop": cfg.pop,
-                  "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo,
-                  "config_id": config_id(cfg)}
-        shared.trial = tuning.attach(cfg, rid, params)
-        ood = ood_task(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
-        ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
-                         iterations=cfg.iterations, shared=shared, ood_task=ood)
-        if summary["base"] is None:
-            rd.truncate_metrics(lambda line: line.get("phase") != "base")  # an earlier attempt's, unrecorded
-            summary["base"] = evaluate_config(cfg.eval, engine, task, ood)
-            ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
-            rd.write_summary(summary)
-        if shared.trial is not None:  # the auto pruner's base-model reference
-            shared.trial.record_base(summary["base"])
-        algo.train(ctx)
-        if cfg.algo != "none" and cfg.sweep.save_model:
-            save_model(ctx)
-        total = cfg.iterations if cfg.algo != "none" else 0
-        if cfg.algo == "none":
-            summary["final"] = summary["base"]
-        elif shared.last_eval is not None and shared.last_eval_iteration == total:
-            summary["final"] = shared.last_eval
-        else:
-            summary["final"] = ctx.evaluate(cfg.iterations)
-        summary["status"] = "completed"
-    except Pruned as e:
-        summary["status"], summary["error"] = "pruned", str(e)
-        summary["pruning"] = e.reason
+
+
+def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dict, shared: Shared) -> None:
+    """Load, evaluate the base model (once over all attempts), train, save the weights, and
+    set the summary's ``final``: the base evaluation for an algorithm that trains nothing, else
+    the evaluation at the run's last iteration (made now if training did not make it)."""
+    algo = algorithms.get(cfg.algo)
+    model, tokenizer, engine, task = load_components(cfg)
+    summary["model"]["params"] = models.n_params(model)
+    params = {"model": cfg.model["name"], "params": summary["model"]["params"], "pop": cfg.pop,
+              "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo,
+              "config_id": config_id(cfg)}
+    shared.trial = tuning.attach(cfg, rid, params)
+    ood = ood_task(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
+    ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
+                     iterations=cfg.iterations, shared=shared, ood_task=ood)
+    if summary["base"] is None:
+        rd.truncate_metrics(lambda line: line.get("phase") != "base")  # an earlier attempt's, unrecorded
+        summary["base"] = evaluate_config(cfg.eval, engine, task, ood)
+        ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
+        rd.write_summary(summary)
+    if shared.trial is not None:  # the auto pruner's base-model reference
+        shared.trial.record_base(summary["base"])
+    if not algo.trains:
+        summary["final"] = summary["base"]
+        return
+    algo.train(ctx)
+    if cfg.sweep.save_model:
+        save_model(ctx)
+    if shared.last_eval is not None and shared.last_eval_iteration == cfg.iterations:
         summary["final"] = shared.last_eval
-    except Exception as e:  # noqa: BLE001 - a failing run is recorded, never raised
-        summary["status"] = "failed"
-        summary["error_type"] = type(e).__name__
-        summary["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:500]
+    else:
+        summary["final"] = ctx.evaluate(cfg.iterations)
+
+
+def _close(rd: store.RunDir, summary: dict, shared: Shared) -> None:
+    """Fill in what the attempt measured (phases, tokens, wall time, the hyperparameters the
+    algorithm resolved) and, once the run has ended, record it and finish its trial."""
+    summary["phases"] = shared.phases
+    summary["tokens_generated"] = shared.tokens_total
+    summary["wall_s"] = round(time.time() - shared.t0, 3)
+    for key in ("sigma", "lr"):
+        if shared.effective.get(key) is not None:
+            summary[key] = shared.effective[key]
+    summary["effective"] = dict(shared.effective)
+    if summary["status"] == "running":
+        return
+    _record_end(rd, summary)
+    if shared.trial is not None:
         try:
-            store.atomic_write_text(rd.path / "error.txt", traceback.format_exc())
-        except OSError:  # a full disk: the summary below matters more
-            pass
-    finally:
-        summary["phases"] = shared.phases
-        summary["tokens_generated"] = shared.tokens_total
-        summary["wall_s"] = round(time.time() - t0, 3)
-        for key in ("sigma", "lr"):
-            if shared.effective.get(key) is not None:
-                summary[key] = shared.effective[key]
-        summary["effective"] = dict(shared.effective)
-        if summary["status"] != "running":
-            _record_end(rd, summary)
-            if shared.trial is not None:
-                try:
-                    shared.trial.finish(summary)
-                except Exception as e:  # noqa: BLE001 - bookkeeping must not lose the result
-                    print(f"esopt: warning: could not record trial: {e}", file=sys.stderr)
-    return summary
+            shared.trial.finish(summary)
+        except Exception as e:  # noqa: BLE001 - bookkeeping must not lose the result
+            print(f"esopt: warning: could not record trial: {e}", file=sys.stderr)
 
 
 def _record_end(rd: store.RunDir, summary: dict) -> None:

@@ -17,9 +17,10 @@ every evaluation; the pruner decides whether it goes on.
   run id and the run's key params are user attributes. Finishing marks the trial
   ``COMPLETE`` (value = final metric), ``PRUNED`` or ``FAIL``.
 - Pruners are not stored with a study, so every worker builds the same one from the config
-  knobs (:func:`make_pruner`): ``none`` (default), ``auto`` (recommended: noise-aware, compares
-  configurations with confidence bounds on per-problem evidence; ``esopt.runtime.pruning``),
-  ``median``, ``percentile``, ``successive_halving``, ``hyperband``, ``wilcoxon``.
+  knobs (:func:`make_pruner`), through the pruner registry (``esopt.runtime.pruners``):
+  ``none`` (default), ``auto`` (recommended: noise-aware, compares configurations with
+  confidence bounds on per-problem evidence; ``esopt.runtime.pruning``), ``median``,
+  ``percentile``, ``successive_halving``, ``hyperband``, ``wilcoxon``.
 - Every report also stores the evaluation's per-problem results with the trial
   (``evidence@<step>``) and the run's ``config_id`` (its config without the seed), the
   evidence the ``auto`` pruner pools; a pruned run records why (:meth:`RunTrial.should_prune`,
@@ -32,16 +33,14 @@ Config: the ``tuning:`` block, :class:`TuningConfig` (every knob documented ther
 
 from __future__ import annotations
 
+import itertools
 import re
-from pathlib import Path
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from esopt.core.config import block
 from esopt.core.errors import ConfigError
-
-PRUNERS = ("none", "auto", "median", "percentile", "successive_halving", "hyperband", "wilcoxon")
-
 
 @dataclass
 class TuningConfig:
@@ -86,10 +85,10 @@ JOURNAL_NAME = "optuna.journal"
 
 def settings(tuning: Mapping | None) -> dict:
     """The tuning block with defaults filled in and checked (ConfigError, one line)."""
+    from esopt.runtime import pruners
+
     t = asdict(block(TuningConfig, tuning, "tuning"))
-    if str(t["pruner"]).lower() not in PRUNERS:
-        raise ConfigError(f"unknown tuning.pruner {t['pruner']!r} (known: {', '.join(PRUNERS)})")
-    t["pruner"] = str(t["pruner"]).lower()
+    t["pruner"] = pruners.get(str(t["pruner"]).lower()).name
     if t["direction"] not in ("maximize", "minimize"):
         raise ConfigError(f"tuning.direction must be maximize or minimize, got {t['direction']!r}")
     if not 0.0 <= float(t["percentile"]) <= 100.0:
@@ -144,24 +143,19 @@ def check(rc) -> dict:
         raise ConfigError(f"tuning.metric {metric!r} is not produced by the evaluator with eval.samples="
                           f"{rc.eval.samples}, eval.greedy={str(rc.eval.greedy).lower()} "
                           f"(it produces: {', '.join(produced)})")
-    if t["pruner"] == "auto":
-        from esopt.runtime.pruning import PER_PROBLEM
+    from esopt.runtime import pruners
 
-        if not PER_PROBLEM.match(metric):
-            raise ConfigError(f"tuning.pruner=auto needs a metric with per-problem scores (pass@K or greedy), "
-                              f"got tuning.metric={metric}")
+    pruner = pruners.get(t["pruner"])
+    if pruner.check is not None:
+        pruner.check(t)
     algo = algorithms.get(rc.algo)
-    if t["pruner"] == "none" or not algo.phases:
+    if not pruner.prunes or not algo.trains:
         return t
     warmup, total, every = int(t["n_warmup_steps"]), int(rc.iterations), int(rc.eval.every)
     if warmup >= total:
         raise ConfigError(f"tuning.n_warmup_steps={warmup} is not shorter than the run (iterations={total}): "
                           f"tuning.pruner={t['pruner']} could prune nothing")
-    steps = set(range(every, total, every))
-    if len(algo.phases) > 1:
-        from esopt.algorithms import sequence
-
-        steps.add(sequence.split_iterations(total, sequence.split_of(rc))[0])
+    steps = set(range(every, total, every)) | set(itertools.accumulate(algo.budgets(rc)))  # + phase ends
     if not any(warmup <= s < total for s in steps):
         raise ConfigError(f"tuning.pruner={t['pruner']} could prune nothing: no evaluation between the warmup "
                           f"(tuning.n_warmup_steps={warmup}) and the run's last one (iterations={total}, "
@@ -170,51 +164,12 @@ def check(rc) -> dict:
 
 
 def make_pruner(tuning: Mapping | None):
-    """Build the pruner named by ``tuning.pruner`` from its knobs (identically in every worker).
-
-    none -> NopPruner; auto -> esopt.runtime.pruning.ConfidencePruner(metric, n_warmup_steps,
-    confidence, pool_seeds, baseline, baseline_confidence); median -> MedianPruner(n_startup_trials, n_warmup_steps, interval_steps,
-    n_min_trials); percentile -> PercentilePruner(percentile, same knobs); successive_halving
-    -> SuccessiveHalvingPruner(min_resource, reduction_factor, min_early_stopping_rate,
-    bootstrap_count); hyperband -> HyperbandPruner(min_resource, max_resource, reduction_factor,
-    bootstrap_count); wilcoxon -> WilcoxonPruner(p_threshold, n_startup_steps).
-    """
-    import optuna.pruners as P
+    """Build the pruner named by ``tuning.pruner`` from its knobs, identically in every worker
+    (its entry in ``esopt.runtime.pruners``: which knobs each reads, how it is built)."""
+    from esopt.runtime import pruners
 
     t = settings(tuning)
-    name = t["pruner"]
-
-    def res(v):
-        return v if v == "auto" else int(v)
-
-    if name == "none":
-        return P.NopPruner()
-    if name == "auto":
-        from esopt.runtime.pruning import ConfidencePruner
-
-        return ConfidencePruner(str(t["metric"]), int(t["n_warmup_steps"]), float(t["confidence"]),
-                                bool(t["pool_seeds"]), bool(t["baseline"]), float(t["baseline_confidence"]))
-    steps = dict(n_startup_trials=int(t["n_startup_trials"]), n_warmup_steps=int(t["n_warmup_steps"]),
-                 interval_steps=int(t["interval_steps"]), n_min_trials=int(t["n_min_trials"]))
-    if name == "median":
-        return P.MedianPruner(**steps)
-    if name == "percentile":
-        return P.PercentilePruner(float(t["percentile"]), **steps)
-    if name == "successive_halving":
-        return P.SuccessiveHalvingPruner(
-            min_resource=res(t["min_resource"]), reduction_factor=int(t["reduction_factor"]),
-            min_early_stopping_rate=int(t["min_early_stopping_rate"]),
-            bootstrap_count=int(t["bootstrap_count"]))
-    if name == "hyperband":
-        min_r = 1 if t["min_resource"] == "auto" else int(t["min_resource"])
-        return P.HyperbandPruner(min_resource=min_r, max_resource=res(t["max_resource"]),
-                                 reduction_factor=int(t["reduction_factor"]),
-                                 bootstrap_count=int(t["bootstrap_count"]))
-    import warnings
-
-    with warnings.catch_warnings():  # experimental in Optuna 5; the interface we use is stable
-        warnings.simplefilter("ignore")
-        return P.WilcoxonPruner(p_threshold=float(t["p_threshold"]), n_startup_steps=int(t["n_startup_steps"]))
+    return pruners.get(t["pruner"]).make(t)
 
 
 def metric_value(result: Mapping | float | int | None, metric: str = "pass@1") -> float | None:
@@ -313,7 +268,7 @@ class RunTrial:
     def __init__(self, study, trial, metric: str, pruning: bool, pruner: str | None = None):
         self.study, self.trial, self.metric, self.pruning = study, trial, metric, pruning
         self.pruner = pruner
-        self.reason: dict | None = None  # why should_prune() last said yes (pruning.explain)
+        self.reason: dict | None = None  # why should_prune() last said yes (pruners.explain)
 
     @property
     def number(self) -> int:
@@ -346,16 +301,16 @@ class RunTrial:
 
     def should_prune(self) -> bool:
         """Ask the study's pruner; when it says yes, :attr:`reason` says why (statistic,
-        value, threshold, reference, step; ``esopt.runtime.pruning.explain``), also stored
+        value, threshold, reference, step; ``esopt.runtime.pruners.explain``), also stored
         as the trial's user attribute ``pruned_because``."""
         self.reason = None
         if not (self.pruning and self.trial.should_prune()):
             return False
-        from esopt.runtime import pruning
+        from esopt.runtime import pruners
 
         try:
             frozen = next(t for t in self.study.get_trials(deepcopy=False) if t.number == self.trial.number)
-            self.reason = pruning.explain(self.pruner or "", self.study.pruner, self.study, frozen, self.metric)
+            self.reason = pruners.explain(self.pruner or "", self.study.pruner, self.study, frozen, self.metric)
             self.trial.set_user_attr("pruned_because", self.reason)
         except Exception as e:  # noqa: BLE001 - the explanation must not turn a prune into a failure
             self.reason = {"pruner": self.pruner, "note": f"no explanation ({type(e).__name__}: {e})"}
@@ -408,4 +363,6 @@ def attach(cfg: Any, run_id: str, params: Mapping | None = None) -> RunTrial | N
         return None
     study = open_study(cfg)
     trial = start_trial(study, run_id, params)
-    return RunTrial(study, trial, str(t["metric"]), t["pruner"] != "none", t["pruner"])
+    from esopt.runtime import pruners
+
+    return RunTrial(study, trial, str(t["metric"]), pruners.get(t["pruner"]).prunes, t["pruner"])

@@ -5,7 +5,8 @@
 
 ``validate`` = ``esopt.core.config.parse`` (types, ranges, unknown keys) + the model, task and
 engine names + a local model directory's files (``esopt.models.check_dir``: config, tokenizer,
-weight headers) + the algorithm's own checks (``esopt.algorithms``) + whether the engine can run
+weight headers) + the keys of every algorithm's block (a run keeps its own algorithm's blocks
+only) + the algorithm's own checks (``esopt.algorithms``) + whether the engine can run
 the model here (``esopt.engines.check``: vLLM installed, head size served) + the ranks and GPUs it
 will use (``esopt.runtime.layout``) + the tuning block against the run (``esopt.runtime.tuning.check``:
 pruner, metric, warmup) + the task's data (built once per distinct task config, so a missing file,
@@ -20,9 +21,8 @@ import os
 from typing import Any
 
 from esopt import algorithms, engines, models, tasks
-from esopt.algorithms.es import SPEED_ONLY
 from esopt.core import store
-from esopt.core.config import RunConfig, parse
+from esopt.core.config import RunConfig, block, parse
 from esopt.core.errors import ConfigError
 from esopt.runtime import trackers, tuning
 from esopt.runtime.layout import layout
@@ -30,8 +30,9 @@ from esopt.runtime.layout import layout
 
 def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     """Check a composed config and return the typed RunConfig (ConfigError, one line)."""
-    rc = parse(cfg)
+    rc = parse(cfg, blocks=algorithms.blocks())
     algo = algorithms.get(rc.algo)
+    rc = own_blocks(rc, algo)
     known_models = models.known_names()
     if rc.model["name"] not in known_models and not rc.model.get("path"):
         raise ConfigError(
@@ -55,6 +56,16 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     if check_data:
         _check_task_data(rc)
     return rc
+
+
+def own_blocks(rc: RunConfig, algo: algorithms.Algorithm) -> RunConfig:
+    """Check the keys of every block the config holds (the registry composes every algorithm's
+    blocks, so ``es.nonsense=1`` is an error under any algo), then keep the blocks ``algo``
+    reads: the run's config holds what the run uses."""
+    known = algorithms.blocks()
+    for name, raw in rc.blocks.items():
+        block(known[name].dataclass(), raw, name)
+    return dataclasses.replace(rc, blocks={name: rc.block(name) for name in algo.block_names})
 
 
 def resolve_defaults(rc: RunConfig) -> RunConfig:
@@ -87,7 +98,7 @@ def _check_task_data(rc: RunConfig) -> None:
     content), read the splits the run uses and require them non-empty and large enough for
     eval.problems: a missing file, a malformed row, a split carved empty (after dropping rows
     that repeat earlier ones) is one ConfigError line here, before anything is dispatched."""
-    trains = rc.algo != "none"
+    trains = algorithms.get(rc.algo).trains
     uses = [(rc.task, "train"), (rc.task, rc.eval.split)] if trains else [(rc.task, rc.eval.split)]
     if rc.eval.ood_task is not None:
         uses.append((rc.eval.ood_task, rc.eval.ood_split))
@@ -127,11 +138,12 @@ def input_fingerprints(rc: RunConfig) -> dict:
 def identity(rc: RunConfig) -> dict:
     """The part of the config that defines the run's result (its id is a hash of this).
 
-    Launcher, sweep bookkeeping, tuning, analyses, output paths and ES's speed-only knobs
-    (``esopt.algorithms.es.SPEED_ONLY``) are excluded: the same run launched locally or on
-    Slurm, or in a sweep of another name, or faster, is the same run. Knobs the
-    algorithm does not read are excluded too: a grid ``algo=none,es,grpo pop=8,16`` has one
-    base run and one GRPO run per seed. The contents of the local inputs are included
+    Launcher, sweep bookkeeping, tuning, analyses, output paths and the blocks' speed-only
+    knobs (``Block.speed_only``, e.g. ES's ``SPEED_ONLY``) are excluded: the same run launched
+    locally or on Slurm, or in a sweep of another name, or faster, is the same run. The axes
+    the algorithm does not read (``Algorithm.reads``) are excluded too, and a run holds only
+    its own algorithm's blocks: a grid ``algo=none,es,grpo pop=8,16`` has one base run and one
+    GRPO run per seed. The contents of the local inputs are included
     (``inputs``: size and hash of the data file and of the weights, :func:`input_fingerprints`),
     so the same path with other data or weights is another run.
     """
@@ -142,12 +154,15 @@ def identity(rc: RunConfig) -> dict:
     if d["eval"].get("ood_task") is None:  # runs without an OOD set keep their earlier ids
         for key in ("ood_task", "ood_split", "ood_problems"):
             d["eval"].pop(key, None)
-    for key in SPEED_ONLY:  # how fast, never what: the same run (each is tested bitwise)
-        (d.get("es") or {}).pop(key, None)
+    algo = algorithms.get(rc.algo)
+    for b in algo.blocks:  # how fast, never what: the same run (each is tested bitwise)
+        for key in b.speed_keys():
+            (d.get(b.name) or {}).pop(key, None)
     d["engine"] = {k: v for k, v in d["engine"].items() if k in ("name",)}
     d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
-    for key in algorithms.get(rc.algo).ignores:
-        d.pop(key, None)
+    for key in (*algorithms.AXES, *algorithms.blocks()):
+        if not algo.uses(key):
+            d.pop(key, None)
     fps = input_fingerprints(rc)
     if fps:  # changed data or weights at the same path -> a new run, never stale numbers
         d["inputs"] = {k: store.fingerprint_key(v) for k, v in fps.items()}

@@ -1,9 +1,11 @@
-"""The ``esopt`` (grid) and ``optuna`` (search) Hydra sweepers. See the package docstring.
+"""The ``esopt`` (grid) Hydra sweeper, and what the ``optuna`` one (``search.py``) shares with it.
+See the package docstring.
 
 Both share one path: compose + validate every job -> skip runs already recorded in the store ->
 group the rest by the launcher request they resolve to (``hydra.launcher`` interpolates the
 model's ``resources``) -> launch each group in batches -> read every run's summary.json ->
-print a table. esopt, optuna and pandas are imported lazily (plugin discovery stays fast).
+print a table (what is printed around the runs: ``output.py``). esopt, optuna and pandas are
+imported lazily (plugin discovery stays fast).
 """
 
 
@@ -20,8 +22,12 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-log = logging.getLogger(__name__)
+from hydra_plugins.esopt_sweeper.output import (SweepProgress, aggregate_sweep, first_line, layout_notes,
+                                                quiet_sacct, unread_notes, varying_keys, wide)
 
+log = logging.getLogger(__name__)
+WARNING_CHARS = 500  # a launcher's error for a run, as printed: at most this long
+ERROR_COLUMN = 60    # the final table's error column: its first this many characters
 
 @dataclass
 class EsoptSweeperConf:
@@ -37,7 +43,7 @@ class EsoptSweeperConf:
 
 @dataclass
 class OptunaSweeperConf:
-    _target_: str = "hydra_plugins.esopt_sweeper.sweepers.OptunaSweeper"
+    _target_: str = "hydra_plugins.esopt_sweeper.search.OptunaSweeper"
     sampler: str = "tpe"  # tpe | random
     seed: int = 0  # sampler seed (the search is reproducible for a given history)
     n_trials: int = 8  # trials run by this invocation
@@ -51,7 +57,6 @@ class OptunaSweeperConf:
 
 ConfigStore.instance().store(group="hydra/sweeper", name="esopt", node=EsoptSweeperConf, provider="esopt")
 ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="esopt")
-
 
 @dataclass
 class Job:
@@ -68,15 +73,9 @@ class Job:
     trial: Any = None  # optuna sweeper: the study trial number
 
 
-def _fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> None:
     print(f"esopt: error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
 
 class EsoptSweeper(Sweeper):
     """Grid sweeper: BasicSweeper's expansion with validation, dry run, skip, grouping, table."""
@@ -149,7 +148,7 @@ class EsoptSweeper(Sweeper):
                 jobs.append(self.compose(overrides))
             except Exception as e:  # noqa: BLE001 - ConfigError or a Hydra composition error
                 shown = " ".join(o for o in overrides if not o.startswith("hydra.")) or "defaults"
-                _fail(f"{_first_line(e)} (run {i}: {shown})")
+                fail(f"{first_line(e)} (run {i}: {shown})")
         return jobs
 
     # --- launching --------------------------------------------------------------------------
@@ -217,7 +216,7 @@ class EsoptSweeper(Sweeper):
                 try:
                     results = launcher.launch([j.overrides for j in batch], initial_job_idx=self._job_idx)
                 except Exception as e:  # noqa: BLE001 - e.g. a Slurm job killed: see summaries
-                    print(f"esopt: warning: launcher: {_first_line(e)}", file=sys.stderr)
+                    print(f"esopt: warning: launcher: {first_line(e)}", file=sys.stderr)
                     results = [None] * len(batch)
                 self._job_idx += len(batch)
                 for job, r in zip(batch, results):
@@ -225,7 +224,7 @@ class EsoptSweeper(Sweeper):
                     ok = r is not None and getattr(getattr(r, "status", None), "name", "") == "COMPLETED"
                     if not ok and r is not None:
                         err = getattr(r, "_return_value", None)
-                        print(f"esopt: warning: run {job.rid} raised: {err!r}"[:500], file=sys.stderr)
+                        print(f"esopt: warning: run {job.rid} raised: {err!r}"[:WARNING_CHARS], file=sys.stderr)
 
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):
@@ -233,7 +232,7 @@ class EsoptSweeper(Sweeper):
         from esopt.runtime import tuning
         from esopt.runtime.layout import layout
 
-        keys = _varying_keys([j.overrides for j in jobs])
+        keys = varying_keys([j.overrides for j in jobs])
         layouts = [layout(j.rc) for j in jobs] if dry else []
         show_layout = any(lay.ranks > 1 or lay.gpus_requested for lay in layouts)  # not for CPU-only sweeps
         rows = []
@@ -256,7 +255,7 @@ class EsoptSweeper(Sweeper):
                 v = tuning.metric_value(s.get("final"), metric)
                 row[metric] = None if v is None else round(v, 4)
                 row["wall_s"] = s.get("wall_s")
-                row["error"] = (s.get("error") or "")[:60]
+                row["error"] = (s.get("error") or "")[:ERROR_COLUMN]
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -273,7 +272,7 @@ class EsoptSweeper(Sweeper):
         n_runs = len({j.rid for j in jobs})
         what = f"{n_runs} runs" if n_runs == len(jobs) else f"{len(jobs)} grid points = {n_runs} runs"
         print(f"esopt: dry run: {what} in {self.sweep_dir(jobs)} (nothing launched)")
-        with _wide():
+        with wide():
             print(df.to_string(index=False))
         done = list({j.rid: j for j in jobs if self.skipped(j)}.values())
         todo = list({j.rid: j for j in jobs if not self.skipped(j)}.values())
@@ -291,13 +290,13 @@ class EsoptSweeper(Sweeper):
         statuses = [(j.summary or {}).get("status", "missing") for j in jobs]
         counts = {s: statuses.count(s) for s in dict.fromkeys(statuses)}
         print(f"\nesopt: {len(jobs)} {title}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-        with _wide():
+        with wide():
             print(df.to_string(index=False))
         print(f"sweep dir: {sdir}")
         if jobs and jobs[0].rc.sweep.aggregate:
             from esopt.runtime import tuning
 
-            _aggregate(sdir, str(tuning.settings(jobs[0].rc.tuning)["metric"]))
+            aggregate_sweep(sdir, str(tuning.settings(jobs[0].rc.tuning)["metric"]))
         bad = sum(s not in ("completed", "pruned") for s in statuses)
         if bad:
             how = ", ".join(f"{n} {s}" for s, n in counts.items() if s not in ("completed", "pruned"))
@@ -312,14 +311,14 @@ class EsoptSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         self._pin_time()
-        _quiet_sacct()
+        quiet_sacct()
         grid = self._grid(arguments)
         jobs = self.compose_all(grid)
         if self.grids:  # the union of sub-grids: one job per run id
             seen_ids: set = set()
             jobs = [j for j in jobs if not (j.rid in seen_ids or seen_ids.add(j.rid))]
         else:
-            for line in collapsed_points(jobs):
+            for line in unread_notes(jobs):
                 print(f"esopt: note: {line}", file=sys.stderr)
         for line in layout_notes(jobs):
             print(f"esopt: note: {line}", file=sys.stderr)
@@ -339,264 +338,6 @@ class EsoptSweeper(Sweeper):
         return []
 
 
-class OptunaSweeper(EsoptSweeper):
-    """Search mode: an Optuna 5 sampler proposes configs; runs report and are pruned inside."""
-
-    def __init__(self, sampler: str = "tpe", seed: int = 0, n_trials: int = 8, n_jobs: int = 2,
-                 n_startup_trials: int = 4, study: Optional[str] = None,
-                 params: Optional[Dict[str, str]] = None):
-        super().__init__(max_batch_size=None, params=params)
-        self.sampler_name, self.seed, self.n_trials = sampler, int(seed), int(n_trials)
-        self.n_jobs, self.n_startup_trials, self.study_name = max(1, int(n_jobs)), int(n_startup_trials), study
-
-    def _space(self, arguments: List[str]):
-        """(fixed overrides, {key: optuna distribution}) from params + command line."""
-        fixed, space = [], {}
-        for ov in self._arguments(arguments):
-            key = ov.get_key_element()
-            if not ov.is_sweep_override():
-                fixed.append(f"{key}={ov.get_value_element_as_str()}")
-                continue
-            try:
-                space[key] = _distribution(ov)
-            except ValueError as e:
-                _fail(f"{key}: {e}")
-        if not space:
-            _fail("hydra/sweeper=optuna needs a search space, e.g. sigma='tag(log,interval(1e-4,1e-2))' "
-                  "pop='choice(8,16,32)' (or hydra.sweeper.params)")
-        return fixed, space
-
-    def _sampler(self):
-        import optuna
-
-        if self.sampler_name == "tpe":
-            return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials,
-                                              constant_liar=True)
-        if self.sampler_name == "random":
-            return optuna.samplers.RandomSampler(seed=self.seed)
-        _fail(f"unknown hydra.sweeper.sampler {self.sampler_name!r} (known: tpe, random)")
-
-    def sweep(self, arguments: List[str]) -> Any:
-        from optuna.trial import TrialState
-
-        from esopt.runtime import tuning
-
-        self._pin_time()
-        _quiet_sacct()
-        fixed, space = self._space(arguments)
-        base = self.compose_all([fixed])[0]  # the fixed part must be valid on its own
-        name = self.study_name or f"esopt:{base.rc.sweep.name}:search"
-        if self.config.sweep.get("dry_run"):
-            print(f"esopt: dry run: optuna search, study {name!r} in {tuning.storage_url(base.rc)}, "
-                  f"{self.n_trials} trials in batches of {self.n_jobs}; space: "
-                  + ", ".join(f"{k}={v}" for k, v in space.items()) + f"; fixed: {' '.join(fixed) or '-'}")
-            print(f"max generated tokens per run (upper bound, at the fixed values): {estimate_tokens(base.rc):,}")
-            return []
-        study = tuning.open_study(base.rc, sampler=self._sampler(), name=name)
-        all_jobs: List[Job] = []
-        asked = 0
-        while asked < self.n_trials:
-            batch: List[Job] = []
-            for _ in range(min(self.n_jobs, self.n_trials - asked)):
-                asked += 1
-                trial = study.ask(space)
-                overrides = fixed + [f"{k}={_encode(v)}" for k, v in trial.params.items()]
-                overrides.append(f"++tuning.study={name}")
-                try:
-                    job = self.compose(overrides)
-                except Exception as e:  # noqa: BLE001 - a proposal the config rejects
-                    print(f"esopt: warning: trial {trial.number} rejected: {_first_line(e)}", file=sys.stderr)
-                    study.tell(trial.number, state=TrialState.FAIL)
-                    continue
-                job.trial = trial.number
-                trial.set_user_attr("run_id", job.rid)
-                batch.append(job)
-            self.launch(batch)
-            for job in batch:  # workers tell their trial; tell here too for skipped / crashed runs
-                s = job.summary or {"status": "failed"}
-                tuning.RunTrial(study, _Number(job.trial), str(tuning.settings(job.rc.tuning)["metric"]),
-                                False).finish(s)
-            all_jobs += batch
-        code = self.finish(all_jobs, title="trials")
-        done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-        if done:
-            best = study.best_trial
-            print(f"best trial #{best.number}: {best.value:.4f} "
-                  f"({tuning.settings(base.rc.tuning)['metric']}), params {best.params}, "
-                  f"run {best.user_attrs.get('run_id')} (study {name!r})")
-        else:
-            print(f"no completed trial in study {name!r}")
-        if code:
-            sys.exit(code)
-        return []
-
-
-@dataclass
-class _Number:
-    """Stand-in trial with only a number (RunTrial.finish needs trial.number)."""
-
-    number: int
-
-
-class SweepProgress:
-    """One updating line for the whole sweep (tqdm on a terminal, silent in logs): runs done /
-    total, running, failed, and an ETA from the finished runs' wall times. A thread polls the
-    runs' summary.json files, so it works the same for every launcher (in process, submitit,
-    Slurm)."""
-
-    def __init__(self, jobs: List[Job], every_s: float = 2.0):
-        import threading
-
-        self.jobs, self.every_s = list(jobs), every_s
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.bar = None
-
-    def counts(self) -> dict:
-        from esopt.core import store
-
-        out = {"done": 0, "running": 0, "failed": 0, "walls": []}
-        for job in self.jobs:
-            s = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
-            status = s.get("status")
-            if status in ("completed", "pruned", "failed"):
-                out["done"] += 1
-                out["failed"] += status == "failed"
-                if s.get("wall_s"):
-                    out["walls"].append(float(s["wall_s"]))
-            elif status == "running":
-                out["running"] += 1
-        return out
-
-    def _poll(self) -> None:
-        while True:
-            c = self.counts()
-            left = len(self.jobs) - c["done"]
-            eta = (sum(c["walls"]) / len(c["walls"]) * left / max(1, c["running"])) if c["walls"] and left else None
-            self.bar.n = c["done"]
-            self.bar.set_postfix_str(f"running {c['running']}, failed {c['failed']}"
-                                     + (f", eta {eta / 60:.1f} min" if eta is not None else ""), refresh=True)
-            if self.stop.wait(self.every_s):
-                return
-
-    def __enter__(self):
-        from tqdm.auto import tqdm
-
-        if len(self.jobs) > 1:
-            self.bar = tqdm(total=len(self.jobs), desc="esopt sweep", unit="run", disable=None,
-                            dynamic_ncols=True, leave=False)
-            if not self.bar.disable:
-                self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join(timeout=10)
-        if self.bar is not None:
-            self.bar.close()
-        return False
-
-
-class _OnceFilter(logging.Filter):
-    """Let submitit's "Bypassing sacct error" warning through once (Slurm without slurmdbd
-    has no sacct; submitit then reads its own result files, which is fine)."""
-
-    seen = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "sacct" not in record.getMessage():
-            return True
-        if _OnceFilter.seen:
-            return False
-        _OnceFilter.seen = True
-        return True
-
-
-def _quiet_sacct() -> None:
-    lg = logging.getLogger("submitit")
-    if not any(isinstance(f, _OnceFilter) for f in lg.filters):
-        lg.addFilter(_OnceFilter())
-
-
-def _distribution(ov):
-    """Hydra sweep override -> Optuna distribution (choice / range / interval, tag(log, ...))."""
-    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    v = ov.value()
-    if isinstance(v, ChoiceSweep):
-        return CategoricalDistribution([_plain(x) for x in v.list])
-    if isinstance(v, RangeSweep):
-        return CategoricalDistribution([_plain(x) for x in ov.sweep_iterator()])
-    if isinstance(v, IntervalSweep):
-        log = "log" in (v.tags or set())
-        if isinstance(v.start, int) and isinstance(v.end, int) and "float" not in (v.tags or set()):
-            return IntDistribution(int(v.start), int(v.end), log=log)
-        return FloatDistribution(float(v.start), float(v.end), log=log)
-    raise ValueError(f"unsupported search space {ov.input_line!r}")
-
-
-def _plain(x):
-    return x if isinstance(x, (str, int, float, bool)) or x is None else str(x)
-
-
-def _encode(v) -> str:
-    return "null" if v is None else (repr(v) if isinstance(v, float) else str(v))
-
-
-def layout_notes(jobs: List[Job]) -> List[str]:
-    """The distinct notes of the runs' layouts (fewer GPUs used than the model asks for, and why)."""
-    from esopt.runtime.layout import layout
-
-    return list(dict.fromkeys(n for n in (layout(j.rc).note for j in jobs) if n))
-
-
-def collapsed_points(jobs: List[Job]) -> List[str]:
-    """Grid points that are one run because their algorithm ignores the key they differ in
-    (e.g. pop with algo=grpo): one line per (algo, keys), "pop has no effect with algo=grpo:
-    6 points are 2 runs"."""
-    by_rid: Dict[str, List[Job]] = {}
-    for job in jobs:
-        by_rid.setdefault(job.rid, []).append(job)
-    notes: Dict[tuple, List[int]] = {}
-    for same in by_rid.values():
-        if len(same) < 2:
-            continue
-        kvs = [dict(o.split("=", 1) for o in j.overrides if "=" in o) for j in same]
-        keys = sorted({k for kv in kvs for k in kv if len({kv.get(k) for kv in kvs}) > 1})
-        key = (same[0].rc.algo, tuple(k.lstrip("+~") for k in keys))
-        notes.setdefault(key, [0, 0])
-        notes[key][0] += len(same)
-        notes[key][1] += 1
-    return [f"{', '.join(keys) or 'the differing keys'} {'has' if len(keys) == 1 else 'have'} no effect with "
-            f"algo={algo}: {points} points are {runs} run{'s' if runs > 1 else ''}"
-            for (algo, keys), (points, runs) in notes.items()]
-
-
-def _varying_keys(grid: List[List[str]]) -> List[str]:
-    """Override keys whose value differs between runs (the grid's axes), in order."""
-    values: Dict[str, set] = {}
-    for overrides in grid:
-        for o in overrides:
-            if "=" in o and not o.startswith(("hydra.", "++tuning.study")):
-                k, v = o.split("=", 1)
-                values.setdefault(k, set()).add(v)
-    return [k for k, vs in values.items() if len(vs) > 1] or [k for k in values if not k.startswith("sweep.")][:4]
-
-
-class _wide:
-    def __enter__(self):
-        import pandas as pd
-
-        self._ctx = pd.option_context("display.width", 200, "display.max_columns", 30,
-                                      "display.max_rows", 500)
-        self._ctx.__enter__()
-
-    def __exit__(self, *exc):
-        self._ctx.__exit__(*exc)
-
-
 def estimate_tokens(rc) -> int:
     """Upper bound on generated tokens of one run (every sample uses its whole budget).
 
@@ -609,7 +350,8 @@ def estimate_tokens(rc) -> int:
 
     budget = _budget(rc, rc.task)
     ev = rc.eval
-    n_evals = 0 if rc.algo == "none" else rc.iterations // ev.every + (1 if rc.iterations % ev.every else 0)
+    trains = algorithms.get(rc.algo).trains
+    n_evals = 0 if not trains else rc.iterations // ev.every + (1 if rc.iterations % ev.every else 0)
     per_eval = _rows(rc, rc.task, ev.split, ev.problems) * (ev.samples + (1 if ev.greedy else 0)) \
         * (ev.max_new_tokens or budget)
     if ev.ood_task:
@@ -641,15 +383,3 @@ def _rows(rc, task_cfg: dict, split: str, problems) -> int:
     if key not in _ROWS:
         _ROWS[key] = len(_task(rc, task_cfg).split(split))
     return _ROWS[key]
-
-
-def _aggregate(sweep_dir: Path, metric: str = "pass@1") -> None:
-    """Aggregate the sweep directory (never fails the sweep: the runs are recorded)."""
-    from esopt.study.aggregate import aggregate
-
-    try:
-        aggregate(str(sweep_dir), metric=metric)
-        print(f"aggregated: {sweep_dir / 'report.html'} (runs.parquet, trend.json beside it)")
-    except Exception as e:  # noqa: BLE001 - the runs are recorded; aggregation can be rerun
-        print(f"esopt: warning: aggregation failed ({_first_line(e)}); rerun: "
-              f"python -m esopt.aggregate {sweep_dir}", file=sys.stderr)

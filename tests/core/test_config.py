@@ -84,7 +84,12 @@ def test_defaults_come_from_the_code_that_owns_them():
     for key, cls in (("eval", EvalConfig), ("sweep", SweepConfig), ("tuning", TuningConfig),
                      ("es", ESConfig), ("grpo", GRPOSettings)):
         assert dict(cfg[key]) == asdict(cls()), key
-    assert "es" not in compose_cfg("algo=grpo") and "grpo" not in compose_cfg("algo=es")
+    # every algorithm's blocks are composed (a grid over algorithms takes a key of any of them);
+    # each run keeps its own algorithm's
+    assert "es" in compose_cfg("algo=grpo") and "grpo" in compose_cfg("algo=es")
+    assert list(validate(compose_cfg("algo=grpo"), check_data=False).blocks) == ["grpo"]
+    assert list(validate(compose_cfg("algo=es"), check_data=False).blocks) == ["es"]
+    assert validate(compose_cfg("algo=none"), check_data=False).blocks == {}
 
 
 def test_task_dependent_defaults_are_resolved_into_the_run_config():

@@ -1,0 +1,136 @@
+"""The ``optuna`` sweeper (``hydra/sweeper=optuna``): an Optuna 5 sampler proposes configs from
+the search space of ``hydra.sweeper.params``; trials run in parallel batches through the
+configured launcher, reporting and pruned inside the runs (``tuning.pruner``). Every trial is
+composed and validated like a grid job (``esopt.runtime.validate``) before it is launched."""
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from hydra_plugins.esopt_sweeper.output import first_line, quiet_sacct
+from hydra_plugins.esopt_sweeper.sweepers import EsoptSweeper, Job, estimate_tokens, fail
+
+
+class OptunaSweeper(EsoptSweeper):
+    """Search mode: an Optuna 5 sampler proposes configs; runs report and are pruned inside."""
+
+    def __init__(self, sampler: str = "tpe", seed: int = 0, n_trials: int = 8, n_jobs: int = 2,
+                 n_startup_trials: int = 4, study: Optional[str] = None,
+                 params: Optional[Dict[str, str]] = None):
+        super().__init__(max_batch_size=None, params=params)
+        self.sampler_name, self.seed, self.n_trials = sampler, int(seed), int(n_trials)
+        self.n_jobs, self.n_startup_trials, self.study_name = max(1, int(n_jobs)), int(n_startup_trials), study
+
+    def _space(self, arguments: List[str]):
+        """(fixed overrides, {key: optuna distribution}) from params + command line."""
+        fixed, space = [], {}
+        for ov in self._arguments(arguments):
+            key = ov.get_key_element()
+            if not ov.is_sweep_override():
+                fixed.append(f"{key}={ov.get_value_element_as_str()}")
+                continue
+            try:
+                space[key] = _distribution(ov)
+            except ValueError as e:
+                fail(f"{key}: {e}")
+        if not space:
+            fail("hydra/sweeper=optuna needs a search space, e.g. sigma='tag(log,interval(1e-4,1e-2))' "
+                 "pop='choice(8,16,32)' (or hydra.sweeper.params)")
+        return fixed, space
+
+    def _sampler(self):
+        import optuna
+
+        if self.sampler_name == "tpe":
+            return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials,
+                                              constant_liar=True)
+        if self.sampler_name == "random":
+            return optuna.samplers.RandomSampler(seed=self.seed)
+        fail(f"unknown hydra.sweeper.sampler {self.sampler_name!r} (known: tpe, random)")
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from optuna.trial import TrialState
+
+        from esopt.runtime import tuning
+
+        self._pin_time()
+        quiet_sacct()
+        fixed, space = self._space(arguments)
+        base = self.compose_all([fixed])[0]  # the fixed part must be valid on its own
+        name = self.study_name or f"esopt:{base.rc.sweep.name}:search"
+        if self.config.sweep.get("dry_run"):
+            print(f"esopt: dry run: optuna search, study {name!r} in {tuning.storage_url(base.rc)}, "
+                  f"{self.n_trials} trials in batches of {self.n_jobs}; space: "
+                  + ", ".join(f"{k}={v}" for k, v in space.items()) + f"; fixed: {' '.join(fixed) or '-'}")
+            print(f"max generated tokens per run (upper bound, at the fixed values): {estimate_tokens(base.rc):,}")
+            return []
+        study = tuning.open_study(base.rc, sampler=self._sampler(), name=name)
+        all_jobs: List[Job] = []
+        asked = 0
+        while asked < self.n_trials:
+            batch: List[Job] = []
+            for _ in range(min(self.n_jobs, self.n_trials - asked)):
+                asked += 1
+                trial = study.ask(space)
+                overrides = fixed + [f"{k}={_encode(v)}" for k, v in trial.params.items()]
+                overrides.append(f"++tuning.study={name}")
+                try:
+                    job = self.compose(overrides)
+                except Exception as e:  # noqa: BLE001 - a proposal the config rejects
+                    print(f"esopt: warning: trial {trial.number} rejected: {first_line(e)}", file=sys.stderr)
+                    study.tell(trial.number, state=TrialState.FAIL)
+                    continue
+                job.trial = trial.number
+                trial.set_user_attr("run_id", job.rid)
+                batch.append(job)
+            self.launch(batch)
+            for job in batch:  # workers tell their trial; tell here too for skipped / crashed runs
+                s = job.summary or {"status": "failed"}
+                tuning.RunTrial(study, _Number(job.trial), str(tuning.settings(job.rc.tuning)["metric"]),
+                                False).finish(s)
+            all_jobs += batch
+        code = self.finish(all_jobs, title="trials")
+        done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+        if done:
+            best = study.best_trial
+            print(f"best trial #{best.number}: {best.value:.4f} "
+                  f"({tuning.settings(base.rc.tuning)['metric']}), params {best.params}, "
+                  f"run {best.user_attrs.get('run_id')} (study {name!r})")
+        else:
+            print(f"no completed trial in study {name!r}")
+        if code:
+            sys.exit(code)
+        return []
+
+
+@dataclass
+class _Number:
+    """Stand-in trial with only a number (RunTrial.finish needs trial.number)."""
+
+    number: int
+
+
+def _distribution(ov):
+    """Hydra sweep override -> Optuna distribution (choice / range / interval, tag(log, ...))."""
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    v = ov.value()
+    if isinstance(v, ChoiceSweep):
+        return CategoricalDistribution([_plain(x) for x in v.list])
+    if isinstance(v, RangeSweep):
+        return CategoricalDistribution([_plain(x) for x in ov.sweep_iterator()])
+    if isinstance(v, IntervalSweep):
+        log = "log" in (v.tags or set())
+        if isinstance(v.start, int) and isinstance(v.end, int) and "float" not in (v.tags or set()):
+            return IntDistribution(int(v.start), int(v.end), log=log)
+        return FloatDistribution(float(v.start), float(v.end), log=log)
+    raise ValueError(f"unsupported search space {ov.input_line!r}")
+
+
+def _plain(x):
+    return x if isinstance(x, (str, int, float, bool)) or x is None else str(x)
+
+
+def _encode(v) -> str:
+    return "null" if v is None else (repr(v) if isinstance(v, float) else str(v))

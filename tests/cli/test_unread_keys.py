@@ -1,0 +1,50 @@
+"""A key of one algorithm's block, given to a grid that also holds other algorithms, is applied
+where it is read and noted once where it is not (never an error); keys no block has stay
+one-line errors with exit 2."""
+
+import re
+
+import pytest
+from helpers import run_cli
+
+from esopt.cli import configs
+from esopt.cli.common import prepare_argv
+
+configs.register()
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def test_a_block_key_of_another_algorithm_is_a_note_and_applied_where_read(tmp_path):
+    r = run_cli("esopt.sweep", "-m", "model=tiny-s", "algo=none,es", "seed=3", "es.batch_size=32",
+                "sweep.dry_run=true", f"sweep.root={tmp_path}", env=ENV)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.splitlines().count("esopt: note: es.batch_size has no effect with algo=none") == 1
+    assert "error" not in r.stderr and "dry run: 2 runs" in r.stdout
+    rows = dict(re.findall(r"^\s*\d+\s+[0-9a-f]{12}\s+(\w+)\s+new\s+run\s+(\d+)\s*$", r.stdout, flags=re.M))
+    from helpers import run_config
+
+    from hydra_plugins.esopt_sweeper.sweepers import estimate_tokens
+
+    def estimate(*over):
+        return estimate_tokens(run_config("model=tiny-s", "seed=3", *over, check_data=False))
+
+    # applied where it is read: the ES run's estimate is that of es.batch_size=32, not the default's
+    assert int(rows["es"]) == estimate("algo=es", "es.batch_size=32") < estimate("algo=es")
+    assert int(rows["none"]) == estimate("algo=none")
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("foo=1", "unknown key 'foo'"),
+    ("es.nonsense=1", "unknown key 'es.nonsense'"),
+    ("grpo.nonsense=1", "unknown key 'grpo.nonsense'"),
+])
+def test_keys_no_block_has_are_still_errors(capsys, bad, needle):
+    with pytest.raises(SystemExit) as e:
+        prepare_argv(["-m", "model=tiny-s", "algo=none,es", "seed=3", bad, "sweep.dry_run=true"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(f"esopt: error: {needle}"), err
+
+
+def test_a_single_run_notes_the_keys_its_algorithm_does_not_read(capsys):
+    prepare_argv(["model=tiny-s", "algo=grpo", "pop=8", "es.batch_size=32", "grpo.beta=0.1"])
+    assert capsys.readouterr().err.strip() == "esopt: note: pop, es.batch_size have no effect with algo=grpo"
