@@ -138,10 +138,40 @@ def repetitions(least: int, seconds: float):
         rep += 1
 
 
+def bench_batched(engine, rows, pop: int, prompts: int, budget: int, reps: int, seconds: float):
+    """The batched rows, in a loop of their own, twice as many repetitions (each call is short),
+    each ratio from two calls made one right after the other. Returns ``{row: [(population
+    tok/s, plain batched tok/s), ...]}`` and the rank-1 population's setup seconds (outside the
+    timed pairs)."""
+    from esopt.algorithms import es
+    from esopt.engines import population
+
+    batched = {"pop": [], "full": [], "natural": []}
+    setups = []
+
+    def pop_run(rank, texts, members):  # tokens/s of one population-batched generate
+        t, gens = timed(lambda: population.generate(engine, texts, members, 0.01, rank=rank,
+                                                    max_new_tokens=budget, max_rows=pop * prompts))
+        return sum(g.n_tokens for g in gens) / t
+
+    def big_run(texts):  # tokens/s of plain batched generate of the same N x P rows
+        t, g = timed(lambda: engine.generate(texts * pop, max_new_tokens=budget))
+        return g.n_tokens / t
+
+    for rep in repetitions(2 * reps, seconds):
+        texts = [rows[i]["prompt"] for i in es.prompt_batch(0, rep + 1, len(rows), prompts)]
+        members = [(1000 * (rep + 1) + i, 1.0) for i in range(pop)]
+        setups.append(timed(lambda: population.PopulationForward(engine.model, members, 0.01, 1, prompts))[0])
+        for key, rank, fixed in (("pop", 1, True), ("full", None, True), ("natural", 1, False)):
+            with _ignore_eos(engine, fixed):
+                batched[key].append(back_to_back(rep, lambda: pop_run(rank, texts, members),
+                                                 lambda: big_run(texts)))
+    return batched, setups
+
+
 def bench_model(name: str, pop: int, prompts: int, reps: int, seconds: float = 0.0) -> dict:
     from esopt import noise
     from esopt.algorithms import es
-    from esopt.engines import population
     from esopt.engines.weights import Weights
 
     engine, task, rows = setup(name, prompts)
@@ -154,8 +184,6 @@ def bench_model(name: str, pop: int, prompts: int, reps: int, seconds: float = 0
     cpus = {m: [] for m, _ in modes}
     parts = {m: [] for m, _ in modes}
     walls_plain, es_natural, plain_natural = [], [], []  # ES rows: the plain side; natural lengths
-    batched = {"pop": [], "full": [], "natural": []}  # (population tok/s, plain batched tok/s) pairs
-    setups = []  # seconds of the rank-1 population's setup (outside the timed pairs)
 
     def es_run(weights, it):  # (wall, CPU seconds, diagnostics line) of one ES iteration
         c = time.process_time()
@@ -164,18 +192,6 @@ def bench_model(name: str, pop: int, prompts: int, reps: int, seconds: float = 0
 
     def plain_run(texts):  # wall of the same N generate calls with the base model
         return timed(lambda: [engine.generate(texts, max_new_tokens=budget) for _ in range(pop)])[0]
-
-    def pop_run(rank, texts, members):  # tokens/s of one population-batched generate
-        t, gens = timed(lambda: population.generate(engine, texts, members, 0.01, rank=rank,
-                                                    max_new_tokens=budget, max_rows=pop * prompts))
-        return sum(g.n_tokens for g in gens) / t
-
-    def pop_setup(members):  # seconds of the population's setup alone (per-member factors), part of pop_run
-        return timed(lambda: population.PopulationForward(engine.model, members, 0.01, 1, prompts))[0]
-
-    def big_run(texts):  # tokens/s of plain batched generate of the same N x P rows
-        t, g = timed(lambda: engine.generate(texts * pop, max_new_tokens=budget))
-        return g.n_tokens / t
 
     for _, weights in modes:   # warm-up (first-call costs)
         es.es_step(engine, task, rows, cfg, 0, weights)
@@ -200,16 +216,7 @@ def bench_model(name: str, pop: int, prompts: int, reps: int, seconds: float = 0
         t, p = back_to_back(rep, lambda: es_run(modes[0][1], it)[0], lambda: plain_run(texts))
         es_natural.append(t)
         plain_natural.append(p)
-    # the batched rows in a loop of their own, twice as many repetitions (each call is short), each
-    # ratio from two calls made one right after the other
-    for rep in repetitions(2 * reps, seconds):
-        texts = [rows[i]["prompt"] for i in es.prompt_batch(0, rep + 1, len(rows), prompts)]
-        members = [(1000 * (rep + 1) + i, 1.0) for i in range(pop)]
-        setups.append(pop_setup(members))
-        for key, rank, fixed in (("pop", 1, True), ("full", None, True), ("natural", 1, False)):
-            with _ignore_eos(engine, fixed):
-                batched[key].append(back_to_back(rep, lambda: pop_run(rank, texts, members),
-                                                 lambda: big_run(texts)))
+    batched, setups = bench_batched(engine, rows, pop, prompts, budget, reps, seconds)
     med = statistics.median
 
     def ratios(num, den):  # per-repetition ratios: a slow drift of the machine cancels in each
