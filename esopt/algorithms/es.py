@@ -59,7 +59,7 @@ class ESConfig:
     max_new_tokens: Optional[int] = None  # generation budget while training; null = the task's default
     normalize: str = "zscore"      # reward normalisation: zscore (the study) | rank (centred ranks) | none
     antithetic: bool = False       # mirrored pairs (+eps, -eps) sharing a seed; pop must be even (the study: no gain)
-    batched: bool = False          # score the population in batched generate calls (esopt/engines/population.py)
+    batched: bool = False          # score the population in batched generate calls (engines that batch one: hf)
     full_rank: bool = False        # batched: full-rank per-member weights (N model copies: small models only)
     rank: int = 1                  # batched without full_rank: EGGROLL low-rank perturbation rank r
     checkpoint_every: int = 10     # checkpoint every k iterations and at the end (0 = never)

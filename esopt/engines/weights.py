@@ -14,11 +14,12 @@ swap
     the CPU), the member's tensors are ``noise.perturbed`` into one flat buffer allocated once,
     each parameter is pointed at its slice (``param.data = ...``), and ``restore`` points it back
     at the original tensors, which were never written: the exact restore costs nothing. Cost: one
-    extra copy of the weights. Measured on a whole ES iteration (hf engine, 2-core CPU, pop 16,
-    32 Countdown prompts, side by side): tiny-2xl 0.78 [0.72-0.88] of the in-place path's CPU
-    time; tiny-s 0.93 [0.88-1.00] (docs/results/es_weights.md). A weight-sized buffer allocated
-    per member instead of reused made glibc raise its mmap threshold and keep later allocations
-    on the heap (tiny-2xl: +90 MB peak RSS instead of +24 MB).
+    extra copy of the weights. It saves the in-place path's second noise draw and bit checks:
+    on whole ES iterations (hf, pop 16, 32 Countdown prompts, 2-core CPU, side by side; issue
+    30) tiny-2xl took 0.78 [q1 0.72 - q3 0.88] of the in-place CPU time, tiny-s 0.93; the
+    benchmark's ``inplace_over_swap`` row keeps measuring it (benchmarks/bench_es.py). A
+    weight-sized buffer allocated per member instead of reused made glibc raise its mmap
+    threshold and keep later allocations on the heap (tiny-2xl: +90 MB peak RSS, not +24 MB).
 in place
     Otherwise (vLLM's fused tensors are seen through row views; on a GPU the extra copy would
     compete with the KV cache for memory): ``noise.perturb`` in place with sparse fix-ups, and
