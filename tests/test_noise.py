@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from esopt import noise
-
+from esopt.engines.weights import Weights
 
 
 def _bits(t):
@@ -178,18 +178,16 @@ def test_chunked_noise_is_consistent_and_exact(monkeypatch, rank):
         torch.testing.assert_close(q[k], w0.float() + step * 0.5 / 3, atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("small", [noise.SMALL, 0, -1], ids=["whole-member-passes", "tensor-by-tensor", "chunked"])
-@pytest.mark.parametrize("whole", [False, True], ids=["tensors-copied", "parameters-swapped"])
+@pytest.mark.parametrize("chunk", [None, 1000], ids=["one-chunk", "chunked"])
+@pytest.mark.parametrize("whole", [False, True], ids=["tensors-perturbed", "parameters-swapped"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_prepared_member_equals_in_place_perturb_and_restores_bitwise(monkeypatch, dtype, whole, small):
-    """The prefetch path (snapshot, prepare off the critical path, copy in, copy back; or, for
-    whole nn.Parameters, swap in and back without copying) writes the same bits as the in-place
-    perturb and restores exactly, over many cycles -- through each of ``perturbed``'s paths: one
-    pass over a small member, tensor by tensor, and the general chunked one. Prepared members
-    live in two buffers used in turn: a member kept past the next-but-one prepare is refused."""
-    monkeypatch.setattr(noise, "SMALL", max(small, 0))
-    if small < 0:
-        monkeypatch.setattr(noise, "CHUNK", 1000)  # 64 x 48 = 3072 entries: several chunks
+def test_perturbed_member_equals_in_place_perturb_and_restores_bitwise(monkeypatch, dtype, whole, chunk):
+    """``noise.perturbed`` writes the bits the in-place ``perturb`` writes, over many cycles,
+    and the swap that holds it (``Weights`` over whole nn.Parameters: each parameter pointed at
+    the member's tensors, then back) restores exactly, to the original storage, as the sparse
+    fix-ups do in place."""
+    if chunk:
+        monkeypatch.setattr(noise, "CHUNK", chunk)  # 64 x 48 = 3072 entries: several chunks
     g = torch.Generator().manual_seed(0)
     params = {n: (torch.randn(shape, generator=g) * 0.02).to(dtype)
               for n, shape in (("a.weight", (64, 48)), ("b.weight", (48,)), ("c.weight", (7, 5)))}
@@ -198,59 +196,39 @@ def test_prepared_member_equals_in_place_perturb_and_restores_bitwise(monkeypatc
     twin = {n: w.detach().clone() for n, w in params.items()}
     original = {n: w.detach().clone() for n, w in params.items()}
     ptrs = {n: w.data_ptr() for n, w in params.items()}
-    fast, slow = noise.Weights(params), noise.Weights(twin)
+    fast, slow = Weights(params), Weights(twin)
     assert fast.swap == whole and not slow.swap
-    fast.start_iteration()
+    bits = torch.int16 if dtype == torch.bfloat16 else torch.int32
     for seed in range(200):
         sign = 1.0 if seed % 2 else -1.0
-        ready = fast.prepare(seed, 1e-2, sign)
-        fast.perturb(seed, 1e-2, sign, prepared=ready)
+        ready = noise.perturbed(params, seed, 1e-2, sign)      # pure: params untouched
+        fast.perturb(seed, 1e-2, sign)
         slow.perturb(seed, 1e-2, sign)
-        # swapped: the live parameter now is the prepared tensor; copied: the same storage as before
-        assert all((params[n].data_ptr() == ready[k].data_ptr()) == whole for k, n in enumerate(params))
-        assert all(torch.equal(params[n].view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
-                               twin[n].view(torch.int16 if dtype == torch.bfloat16 else torch.int32)) for n in params)
+        # swapped: the live parameter now is other storage; in place: the same storage as before
+        assert all((params[n].data_ptr() != ptrs[n]) == whole for n in params)
+        assert all(torch.equal(params[n].view(bits), twin[n].view(bits)) for n in params)
+        assert all(torch.equal(r.view(bits), twin[n].view(bits)) for r, n in zip(ready, params))
         fast.restore()
         slow.restore()
     assert all(torch.equal(params[n], original[n]) and torch.equal(twin[n], original[n]) for n in params)
     assert all(params[n].data_ptr() == ptrs[n] for n in params)   # the original storage is back
-    stale = fast.prepare(1, 1e-2)
-    fast.prepare(2, 1e-2)
-    fast.prepare(3, 1e-2)                                          # reuses stale's buffer
-    with pytest.raises(RuntimeError, match="reused"):
-        fast.perturb(1, 1e-2, prepared=stale)
-    with pytest.raises(RuntimeError, match="start_iteration"):
-        noise.Weights(dict(params)).prepare(1, 0.01)
 
 
-@pytest.mark.parametrize("rank", [None, 2])
-def test_update_uses_kept_noise_and_it_is_the_drawn_noise(rank):
-    """``perturbed(..., keep=)`` keeps each member's noise; ``update(..., kept=)`` uses it instead
-    of drawing again: the same bits as drawing (kept == drawn), and a planted wrong kept entry
-    changes exactly the tensor it belongs to (so the update really reads it)."""
-    g = torch.Generator().manual_seed(2)
-    base = {n: torch.randn(shape, generator=g) for n, shape in (("a.weight", (40, 30)), ("b.weight", (30,)))}
-    seeds, coefs = [21, 22, 23], [0.5, -1.0, 0.25]
-    kept: dict = {}
-    for s_ in seeds:
-        noise.perturbed(base, s_, 0.01, keep=kept, rank=rank)
-    assert set(kept) == {(s_, n) for s_ in seeds for n in base}
-    # full rank on a small model: each member's noise is one buffer, summed in one pass
-    assert (noise._flat_kept(list(base.items()), seeds, kept, rank) is not None) == (rank is None)
-    drawn, reused, planted = ({n: w.clone() for n, w in base.items()} for _ in range(3))
-    assert noise.update(drawn, seeds, coefs, 0.1, rank=rank) == noise.update(reused, seeds, coefs, 0.1, rank=rank,
-                                                                             kept=kept)
-    assert all(torch.equal(drawn[n], reused[n]) for n in base)
-    wrong = {**kept, (22, "a.weight"): torch.zeros_like(kept[(22, "a.weight")])}
-    noise.update(planted, seeds, coefs, 0.1, rank=rank, kept=wrong)
-    assert not torch.equal(planted["a.weight"], drawn["a.weight"]) and torch.equal(planted["b.weight"], drawn["b.weight"])
-
-
-def test_threaded_update_is_bitwise_the_serial_one():
-    g = torch.Generator().manual_seed(1)
-    a = {f"t{i}": torch.randn(300, 70, generator=g) for i in range(6)}
-    b = {n: w.clone() for n, w in a.items()}
-    seeds, weights = [11, 12, 13, 14], [0.5, -1.0, 0.25, 0.25]
-    n1 = noise.update(a, seeds, weights, 0.01)
-    n4 = noise.update(b, seeds, weights, 0.01, threads=4)
-    assert n1 == n4 and all(torch.equal(a[k], b[k]) for k in a)
+def test_weights_refuse_out_of_order_calls_and_swap_only_whole_host_parameters():
+    w = {"a": torch.nn.Parameter(torch.zeros(5)), "b": torch.nn.Parameter(torch.zeros(3))}
+    ops = Weights(w)
+    with pytest.raises(RuntimeError, match="without a pending"):
+        ops.restore()
+    ops.perturb(1, 0.1)
+    with pytest.raises(RuntimeError, match="twice"):
+        ops.perturb(2, 0.1)
+    with pytest.raises(RuntimeError, match="pending"):
+        ops.update([1], [1.0], 0.1)
+    ops.discard()                                   # a swapped member is undone
+    assert not ops.pending and all(torch.equal(p, torch.zeros_like(p)) for p in w.values())
+    views = torch.zeros(8)
+    assert not Weights({"a": views[:5], "b": views[5:]}).swap                   # row views: in place
+    mixed = {"a": torch.nn.Parameter(torch.zeros(2)), "b": torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))}
+    assert not Weights(mixed).swap
+    with pytest.raises(ValueError, match="swap needs"):
+        Weights(mixed, swap=True)

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from esopt import models
+from esopt import engines, models
 from esopt.algorithms import distributed
 from esopt.core import metrics
 from esopt.core.config import block, model_default
@@ -43,9 +41,9 @@ from esopt.core.errors import ConfigError, NonFinite
 # --------------------------------------------------------------------------------------------
 # Hyperparameters: the `es:` config block (registered with Hydra by esopt.cli.configs).
 # --------------------------------------------------------------------------------------------
-# Knobs that change how fast a run goes, never its numbers (each tested bitwise: member modes,
-# update threads, kept noise, checkpoint / resume, rank checksums): not part of the run id.
-SPEED_ONLY = ("prefetch", "update_threads", "noise_cache_mb", "checkpoint_every", "checksum_every")
+# Knobs that change how fast a run goes, never its numbers (each tested bitwise: checkpoint /
+# resume, rank checksums): not part of the run id.
+SPEED_ONLY = ("checkpoint_every", "checksum_every")
 
 
 @dataclass
@@ -61,25 +59,20 @@ class ESConfig:
     max_new_tokens: Optional[int] = None  # generation budget while training; null = the task's default
     normalize: str = "zscore"      # reward normalisation: zscore (the study) | rank (centred ranks) | none
     antithetic: bool = False       # mirrored pairs (+eps, -eps) sharing a seed; pop must be even (the study: no gain)
-    batched: bool = False          # score the population in batched generate calls (esopt/engines/population.py)
+    batched: bool = False          # score the population in batched generate calls (engines that batch one: hf)
     full_rank: bool = False        # batched: full-rank per-member weights (N model copies: small models only)
     rank: int = 1                  # batched without full_rank: EGGROLL low-rank perturbation rank r
-    prefetch: Optional[bool] = None  # prepare the next member's perturbed weights on a second thread while
-    #                                  the current one generates; perturb / restore become copies, or for an
-    #                                  HF model a swap of param.data (bitwise the same). Costs two copies of
-    #                                  the weights. null = for weights in host memory, on the thread above
-    #                                  es.INLINE_MAX elements and on the generating thread below it (the
-    #                                  same prepare and swap); off on GPUs (memory) and inside vLLM;
-    #                                  false = in place (sparse fix-ups restore exactly)
-    noise_cache_mb: float = 32.0   # prepared members keep their fp32 noise for the update when pop x weights
-    #                                x 4 bytes fits in this many MiB (no second draw; bitwise the same); 0 = never
-    update_threads: int = 0        # threads for the update (tensors in parallel, bitwise the same); 0 = the CPU count, at most 4
     checkpoint_every: int = 10     # checkpoint every k iterations and at the end (0 = never)
     checksum_every: int = 10       # multi-process: compare a weight checksum across ranks every k (0 = never)
     drift: bool = True             # log relative L2 drift from the base (keeps a host copy of it)
 
 
 NORMALIZE = ("zscore", "rank", "none")
+ZSCORE_EPS = 1e-8            # added to the reward std in zscore normalisation
+MEMBER_STREAM = 0xE5         # the member seeds' stream: rng([run seed, iteration, MEMBER_STREAM])
+PROMPT_STREAM = 0xBA7C       # the prompt batches' stream: rng([run seed, iteration, PROMPT_STREAM])
+MAX_MEMBER_SEED = 2**62      # member seeds are drawn from [0, MAX_MEMBER_SEED)
+GEN_SEED_STRIDE = 1_000_003  # the iteration's sampling seed: run seed * GEN_SEED_STRIDE + iteration
 
 
 @dataclass
@@ -121,8 +114,6 @@ class ESRun(ESConfig):
              f"es.max_new_tokens must be >= 1, got {self.max_new_tokens}"),
             (self.checkpoint_every >= 0, f"es.checkpoint_every must be >= 0, got {self.checkpoint_every}"),
             (self.checksum_every >= 0, f"es.checksum_every must be >= 0, got {self.checksum_every}"),
-            (self.update_threads >= 0, f"es.update_threads must be >= 0, got {self.update_threads}"),
-            (self.noise_cache_mb >= 0, f"es.noise_cache_mb must be >= 0, got {self.noise_cache_mb}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -138,14 +129,10 @@ class ESRun(ESConfig):
 def validate(cfg) -> None:
     """Config-time check for algorithms that use ES (before any work)."""
     es = ESRun.from_run(cfg).validate()
-    if es.batched and not supports_population(cfg.engine):
-        raise ConfigError("es.batched needs engine=hf (vLLM schedules its own batches; "
-                          "use es.batched=false, member by member, with engine=vllm)")
-
-
-def supports_population(engine_cfg) -> bool:
-    """Whether the engine can score a whole population in one batched generate (hf only)."""
-    return (engine_cfg or {}).get("name", "hf") == "hf"
+    if es.batched and not engines.engine_class(cfg.engine).batches_population:
+        name = (cfg.engine or {}).get("name")
+        raise ConfigError(f"es.batched needs an engine that batches a population; engine={name} schedules "
+                          "its own batches (use es.batched=false: members one after another)")
 
 
 def estimate_tokens(cfg, iterations: int, budget: int) -> int:
@@ -169,7 +156,7 @@ def normalize_rewards(r: Sequence[float], mode: str = "zscore") -> np.ndarray:
     """
     a = np.asarray(r, dtype=np.float64)
     if mode == "zscore":
-        return (a - a.mean()) / (a.std() + 1e-8)
+        return (a - a.mean()) / (a.std() + ZSCORE_EPS)
     if mode == "rank":
         from scipy.stats import rankdata
 
@@ -184,16 +171,16 @@ def member_seeds(run_seed: int, iteration: int, pop: int, antithetic: bool) -> t
 
     Antithetic: members 2j and 2j+1 share seed s_j with signs +1 and -1.
     """
-    rng = np.random.default_rng([int(run_seed), int(iteration), 0xE5])
+    rng = np.random.default_rng([int(run_seed), int(iteration), MEMBER_STREAM])
     if antithetic:
-        half = rng.integers(0, 2**62, size=pop // 2).tolist()
+        half = rng.integers(0, MAX_MEMBER_SEED, size=pop // 2).tolist()
         return [s for s in half for _ in (0, 1)], [1.0, -1.0] * (pop // 2)
-    return rng.integers(0, 2**62, size=pop).tolist(), [1.0] * pop
+    return rng.integers(0, MAX_MEMBER_SEED, size=pop).tolist(), [1.0] * pop
 
 
 def prompt_batch(run_seed: int, iteration: int, n_rows: int, batch_size: int) -> list[int]:
     """Indices of the iteration's training prompts: a fresh draw without replacement."""
-    rng = np.random.default_rng([int(run_seed), int(iteration), 0xBA7C])
+    rng = np.random.default_rng([int(run_seed), int(iteration), PROMPT_STREAM])
     return sorted(rng.choice(n_rows, size=min(batch_size, n_rows), replace=False).tolist())
 
 
@@ -241,89 +228,29 @@ class Clock(dict):
             self[phase] = self.get(phase, 0.0) + time.perf_counter() - t
 
 
-_PREFETCH = ThreadPoolExecutor(1, thread_name_prefix="es-prefetch")  # one member ahead, one thread
-
-
-def _timed(clock, phase, fn, *args):
-    with clock(phase):
-        return fn(*args)
-
-
-# Members up to this many elements are prepared inline (mode ``inline``) rather than on the
-# prefetch thread. Measured on the 2-vCPU machine as the extra wall of one member's generation
-# (median of 30 paired repetitions): tiny-s (105k) 1.28 ms inline vs 1.46 ms on the thread,
-# tiny-m (333k) 2.9 vs 3.7, tiny-l (801k) 2.0 vs 1.1, tiny-xl (1.7M) 13.4 vs 5.4. A small
-# member's prepare is mostly per-tensor Python (a reseed and a draw per tensor): on the thread
-# each of those GIL hand-offs stalls the Python-bound generation loop.
-INLINE_MAX = 1 << 19
-
-
-def member_mode(es: "ESRun", weights) -> str:
-    """How members are perturbed and restored (``es.prefetch``; all give the same bits):
-    ``thread`` (each member prepared on the prefetch thread while the previous one generates,
-    then swapped in and out of an HF model's parameters, or copied), ``inline`` (the same
-    prepare and swap, on the generating thread: small members, see ``INLINE_MAX``) or ``inplace``
-    (perturb in place, restore with sparse fix-ups). (Scoring each member on the prefetch thread
-    was measured: tiny-s 0.03 slower, tiny-2xl 0.02 faster, within run-to-run noise; it stays after
-    the loop.)"""
-    if not getattr(weights, "supports_prefetch", False) or es.prefetch is False:
-        return "inplace"
-    if es.prefetch:
-        return "thread"
-    if not weights.on_cpu:
-        return "inplace"
-    return "inline" if weights.numel <= INLINE_MAX else "thread"
-
-
-def keeps_noise(es: "ESRun", weights) -> bool:
-    """Whether prepared members keep their fp32 noise for the update: pop x weights x 4 bytes
-    fits in ``es.noise_cache_mb`` MiB."""
-    return es.pop * weights.numel * 4 <= es.noise_cache_mb * 2**20
-
-
-def update_threads(es: "ESRun") -> int:
-    return es.update_threads or min(4, os.cpu_count() or 1)
-
-
 def score_members(engine, weights, task, rows, members: Sequence[int], seeds, signs, es: ESRun,
                   gen_seed: int, clock: Clock) -> tuple[np.ndarray, np.ndarray, int]:
     """Rewards [len(members)], per-prompt success [len(members), P] and generated tokens of
-    the given members: perturb in place, generate, restore bitwise (or, with ``es.batched``,
-    all members in batched forward passes without touching the shared weights)."""
+    the given members: perturb the engine's weights, generate, restore them bitwise (or, with
+    ``es.batched``, all members in the engine's batched forward passes without touching the
+    shared weights)."""
     prompts = [r["prompt"] for r in rows]
     kw = _gen_kwargs(es, task, gen_seed)
-    if es.batched and members:
+    if es.batched:
         with clock("gen"):
             gens = engine.generate_population(prompts, [(seeds[i], signs[i]) for i in members], es.sigma,
-                                              rank=es.noise_rank, **kw)
+                                              rank=es.noise_rank, **kw) if members else []
     else:
         gens = []
-        mode = member_mode(es, weights)
-        if mode != "inplace":
-            with clock("snapshot"):
-                weights.start_iteration(keep_noise=keeps_noise(es, weights))
-
-        def prepare(k):
-            if mode != "thread" or k >= len(members):
-                return None
-            i = members[k]
-            return _PREFETCH.submit(_timed, clock, "prepare_bg", weights.prepare, seeds[i], es.sigma, signs[i])
-
-        nxt = prepare(0)
-        for k, i in enumerate(members):
+        for i in members:
             with clock("perturb"):
-                if mode == "inline":
-                    ready = weights.prepare(seeds[i], es.sigma, signs[i])
-                else:
-                    ready = nxt.result() if nxt is not None else None
-                weights.perturb(seeds[i], es.sigma, signs[i], prepared=ready)  # theta_i = theta + sign_i sigma eps_i
-            nxt = prepare(k + 1)                                          # member k+1, while k generates
+                weights.perturb(seeds[i], es.sigma, signs[i])          # theta_i = theta + sign_i sigma eps_i
             try:
                 with clock("gen"):
                     gens.append(engine.generate(prompts, **kw))
             finally:
                 with clock("restore"):
-                    weights.restore()                                     # back to theta, bitwise
+                    weights.restore()                                  # back to theta, bitwise
     with clock("score"):
         memo: dict = {}
         scored = [score(task, g, rows, memo) for g in gens]
@@ -344,14 +271,14 @@ def es_step(engine, task, train_rows, es: ESRun, iteration: int, weights=None) -
     rows = [train_rows[i] for i in prompt_batch(es.seed, iteration, len(train_rows), es.batch_size)]
     mine = distributed.my_members(es.pop, distributed.world_size(), distributed.rank(), es.antithetic)
     r_mine, s_mine, tokens = score_members(engine, weights, task, rows, mine, seeds, signs, es,
-                                           es.seed * 1_000_003 + iteration, clock)  # R_i
+                                           es.seed * GEN_SEED_STRIDE + iteration, clock)  # R_i
     rewards, success, tokens = distributed.gather_members(mine, r_mine, s_mine, tokens, es.pop, len(rows))
     if not np.all(np.isfinite(rewards)):
         raise NonFinite(f"non-finite reward at iteration {iteration}: {rewards.tolist()}")
     z = normalize_rewards(rewards, es.normalize)                                  # z = normalise(R)
     with clock("update"):
         step_norm = weights.update(seeds, (z * np.asarray(signs)).tolist(), es.lr,  # theta += lr/N sum z_i eps_i
-                                   rank=es.noise_rank, threads=update_threads(es))
+                                   rank=es.noise_rank)
     bad = weights.nonfinite()
     if bad is not None:
         raise NonFinite(f"non-finite weights in {bad} after the update of iteration {iteration}")

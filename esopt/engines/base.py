@@ -7,9 +7,9 @@ through this protocol, weight access included, so none of them asks which engine
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -24,20 +24,14 @@ class Generation:
 
 
 class WeightOps(Protocol):
-    """ES's weight operations on the weights an engine generates with (``esopt.noise.Weights``
-    for in-process models; ``esopt.engines.vllm_worker.VLLMWeights`` inside vLLM workers).
-    Noise is keyed by Hugging Face parameter names, so the same member seed perturbs the same
-    weights on every engine. Weights that can prepare a member off the critical path set
-    ``supports_prefetch`` and offer ``start_iteration(keep_noise)`` / ``prepare`` (a prepared
-    member stays valid until the next-but-one ``prepare``) and the
-    ``on_cpu``, ``numel`` and ``swap`` properties (esopt.noise.Weights;
-    esopt.algorithms.es.member_mode chooses how they are used)."""
+    """ES's weight operations on the weights an engine generates with
+    (``esopt.engines.weights.Weights`` on in-process tensors; ``esopt.engines.vllm_worker.VLLMWeights``
+    inside vLLM workers). Noise is keyed by Hugging Face parameter names, so the same member
+    seed perturbs the same weights on every engine; the arithmetic is ``esopt.noise``'s."""
 
-    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None,
-                prepared=None) -> int: ...
+    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int: ...
     def restore(self) -> None: ...
-    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None,
-               threads: int = 1) -> float: ...
+    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None) -> float: ...
     def checksum(self) -> int: ...
     def nonfinite(self) -> str | None: ...
     def snapshot_base(self) -> None: ...
@@ -45,31 +39,48 @@ class WeightOps(Protocol):
 
 
 class Engine(Protocol):
-    """A generator over one set of weights.
+    """A generator over one set of weights, built from its config block by ``from_config``.
 
-    ``generate`` samples completions; ``weights()`` gives ES's in-place weight operations on the
-    weights ``generate`` uses; ``sync_from(model)`` makes the engine generate with an HF model's
-    current weights (after a GRPO step) and ``sync_to(model)`` copies the engine's weights into
-    the HF model (before saving it) -- both are no-ops when the engine generates with that very
-    model object (the hf engine).
+    ``generate`` samples completions; ``weights()`` gives ES's weight operations on the weights
+    ``generate`` uses; ``sync_from(model)`` makes the engine generate with an HF model's current
+    weights (after a GRPO step) and ``sync_to(model)`` copies the engine's weights into the HF
+    model (before saving it) -- both are no-ops when the engine generates with that very model
+    object (the hf engine).
+
+    Capabilities (class attributes, read from the class before an engine is built, so no caller
+    asks an engine its name):
+
+    ``batches_population``
+        ``generate_population`` scores many ES members in batched forward passes without
+        touching the shared weights (``es.batched``); an engine without it raises
+        NotImplementedError there and ES scores members one after another.
+    ``holds_weights``
+        The engine generates with its own copy of the weights (vLLM's worker), not with the HF
+        model object it was built from: ``sync_from`` / ``sync_to`` move them, and the HF model
+        is only a host-side copy (saving, GRPO's policy).
     """
 
+    batches_population: ClassVar[bool]
+    holds_weights: ClassVar[bool]
     tokenizer: object
     device: torch.device
     max_batch: int
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 32,
-        seed: int = 0,
-        stop: Sequence[str] = (),
-        return_entropy: bool = False,
-    ) -> Generation: ...
+    @classmethod
+    def from_config(cls, cfg, model, tokenizer) -> "Engine": ...
+
+    @classmethod
+    def check(cls, cfg, model_cfg: Mapping) -> None:
+        """Before any run starts: ConfigError (one line) when the engine cannot run the model here."""
+
+    def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
+                 max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
+                 return_entropy: bool = False) -> Generation: ...
+
+    def generate_population(self, prompts: Sequence[str], members: Sequence[tuple[int, float]], sigma: float, *,
+                            rank: int | None, **gen_kwargs) -> list[Generation]:
+        """One ``Generation`` per member ``(seed, sign)``: its completions of ``prompts`` under the
+        weights ``theta + sign * sigma * eps(seed)`` (rank: EGGROLL low rank, None: full rank)."""
 
     def weights(self) -> WeightOps: ...
 
@@ -78,6 +89,34 @@ class Engine(Protocol):
     def sync_to(self, model) -> None: ...
 
     def close(self) -> None: ...
+
+
+def check_generate_args(n: int, max_new_tokens: int, top_p: float) -> None:
+    """ValueError unless ``n >= 1``, ``max_new_tokens >= 1`` and ``0 < top_p <= 1`` (every engine's
+    ``generate``)."""
+    if n < 1 or max_new_tokens < 1:
+        raise ValueError(f"generate needs n >= 1 and max_new_tokens >= 1, got {n}, {max_new_tokens}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def resolve_device(device: str | torch.device | None) -> str:
+    """``engine.device``: ``auto`` (or None) -> ``cuda`` when a GPU is visible, else ``cpu``;
+    anything else as given."""
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def trim_at_stop(text: str, stop: Sequence[str]) -> str:
+    """Cut text just after the earliest occurrence of any stop string (kept in the text), as
+    every engine returns a completion that ended on a stop string."""
+    cut = len(text)
+    for s in stop:
+        i = text.find(s)
+        if i >= 0:
+            cut = min(cut, i + len(s))
+    return text[:cut]
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:

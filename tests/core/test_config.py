@@ -55,8 +55,7 @@ def test_identity_excludes_sweep_bookkeeping():
     assert identity(a) == identity(b)
     assert identity(a) != identity(c)
     # ES's speed-only knobs give bitwise the same result: the same run; a knob that matters does not
-    fast = validate(compose_cfg("sweep.name=a", "algo=es", "es.prefetch=false", "es.update_threads=1",
-                                "es.noise_cache_mb=0", "es.checkpoint_every=3", "es.checksum_every=0"))
+    fast = validate(compose_cfg("sweep.name=a", "algo=es", "es.checkpoint_every=3", "es.checksum_every=0"))
     assert identity(fast) == identity(validate(compose_cfg("sweep.name=a", "algo=es")))
     assert identity(validate(compose_cfg("algo=es", "es.batch_size=8"))) != identity(validate(compose_cfg("algo=es")))
 

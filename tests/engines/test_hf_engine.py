@@ -44,6 +44,27 @@ def test_get_unknown_engine(tok):
         engines.get({"name": "nope"}, None, tok)
 
 
+def test_shared_engine_keys_are_spelled_and_checked_alike(tok):
+    """dtype, device, threads and max_batch mean the same on every engine: one spelling, one
+    check; engine.dtype casts the weights the hf engine generates (and ES perturbs) with."""
+    from dataclasses import fields
+
+    shared = {"name", "dtype", "device", "threads", "max_batch"}
+    for cls in engines.ENGINES.values():
+        assert shared <= {f.name for f in fields(cls)}, cls
+    for name in ("hf", "vllm"):
+        assert engines.parse({"name": name, "dtype": "bfloat16", "device": "cpu", "threads": 2}).dtype == "bfloat16"
+        with pytest.raises(ConfigError, match="engine.dtype must be one of"):
+            engines.parse({"name": name, "dtype": "fp8"})
+        with pytest.raises(ConfigError, match="engine.threads"):
+            engines.parse({"name": name, "threads": 0})
+    eng = engines.get({"name": "hf", "device": "cpu", "dtype": "bfloat16"}, random_model(tok), tok)
+    assert {p.dtype for p in eng.model.parameters()} == {torch.bfloat16}
+    assert len(eng.generate(PROMPTS, max_new_tokens=3).completions) == len(PROMPTS)
+    assert engines.engine_class({"name": "hf"}).batches_population
+    assert not engines.engine_class({"name": "vllm"}).batches_population  # no vLLM import needed
+
+
 def test_shapes_and_counts(engine):
     g = engine.generate(PROMPTS, n=3, temperature=1.0, max_new_tokens=7, seed=0, return_entropy=True)
     assert len(g.completions) == len(PROMPTS) and all(len(c) == 3 for c in g.completions)

@@ -19,6 +19,7 @@ from helpers import kill_while_recording, require_vllm, run_config, vllm_tiny
 from esopt import models, noise
 from esopt.core.store import RunDir
 from esopt.engines.hf import HFEngine
+from esopt.engines.weights import Weights
 from esopt.evaluator import evaluate_config
 from esopt.runtime.context import RunContext
 from esopt.runtime.run import load_components
@@ -107,7 +108,7 @@ def test_perturb_restore_in_the_worker_is_bitwise_over_200_cycles(tiny):
 def test_same_seeds_same_noise_and_same_update_as_the_hf_engine(tiny):
     rc, model, tok, engine, task = components(tiny)
     hf_model = fresh_model(tiny)
-    hw, vw = noise.Weights(hf_model.named_parameters()), engine.weights()
+    hw, vw = Weights(hf_model.named_parameters()), engine.weights()
     assert vw.checksum() == hw.checksum()
     # a member's perturbation: bitwise the same tensors, fused q/k/v and gate/up included
     hw.perturb(42, 0.01)
@@ -253,7 +254,7 @@ def test_engine_in_vllms_own_processes_does_the_same(tiny):
     rc, model, tok, engine, task = components(tiny, "engine.in_process=false")
     assert vllm_processes()  # the engine runs elsewhere
     w = engine.weights()
-    hw = noise.Weights(fresh_model(tiny).named_parameters())
+    hw = Weights(fresh_model(tiny).named_parameters())
     c0 = w.checksum()
     assert c0 == hw.checksum()
     for i in range(20):
@@ -267,7 +268,7 @@ def test_engine_in_vllms_own_processes_does_the_same(tiny):
     prompts = [r["prompt"] for r in task.split("test")][:50]
     kw = dict(max_new_tokens=task.max_new_tokens, stop=tuple(task.stop))
     hf = HFEngine(fresh_model(tiny), tok, device="cpu")
-    noise.Weights(hf.model.named_parameters()).update(seeds, rewards, 0.01)
+    Weights(hf.model.named_parameters()).update(seeds, rewards, 0.01)
     a, b = hf.generate(prompts, **kw), engine.generate(prompts, **kw)
     assert sum(x == y for x, y in zip(a.completions, b.completions)) >= 48
     engine.sync_from(model)  # back to the base

@@ -66,5 +66,5 @@ def test_vllm_engine_settings_are_checked():
 
 def test_batched_population_with_vllm_is_refused_before_running(results_root):
     proc = run_cli("esopt.sweep", "engine=vllm", "algo=es", "es.batched=true", f"sweep.root={results_root}")
-    _one_line_exit_2(proc, "es.batched needs engine=hf")
+    _one_line_exit_2(proc, "es.batched needs an engine that batches a population; engine=vllm")
     assert not (results_root / "default" / "runs").exists()
