@@ -24,16 +24,8 @@ from esopt.core.errors import Pruned
 from esopt.evaluator import evaluate_config, ood_task
 from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line
+from esopt.engines.base import resolve_device
 from esopt.runtime.validate import config_id, input_fingerprints, run_id, uses
-
-
-def resolve_device(device: str | None) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
-    if device in (None, "auto"):
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def set_threads(threads, tiny: bool) -> None:

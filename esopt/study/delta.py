@@ -29,7 +29,7 @@ import torch
 from esopt import models
 from esopt.core.errors import ConfigError
 from esopt.core.store import RunDir
-from esopt.runtime.run import resolve_device
+from esopt.engines.base import resolve_device
 from esopt.runtime.validate import validate
 
 CHUNK = 1 << 22          # entries per streamed chunk (16 MiB of float32)
