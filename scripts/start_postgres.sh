@@ -36,8 +36,11 @@ if [ -z "$BIN" ] || [ ! -x "$BIN/initdb" ]; then
         command -v apt-get >/dev/null 2>&1 || die "apt-get not found (this script supports Debian/Ubuntu); install PostgreSQL"
         say "installing postgresql (apt-get)"
         export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >/tmp/start_postgres.apt.log 2>&1 \
-            || die "apt-get update failed (network?); see /tmp/start_postgres.apt.log"
+        : >/tmp/start_postgres.apt.log
+        if [ -z "$(find /var/lib/apt/lists -maxdepth 0 -mmin -60 2>/dev/null)" ]; then  # not updated this hour
+            apt-get update -qq >>/tmp/start_postgres.apt.log 2>&1 \
+                || die "apt-get update failed (network?); see /tmp/start_postgres.apt.log"
+        fi
         apt-get install -y -qq --no-install-recommends postgresql >>/tmp/start_postgres.apt.log 2>&1 \
             || die "apt-get install postgresql failed; see /tmp/start_postgres.apt.log"
         BIN="$(pg_bin)"
