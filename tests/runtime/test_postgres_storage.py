@@ -107,17 +107,22 @@ def _worker(url, sweep, w, barrier, queue):
         return tuning.attach(c, rid, params)
 
     out = []
-    for j in range(ROUNDS):
-        state = {}
-        _lane(attach, w, j, "start", state)
-        for step in STEPS:
-            state["step"] = step
-            for phase in ("report", "decide", "finish"):
-                _lane(attach, w, j, phase, state)
-                barrier.wait(60)  # every worker's reports (decisions, finishes) of this step are stored
-        why = state["rt"].reason if state["pruned"] is not None else None
-        out.append((plan(w, j)[0], state["rt"].number, state.get("again"), state["pruned"],
-                    why and why.get("reference_runs")))
+    try:
+        for j in range(ROUNDS):
+            state = {}
+            _lane(attach, w, j, "start", state)
+            for step in STEPS:
+                state["step"] = step
+                for phase in ("report", "decide", "finish"):
+                    _lane(attach, w, j, phase, state)
+                    barrier.wait(60)  # every worker's reports (decisions, finishes) of this step are stored
+            why = state["rt"].reason if state["pruned"] is not None else None
+            out.append((plan(w, j)[0], state["rt"].number, state.get("again"), state["pruned"],
+                        why and why.get("reference_runs")))
+    except Exception as e:  # noqa: BLE001 - reported to the test, and the others stop waiting
+        barrier.abort()
+        queue.put(f"worker {w}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        raise
     queue.put(out)
 
 
@@ -185,9 +190,12 @@ def test_four_parallel_workers_ten_trials_each_auto_pruner(storage):
     t0 = time.time()
     for p in procs:
         p.start()
-    got = {}
+    got, errors = {}, []
     for _ in procs:
-        got.update({row[0]: row[1:] for row in queue.get(timeout=120)})
+        msg = queue.get(timeout=120)
+        errors += [msg] if isinstance(msg, str) else []
+        got.update({} if isinstance(msg, str) else {row[0]: row[1:] for row in msg})
+    assert not [e for e in errors if "BrokenBarrierError" not in e], errors  # the first failure, not its echoes
     for p in procs:
         p.join(60)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
