@@ -47,7 +47,7 @@ def layout(rc: RunConfig) -> Layout:
     if ranks_set is not None and (isinstance(ranks_set, bool) or not isinstance(ranks_set, int) or ranks_set < 1):
         raise ConfigError(f"model.resources.ranks must be null or an integer >= 1, got {ranks_set!r}")
     engine = rc.engine or {}
-    tp = int(engine.get("tensor_parallel_size") or 1) if engine.get("name") == "vllm" else 1
+    tp = int(engine.get("tensor_parallel_size") or 1)  # only engines that shard have the key
     per_rank = tp if gpus else 0
     if gpus and gpus % per_rank:
         raise ConfigError(f"model.resources.gpus={gpus} is not a multiple of engine.tensor_parallel_size={tp}")

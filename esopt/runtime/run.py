@@ -56,12 +56,13 @@ def load_components(cfg: RunConfig):
 
 
 def placement(cfg: RunConfig, device: str) -> tuple[dict, str]:
-    """The engine config and the HF model's device. vLLM holds the weights it generates with;
+    """The engine config and the HF model's device. An engine that holds the weights it
+    generates with (``holds_weights``: vLLM) keeps its own copy;
     the HF model is then the host copy that saving uses, on the CPU, unless the algorithm trains
     it by gradients beside the engine on the same GPU (its entry's ``gpu_share``, GRPO): then
     the engine's GPU memory share is capped by that key's value."""
     engine_cfg = dict(cfg.engine)
-    if engine_cfg.get("name") != "vllm":
+    if not engines.engine_class(engine_cfg).holds_weights:
         return engine_cfg, device
     share_key = algorithms.get(cfg.algo).gpu_share
     if share_key is None:

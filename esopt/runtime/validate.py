@@ -161,7 +161,9 @@ def identity(rc: RunConfig) -> dict:
     for b in algo.blocks:  # how fast, never what: the same run (each is tested bitwise)
         for key in b.speed_keys():
             (d.get(b.name) or {}).pop(key, None)
-    d["engine"] = {k: v for k, v in d["engine"].items() if k in ("name",)}
+    # the engine's name, and its dtype when set (it changes the numbers; auto keeps earlier ids)
+    d["engine"] = {k: v for k, v in d["engine"].items()
+                   if k == "name" or (k == "dtype" and v not in (None, "auto"))}
     d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
     for key in (*algorithms.AXES, *algorithms.blocks()):
         if not algo.uses(key):

@@ -30,9 +30,9 @@ from esopt import models
 from esopt.core.errors import ConfigError
 from esopt.core.store import RunDir
 from esopt.engines.base import resolve_device
+from esopt.noise import CHUNK  # entries per streamed chunk: the noise's bound on transient buffers
 from esopt.runtime.validate import validate
 
-CHUNK = 1 << 22          # entries per streamed chunk (16 MiB of float32)
 HIGH_BINS = 1 << 15      # histogram of the high 16 bits of a non-negative float32 (sign bit 0)
 LOW_BITS = 16            # |delta| bits split into high and low halves
 LOW_BINS = 1 << LOW_BITS  # histogram of the low 16 bits inside one high bucket
