@@ -176,7 +176,7 @@ def register(algo: Algorithm) -> Algorithm:
     return algo
 
 
-def sequence(name: str, summary: str, *phases: str, **entry: Any) -> Algorithm:
+def sequence_of(name: str, summary: str, *phases: str, **entry: Any) -> Algorithm:
     """A sequence entry (``esopt.algorithms.sequence``): the phases' blocks and axes, plus
     ``sequence:`` (its split of the iterations)."""
     parts = [get(p) for p in phases]
@@ -202,5 +202,5 @@ register(Algorithm("es", "evolution strategies", "esopt.algorithms.es", (ES,), A
                    color="#1f77b4", order=1))
 register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
                    gpu_share="grpo.vllm_gpu_memory_utilization", color="#d62728", order=2))
-register(sequence("grpo_es", "GRPO, then ES from its weights", "grpo", "es", color="#9467bd", order=3))
-register(sequence("es_grpo", "ES, then GRPO from its weights", "es", "grpo", color="#2ca02c", order=4))
+register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", color="#9467bd", order=3))
+register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", color="#2ca02c", order=4))
