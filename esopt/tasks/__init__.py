@@ -26,7 +26,7 @@ from typing import Any
 from esopt.core.config import SPLITS
 from esopt.core.errors import ConfigError
 
-TASK_NAMES: tuple[str, ...] = ("countdown", "gsm8k", "addition", "compare", "reverse")
+TASK_NAMES: tuple[str, ...] = ("countdown", "gsm8k", "addition", "compare", "reverse", "arith")
 STYLES: tuple[str, ...] = ("compact", "chat")
 
 # task name -> (module, class name); modules are imported on first use.
@@ -36,6 +36,7 @@ _CLASSES = {
     "addition": ("esopt.tasks.synthetic", "AdditionTask"),
     "compare": ("esopt.tasks.synthetic", "CompareTask"),
     "reverse": ("esopt.tasks.synthetic", "ReverseTask"),
+    "arith": ("esopt.tasks.arith", "ArithTask"),
 }
 
 
