@@ -426,7 +426,8 @@ SMOKE = ["model=smollm2-135m", "task=arith", "eval.problems=4", "eval.samples=2"
 @pytest.mark.smollm2
 def test_real_model_evaluate_es_and_grpo(real_cache, tmp_path):
     """One evaluation, one ES iteration and one GRPO step on the real model with tiny budgets:
-    each completes, reports 4 problems x 2 samples, and training changed the saved weights."""
+    each completes, evaluates 4 problems x 2 samples and saves finite weights under the HF names
+    (ES: changed iff its members' rewards differed)."""
     from safetensors.torch import load_file
 
     root, out = real_cache
@@ -447,24 +448,39 @@ def test_real_model_evaluate_es_and_grpo(real_cache, tmp_path):
         s = _summary(res_root)
         assert s["status"] == "completed", s["error"]
         assert s["model"]["params"] == 134_515_008 and s["final"]["n_problems"] == 4
-        trained = load_file(str(next(res_root.glob("*/runs/*/model")) / "model.safetensors"))
-        assert trained.keys() == base.keys()
-        assert any(not torch.equal(trained[k], base[k]) for k in base), f"{algo} left the weights as they were"
+        run = next(res_root.glob("*/runs/*"))
+        trained = load_file(str(run / "model" / "model.safetensors"))
+        assert trained.keys() == base.keys() and all(torch.isfinite(v).all() for v in trained.values())
+        moved = any(not torch.equal(trained[k], base[k]) for k in base)
+        train = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        train = [x for x in train if x.get("kind") == "train"]
+        assert len(train) == 1, train
+        if algo == "es":  # z-scored rewards: the weights move iff the two members' rewards differ
+            assert len(train[0]["rewards"]) == 2 and moved == (train[0]["reward_std"] > 0)
 
 
 @pytest.mark.smollm2
 @pytest.mark.vllm
-def test_real_model_on_vllm_agrees_with_hf(real_cache, tmp_path):
-    """engine=vllm loads the converted folder and its fp32 greedy completions of 8 arith
-    prompts equal the hf engine's (the issue's >= 95% criterion, at smoke scale)."""
+def test_real_model_on_vllm_agrees_with_hf(real_cache, monkeypatch):
+    """engine=vllm loads the converted folder (in the vLLM venv's transformers) and its fp32
+    greedy completions of 100 held-out arith prompts equal the hf engine's on >= 95% of them
+    (issue 26 item 4's first check)."""
     require_vllm()
-    root, _ = real_cache
-    env = {"ESOPT_CACHE": str(root)}
-    got = {}
-    for engine in ("hf", "vllm"):
-        out = tmp_path / f"{engine}.json"
-        r = run_cli("esopt.evaluate", "model=smollm2-135m", "task=arith", "eval.problems=8", "eval.samples=1",
-                    "eval.max_new_tokens=16", f"engine={engine}", f"eval.out={out}", env=env)
-        assert r.returncode == 0, r.stderr[-3000:]
-        got[engine] = json.loads(out.read_text())
-    assert got["hf"]["greedy_correct"] == got["vllm"]["greedy_correct"]
+    from helpers import run_config
+
+    from esopt import models
+    from esopt.engines.hf import HFEngine
+    from esopt.runtime.run import load_components
+
+    root, out = real_cache
+    monkeypatch.setenv("ESOPT_CACHE", str(root))
+    rc = run_config("model=smollm2-135m", "task=arith", "engine=vllm", "eval.split=heldout")
+    model, tok, engine, task = load_components(rc)
+    assert model.name_or_path == str(out)
+    hf = HFEngine(models.load("smollm2-135m")[0], tok, device="cpu")
+    prompts = [r["prompt"] for r in task.split("heldout")][:100]
+    kw = dict(max_new_tokens=task.max_new_tokens, stop=tuple(task.stop))
+    a, b = hf.generate(prompts, **kw), engine.generate(prompts, **kw)
+    same = sum(x == y for x, y in zip(a.completions, b.completions))
+    print(f"smollm2-135m hf vs vllm greedy agreement: {same}/100")
+    assert same >= 95, f"greedy agreement {same}/100"
