@@ -1,8 +1,10 @@
-"""Models: a registry of short names -> hub ids, and the embedded tiny family.
+"""Models: a registry of short names -> hub ids, models converted from an installed package
+(``SOURCES``: ``smollm2-135m``, esopt/models/smollm2.py), and the embedded tiny family.
 
     model, tok = esopt.models.load("tiny-s")                 # shipped weights, no network
     model, tok = esopt.models.load("qwen1.5b", dtype="bfloat16", device="cuda")
     model, tok = esopt.models.load("qwen1.5b", path="/data/qwen")   # a local copy instead
+    model, tok = esopt.models.load("smollm2-135m")           # after bash scripts/install_smollm2.sh
 
 Every tokenizer comes back with ``padding_side="left"`` and a pad token (the EOS token when the
 hub tokenizer has none). Models come back in eval mode.
@@ -10,6 +12,7 @@ hub tokenizer has none). Models come back in eval mode.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -31,15 +34,27 @@ REGISTRY: dict[str, str] = {
     "llama3b": "meta-llama/Llama-3.2-3B-Instruct",
     "llama8b": "meta-llama/Llama-3.1-8B-Instruct",
 }
+# Models whose weights come from an installed package instead of the hub: name -> (module,
+# function); the function returns the local HF folder (converted into a cache on first use) or
+# raises ConfigError (one line naming the install command). See esopt/models/smollm2.py.
+SOURCES: dict[str, tuple[str, str]] = {
+    "smollm2-135m": ("esopt.models.smollm2", "folder"),
+}
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
-__all__ = ["REGISTRY", "TINY", "char_tokenizer", "check_dir", "is_char_tokenizer_dir", "is_tiny", "known_names",
+__all__ = ["REGISTRY", "SOURCES", "TINY", "char_tokenizer", "check_dir", "is_char_tokenizer_dir", "is_tiny", "known_names",
            "load", "load_weights", "local_config", "local_dir", "n_params", "safetensors_header", "save"]
 
 
 def known_names() -> tuple[str, ...]:
-    return (*TINY, *REGISTRY)
+    return (*TINY, *REGISTRY, *SOURCES)
+
+
+def sourced_dir(name: str) -> Path:
+    """The local folder of a ``SOURCES`` model (converting it on first use; ConfigError)."""
+    module, function = SOURCES[name]
+    return Path(getattr(importlib.import_module(module), function)())
 
 
 def _source(name: str, path: str | None) -> str:
@@ -56,6 +71,8 @@ def _source(name: str, path: str | None) -> str:
                 f"tiny model weights missing in {d}; build them with `python -m esopt.models.pretrain`"
             )
         return str(d)
+    if name in SOURCES:
+        return str(sourced_dir(name))
     if name in REGISTRY:
         return REGISTRY[name]
     raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
@@ -140,12 +157,15 @@ def check_dir(path: str | os.PathLike) -> None:
 
 
 def local_dir(model_cfg: Mapping) -> Path | None:
-    """The local directory a run's weights load from (``model.path``, or a shipped tiny
-    model's folder), None for a hub id: the input the run id fingerprints."""
+    """The local directory a run's weights load from (``model.path``, a shipped tiny model's
+    folder, or a ``SOURCES`` model's converted folder), None for a hub id: the input the run id
+    fingerprints. Run validation calls this, so a missing package is one line before any run."""
     if model_cfg.get("path"):
         return Path(str(model_cfg["path"])).expanduser()
     if model_cfg.get("name") in TINY:
         return TINY_DIR / str(model_cfg["name"])
+    if model_cfg.get("name") in SOURCES:
+        return sourced_dir(str(model_cfg["name"]))
     return None
 
 
@@ -203,7 +223,7 @@ def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu
 
     if dtype not in DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
-    if not path and name not in TINY and name not in REGISTRY:
+    if not path and name not in known_names():
         raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
     src = _source(name, path)
     try:

@@ -30,7 +30,7 @@ from typing import Any
 from esopt.core.config import SPLITS
 from esopt.core.errors import ConfigError
 
-TASK_NAMES: tuple[str, ...] = ("countdown", "gsm8k", "addition", "compare", "reverse", "math")
+TASK_NAMES: tuple[str, ...] = ("countdown", "gsm8k", "addition", "compare", "reverse", "math", "arith")
 STYLES: tuple[str, ...] = ("compact", "chat")
 
 # task name -> (module, class name); modules are imported on first use.
@@ -41,6 +41,7 @@ _CLASSES = {
     "compare": ("esopt.tasks.synthetic", "CompareTask"),
     "reverse": ("esopt.tasks.synthetic", "ReverseTask"),
     "math": ("esopt.tasks.math", "MathTask"),
+    "arith": ("esopt.tasks.arith", "ArithTask"),
 }
 
 
