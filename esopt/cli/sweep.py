@@ -48,9 +48,22 @@ def main_run(cfg) -> dict:
         fail(str(e))
     if distributed.launched_rank() > 0:  # torchrun / srun rank > 0: a silent ES worker
         return run_worker(rc)
+    if rc.sweep.dry_run:  # one run (no -m; a multirun's dry run is the sweeper's table)
+        return dry_run(rc)
     summary = analyses(rc, run(rc))
     print_summary(summary, store.RunDir.for_run(rc.sweep.root, rc.sweep.name, summary.get("run_id", "")).path)
     return summary
+
+
+def dry_run(rc: RunConfig) -> dict:
+    """``sweep.dry_run=true`` without ``-m``: say which run it would be and whether it is done;
+    launch nothing."""
+    rid = run_id(rc)
+    rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
+    status = (rd.read_summary() or {}).get("status") or "not started"
+    print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']}): {status}; "
+          f"nothing launched\n  {rd.path}")
+    return {"status": "dry_run", "run_id": rid}
 
 
 def _task(cfg):
