@@ -344,7 +344,8 @@ def estimate_tokens(rc) -> int:
     evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
     eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
     ood budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
-    both phases of a sequence). ``problems`` null (the whole split) counts the split's rows.
+    both phases of a sequence, its per-iteration sizes clamped to the train split as the run
+    clamps them). ``problems`` null (the whole split) counts the split's rows.
     """
     from esopt import algorithms
 
@@ -357,7 +358,9 @@ def estimate_tokens(rc) -> int:
     if ev.ood_task:
         per_eval += (_rows(rc, ev.ood_task, ev.ood_split, ev.ood_problems) * ev.samples
                      * _budget(rc, ev.ood_task))
-    return int((1 + n_evals) * per_eval + algorithms.get(rc.algo).estimate_tokens(rc, budget))
+    train_rows = _rows(rc, rc.task, "train", None) if trains else None  # the run clamps to it
+    train = algorithms.get(rc.algo).estimate_tokens(rc, budget, train_rows=train_rows)
+    return int((1 + n_evals) * per_eval + train)
 
 
 def _task(rc, task_cfg: dict):
