@@ -182,6 +182,30 @@ class EsoptSweeper(Sweeper):
 
         return store.run_owner(store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
 
+    def rereport(self, jobs: List[Job]) -> None:
+        """Before dispatch, in this process only: open each run group's Optuna storage (a torn
+        journal is repaired here, ``tuning.repair_journal``) and re-report every kept run whose
+        trial lost its record, from its own summary.json (``tuning.rereport``)."""
+        from esopt.core import store
+        from esopt.runtime import tuning
+        from esopt.runtime.validate import config_id
+
+        n = 0
+        for job in {j.rid: j for j in jobs if self.skipped(j)}.values():
+            summary = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
+            rc = job.rc
+            params = {"model": rc.model["name"], "params": (summary.get("model") or {}).get("params"),
+                      "pop": rc.pop, "sigma": rc.sigma, "lr": rc.lr, "seed": rc.seed, "algo": rc.algo,
+                      "config_id": config_id(rc)}
+            try:
+                n += tuning.rereport(rc, job.rid, summary, params)
+            except Exception as e:  # noqa: BLE001 - bookkeeping; never takes the sweep down
+                print(f"esopt: warning: run {job.rid}: its Optuna trial cannot be re-reported: "
+                      f"{first_line(e)}"[:WARNING_CHARS], file=sys.stderr)
+        if n:
+            print(f"esopt: note: {n} kept run(s) re-reported to Optuna from their summary.json "
+                  "(their trial had lost its record)", file=sys.stderr)
+
     def launch(self, jobs: List[Job]) -> None:
         """Run the jobs not already done (one per run id), grouped by launcher request."""
         from esopt.core import store
@@ -331,6 +355,7 @@ class EsoptSweeper(Sweeper):
         if kept:
             print(f"esopt: {kept} of {len(jobs)} runs already recorded; not launched again "
                   "(sweep.retry_failed=true reruns failed and unreadable ones)")
+        self.rereport(jobs)
         self.launch(jobs)
         code = self.finish(jobs)
         if code:
