@@ -249,6 +249,10 @@ class EsoptSweeper(Sweeper):
                     if not ok and r is not None:
                         err = getattr(r, "_return_value", None)
                         print(f"esopt: warning: run {job.rid} raised: {err!r}"[:WARNING_CHARS], file=sys.stderr)
+                        if isinstance(err, BaseException):  # e.g. its Slurm job was cancelled
+                            from esopt.runtime.run import record_ended
+
+                            record_ended(job.rc, job.rid, err)
 
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):
