@@ -28,6 +28,17 @@ def test_control_characters_in_names_are_one_line(capsys, argv, needle):
     assert needle in err
 
 
+def test_control_characters_in_a_config_are_refused_too():
+    from esopt.core.errors import ConfigError
+    from helpers import compose
+    from esopt.runtime.validate import validate
+
+    cfg = compose("model=tiny-xs")
+    cfg.tuning.study = "s\nt"
+    with pytest.raises(ConfigError, match="tuning.study must not contain control characters"):
+        validate(cfg, check_data=False)
+
+
 def test_a_plain_name_passes(capsys):
     prepare_argv(["sweep.name=plain-name_1", "hydra/launcher=slurm", "hydra.launcher.name=esopt-1"])
 
