@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -494,3 +495,18 @@ def kill_while_recording(ctx, train, iteration: int) -> None:
     ctx.log = dying_log
     with pytest.raises(Killed):
         train(ctx)
+
+
+def slurm_reason() -> str | None:
+    """Why the local Slurm cannot be used (not installed, not running, no node up), or None."""
+    if shutil.which("sinfo") is None:
+        return "Slurm is not installed (run scripts/start_slurm.sh)"
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%a %t"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"sinfo failed: {e}"
+    if r.returncode != 0:
+        return f"sinfo failed: {(r.stderr or r.stdout).strip().splitlines()[:1]} (run scripts/start_slurm.sh)"
+    if not re.search(r"^up (idle|mix|alloc|comp)", r.stdout, flags=re.M):
+        return f"no Slurm node is up: {r.stdout.strip()!r}"
+    return None

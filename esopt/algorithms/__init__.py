@@ -142,12 +142,20 @@ class Algorithm:
         split = getattr(self._module(), "budgets", None)
         return tuple(split(cfg)) if split is not None else (int(cfg.iterations),)
 
-    def estimate_tokens(self, cfg, budget: int, iterations: int | None = None) -> int:
+    def estimate_tokens(self, cfg, budget: int, iterations: int | None = None,
+                        train_rows: int | None = None) -> int:
         """Upper bound on generated training tokens over ``iterations`` (default the run's; a
-        sequence phase: its share), every completion using its whole ``budget``."""
+        sequence phase: its share), every completion using its whole ``budget``; ``train_rows``
+        (the train split's size, when known) clamps per-iteration sizes as the run does."""
         estimate = getattr(self._module(), "estimate_tokens", None) if self.trains else None
         n = int(cfg.iterations if iterations is None else iterations)
-        return int(estimate(cfg, n, budget)) if estimate is not None else 0
+        if estimate is None:
+            return 0
+        import inspect
+
+        if train_rows is not None and "train_rows" in inspect.signature(estimate).parameters:
+            return int(estimate(cfg, n, budget, train_rows=train_rows))
+        return int(estimate(cfg, n, budget))
 
 
 ALGORITHMS: dict[str, Algorithm] = {}

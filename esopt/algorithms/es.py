@@ -135,12 +135,15 @@ def validate(cfg) -> None:
                           "its own batches (use es.batched=false: members one after another)")
 
 
-def estimate_tokens(cfg, iterations: int, budget: int) -> int:
-    """Upper bound on ES's generated training tokens: iterations * pop * batch_size *
-    samples (1 when greedy) * budget (es.max_new_tokens or the task's)."""
+def estimate_tokens(cfg, iterations: int, budget: int, train_rows: int | None = None) -> int:
+    """Upper bound on ES's generated training tokens: iterations * pop * prompts per iteration
+    (:func:`prompts_per_iteration`: es.batch_size clamped to the ``train_rows`` of the train
+    split, as the run draws them) * samples (1 when greedy) * budget (es.max_new_tokens or the
+    task's)."""
     es = block(ESConfig, cfg.es, "es")
     per_prompt = 1 if es.temperature <= 0 else es.samples
-    return int(iterations * cfg.pop * es.batch_size * per_prompt * (es.max_new_tokens or budget))
+    prompts = es.batch_size if train_rows is None else prompts_per_iteration(es.batch_size, train_rows)
+    return int(iterations * cfg.pop * prompts * per_prompt * (es.max_new_tokens or budget))
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,10 +181,16 @@ def member_seeds(run_seed: int, iteration: int, pop: int, antithetic: bool) -> t
     return rng.integers(0, MAX_MEMBER_SEED, size=pop).tolist(), [1.0] * pop
 
 
+def prompts_per_iteration(batch_size: int, n_rows: int) -> int:
+    """Training prompts of one iteration: ``min(es.batch_size, rows of the train split)`` (the
+    run's :func:`prompt_batch` and the sweep's token estimate alike)."""
+    return min(int(batch_size), int(n_rows))
+
+
 def prompt_batch(run_seed: int, iteration: int, n_rows: int, batch_size: int) -> list[int]:
     """Indices of the iteration's training prompts: a fresh draw without replacement."""
     rng = np.random.default_rng([int(run_seed), int(iteration), PROMPT_STREAM])
-    return sorted(rng.choice(n_rows, size=min(batch_size, n_rows), replace=False).tolist())
+    return sorted(rng.choice(n_rows, size=prompts_per_iteration(batch_size, n_rows), replace=False).tolist())
 
 
 # --------------------------------------------------------------------------------------------

@@ -100,7 +100,7 @@ def first_point(overrides: list[str]) -> tuple[list[str], dict[str, list]]:
     ``glob(...)``: dropped). Also returns every value given to each key (``{"sweep.name": [...]}``).
     Raises Hydra's OverrideParseException on a malformed override."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, QuotedString, RangeSweep
 
     point, values = [], {}
     for ov in OverridesParser.create().parse_overrides(overrides):
@@ -119,7 +119,8 @@ def first_point(overrides: list[str]) -> tuple[list[str], dict[str, list]]:
             continue
         else:
             every = [v]
-        values.setdefault(key.lstrip("+~"), []).extend(every)
+        values.setdefault(key.lstrip("+~"), []).extend(  # a quoted choice 'x y': its text
+            x.text if isinstance(x, QuotedString) else x for x in every)
         point.append(f"{key}={Override._get_value_element_as_str(every[0])}" if ov.is_sweep_override()
                      else ov.input_line)
     return point, values
@@ -170,6 +171,11 @@ def _known_keys(overrides: list[str], key: str, parent: str) -> list[str]:
         return []
 
 
+# names that reach a path, a study name or a Slurm job name: no control characters
+NAMED_KEYS = ("hydra.launcher.name", "tuning.study", "tuning.storage", "model.name", "model.path",
+              "task.source")
+
+
 def precheck(argv: list[str]) -> None:
     """Before Hydra runs (and creates ``<sweep.root>/<sweep.name>/.hydra/``): compose the first
     run of the command line once and check what needs no data: Hydra's own errors (unknown key
@@ -178,7 +184,7 @@ def precheck(argv: list[str]) -> None:
     problem is one line and exit 2 (:func:`fail`); the full validation of every run follows
     in the sweeper / the run's entry point."""
     from esopt import algorithms
-    from esopt.core.config import check_keys, check_sweep_location, plain
+    from esopt.core.config import check_keys, check_plain_text, check_sweep_location, plain
     from esopt.core.errors import ConfigError
 
     overrides = _overrides(argv)
@@ -193,6 +199,9 @@ def precheck(argv: list[str]) -> None:
             check_sweep_location(name, "results")
         for root in values.get("sweep.root", []):
             check_sweep_location("x", root)
+        for key in NAMED_KEYS:
+            for value in values.get(key, []):
+                check_plain_text(key, value)
     except ConfigError as e:
         fail(str(e))
     from hydra import compose, initialize_config_dir
@@ -207,6 +216,7 @@ def precheck(argv: list[str]) -> None:
         check_keys(raw, algorithms.blocks())
         sweep = raw.get("sweep") or {}
         check_sweep_location(sweep.get("name"), sweep.get("root"))
+        check_plain_text("hydra.launcher.name", (cfg.hydra.get("launcher") or {}).get("name"))
         if _single_run(argv, overrides):  # exactly this config runs: validate all of it now
             from esopt.runtime.validate import validate
 

@@ -275,6 +275,20 @@ def check_keys(raw: Mapping, blocks: Collection[str] | None = None) -> None:
                           f"{', '.join(known)}")
 
 
+def check_plain_text(key: str, value: Any) -> None:
+    """A name that reaches a path, a study, an ``sbatch`` job name or a log line holds no control
+    character (newline, tab, escape, NUL, ...: Unicode category Cc), which would split an
+    ``#SBATCH`` line or a log record; ConfigError (one line) naming the key otherwise."""
+    import unicodedata
+
+    if value is None:
+        return
+    bad = next((c for c in str(value) if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise ConfigError(f"{key} must not contain control characters, got {str(value)!r} "
+                          f"(found {bad!r})")
+
+
 def check_sweep_location(name: Any, root: Any) -> None:
     """``sweep.name`` is one plain directory name and ``sweep.root`` has no ``..`` component,
     so ``<root>/<name>`` (where runs, the Optuna journal and Hydra's ``.hydra/`` land) is a
@@ -283,6 +297,8 @@ def check_sweep_location(name: Any, root: Any) -> None:
     import os
 
     name, root = "" if name is None else str(name), "" if root is None else str(root)
+    check_plain_text("sweep.name", name)
+    check_plain_text("sweep.root", root)
     if (not name.strip() or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
             or name != name.strip()):
         raise ConfigError(f"sweep.name must be a plain directory name (no '/', not '.' or '..'), got {name!r}")

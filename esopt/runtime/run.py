@@ -173,6 +173,24 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
 ERROR_CHARS = 500  # the summary's error: the first line of the exception, at most this long
 
 
+def record_ended(cfg: RunConfig, rid: str, error: BaseException | str) -> bool:
+    """Record as failed a run whose worker ended without recording it (a Slurm job cancelled or
+    lost before the run wrote its end: its summary says ``running``, or there is none), with the
+    launcher's ``error`` (e.g. naming the Slurm job and "cancelled"). Nothing is written when
+    the run is recorded (completed, pruned, failed) or a live process still owns it. Returns
+    whether it wrote; ``sweep.retry_failed=true`` reruns the run later (it resumes)."""
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
+    if rd.status not in (None, "running") or store.run_owner(rd.path) is not None:
+        return False
+    summary = rd.read_summary() or dict(_stub(cfg, rid, "failed"), config=cfg.to_dict(), seed=cfg.seed)
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    summary["status"], summary["error_type"] = "failed", type(error).__name__ if not isinstance(error, str) else None
+    summary["error"] = text.splitlines()[0][:ERROR_CHARS] if text else "the run's worker ended without a record"
+    rd.path.mkdir(parents=True, exist_ok=True)
+    rd.write_summary(summary)
+    return True
+
+
 def _first_summary(cfg: RunConfig, rid: str, previous: dict, t0: float) -> dict:
     """The summary written as the attempt starts (``running``); the axes the algorithm does not
     read are null (``iterations``: 0)."""

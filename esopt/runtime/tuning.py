@@ -301,9 +301,88 @@ def open_storage(url: str):
         from optuna.storages.journal import JournalFileBackend
 
         Path(url).parent.mkdir(parents=True, exist_ok=True)
-        st = JournalStorage(JournalFileBackend(url))
+        repair_journal(url)
+        try:
+            st = JournalStorage(JournalFileBackend(url))
+        except Exception as e:  # noqa: BLE001 - the error names the file it came from
+            raise JournalError(f"Optuna journal {url} cannot be read: {type(e).__name__}: {e}") from e
     _STORAGES[url] = st
     return st
+
+
+class JournalError(RuntimeError):
+    """An Optuna journal that cannot be read even after :func:`repair_journal`; names the file."""
+
+
+def _salvage(line: bytes) -> bytes | None:
+    """A journal line as one complete JSON record (newline-terminated), or the complete record
+    glued after a torn one (``<partial>{...}\n``: an append after a crash or a full disk), or None."""
+    import json
+
+    if not line.endswith(b"\n"):
+        return None
+    start = 0
+    while start != -1:
+        try:
+            rec = json.loads(line[start:])
+        except ValueError:
+            rec = None
+        if isinstance(rec, dict) and "op_code" in rec:
+            return line[start:]
+        start = line.find(b"{", start + 1)
+    return None
+
+
+def repair_journal(path: str) -> int:
+    """Set aside the torn or garbage lines of the Optuna journal ``path`` before Optuna reads it
+    (issue 29: a full disk left a partial last line; the next append was glued to it and every
+    later reader failed). Returns the number of lines dropped or cut.
+
+    Under Optuna's own journal lock (``JournalFileSymlinkLock``, the lock ``JournalFileBackend``
+    takes by default for every append, which writes and fsyncs whole lines inside it), so no
+    writer is half-way through a line while this reads: a line that is not newline-terminated
+    or not a JSON record is torn, never in flight. Each complete record is kept (also one glued
+    after a torn prefix); a copy of the original goes to ``<path>.torn-<timestamp>`` and one
+    warning line names both. Lines before the first bad one are left byte for byte, so readers
+    in other processes (which cache byte offsets of good lines only) stay valid."""
+    import os
+    import sys
+    import time
+
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return 0
+    from optuna.storages.journal import JournalFileSymlinkLock
+    from optuna.storages.journal._file import get_lock_file
+
+    with get_lock_file(JournalFileSymlinkLock(path)):
+        with open(path, "rb") as f:
+            data = f.read()
+        lines = data.splitlines(keepends=True)
+        kept, bad, recovered = [], 0, 0
+        for line in lines:
+            good = _salvage(line)
+            if good is None:
+                bad += 1
+            else:
+                recovered += len(good) != len(line)
+                kept.append(good)
+        if len(kept) == len(lines) and not recovered:
+            return 0
+        stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        copy = f"{path}.torn-{stamp}"
+        with open(copy, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp = f"{path}.repair-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(b"".join(kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    print(f"esopt: warning: Optuna journal {path}: {bad + recovered} torn or garbage line(s) set aside "
+          f"({recovered} record(s) recovered from them); the original is kept as {copy}", file=sys.stderr)
+    return bad + recovered
 
 
 def open_study(cfg: Any, *, sampler=None, name: str | None = None):
@@ -426,8 +505,29 @@ def attach(cfg: Any, run_id: str, params: Mapping | None = None) -> RunTrial | N
     t = settings(_get(cfg, "tuning"))
     if not t["enabled"]:
         return None
-    study = open_study(cfg)
-    trial = start_trial(study, run_id, params)
+    try:
+        study = open_study(cfg)
+        trial = start_trial(study, run_id, params)
+    except (ValueError, AssertionError) as e:  # Optuna's own words never name the journal
+        raise JournalError(f"Optuna storage {storage_url(cfg)}: {type(e).__name__}: {e}") from e
     from esopt.runtime import pruners
 
     return RunTrial(study, trial, str(t["metric"]), pruners.get(t["pruner"]).prunes, t["pruner"])
+
+
+def rereport(cfg: Any, run_id: str, summary: Mapping, params: Mapping | None = None) -> bool:
+    """Tell the study the outcome of a run recorded in the store (its ``summary.json``) when its
+    trial lost that record (e.g. a torn journal line, :func:`repair_journal`): a run kept by the
+    sweeper whose trial is missing or still RUNNING is marked from its summary (completed ->
+    COMPLETE with its final metric, pruned -> PRUNED). Called by the sweep before dispatch;
+    returns whether anything was written."""
+    t = settings(_get(cfg, "tuning"))
+    if not t["enabled"] or summary.get("status") not in ("completed", "pruned"):
+        return False
+    study = open_study(cfg)
+    found = find_trial(study, run_id)
+    if found is not None and found.state.is_finished():
+        return False
+    trial = start_trial(study, run_id, params)
+    RunTrial(study, trial, str(t["metric"]), False, t["pruner"]).finish(summary)
+    return True

@@ -32,6 +32,7 @@ from esopt.runtime.layout import layout
 def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     """Check a composed config and return the typed RunConfig (ConfigError, one line)."""
     rc = parse(cfg, blocks=algorithms.blocks())
+    check_names(rc)
     algo = algorithms.get(rc.algo)
     rc = own_blocks(rc, algo)
     known_models = models.known_names()
@@ -59,6 +60,19 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
         if rc.tuning.get("enabled", True):
             tuning.check_storage(tuning.storage_url(rc))
     return rc
+
+
+def check_names(rc: RunConfig) -> None:
+    """The names that reach a path, a study name or a log line hold no control character
+    (``esopt.core.config.check_plain_text``; sweep.name and sweep.root are checked by parse):
+    a config file's values, as the command line's are before Hydra runs."""
+    from esopt.core.config import check_plain_text
+
+    tuning_block = rc.tuning or {}
+    for key, value in (("model.name", rc.model.get("name")), ("model.path", rc.model.get("path")),
+                       ("task.source", rc.task.get("source")), ("tuning.study", tuning_block.get("study")),
+                       ("tuning.storage", tuning_block.get("storage"))):
+        check_plain_text(key, value)
 
 
 def own_blocks(rc: RunConfig, algo: algorithms.Algorithm) -> RunConfig:

@@ -1,18 +1,91 @@
-"""Slurm launcher that can pack several runs into one Slurm array task (``runs_per_job``).
+"""Slurm launcher that can pack several runs into one Slurm array task (``runs_per_job``), and
+that notices a job cancelled or lost (``poll_s``).
 
 hydra-submitit-launcher's SlurmLauncher gives every run its own array task: a fresh Python
 process that imports torch and transformers before the run starts (several seconds), which
 dominates short runs. ``runs_per_job: k`` hands k runs to each task, run one after another in
 one process, and multiplies ``timeout_min`` by k. Requeue (time-out / preemption) resubmits the
 whole pack; its finished runs are skipped by the store and the interrupted one resumes.
-``runs_per_job: 1`` is exactly SlurmLauncher.
+``runs_per_job: 1`` submits one run per array task, as SlurmLauncher does.
+
+Job states: submitit reads them with ``sacct`` only; where accounting is off (``sacct`` fails)
+it never learns that a job was cancelled, and a job killed after KillWait writes no result
+file, so the sweep waited forever. Here the jobs' watcher (:class:`SqueueWatcher`) falls back
+to ``squeue --states=all`` (a job squeue no longer knows is LOST), polling at least every
+``poll_s`` seconds; a job that ended without a result is returned as a failed JobReturn whose
+error names the job id and its state (:class:`SlurmJobEnded`), and the sweeper records the run
+as failed (``esopt.runtime.run.record_ended``; ``sweep.retry_failed=true`` reruns it).
 """
 
-from typing import Any, List, Sequence
+import subprocess
+import time
+from typing import Any, Dict, List, Sequence
 
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, filter_overrides
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher, SlurmLauncher
+from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
+
+LOST = "LOST"  # the state of a job that squeue no longer knows and that left no result
+
+
+class SlurmJobEnded(RuntimeError):
+    """A Slurm job that ended (cancelled, lost, failed outside Python) without a result."""
+
+
+def squeue_states(job_ids: Sequence[str]) -> Dict[str, Dict[str, str]]:
+    """``{job_id: {"State": ...}}`` from ``squeue -h -r --states=all`` for submitit job ids
+    (``123`` or ``123_4``): a job squeue does not list (it ended longer than MinJobAge ago, or
+    was never known) is ``LOST``; when squeue itself fails (no controller) nothing is said."""
+    out: Dict[str, Dict[str, str]] = {}
+    bases: Dict[str, List[str]] = {}
+    for jid in job_ids:
+        bases.setdefault(jid.split("_")[0], []).append(jid)
+    for base, ids in bases.items():
+        try:
+            r = subprocess.run(["squeue", "-h", "-r", "--states=all", "-o", "%i|%T", "-j", base],
+                               capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode != 0:
+            if "invalid job id" in (r.stderr or "").lower():
+                out.update({jid: {"State": LOST} for jid in ids})
+            continue
+        listed = dict(line.split("|", 1) for line in r.stdout.split() if "|" in line)
+        pending_range = any("[" in k for k in listed)  # an unexpanded pending array: still waiting
+        for jid in ids:
+            state = listed.get(jid) or ("PENDING" if pending_range else LOST)
+            out[jid] = {"State": state.strip()}
+    return out
+
+
+class SqueueWatcher(SlurmInfoWatcher):
+    """submitit's sacct watcher, with ``squeue`` for the jobs sacct says nothing about."""
+
+    def update(self) -> None:
+        to_check = sorted(self._registered - self._finished)
+        if not to_check:
+            return
+        self._num_calls += 1
+        info: Dict[str, Dict[str, str]] = {}
+        command = self._make_command()
+        try:
+            r = subprocess.run(command, capture_output=True, timeout=60, check=True)
+            info = self.read_info(r.stdout)
+        except (OSError, subprocess.SubprocessError):
+            info = {}
+        missing = [jid for jid in to_check if not info.get(jid)]
+        if missing:
+            info.update(squeue_states(missing))
+        self._info_dict.update(info)
+        self._last_status_check = time.time()
+        for jid in to_check:
+            if self.is_done(jid, mode="cache"):
+                self._finished.add(jid)
+
+
+class EsoptSlurmJob(SlurmJob):
+    watcher = SqueueWatcher(delay_s=10)
 
 
 class _Pack:
@@ -30,30 +103,43 @@ class _Pack:
         return submitit.helpers.DelayedSubmission(self, pack)
 
 
+def _ended(job, pack: List[tuple], error: BaseException) -> List[JobReturn]:
+    """Failed JobReturns for the runs of a job that ended without a result."""
+    state = (job.watcher.get_state(job.job_id, mode="force") or "UNKNOWN").split()[0].upper()
+    how = "was cancelled" if state.startswith("CANCEL") else (
+        "was lost (Slurm no longer knows it)" if state == LOST else f"ended ({state})")
+    err = SlurmJobEnded(f"Slurm job {job.job_id} {how} before its runs wrote a result "
+                        f"({type(error).__name__}; log: {job.paths.stdout})")
+    return [JobReturn(overrides=list(args[0]), status=JobStatus.FAILED, _return_value=err) for args in pack]
+
+
 class EsoptSlurmLauncher(SlurmLauncher):
-    def __init__(self, runs_per_job: int = 1, **params: Any) -> None:
+    def __init__(self, runs_per_job: int = 1, poll_s: float = 10, **params: Any) -> None:
         super().__init__(**params)
         self.runs_per_job = max(1, int(runs_per_job or 1))
+        self.poll_s = max(1.0, float(poll_s or 10))
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        k = self.runs_per_job
-        if k == 1 or len(job_overrides) == 1:
-            return super().launch(job_overrides, initial_job_idx)
         import logging
+        from pathlib import Path
 
         import submitit
         from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
         from omegaconf import OmegaConf
 
+        k = self.runs_per_job
         log = logging.getLogger(__name__)
         params = dict(self.params)
         init = {"folder": params.pop("submitit_folder"),
                 "slurm_max_num_timeout": params.pop("max_num_timeout", 0)}
         executor = submitit.AutoExecutor(cluster="slurm", **init)
+        executor._executor.job_class = EsoptSlurmJob  # its watcher falls back to squeue
+        EsoptSlurmJob.watcher._delay_s = self.poll_s
         base = set(OmegaConf.structured(BaseQueueConf).keys())
-        if params.get("timeout_min"):
+        if params.get("timeout_min") and k > 1:
             params["timeout_min"] = int(params["timeout_min"]) * k
         executor.update_parameters(**{x if x in base else f"slurm_{x}": y for x, y in params.items()})
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
 
         args = []
         for i, overrides in enumerate(job_overrides):
@@ -63,4 +149,12 @@ class EsoptSlurmLauncher(SlurmLauncher):
         packs = [args[i:i + k] for i in range(0, len(args), k)]
         log.info(f"{len(args)} runs in {len(packs)} Slurm tasks of up to {k} runs")
         jobs = executor.map_array(_Pack(self), packs)
-        return [r for job in jobs for r in job.results()[0]]
+        out: List[JobReturn] = []
+        for job, pack in zip(jobs, packs):  # every job waited for, even after one has ended badly
+            try:
+                out += job.results()[0]
+            except submitit.core.utils.UncompletedJobError as e:  # no result file: cancelled, lost, ...
+                out += _ended(job, pack, e)
+            except Exception as e:  # noqa: BLE001 - the task itself raised (FailedJobError)
+                out += [JobReturn(overrides=list(a[0]), status=JobStatus.FAILED, _return_value=e) for a in pack]
+        return out

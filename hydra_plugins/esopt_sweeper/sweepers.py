@@ -182,6 +182,30 @@ class EsoptSweeper(Sweeper):
 
         return store.run_owner(store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
 
+    def rereport(self, jobs: List[Job]) -> None:
+        """Before dispatch, in this process only: open each run group's Optuna storage (a torn
+        journal is repaired here, ``tuning.repair_journal``) and re-report every kept run whose
+        trial lost its record, from its own summary.json (``tuning.rereport``)."""
+        from esopt.core import store
+        from esopt.runtime import tuning
+        from esopt.runtime.validate import config_id
+
+        n = 0
+        for job in {j.rid: j for j in jobs if self.skipped(j)}.values():
+            summary = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
+            rc = job.rc
+            params = {"model": rc.model["name"], "params": (summary.get("model") or {}).get("params"),
+                      "pop": rc.pop, "sigma": rc.sigma, "lr": rc.lr, "seed": rc.seed, "algo": rc.algo,
+                      "config_id": config_id(rc)}
+            try:
+                n += tuning.rereport(rc, job.rid, summary, params)
+            except Exception as e:  # noqa: BLE001 - bookkeeping; never takes the sweep down
+                print(f"esopt: warning: run {job.rid}: its Optuna trial cannot be re-reported: "
+                      f"{first_line(e)}"[:WARNING_CHARS], file=sys.stderr)
+        if n:
+            print(f"esopt: note: {n} kept run(s) re-reported to Optuna from their summary.json "
+                  "(their trial had lost its record)", file=sys.stderr)
+
     def launch(self, jobs: List[Job]) -> None:
         """Run the jobs not already done (one per run id), grouped by launcher request."""
         from esopt.core import store
@@ -225,6 +249,10 @@ class EsoptSweeper(Sweeper):
                     if not ok and r is not None:
                         err = getattr(r, "_return_value", None)
                         print(f"esopt: warning: run {job.rid} raised: {err!r}"[:WARNING_CHARS], file=sys.stderr)
+                        if isinstance(err, BaseException):  # e.g. its Slurm job was cancelled
+                            from esopt.runtime.run import record_ended
+
+                            record_ended(job.rc, job.rid, err)
 
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):
@@ -331,6 +359,7 @@ class EsoptSweeper(Sweeper):
         if kept:
             print(f"esopt: {kept} of {len(jobs)} runs already recorded; not launched again "
                   "(sweep.retry_failed=true reruns failed and unreadable ones)")
+        self.rereport(jobs)
         self.launch(jobs)
         code = self.finish(jobs)
         if code:
@@ -344,7 +373,8 @@ def estimate_tokens(rc) -> int:
     evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
     eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
     ood budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
-    both phases of a sequence). ``problems`` null (the whole split) counts the split's rows.
+    both phases of a sequence, its per-iteration sizes clamped to the train split as the run
+    clamps them). ``problems`` null (the whole split) counts the split's rows.
     """
     from esopt import algorithms
 
@@ -357,7 +387,9 @@ def estimate_tokens(rc) -> int:
     if ev.ood_task:
         per_eval += (_rows(rc, ev.ood_task, ev.ood_split, ev.ood_problems) * ev.samples
                      * _budget(rc, ev.ood_task))
-    return int((1 + n_evals) * per_eval + algorithms.get(rc.algo).estimate_tokens(rc, budget))
+    train_rows = _rows(rc, rc.task, "train", None) if trains else None  # the run clamps to it
+    train = algorithms.get(rc.algo).estimate_tokens(rc, budget, train_rows=train_rows)
+    return int((1 + n_evals) * per_eval + train)
 
 
 def _task(rc, task_cfg: dict):

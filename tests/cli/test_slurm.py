@@ -4,29 +4,13 @@ when Slurm is not running (start it with ``scripts/start_slurm.sh``; CI's ``.ci/
 
 import json
 import re
-import shutil
-import subprocess
 
 import pytest
 
-from helpers import REPO, run_cli
+from helpers import REPO, run_cli, slurm_reason
 
 
-def _slurm_reason() -> str | None:
-    if shutil.which("sinfo") is None:
-        return "Slurm is not installed (run scripts/start_slurm.sh)"
-    try:
-        r = subprocess.run(["sinfo", "-h", "-o", "%a %t"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"sinfo failed: {e}"
-    if r.returncode != 0:
-        return f"sinfo failed: {(r.stderr or r.stdout).strip().splitlines()[:1]} (run scripts/start_slurm.sh)"
-    if not re.search(r"^up (idle|mix|alloc|comp)", r.stdout, flags=re.M):
-        return f"no Slurm node is up: {r.stdout.strip()!r}"
-    return None
-
-
-_REASON = _slurm_reason()
+_REASON = slurm_reason()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
 
 
