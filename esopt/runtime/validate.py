@@ -24,7 +24,7 @@ from esopt import algorithms, engines, models, tasks
 from esopt.core import store
 from esopt.core.config import RunConfig, block, parse
 from esopt.core.errors import ConfigError
-from esopt.runtime import trackers, tuning
+from esopt.runtime import limits, trackers, tuning
 from esopt.runtime.layout import layout
 
 
@@ -33,6 +33,7 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     rc = parse(cfg, blocks=algorithms.blocks())
     algo = algorithms.get(rc.algo)
     rc = own_blocks(rc, algo)
+    limits.check_sizes(rc)  # before anything sized by them is built
     known_models = models.known_names()
     if rc.model["name"] not in known_models and not rc.model.get("path"):
         raise ConfigError(
@@ -109,7 +110,8 @@ def _check_task_data(rc: RunConfig) -> None:
         if key in _CHECKED_TASKS:
             continue
         task = tasks.get(cfg, tokenizer=None, style=_task_style(cfg, rc))
-        n = len(task.split(split))
+        rows = task.split(split)
+        n = len(rows)
         if n == 0:
             sizes = ", ".join([f"source={cfg['source']}"] * bool(cfg.get("source"))
                               + [f"{k}={cfg[k]}" for k in ("n_train", "n_test", "n_heldout") if k in cfg])
@@ -118,6 +120,7 @@ def _check_task_data(rc: RunConfig) -> None:
         if problems is not None and problems > n:
             raise ConfigError(f"eval.problems={problems} exceeds the {split} split of task {cfg['name']} "
                               f"({n} problems); set eval.problems <= {n}")
+        limits.check_context(rc, task, split, rows)
         _CHECKED_TASKS.add(key)
 
 
