@@ -48,6 +48,7 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     rc = resolve_defaults(rc)
     if rc.model.get("path"):
         models.check_dir(rc.model["path"])
+    check_remote_code(rc.model)
     engines.parse(rc.engine)
     algo.validate(rc)
     engines.check(rc.engine, rc.model)
@@ -83,6 +84,25 @@ def resolve_defaults(rc: RunConfig) -> RunConfig:
         ev = dataclasses.replace(ev, ood_task=ood, ood_problems=ev.ood_problems if ev.ood_problems
                                  is not None else tasks.task_class(ood["name"]).eval_problems)
     return dataclasses.replace(rc, task=task, eval=ev)
+
+
+def check_remote_code(model_cfg: dict) -> None:
+    """A model whose config.json asks for its own Python code (``auto_map`` with a
+    ``model_type`` transformers does not know) is refused unless ``model.trust_remote_code`` is
+    true: one line here, never transformers' interactive prompt mid-run. Read from config.json
+    (``models.local_config``), nothing is imported from the directory."""
+    trust = model_cfg.get("trust_remote_code", False)
+    if not isinstance(trust, bool):
+        raise ConfigError(f"model.trust_remote_code must be true or false, got {trust!r}")
+    cfg = models.local_config(model_cfg["name"], model_cfg.get("path"))
+    if trust or not isinstance(cfg, dict) or not cfg.get("auto_map"):
+        return
+    from transformers import CONFIG_MAPPING
+
+    if cfg.get("model_type") not in CONFIG_MAPPING:
+        where = model_cfg.get("path") or model_cfg["name"]
+        raise ConfigError(f"{where}: its config asks to run custom code (auto_map); "
+                          "set model.trust_remote_code=true to allow it")
 
 
 _CHECKED_TASKS: set[str] = set()
@@ -162,7 +182,8 @@ def identity(rc: RunConfig) -> dict:
         for key in b.speed_keys():
             (d.get(b.name) or {}).pop(key, None)
     d["engine"] = {k: v for k, v in d["engine"].items() if k in ("name",)}
-    d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
+    d["model"] = {k: v for k, v in d["model"].items()  # launcher-only / a permission, not the result
+                  if k not in ("resources", "trust_remote_code")}
     for key in (*algorithms.AXES, *algorithms.blocks()):
         if not algo.uses(key):
             d.pop(key, None)
