@@ -8,8 +8,9 @@ would otherwise ask for 7.45 GiB of seeds, a 1e6-number data row or a 10 MB chat
     esopt: error: pop=1000000000 is above the limit 65536 (...)
 
 :func:`check_sizes` bounds the config's numbers; :func:`check_context` bounds the longest
-prompt of a split the run uses plus its generation budget by the model's context length
-(``max_position_embeddings`` in its config.json; the tiny models': 128 positions).
+prompt of a split the run uses plus its generation budget by :data:`CONTEXT_SLACK` times the
+model's context length (``max_position_embeddings`` in its config.json; the tiny models': 128
+positions, so 2048 tokens).
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ MAX_GENERATIONS = 4096       # GRPO group size grpo.num_generations (the study: 
 MAX_GRAD_ACCUM = 65536       # grpo.grad_accum (divides prompts_per_step * num_generations)
 MAX_RANK = 4096              # es.rank, EGGROLL's low-rank perturbation rank
 MAX_NEW_TOKENS = 131072      # any generation budget (the longest hub-model context: 128k)
+CONTEXT_SLACK = 16          # prompt + generation <= this many times the model's context: past its
+#                            context a RoPE model runs but degrades (the tiny models, 128 positions,
+#                            are evaluated out of domain on GSM8K / MATH prompts of up to ~300 tokens);
+#                            the bound stops what would exhaust memory (1e6 numbers, a 10 MB chat)
 LONGEST_PROMPTS = 4          # prompts tokenized per split by check_context (the longest by characters)
-CHARS_PER_TOKEN_MAX = 32     # no tokenizer here: a prompt of more than ctx * this many characters is refused
+CHARS_PER_TOKEN_MAX = 32     # no tokenizer here: a prompt of more than the limit * this many characters is refused
 
 _TOKENIZERS: dict[str, object] = {}
 
@@ -114,18 +119,19 @@ def check_context(rc, task, split: str, rows) -> None:
     """The longest prompts of ``rows`` (``task``'s ``split``) plus the generation budget must fit
     the model's context. Cheap: only the :data:`LONGEST_PROMPTS` longest by characters are
     tokenized (with the model's local tokenizer; without one, a prompt longer than
-    ``context * CHARS_PER_TOKEN_MAX`` characters is refused)."""
+    ``limit * CHARS_PER_TOKEN_MAX`` characters is refused)."""
     from esopt import models
 
     ctx = context_length(rc.model)
     if ctx is None or "prompt" not in getattr(rows, "column_names", ()):
         return
     new = budget(rc, task)
-    where = f"model {rc.model.get('path') or rc.model['name']} has a context of {ctx} positions"
-    if new >= ctx:
-        raise ConfigError(f"the generation budget max_new_tokens={new} is not below the model's context "
-                          f"({where}); lower eval.max_new_tokens / es.max_new_tokens / "
-                          "grpo.max_completion_length")
+    limit = ctx * CONTEXT_SLACK
+    where = (f"the limit {limit}: {CONTEXT_SLACK} x the context of model "
+             f"{rc.model.get('path') or rc.model['name']}, {ctx} positions")
+    if new >= limit:
+        raise ConfigError(f"the generation budget max_new_tokens={new} is not below {where}; lower "
+                          "eval.max_new_tokens / es.max_new_tokens / grpo.max_completion_length")
     prompts = [p for p in rows["prompt"] if isinstance(p, str)]
     longest = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)[:LONGEST_PROMPTS]
     model_dir = models.local_dir(rc.model)
@@ -133,18 +139,18 @@ def check_context(rc, task, split: str, rows) -> None:
     for i in longest:
         text = prompts[i]
         if tok is None:
-            if len(text) > ctx * CHARS_PER_TOKEN_MAX:
+            if len(text) > limit * CHARS_PER_TOKEN_MAX:
                 n = f"{len(text)} characters"
             else:
                 continue
         else:
-            if len(text) > ctx * CHARS_PER_TOKEN_MAX:  # surely too long: do not tokenize megabytes
+            if len(text) > limit * CHARS_PER_TOKEN_MAX:  # surely too long: do not tokenize megabytes
                 n = f"{len(text)} characters"
             else:
                 length = len(tok(text)["input_ids"])  # with BOS, as the engines feed it
-                if length + new <= ctx:
+                if length + new <= limit:
                     continue
                 n = f"{length} tokens"
         raise ConfigError(f"task {task.name}: the {split} split's problem {i} has a prompt of {n}, which with "
-                          f"max_new_tokens={new} exceeds the context ({where}); shorten the data or "
+                          f"max_new_tokens={new} exceeds {where}; shorten the data or "
                           "choose a model with a longer context")

@@ -34,8 +34,8 @@ def rejected(capsys, *argv) -> str:
     (["algo=grpo", "grpo.num_generations=100000"], "grpo.num_generations=100000 is above the limit"),
     (["algo=grpo", "grpo.prompts_per_step=10000000"], "grpo.prompts_per_step=10000000 is above the limit"),
     (["eval.max_new_tokens=10000000"], "eval.max_new_tokens=10000000 is above the limit"),
-    (["model=tiny-xs", "eval.max_new_tokens=200"], "max_new_tokens=200 is not below the model's context"),
-    (["model=tiny-xs", "algo=es", "es.max_new_tokens=128"], "max_new_tokens=128 is not below"),
+    (["model=tiny-xs", "eval.max_new_tokens=5000"], "max_new_tokens=5000 is not below the limit 2048: 16 x"),
+    (["model=tiny-xs", "algo=es", "es.max_new_tokens=2048"], "max_new_tokens=2048 is not below the limit"),
 ])
 def test_sizes_above_their_limit_are_one_line(capsys, argv, needle):
     assert needle in rejected(capsys, *argv)
@@ -43,7 +43,7 @@ def test_sizes_above_their_limit_are_one_line(capsys, argv, needle):
 
 def test_limits_leave_real_sizes_alone(capsys):
     prepare_argv(["model=tiny-xs", "algo=es", "pop=4096", "es.batch_size=64", "eval.samples=32",
-                  "eval.problems=10", "eval.max_new_tokens=24"])
+                  "eval.problems=10", "eval.max_new_tokens=1000"])
     assert capsys.readouterr().err == ""
 
 
@@ -54,11 +54,12 @@ def _countdown_file(path: Path, long_row: dict) -> Path:
 
 
 def test_a_prompt_longer_than_the_context_is_refused(tmp_path, capsys):
-    """A data row with many numbers makes a prompt past the tiny model's 128 positions."""
-    src = _countdown_file(tmp_path / "long.jsonl", {"nums": list(range(1, 200)), "target": 7})
+    """A data row with many numbers makes a prompt past 16 x the tiny model's 128 positions."""
+    src = _countdown_file(tmp_path / "long.jsonl", {"nums": list(range(1, 1000)), "target": 7})
     err = rejected(capsys, "model=tiny-xs", "task=countdown", f"task.source={src}", "task.n_train=30",
                    "task.n_heldout=0", "eval.problems=5")
-    assert "exceeds the context (model tiny-xs has a context of 128 positions)" in err, err
+    assert "tokens, which with max_new_tokens=24 exceeds the limit 2048: 16 x the context of model " \
+           "tiny-xs, 128 positions" in err, err
     assert "split's problem" in err
 
 
