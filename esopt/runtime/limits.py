@@ -5,12 +5,12 @@ thousand iterations) and far below what fails by running out of memory: ``pop=10
 would otherwise ask for 7.45 GiB of seeds, a 1e6-number data row or a 10 MB chat context an
 11 GB KV cache. One ConfigError line names the input and its limit::
 
-    esopt: error: pop=1000000000 is above the limit 65536 (...)
+    esopt: error: pop=1000000000 is above the limit 4096 (ES members per iteration; esopt.runtime.limits)
 
 :func:`check_sizes` bounds the config's numbers; :func:`check_context` bounds the longest
-prompt of a split the run uses plus its generation budget by :data:`CONTEXT_SLACK` times the
-model's context length (``max_position_embeddings`` in its config.json; the tiny models': 128
-positions, so 2048 tokens).
+prompt of a split the run uses plus its generation budget by the model's context length
+(``max_position_embeddings`` in its config.json; the tiny models': 128 positions) plus
+:data:`CONTEXT_SLACK` positions.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ MAX_GENERATIONS = 4096       # GRPO group size grpo.num_generations (the study: 
 MAX_GRAD_ACCUM = 65536       # grpo.grad_accum (divides prompts_per_step * num_generations)
 MAX_RANK = 4096              # es.rank, EGGROLL's low-rank perturbation rank
 MAX_NEW_TOKENS = 131072      # any generation budget (the longest hub-model context: 128k)
-CONTEXT_SLACK = 16          # prompt + generation <= this many times the model's context: past its
+CONTEXT_SLACK = 2048        # prompt + generation <= the model's context + this many positions: past its
 #                            context a RoPE model runs but degrades (the tiny models, 128 positions,
 #                            are evaluated out of domain on GSM8K / MATH prompts of up to ~300 tokens);
 #                            the bound stops what would exhaust memory (1e6 numbers, a 10 MB chat)
 LONGEST_PROMPTS = 4          # prompts tokenized per split by check_context (the longest by characters)
-CHARS_PER_TOKEN_MAX = 32     # no tokenizer here: a prompt of more than the limit * this many characters is refused
+CHARS_PER_TOKEN_MAX = 8      # no tokenizer here: a prompt of more than the limit * this many characters is refused
 
 _TOKENIZERS: dict[str, object] = {}
 
@@ -96,9 +96,12 @@ def budget(rc, task) -> int:
 
 
 def _tokenizer(model_dir):
-    """The model's tokenizer from its local directory (cached per directory), or None."""
+    """The model's tokenizer from its local directory or the Hugging Face cache (a hub id; never
+    downloaded), cached per source, or None."""
     from esopt import models
 
+    if model_dir is None:
+        return None
     key = str(model_dir)
     if key not in _TOKENIZERS:
         tok = None
@@ -108,7 +111,7 @@ def _tokenizer(model_dir):
             if models.is_char_tokenizer_dir(key):
                 tok = PreTrainedTokenizerFast.from_pretrained(key)
             else:
-                tok = AutoTokenizer.from_pretrained(key, trust_remote_code=False)
+                tok = AutoTokenizer.from_pretrained(key, trust_remote_code=False, local_files_only=True)
         except Exception:  # noqa: BLE001 - no usable tokenizer here: bound by characters
             tok = None
         _TOKENIZERS[key] = tok
@@ -126,16 +129,16 @@ def check_context(rc, task, split: str, rows) -> None:
     if ctx is None or "prompt" not in getattr(rows, "column_names", ()):
         return
     new = budget(rc, task)
-    limit = ctx * CONTEXT_SLACK
-    where = (f"the limit {limit}: {CONTEXT_SLACK} x the context of model "
-             f"{rc.model.get('path') or rc.model['name']}, {ctx} positions")
+    limit = ctx + CONTEXT_SLACK
+    where = (f"the limit {limit}: the context of model {rc.model.get('path') or rc.model['name']} "
+             f"({ctx} positions) + {CONTEXT_SLACK}")
     if new >= limit:
         raise ConfigError(f"the generation budget max_new_tokens={new} is not below {where}; lower "
                           "eval.max_new_tokens / es.max_new_tokens / grpo.max_completion_length")
     prompts = [p for p in rows["prompt"] if isinstance(p, str)]
     longest = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)[:LONGEST_PROMPTS]
     model_dir = models.local_dir(rc.model)
-    tok = _tokenizer(model_dir) if model_dir is not None else None
+    tok = _tokenizer(model_dir if model_dir is not None else models.REGISTRY.get(rc.model["name"]))
     for i in longest:
         text = prompts[i]
         if tok is None:

@@ -34,8 +34,8 @@ def rejected(capsys, *argv) -> str:
     (["algo=grpo", "grpo.num_generations=100000"], "grpo.num_generations=100000 is above the limit"),
     (["algo=grpo", "grpo.prompts_per_step=10000000"], "grpo.prompts_per_step=10000000 is above the limit"),
     (["eval.max_new_tokens=10000000"], "eval.max_new_tokens=10000000 is above the limit"),
-    (["model=tiny-xs", "eval.max_new_tokens=5000"], "max_new_tokens=5000 is not below the limit 2048: 16 x"),
-    (["model=tiny-xs", "algo=es", "es.max_new_tokens=2048"], "max_new_tokens=2048 is not below the limit"),
+    (["model=tiny-xs", "eval.max_new_tokens=5000"], "max_new_tokens=5000 is not below the limit 2176: the context of model tiny-xs (128 positions)"),
+    (["model=tiny-xs", "algo=es", "es.max_new_tokens=4096"], "max_new_tokens=4096 is not below the limit"),
 ])
 def test_sizes_above_their_limit_are_one_line(capsys, argv, needle):
     assert needle in rejected(capsys, *argv)
@@ -54,12 +54,12 @@ def _countdown_file(path: Path, long_row: dict) -> Path:
 
 
 def test_a_prompt_longer_than_the_context_is_refused(tmp_path, capsys):
-    """A data row with many numbers makes a prompt past 16 x the tiny model's 128 positions."""
+    """A data row with many numbers makes a prompt past the tiny model's 128 positions + 2048."""
     src = _countdown_file(tmp_path / "long.jsonl", {"nums": list(range(1, 1000)), "target": 7})
     err = rejected(capsys, "model=tiny-xs", "task=countdown", f"task.source={src}", "task.n_train=30",
                    "task.n_heldout=0", "eval.problems=5")
-    assert "tokens, which with max_new_tokens=24 exceeds the limit 2048: 16 x the context of model " \
-           "tiny-xs, 128 positions" in err, err
+    assert "tokens, which with max_new_tokens=24 exceeds the limit 2176: the context of model " \
+           "tiny-xs (128 positions) + 2048" in err, err
     assert "split's problem" in err
 
 
