@@ -95,6 +95,14 @@ def budget(rc, task) -> int:
     return max(out)
 
 
+def context_key(rc) -> list:
+    """What :func:`check_context` depends on besides the task's rows (validation checks a
+    task's data once per distinct key): the model and the configured generation budgets."""
+    es, grpo = rc.blocks.get("es") or {}, rc.blocks.get("grpo") or {}
+    return [rc.model.get("path") or rc.model["name"], rc.eval.max_new_tokens, "es" in rc.blocks,
+            es.get("max_new_tokens"), "grpo" in rc.blocks, grpo.get("max_completion_length")]
+
+
 def _tokenizer(model_dir):
     """The model's tokenizer from its local directory or the Hugging Face cache (a hub id; never
     downloaded), cached per source, or None."""

@@ -126,7 +126,8 @@ def _check_task_data(rc: RunConfig) -> None:
     fp = input_fingerprints(rc).get("task.source")
     for cfg, split in uses:
         problems = rc.eval.problems if (cfg is rc.task and split == rc.eval.split) else None
-        key = json.dumps([cfg, _task_style(cfg, rc), split, problems, fp], sort_keys=True, default=str)
+        key = json.dumps([cfg, _task_style(cfg, rc), split, problems, fp, limits.context_key(rc)],
+                         sort_keys=True, default=str)
         if key in _CHECKED_TASKS:
             continue
         task = tasks.get(cfg, tokenizer=None, style=_task_style(cfg, rc))

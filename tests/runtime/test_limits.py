@@ -89,3 +89,11 @@ print(tuning.check(rc)["pruner"])
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "median", out.stderr[-2000:]
+
+
+def test_the_context_is_checked_for_every_model_and_budget_of_a_grid(capsys):
+    """Validation builds a task's data once per distinct config; the context check still sees
+    every job's budget (a grid over eval.max_new_tokens with one task)."""
+    prepare_argv(["model=tiny-xs", "eval.problems=5", "eval.max_new_tokens=24"])
+    err = rejected(capsys, "model=tiny-xs", "eval.problems=5", "eval.max_new_tokens=2170")
+    assert "max_new_tokens=2170 exceeds the limit 2176" in err, err
