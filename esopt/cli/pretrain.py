@@ -285,7 +285,7 @@ def _optimizer(model, recipe: dict):
 def _resume(d: Path, model, opt, batches) -> dict:
     """The state saved at the last evaluation (``last.pt``), loaded into model, optimizer and
     data order: ``{"history", "step", "wall_s", "best", "best_loss"}``."""
-    saved = torch.load(d / "last.pt", weights_only=False)
+    saved = torch.load(d / "last.pt", weights_only=True)  # plain types only: a pickle runs no code
     model.load_state_dict(saved["model"])
     opt.load_state_dict(saved["opt"])
     batches.rng.setstate(saved["rng"])

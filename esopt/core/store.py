@@ -254,32 +254,73 @@ def keep_recorded(status: str | None, retry_failed: bool, error_type: str | None
 
 
 # --- fingerprints of a run's inputs (part of the run id) ------------------------------------
-FP_BLOCK = 1 << 20          # bytes hashed at each end of a large file
-FP_WHOLE = 16 * FP_BLOCK    # files up to this size are hashed whole
+FP_BLOCK = 1 << 20          # bytes read at a time while hashing
+FP_WHOLE = 16 * FP_BLOCK    # larger files: their digest is kept in the digest cache (FP_CACHE_FILE)
 FP_MAX_FILES = 10_000       # a directory with more files is fingerprinted by its first ones
+FP_CACHE_FILE = "fingerprints.json"  # under $XDG_CACHE_HOME/esopt (~/.cache/esopt)
+FP_CACHE_ENTRIES = 2000     # the digest cache keeps this many files (the latest hashed)
 _FP_CACHE: dict[tuple, dict] = {}
 
 
+def _digest_cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "esopt" / FP_CACHE_FILE
+
+
+def _digest_cache_key(path: str, st: os.stat_result) -> str:
+    return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_dev}:{st.st_ino}"
+
+
+def _read_digest_cache() -> dict:
+    try:
+        data = json.loads(_digest_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _remember_digest(key: str, digest: str) -> None:
+    """Add one digest to the cache file (atomically; a cache that cannot be written is skipped:
+    the file is then hashed again by the next process)."""
+    path = _digest_cache_path()
+    try:
+        cache = _read_digest_cache()
+        cache.pop(key, None)
+        cache[key] = digest
+        keep = dict(list(cache.items())[-FP_CACHE_ENTRIES:])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(keep))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
 def _file_digest(path: str, size: int) -> str:
-    """sha256 of the whole file when it is at most FP_WHOLE bytes, else of its size, first and
-    last FP_BLOCK bytes (a retrained checkpoint or an edited data file changes those)."""
+    """sha256 of the whole file. A file over FP_WHOLE bytes is hashed once: its digest is kept
+    in the digest cache (``~/.cache/esopt/fingerprints.json``) under its real path, size,
+    mtime (ns) and inode, so a same-size edit anywhere in it changes the digest and an
+    unchanged one is not read again."""
+    st = os.stat(path)
+    key = _digest_cache_key(path, st) if size > FP_WHOLE else None
+    if key is not None:
+        cached = _read_digest_cache().get(key)
+        if isinstance(cached, str) and len(cached) == 64:
+            return cached
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        if size <= FP_WHOLE:
-            for chunk in iter(lambda: f.read(FP_BLOCK), b""):
-                h.update(chunk)
-        else:
-            h.update(str(size).encode())
-            h.update(f.read(FP_BLOCK))
-            f.seek(size - FP_BLOCK)
-            h.update(f.read(FP_BLOCK))
-    return h.hexdigest()
+        for chunk in iter(lambda: f.read(FP_BLOCK), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    if key is not None:
+        _remember_digest(key, digest)
+    return digest
 
 
 def fingerprint(path: str | os.PathLike) -> dict:
     """What a local input holds, cheaply: ``{"path", "kind", "size", "mtime", "sha256"}``.
 
-    A file: its size, modification time and :func:`_file_digest`. A directory (a checkpoint, a
+    A file: its size, modification time and :func:`_file_digest` (of its whole content). A directory (a checkpoint, a
     ``save_to_disk`` dataset): every regular file under it (hidden names skipped), its relative
     name, size and digest folded into one sha256; size = total bytes, mtime = the newest.
     A missing path: ``{"path", "kind": "missing"}``. The run id takes ``kind``, ``size`` and

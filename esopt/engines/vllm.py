@@ -211,6 +211,9 @@ def _llm_args(cfg, model, source: str, on_cpu: bool) -> tuple[dict, bool]:
         worker_extension_cls=WORKER_EXTENSION,
         generation_config="vllm",          # neutral defaults, as the hf engine (no model penalties)
         tensor_parallel_size=1,
+        # vLLM runs the model's own Python files only when the HF model esopt loaded did
+        # (model.trust_remote_code=true and a class from the directory): never by default
+        trust_remote_code=type(model).__module__.startswith("transformers_modules"),
     )
     itemsize = next(model.parameters()).element_size() if cfg.dtype == "auto" else \
         {"float32": 4, "bfloat16": 2, "float16": 2}[cfg.dtype]

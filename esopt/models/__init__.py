@@ -213,11 +213,14 @@ def local_config(name: str, path: str | None = None) -> dict | None:
         return None
 
 
-def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu"):
+def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu",
+         trust_remote_code: bool = False):
     """``(model, tokenizer)`` for a registry / tiny name, or a local HF directory ``path``.
 
     Unknown name (without ``path``) -> ``ConfigError``. The model is in eval mode on ``device``
-    with ``dtype``; the tokenizer pads on the left and has a pad token.
+    with ``dtype``; the tokenizer pads on the left and has a pad token. ``trust_remote_code``
+    (``model.trust_remote_code``, off) is passed to transformers explicitly: a directory's own
+    Python files run only when it is true, and transformers never prompts.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
@@ -232,8 +235,8 @@ def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu
             # replace the character pre-tokenizer (spaces would vanish): load the file as is.
             tok = PreTrainedTokenizerFast.from_pretrained(src)
         else:
-            tok = AutoTokenizer.from_pretrained(src)
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype])
+            tok = AutoTokenizer.from_pretrained(src, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
     except OSError as e:  # missing files / no network for a hub id
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"cannot load model {name!r} from {src}: {first}") from e

@@ -49,6 +49,7 @@ def load_components(cfg: RunConfig):
     engine_cfg, device = placement(cfg, resolve_device(cfg.engine.get("device", "auto")))
     model, tokenizer = models.load(
         m["name"], path=m.get("path"), dtype=m.get("dtype", "float32"), device=device,
+        trust_remote_code=bool(m.get("trust_remote_code", False)),
     )
     task = tasks.get(cfg.task, tokenizer=tokenizer, style=cfg.task.get("style") or m.get("prompt_style"))
     engine = engines.get(engine_cfg, model, tokenizer)

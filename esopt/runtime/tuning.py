@@ -156,8 +156,9 @@ def check(rc) -> dict:
     if warmup >= total:
         raise ConfigError(f"tuning.n_warmup_steps={warmup} is not shorter than the run (iterations={total}): "
                           f"tuning.pruner={t['pruner']} could prune nothing")
-    steps = set(range(every, total, every)) | set(itertools.accumulate(algo.budgets(rc)))  # + phase ends
-    if not any(warmup <= s < total for s in steps):
+    first = max(every, -(-warmup // every) * every)  # the first multiple of eval.every at or after the warmup
+    phase_ends = itertools.accumulate(algo.budgets(rc))
+    if not (first < total or any(warmup <= s < total for s in phase_ends)):  # arithmetic: no list of steps
         raise ConfigError(f"tuning.pruner={t['pruner']} could prune nothing: no evaluation between the warmup "
                           f"(tuning.n_warmup_steps={warmup}) and the run's last one (iterations={total}, "
                           f"eval.every={every})")

@@ -25,7 +25,7 @@ from esopt import algorithms, engines, models, tasks
 from esopt.core import store
 from esopt.core.config import RunConfig, block, parse
 from esopt.core.errors import ConfigError
-from esopt.runtime import trackers, tuning
+from esopt.runtime import limits, trackers, tuning
 from esopt.runtime.layout import layout
 
 
@@ -35,6 +35,7 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     check_names(rc)
     algo = algorithms.get(rc.algo)
     rc = own_blocks(rc, algo)
+    limits.check_sizes(rc)  # before anything sized by them is built
     known_models = models.known_names()
     if rc.model["name"] not in known_models and not rc.model.get("path"):
         raise ConfigError(
@@ -49,6 +50,7 @@ def validate(cfg: Any, check_data: bool = True) -> RunConfig:
     rc = resolve_defaults(rc)
     if rc.model.get("path"):
         models.check_dir(rc.model["path"])
+    check_remote_code(rc.model)
     engines.parse(rc.engine)
     algo.validate(rc)
     engines.check(rc.engine, rc.model)
@@ -101,6 +103,25 @@ def resolve_defaults(rc: RunConfig) -> RunConfig:
     return dataclasses.replace(rc, task=task, eval=ev)
 
 
+def check_remote_code(model_cfg: dict) -> None:
+    """A model whose config.json asks for its own Python code (``auto_map`` with a
+    ``model_type`` transformers does not know) is refused unless ``model.trust_remote_code`` is
+    true: one line here, never transformers' interactive prompt mid-run. Read from config.json
+    (``models.local_config``), nothing is imported from the directory."""
+    trust = model_cfg.get("trust_remote_code", False)
+    if not isinstance(trust, bool):
+        raise ConfigError(f"model.trust_remote_code must be true or false, got {trust!r}")
+    cfg = models.local_config(model_cfg["name"], model_cfg.get("path"))
+    if trust or not isinstance(cfg, dict) or not cfg.get("auto_map"):
+        return
+    from transformers import CONFIG_MAPPING
+
+    if cfg.get("model_type") not in CONFIG_MAPPING:
+        where = model_cfg.get("path") or model_cfg["name"]
+        raise ConfigError(f"{where}: its config asks to run custom code (auto_map); "
+                          "set model.trust_remote_code=true to allow it")
+
+
 _CHECKED_TASKS: set[str] = set()
 
 
@@ -122,11 +143,13 @@ def _check_task_data(rc: RunConfig) -> None:
     fp = input_fingerprints(rc).get("task.source")
     for cfg, split in uses:
         problems = rc.eval.problems if (cfg is rc.task and split == rc.eval.split) else None
-        key = json.dumps([cfg, _task_style(cfg, rc), split, problems, fp], sort_keys=True, default=str)
+        key = json.dumps([cfg, _task_style(cfg, rc), split, problems, fp, limits.context_key(rc)],
+                         sort_keys=True, default=str)
         if key in _CHECKED_TASKS:
             continue
         task = tasks.get(cfg, tokenizer=None, style=_task_style(cfg, rc))
-        n = len(task.split(split))
+        rows = task.split(split)
+        n = len(rows)
         if n == 0:
             sizes = ", ".join([f"source={cfg['source']}"] * bool(cfg.get("source"))
                               + [f"{k}={cfg[k]}" for k in ("n_train", "n_test", "n_heldout") if k in cfg])
@@ -135,6 +158,7 @@ def _check_task_data(rc: RunConfig) -> None:
         if problems is not None and problems > n:
             raise ConfigError(f"eval.problems={problems} exceeds the {split} split of task {cfg['name']} "
                               f"({n} problems); set eval.problems <= {n}")
+        limits.check_context(rc, task, split, rows)
         _CHECKED_TASKS.add(key)
 
 
@@ -178,7 +202,8 @@ def identity(rc: RunConfig) -> dict:
     # the engine's name, and its dtype when set (it changes the numbers; auto keeps earlier ids)
     d["engine"] = {k: v for k, v in d["engine"].items()
                    if k == "name" or (k == "dtype" and v not in (None, "auto"))}
-    d["model"] = {k: v for k, v in d["model"].items() if k != "resources"}  # launcher-only
+    d["model"] = {k: v for k, v in d["model"].items()  # launcher-only / a permission, not the result
+                  if k not in ("resources", "trust_remote_code")}
     for key in (*algorithms.AXES, *algorithms.blocks()):
         if not algo.uses(key):
             d.pop(key, None)

@@ -135,7 +135,8 @@ def load_model(rc, name: str, path: str | None, device: str):
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    return models.load(name, path=path, dtype=rc.model.get("dtype", "float32"), device=device)
+    return models.load(name, path=path, dtype=rc.model.get("dtype", "float32"), device=device,
+                       trust_remote_code=bool(rc.model.get("trust_remote_code", False)))
 
 
 def analysis_device(rc, device: str | None) -> str:

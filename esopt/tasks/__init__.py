@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math as _math  # esopt.tasks.math would shadow `math`
 import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -296,6 +297,93 @@ def make_dataset(rows: list[dict], features: Mapping[str, Any]):
 DATA_EXTENSIONS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
+MAX_JSON_INT = 2**63 - 1  # the largest integer a data file may hold (int64, what the loader stores)
+
+
+class _Oversized(str):
+    """An integer literal of a data file too large to keep (see :func:`check_json_rows`)."""
+
+
+def _json_int(text: str):
+    return int(text) if len(text) <= 19 and abs(int(text)) <= MAX_JSON_INT else _Oversized(text)
+
+
+def _json_float(text: str):
+    f = float(text)
+    return f if _math.isfinite(f) else _Oversized(text)
+
+
+def _bad_constant(text: str):
+    return _Oversized(text)  # NaN, Infinity, -Infinity: not JSON numbers
+
+
+def _bad_value(value, path: str = "") -> tuple[str, str] | None:
+    """Where in ``value`` (a row's field) a number out of range sits (``"[3]"``), and its text."""
+    if isinstance(value, _Oversized):
+        return path, f"{value[:40]}{'...' if len(value) > 40 else ''} ({len(value)} characters)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _bad_value(v, f"{path}[{k!r}]" if isinstance(value, dict) else f"{path}[{k}]")
+        if found:
+            return found
+    return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _coerced(text: str) -> bool:
+    """Whether datasets would read string ``text`` of a field that other rows hold numbers
+    in as another value (its Json column decodes ``"1e5"`` to 100000.0)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return not isinstance(value, str) and json.dumps(value) != text
+
+
+def check_json_rows(path: str, task: str) -> None:
+    """Read a local ``.json`` / ``.jsonl`` data file as JSON says, before ``datasets`` does:
+    its Arrow reader turns an integer past int64 or ``1e400`` into ``inf`` or an error naming
+    no row, and its pandas fallback turns the string ``"1e5"`` into 100000 when other rows hold
+    numbers. ConfigError naming the file, the row and the field for a number out of range
+    (an integer past :data:`MAX_JSON_INT`, a float past the double range, NaN / Infinity) or a
+    field holding a number in one row and a string in another."""
+    hooks = dict(parse_int=_json_int, parse_float=_json_float, parse_constant=_bad_constant)
+    try:
+        with open(path, encoding="utf-8") as f:
+            if path.lower().endswith(".jsonl"):
+                parsed = enumerate(json.loads(line, **hooks) for line in f if line.strip())  # rows as datasets counts them
+            else:
+                data = json.load(f, **hooks)
+                parsed = enumerate(data) if isinstance(data, list) else iter(())
+            numbers: dict[str, int] = {}   # field -> first row holding a number
+            strings: dict[str, tuple[int, str]] = {}  # field -> first row holding a string read otherwise
+            for i, row in parsed:
+                if not isinstance(row, dict):
+                    continue
+                for field, value in row.items():
+                    bad = _bad_value(value)
+                    if bad is not None:
+                        raise ConfigError(f"{path}: row {i}: field {field!r}{bad[0]}: number out of range "
+                                          f"(an integer past int64, a float past 1.8e308, NaN or Infinity): "
+                                          f"{bad[1]}")
+                    if _is_number(value):
+                        numbers.setdefault(field, i)
+                    elif isinstance(value, str) and field not in strings and _coerced(value):
+                        strings[field] = (i, value)
+                    if field in numbers and field in strings:
+                        j, text = strings[field]
+                        raise ConfigError(f"{path}: row {j}: field {field!r} holds a string ({text!r:.40}) where "
+                                          f"row {numbers[field]} holds a number (the loader would read it as "
+                                          f"{json.loads(text)!r:.40}); write the field the same way in every row")
+    except ConfigError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError):
+        return  # unreadable or not JSON: datasets' own error (one line) follows
+
+
 def load_split(source: str, task: str, split: str = "train", hub_config: str | None = None):
     """``(rows, where)``: one split of a dataset through ``datasets``, and how to name it in an
     error message (``where``: the file path, or the folder / hub name with the split).
@@ -316,11 +404,15 @@ def load_split(source: str, task: str, split: str = "train", hub_config: str | N
         if kind is not None:
             if not os.path.isfile(path):
                 raise ConfigError(f"task {task}: data file not found: {path}")
+            if kind == "json":
+                check_json_rows(path, task)
             return datasets.load_dataset(kind, data_files=path, split="train"), path
         if os.path.isdir(path):
             for ext, k in DATA_EXTENSIONS.items():
                 f = os.path.join(path, f"{split}{ext}")
                 if os.path.isfile(f):
+                    if k == "json":
+                        check_json_rows(f, task)
                     return datasets.load_dataset(k, data_files=f, split="train"), f
             if not any(os.path.exists(os.path.join(path, m))
                        for m in ("dataset_dict.json", "state.json", "dataset_info.json")):
