@@ -124,7 +124,8 @@ def _curve_rows(reads: list[RunRead]):
 _FALLBACKS: list[str] = []   # stages the Arrow path handed to Python (reported in timings)
 
 
-def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.Table], list[dict], list[str]]:
+def _read_chunk(paths: list[Path], raws: list, root: str | None = None
+                ) -> tuple[list[pa.Table], list[pa.Table], list[dict], list[str]]:
     """Runs and curves tables of one chunk of run directories.
 
     Arrow's reader takes the whole chunk at once; if it cannot (a corrupt or oddly shaped
@@ -133,7 +134,7 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
     """
     ids = [p.name for p in paths]
     notes: list[str] = []
-    skipped = [{"run_id": ids[i], "reason": "unreadable run directory"}
+    skipped = [{"run_id": ids[i], "reason": r[1] if isinstance(r[1], str) else "unreadable run directory"}
                for i, r in enumerate(raws) if r[0] is None]
     idx = [i for i, r in enumerate(raws) if r[0] is not None]
     runs = None
@@ -172,7 +173,7 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
               for rid, b in zip(good, bad) if b]
     if "n_lines" not in runs.column_names:
         runs = runs.append_column("n_lines", pa.array(counts, pa.int64()))
-    extra = [{"run_id": ids[i], **analysis_columns(paths[i], raws[i][0], notes)} for i in idx
+    extra = [{"run_id": ids[i], **analysis_columns(paths[i], raws[i][0], notes, root)} for i in idx
              if any(f"{a}.json" in raws[i][0] for a in ANALYSES)]
     if any(len(e) > 1 for e in extra):                    # align analysis columns to the runs
         where = {rid: i for i, rid in enumerate(runs.column("run_id").to_pylist())}
@@ -186,9 +187,9 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
     return [runs], [curves] if curves.num_rows else [], skipped, notes
 
 
-def _read_chunk_python(paths: list[Path]):
+def _read_chunk_python(paths: list[Path], root: str | None = None):
     """The reference reader: every run through :func:`read_run` (pure Python)."""
-    reads = [read_run(p) for p in paths]
+    reads = [read_run(p, root) for p in paths]
     good = [r for r in reads if r.row is not None]
     skipped = [{"run_id": r.run_id, "reason": r.skip} for r in reads if r.row is None]
     notes = [n for r in reads for n in r.notes]
@@ -252,10 +253,13 @@ def load(sweep_dir: str | os.PathLike, *, threads: int = READ_THREADS, chunk: in
     """Read every run directory of a sweep into tables (no fit, no page).
 
     ``fast=False`` forces the pure-Python reader (the reference the Arrow path must match).
+    Symlinks out of the sweep directory (a run directory, a summary.json) are not followed:
+    those runs are skipped and listed.
     """
     t0 = time.perf_counter()
     sweep_dir = Path(sweep_dir)
     runs_dir = find_runs_dir(sweep_dir)
+    root = os.path.realpath(sweep_dir)
     with os.scandir(runs_dir) as it:
         paths = [runs_dir / n for n in sorted(e.name for e in it if e.is_dir() and not e.name.startswith("."))]
     if not paths:
@@ -267,9 +271,9 @@ def load(sweep_dir: str | os.PathLike, *, threads: int = READ_THREADS, chunk: in
         part = paths[c0:c0 + chunk]
         t = time.perf_counter()
         # threads overlap the file reads (the GIL is released during IO)
-        raws = _map_threads(read_raw, part, threads)
+        raws = _map_threads(lambda p: read_raw(p, root), part, threads)
         t_io += time.perf_counter() - t
-        r, c, s, n = _read_chunk(part, raws) if fast else _read_chunk_python(part)
+        r, c, s, n = _read_chunk(part, raws, root) if fast else _read_chunk_python(part, root)
         run_tabs += r
         curve_tabs += c
         skipped += s
