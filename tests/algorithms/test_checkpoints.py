@@ -41,7 +41,7 @@ ES_FAULTS = {
     "flipped weight byte": lambda d: flip_last_byte(d / "model.safetensors"),
     "truncated weights": lambda d: truncate(d / "model.safetensors"),
     "garbled state.json": lambda d: (d / "state.json").write_text('{"algo": "es", "iteration": 9'),
-    "no manifest": lambda d: (d / store.MANIFEST).unlink(),
+    "no manifest": lambda d: (d / "esopt_manifest.json").unlink(missing_ok=True),
 }
 
 
@@ -57,12 +57,18 @@ def es_runs(tmp_path_factory):
     return cfg, full, root / "killed"
 
 
+def test_es_checkpoint_records_every_file_in_its_manifest(es_runs):
+    ckpt = es_runs[2] / "run" / "checkpoint"
+    assert store.verify_manifest(ckpt) is None
+    recorded = json.loads((ckpt / store.MANIFEST).read_text())["files"]
+    assert {"model.safetensors", "state.json", "config.json"} <= set(recorded)
+
+
 @pytest.mark.parametrize("fault", list(ES_FAULTS))
 def test_es_bad_checkpoint_restarts_to_the_uninterrupted_weights(es_runs, tmp_path, capsys, fault):
     cfg, full, killed = es_runs
     shutil.copytree(killed, tmp_path / "b")
     ckpt = tmp_path / "b" / "run" / "checkpoint"
-    assert store.verify_manifest(ckpt) is None
     ES_FAULTS[fault](ckpt)
     resumed = make_ctx(tmp_path / "b", cfg)
     es.train(resumed)
