@@ -30,22 +30,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from esopt.core.config import ANALYSES
 from esopt.core.errors import ConfigError
-from esopt.core.store import atomic_path
+from esopt.core.store import atomic_path, dumps
 from esopt.study.arrow_read import arrow_curves, arrow_summaries
 from esopt.study.run_read import (ID_COLUMNS, NUMERIC_ID_COLUMNS, REQUIRED, RunRead, analysis_columns, flatten,
                                   parse_jsonl, read_raw, read_run, summary_row)
 
-__all__ = ["ID_COLUMNS", "NUMERIC_ID_COLUMNS", "REQUIRED", "Aggregate", "RunRead", "find_runs_dir", "flatten",
-           "load", "metric_column", "read_run", "rows_table", "summary_row", "write_tables"]
+__all__ = ["ID_COLUMNS", "MAX_COLUMNS", "NUMERIC_ID_COLUMNS", "OTHER_KEYS", "REQUIRED", "Aggregate", "RunRead", "find_runs_dir", "flatten",
+           "load", "metric_column", "read_run", "rows_table", "sparse_table", "summary_row", "write_tables"]
 READ_THREADS = 4         # threads reading run files (IO-bound: they overlap while the GIL is released)
 RUNS_PER_CHUNK = 2000    # run directories parsed together by one Arrow pass
 THREADED_MIN = 64        # fewer files than this are read on the calling thread
 NOTED_COLUMNS = 6        # metric columns named in the "different metric sets" note
+MAX_COLUMNS = 500        # columns of a table; keys beyond (the rarest) go to OTHER_KEYS as JSON
+OTHER_KEYS = "other_keys"
+_KEY = re.compile(rb'[{,]\s*"((?:[^"\\]|\\.)*)"\s*:')   # a JSON object key in raw bytes
 
 
 def metric_column(metric: str, columns) -> str:
@@ -108,6 +113,62 @@ def rows_table(rows: list[dict], run_ids: list[str] | None = None, line_no: list
         return _to_arrow(merged)
 
 
+def distinct_keys(blob: bytes) -> int:
+    """About how many distinct keys (any depth) the JSON in ``blob`` has: a cheap scan that
+    tells a sweep whose runs each carry keys of their own (one column each) before any table
+    is built."""
+    return len(set(_KEY.findall(blob)))
+
+
+def sparse_table(rows: list[dict], lead: dict[str, list] | None = None, cap: int | None = None) -> pa.Table:
+    """List of flat dicts -> Arrow table with at most ``cap`` columns besides ``lead``: the
+    keys most rows carry get a column each (in first-seen order); the rest, per row, one JSON
+    object in :data:`OTHER_KEYS`. Built column by column from each key's (row, value) pairs,
+    so many distinct keys cost memory in proportion to the values, not rows x keys."""
+    n = len(rows)
+    where: dict[str, tuple[list[int], list]] = {}
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            e = where.get(k)
+            if e is None:
+                e = where[k] = ([], [])
+            e[0].append(i)
+            e[1].append(v)
+    keep = set(sorted(where, key=lambda k: -len(where[k][0]))[:MAX_COLUMNS if cap is None else cap])
+    cols = dict(lead or {})
+    other: dict[int, dict] = {}
+    for k, (idx, vals) in where.items():
+        if k not in keep:
+            for i, v in zip(idx, vals):
+                other.setdefault(i, {})[k] = v
+            continue
+        arr = _to_arrow({k: vals}).column(0).combine_chunks()
+        if len(idx) < n:
+            mask = np.zeros(n, dtype=bool)
+            mask[idx] = True
+            arr = pc.replace_with_mask(pa.nulls(n, arr.type), pa.array(mask), arr)
+        cols[k] = arr
+    if other:
+        cols[OTHER_KEYS] = pa.array([dumps(other[i], sort_keys=True) if i in other else None for i in range(n)],
+                                    pa.string())
+    return pa.table(cols)
+
+
+def _rows_table(rows: list[dict], run_ids=None, line_no=None) -> pa.Table:
+    """:func:`rows_table`, or :func:`sparse_table` when the rows carry more than MAX_COLUMNS keys."""
+    if len({k for r in rows for k in r}) <= MAX_COLUMNS:
+        return rows_table(rows, run_ids, line_no)
+    return sparse_table(rows, None if run_ids is None else {"run_id": run_ids, "line": line_no})
+
+
+def _ends(blob: bytes) -> bytes:
+    """The first and the last full line of a metrics file: the sample whose keys tell a wide
+    sweep (each run's lines share their keys) without scanning every line."""
+    first = blob[:blob.find(b"\n") + 1]
+    last = blob[blob.rfind(b"\n", 0, max(len(blob) - 1, 0)) + 1:]
+    return first + last
+
+
 def _curve_rows(reads: list[RunRead]):
     """Flatten every metrics line; lines without nested values take a fast path."""
     rows, run_ids, line_no = [], [], []
@@ -141,6 +202,8 @@ def _read_chunk(paths: list[Path], raws: list, root: str | None = None
     try:
         if not all(raws[i][1] for i in idx):
             raise ValueError("missing summaries")
+        if distinct_keys(b"".join(raws[i][1] for i in idx)) > MAX_COLUMNS:
+            raise ValueError("too many distinct keys for one column each")
         runs = arrow_summaries([ids[i] for i in idx], [raws[i][1] for i in idx])
     except (ValueError, KeyError, TypeError, pa.ArrowException):
         _FALLBACKS.append("summaries")
@@ -153,11 +216,13 @@ def _read_chunk(paths: list[Path], raws: list, root: str | None = None
                 rows.append(row)
                 keep.append(i)
         idx = keep
-        runs = rows_table(rows) if rows else None
+        runs = _rows_table(rows) if rows else None
     if runs is None:
         return [], [], skipped, notes
     good = [ids[i] for i in idx]
     try:
+        if distinct_keys(b"".join(_ends(raws[i][2]) for i in idx)) > MAX_COLUMNS:
+            raise ValueError("too many distinct keys for one column each")
         curves, counts, bad = arrow_curves(good, [raws[i][2] for i in idx])
     except (ValueError, KeyError, TypeError, pa.ArrowException):
         _FALLBACKS.append("curves")
@@ -167,7 +232,7 @@ def _read_chunk(paths: list[Path], raws: list, root: str | None = None
             rr.lines, rr.bad_lines = parse_jsonl(raws[i][2])
             reads.append(rr)
         crows, cids, cline = _curve_rows(reads)
-        curves = rows_table(crows, cids, cline)
+        curves = _rows_table(crows, cids, cline)
         counts, bad = [len(r.lines) for r in reads], [r.bad_lines for r in reads]
     notes += [f"run {rid}: {b} unparseable metrics line(s) skipped (torn write?)"
               for rid, b in zip(good, bad) if b]
@@ -196,8 +261,8 @@ def _read_chunk_python(paths: list[Path], root: str | None = None):
     notes += [f"run {r.run_id}: {r.bad_lines} unparseable metrics line(s) skipped (torn write?)"
               for r in good if r.bad_lines]
     crows, cids, cline = _curve_rows(good)
-    return ([rows_table([r.row for r in good])] if good else [],
-            [rows_table(crows, cids, cline)] if crows else [], skipped, notes)
+    return ([_rows_table([r.row for r in good])] if good else [],
+            [_rows_table(crows, cids, cline)] if crows else [], skipped, notes)
 
 
 def _map_threads(fn, items: list, threads: int) -> list:
@@ -302,6 +367,10 @@ def load(sweep_dir: str | os.PathLike, *, threads: int = READ_THREADS, chunk: in
         curves_t = curves_t.sort_by([("run_id", "ascending"), ("line", "ascending")])
     runs, curves = runs_t.to_pandas(), curves_t.to_pandas()
     notes += _metric_set_notes(runs)
+    for name, t in (("runs", runs_t), ("curves", curves_t)):
+        if OTHER_KEYS in t.column_names:
+            notes.append(f"the {name} table carries more than {MAX_COLUMNS} distinct keys: the rarest are "
+                         f"kept per row as JSON in its {OTHER_KEYS} column")
     agg = Aggregate(sweep_dir, runs, curves, skipped, notes, tables=(runs_t, curves_t))
     agg.timings = {"io_s": t_io, "parse_s": t_read - t0 - t_io, "tables_s": time.perf_counter() - t_read,
                    "runs": len(paths), "python_fallbacks": list(_FALLBACKS) if fast else ["all"]}

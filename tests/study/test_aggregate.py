@@ -351,3 +351,49 @@ def test_links_out_of_the_sweep_are_not_followed(tmp_path):
         assert set(agg.curves["run_id"]) == set(ids)             # linked-inside has no metrics
     aggregate(root, bootstrap=20, html=False)
     assert "secret-model" not in (root / "runs.csv").read_text()
+
+
+def test_runs_with_keys_of_their_own_fold_into_one_json_column(tmp_path, monkeypatch):
+    """Each run carrying keys no other run has (a later version's knobs, a tracker's fields)
+    would make one column per key (2,000 runs: 20,000 mostly empty columns): past MAX_COLUMNS
+    the rarest keys go per row into other_keys as JSON, nothing lost, both readers alike."""
+    monkeypatch.setattr(tables, "MAX_COLUMNS", 150)
+    root, ids = make_sweep(tmp_path)
+    for i, rid in enumerate(ids):
+        path = root / "runs" / rid
+        s = json.loads((path / "summary.json").read_text())
+        s.update({f"own_{i}_{j}": i * 10 + j for j in range(8)})
+        (path / "summary.json").write_text(json.dumps(s))
+        lines = [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
+        (path / "metrics.jsonl").write_text("".join(json.dumps({**x, **{f"x_{i}_{j}": j for j in range(8)}}) + "\n"
+                                                    for x in lines))
+    for fast in (True, False):
+        agg = tables.load(root, fast=fast)
+        assert not agg.skipped and sorted(agg.runs["run_id"]) == sorted(ids)
+        assert len(agg.runs.columns) <= 150 + 2 and len(agg.curves.columns) <= 150 + 3  # + other_keys, ids
+        for i, rid in enumerate(ids):   # each run's own keys: in columns or in other_keys, all there
+            row = agg.runs.set_index("run_id").loc[rid]
+            own = {k: int(v) for k, v in row.items() if k.startswith("own_") and pd.notna(v)}
+            if isinstance(row[tables.OTHER_KEYS], str):
+                own.update(json.loads(row[tables.OTHER_KEYS]))
+            assert own == {f"own_{i}_{j}": i * 10 + j for j in range(8)}
+        line_keys = [sum(k.startswith("x_") and pd.notna(v) for k, v in r.items() if k != tables.OTHER_KEYS)
+                     + (len(json.loads(r[tables.OTHER_KEYS])) if isinstance(r[tables.OTHER_KEYS], str) else 0)
+                     for r in agg.curves.to_dict("records")]
+        assert line_keys == [8] * len(agg.curves)
+        assert agg.runs["final_pass@1"].notna().all() and "pop" in agg.runs
+        assert any(tables.OTHER_KEYS in n for n in agg.notes)
+        if fast:
+            fast_runs = agg.runs
+        else:
+            cols = ["run_id", "final_pass@1", "pop", "params", "n_lines"]
+            pd.testing.assert_frame_equal(fast_runs[cols].reset_index(drop=True),
+                                          agg.runs[cols].reset_index(drop=True), check_dtype=False)
+
+
+def test_sparse_table_keeps_the_common_keys_as_columns():
+    rows = [{"a": 1, "b": "x"}, {"a": 2, "c": 3.5}, {"a": 3, "b": None, "d": [1]}]
+    t = tables.sparse_table(rows, cap=2)
+    assert t.column_names == ["a", "b", tables.OTHER_KEYS]
+    assert t.column("a").to_pylist() == [1, 2, 3] and t.column("b").to_pylist() == ["x", None, None]
+    assert t.column(tables.OTHER_KEYS).to_pylist() == [None, '{"c": 3.5}', '{"d": [1]}']
