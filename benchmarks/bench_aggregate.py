@@ -1,6 +1,7 @@
 """Aggregation speed on a large synthetic sweep (goal: 10,000 run directories in <= 5 s).
 
     python benchmarks/bench_aggregate.py [--runs 10000] [--dir DIR] [--iterations 10] [--write-docs]
+                                         [--distinct-keys [K]]
 
 Writes N synthetic run directories (tests/helpers.py write_synthetic_sweep: 10 model sizes x
 4 pops x N/40 seeds of ES; each run: summary.json with base/final evaluations over 200 problems
@@ -11,6 +12,10 @@ per-member rewards list, plus an eval line every 5 iterations), then times, in-p
                          (1000 bootstrap resamples) + trend.json      <- the 5 s goal
     page                 report.html (all figures, plotly.js embedded)
     total                both
+
+``--distinct-keys K`` (default 10): every run's summary and metrics lines also carry K keys no
+other run has (a later version's knobs, a tracker's fields); the goal for 2,000 such runs:
+under 30 s and 1 GB peak memory ("peak rss").
 
 The file cache is warm (the sweep was just written), as after a sweep on the same machine.
 Wall seconds decide "met"; CPU seconds (this process, all its threads) and the load average
@@ -42,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--dir", default=None, help="reuse/keep the synthetic sweep here")
+    ap.add_argument("--distinct-keys", type=int, nargs="?", const=10, default=0, metavar="K",
+                    help="give every run K keys of its own (summary and metrics lines)")
     ap.add_argument("--write-docs", action="store_true", help="write the table to docs/results/aggregate.md")
     args = ap.parse_args(argv)
 
@@ -59,6 +66,8 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             write_synthetic_sweep(root, models=models, pops=pops, seeds=range(n_seeds),
                                   iterations=args.iterations, eval_every=5, problems=200, samples=32)
+            if args.distinct_keys:
+                add_distinct_keys(root, args.distinct_keys)
             print(f"wrote synthetic sweep in {time.perf_counter() - t:.1f} s: {root}", file=sys.stderr)
         out = root.parent / "agg-out"
         load0 = os.getloadavg()[0]
@@ -69,7 +78,11 @@ def main(argv=None) -> int:
         t2, c2 = time.perf_counter(), time.process_time()
         n, lines = len(agg.runs), len(agg.curves)
         rows = [("aggregate (no page)", t1 - t0, c1 - c0), ("page", t2 - t1, c2 - c1), ("total", t2 - t0, c2 - c0)]
-        print(f"\n{n} runs, {lines} metrics lines; load average {load0:.1f} -> {os.getloadavg()[0]:.1f} "
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(f"\npeak rss {rss:.2f} GB")
+        print(f"{n} runs, {lines} metrics lines; load average {load0:.1f} -> {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} cores; stages (wall): "
               + ", ".join(f"{k} {v:.2f}s" for k, v in agg.timings.items() if k.endswith("_s")))
         print(f"{'stage':<22}{'runs':>8}{'wall s':>9}{'cpu s':>8}{'runs/s':>9}{'goal s':>8}{'met':>6}")
@@ -89,6 +102,21 @@ def main(argv=None) -> int:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def add_distinct_keys(root: Path, k: int) -> None:
+    """Give run i the summary keys ``extra_<i>_<j>`` and ``effective.knob_<i>_<j>`` and the
+    metrics line keys ``x_<i>_<j>`` (j < k): columns of their own."""
+    import json
+
+    for i, run in enumerate(sorted((root / "runs").iterdir())):
+        s = json.loads((run / "summary.json").read_text())
+        for j in range(k):
+            s[f"extra_{i}_{j}"] = i
+            s.setdefault("effective", {})[f"knob_{i}_{j}"] = 0.5 * i
+        (run / "summary.json").write_text(json.dumps(s))
+        lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        (run / "metrics.jsonl").write_text("".join(json.dumps({**x, **{f"x_{i}_{j}": 1.0 * j for j in range(k)}}) + "\n" for x in lines))
 
 
 if __name__ == "__main__":

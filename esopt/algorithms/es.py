@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from esopt import engines, models
 from esopt.algorithms import distributed
-from esopt.core import metrics
+from esopt.core import metrics, store
 from esopt.core.config import block, model_default
 from esopt.core.errors import ConfigError, NonFinite
 
@@ -311,25 +311,42 @@ def es_step(engine, task, train_rows, es: ESRun, iteration: int, weights=None) -
 # --------------------------------------------------------------------------------------------
 def save_checkpoint(ctx, state: dict) -> None:
     """Write ``<run>/checkpoint/`` as a whole or not at all: the weights the engine generates
-    with (copied into the HF model first when the engine holds its own copy) and state.json."""
+    with (copied into the HF model first when the engine holds its own copy), state.json and,
+    last, the sha256 manifest that :func:`load_checkpoint` checks."""
     ctx.engine.sync_to(ctx.model)
     models.save(ctx.model, ctx.tokenizer, ctx.run.checkpoint_dir,
-                extra={"state.json": json.dumps(state, indent=2)})
+                extra={"state.json": json.dumps(state, indent=2)}, manifest=True)
 
 
 def load_checkpoint(ctx, phase: str) -> dict | None:
-    """Copy a checkpoint's weights into the model and the engine (bitwise); return its state."""
-    directory = Path(ctx.run.checkpoint_dir)
-    if not (directory / "state.json").exists():
-        directory = directory.with_name(directory.name + ".old")  # killed mid-swap
-        if not (directory / "state.json").exists():
+    """Copy a checkpoint's weights into the model and the engine (bitwise); return its state.
+    A checkpoint whose files do not match its manifest (a flipped byte, a truncated file, no
+    manifest) is not used: the previous one (``checkpoint.old``, left by a kill mid-swap) if it
+    is sound, else None (the run restarts), with one warning line naming the file."""
+    current = Path(ctx.run.checkpoint_dir)
+    bad = None
+    for directory in (current, current.with_name(current.name + ".old")):
+        if not directory.exists():
+            continue
+        reason = store.verify_manifest(directory)
+        if reason is None:
+            try:
+                state = json.loads((directory / "state.json").read_text())
+            except (OSError, ValueError) as e:  # pragma: no cover - the manifest covers it
+                reason = f"{directory / 'state.json'}: unreadable ({e})"
+        if reason is not None:
+            bad = bad or reason
+            continue
+        if state.get("algo") != "es" or state.get("phase") != phase:
             return None
-    state = json.loads((directory / "state.json").read_text())
-    if state.get("algo") != "es" or state.get("phase") != phase:
-        return None
-    models.load_weights(ctx.model, directory)
-    ctx.engine.sync_from(ctx.model)
-    return state
+        if bad:
+            store.checkpoint_warning(bad, directory.name)
+        models.load_weights(ctx.model, directory)
+        ctx.engine.sync_from(ctx.model)
+        return state
+    if bad:
+        store.checkpoint_warning(bad, None)
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ The top-level ``iterations`` is the number of optimizer steps (``max_steps``).
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -37,6 +38,7 @@ import torch
 
 from esopt.core.config import model_default
 from esopt.core.errors import ConfigError
+from esopt.core import store
 from esopt.core.store import apply_umask
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")
@@ -279,8 +281,15 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings, max_s
             self.t_step = time.perf_counter()
 
         def on_save(self, args, state, control, **kw):
-            """The Trainer's checkpoint with the process umask's modes (safetensors writes 0600)."""
-            apply_umask(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+            """The Trainer's checkpoint (written in place, not atomically) with the process
+            umask's modes (safetensors writes 0600), then its sha256 manifest, written last:
+            only then is it trusted (:func:`last_checkpoint`) and the older ones removed."""
+            path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            apply_umask(path)
+            store.write_manifest(path)
+            for old in _checkpoints(Path(args.output_dir)):
+                if _step(old) < state.global_step:
+                    shutil.rmtree(old, ignore_errors=True)
 
         def on_log(self, args, state, control, logs=None, model=None, **kw):
             logs = logs or {}
@@ -372,7 +381,7 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vl
         logging_steps=1,
         save_strategy="steps",
         save_steps=save_every,
-        save_total_limit=1,
+        save_total_limit=None,  # on_save removes the older ones once the new one has its manifest
         report_to="none",
         disable_tqdm=True,
         log_completions=False,
@@ -432,13 +441,36 @@ def checkpoint_dir(ctx) -> Path:
     return Path(ctx.run.checkpoint_dir) / "grpo"
 
 
+def _step(p: Path) -> int:
+    return int(p.name.split("-")[-1])
+
+
+def _checkpoints(path: Path) -> list[Path]:
+    """The ``checkpoint-<step>`` folders under ``path``, newest first."""
+    found = [p for p in path.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    return sorted(found, key=_step, reverse=True)
+
+
 def last_checkpoint(path: Path) -> str | None:
-    """Newest ``checkpoint-<step>`` folder with a trainer state, or None."""
+    """Newest ``checkpoint-<step>`` folder whose files match the manifest recorded when it was
+    saved, or None. Newer ones that do not (TRL writes in place: a kill or a full disk leaves
+    an empty trainer_state.json or a truncated rng_state.pth; a flipped byte) are removed,
+    with one warning line naming the file and where the run goes on from."""
     if not path.is_dir():
         return None
-    done = [p for p in path.glob("checkpoint-*") if (p / "trainer_state.json").exists()
-            and p.name.split("-")[-1].isdigit()]
-    return str(max(done, key=lambda p: int(p.name.split("-")[-1]))) if done else None
+    bad: list[tuple[Path, str]] = []
+    good = None
+    for p in _checkpoints(path):
+        reason = store.verify_manifest(p)
+        if reason is None:
+            good = p
+            break
+        bad.append((p, reason))
+    if bad:
+        store.checkpoint_warning(bad[0][1], good.name if good else None)
+        for p, _ in bad:
+            shutil.rmtree(p, ignore_errors=True)
+    return str(good) if good else None
 
 
 def _strip_double_bos(dataset, tokenizer):

@@ -132,6 +132,64 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+MANIFEST = "esopt_manifest.json"  # a checkpoint's sha256 of every file, written last
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(directory: str | os.PathLike) -> Path:
+    """Record the sha256 and size of every file under a checkpoint ``directory`` in
+    ``<directory>/esopt_manifest.json``, written atomically and last: a checkpoint without a
+    valid manifest (a writer killed or out of disk before it) is not trusted on resume."""
+    directory = Path(directory)
+    files = {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file() and not p.is_symlink() and p.name != MANIFEST and not p.name.endswith(".tmp"):
+            files[p.relative_to(directory).as_posix()] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+    atomic_write_json(directory / MANIFEST, {"files": files})
+    return directory / MANIFEST
+
+
+def verify_manifest(directory: str | os.PathLike) -> str | None:
+    """None when every file recorded in ``directory``'s manifest is there with its recorded
+    size and sha256; else the reason, naming the first bad file (``<path>: checksum mismatch``,
+    ``<path>: missing``, ``<manifest>: no valid manifest``)."""
+    directory = Path(directory)
+    try:
+        files = json.loads((directory / MANIFEST).read_text())["files"]
+        if not isinstance(files, dict) or not files:
+            raise ValueError("empty")
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{directory / MANIFEST}: no valid manifest"
+    for name, rec in files.items():
+        p = directory / name
+        try:
+            if p.stat().st_size != int(rec["size"]):
+                return f"{p}: size {p.stat().st_size}, recorded {rec['size']} (truncated)"
+            if _sha256(p) != rec["sha256"]:
+                return f"{p}: checksum mismatch"
+        except FileNotFoundError:
+            return f"{p}: missing"
+        except (OSError, KeyError, TypeError, ValueError) as e:
+            return f"{p}: unreadable ({e})"
+    return None
+
+
+def checkpoint_warning(reason: str, fallback: str | None) -> None:
+    """The one line an unusable checkpoint gets: what is wrong (naming the file) and where the
+    run goes on from (an earlier checkpoint, or the start)."""
+    import sys
+
+    then = f"resuming from {fallback}" if fallback else "restarting the run"
+    print(f"esopt: warning: {reason}; {then}", file=sys.stderr)
+
+
 def run_id(identity: dict) -> str:
     """12 hex digits of sha256 over the canonical JSON of the run's identity config."""
     canon = json.dumps(jsonable(identity), sort_keys=True, separators=(",", ":"))

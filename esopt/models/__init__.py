@@ -255,12 +255,14 @@ def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | None = None) -> Path:
+def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | None = None,
+         manifest: bool = False) -> Path:
     """Write ``model`` (HF ``save_pretrained``), ``tokenizer`` and the ``extra`` text files
     (name -> content, e.g. a checkpoint's ``state.json``) to ``path`` as a whole or not at all:
     into a temporary sibling first, then renamed over ``path`` (a kill mid-swap leaves the
     previous version as ``<path>.old``). The one model writer of esopt (a run's ``model/``, ES
-    checkpoints, sequence phases)."""
+    checkpoints, sequence phases). ``manifest``: record every file's sha256 last
+    (:func:`esopt.core.store.write_manifest`), checked on resume."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -272,6 +274,10 @@ def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | N
         for name, text in (extra or {}).items():
             (tmp / name).write_text(text)
         apply_umask(tmp)  # safetensors writes its files 0600
+        if manifest:
+            from esopt.core.store import write_manifest
+
+            write_manifest(tmp)
     except BaseException:  # a full disk: leave the previous version, not half a new one
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -4,14 +4,18 @@ every output into the sweep directory.
 
     agg = aggregate("results/<sweep>")      # python -m esopt.aggregate results/<sweep>
 
-Outputs (each written to a temporary file and renamed, so a reader or a full disk never sees
-half of one): runs.parquet, runs.csv, curves.parquet, trend.json, claims.json (claims
-sweeps), aggregate.json (what was read: counts, skipped runs, notes, timings), report.html.
+Outputs: runs.parquet, runs.csv, curves.parquet, trend.json, claims.json (claims sweeps),
+aggregate.json (what was read: counts, skipped runs, notes, timings), report.html. They are
+one set: all are written into a temporary directory beside them first and renamed into place
+only once every one is complete, so a full disk (or any error) midway leaves the previous set
+as it was, never new tables beside an old page.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,14 +46,28 @@ def aggregate(sweep_dir: str | os.PathLike, *, metric: str = "pass@1", tolerance
         agg.runs[agg.metric] = np.nan
         agg.notes.append(f"no run has a final evaluation yet: {agg.metric} is empty")
     out = Path(out) if out is not None else agg.sweep_dir
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".aggregate-", dir=out))
+    try:
+        names = _write_outputs(agg, stage, algo=algo, tolerance=tolerance, bootstrap=bootstrap, seed=seed,
+                               html=html, claims=claims, final=out)
+        commit(stage, out, names)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return agg
+
+
+def _write_outputs(agg: Aggregate, stage: Path, *, algo, tolerance, bootstrap, seed, html, claims,
+                   final: Path) -> list[str]:
+    """Fit, decide and write every output into ``stage``; return their names (aggregate.json last)."""
     t = time.perf_counter()
-    paths = write_tables(agg, out)
+    names = list(write_tables(agg, stage))
     agg.timings["write_s"] = time.perf_counter() - t
     t = time.perf_counter()
     agg.trend = fit.fit_runs(agg.runs, agg.metric, algo=algo, tolerance=tolerance,
                              n_boot=bootstrap, seed=seed)
-    atomic_write_json(out / "trend.json", agg.trend)
-    paths["trend.json"] = out / "trend.json"
+    atomic_write_json(stage / "trend.json", agg.trend)
+    names.append("trend.json")
     agg.timings["fit_s"] = time.perf_counter() - t
     if claims is None:
         claims = claims_mod.wanted(agg)
@@ -57,21 +75,29 @@ def aggregate(sweep_dir: str | os.PathLike, *, metric: str = "pass@1", tolerance
         t = time.perf_counter()
         try:
             agg.claims = claims_mod.claims(agg, n_boot=bootstrap or claims_mod.DEFAULTS["n_boot"], seed=seed)
-            atomic_write_json(out / "claims.json", agg.claims)
-            paths["claims.json"] = out / "claims.json"
+            atomic_write_json(stage / "claims.json", agg.claims)
+            names.append("claims.json")
         except Exception as e:  # noqa: BLE001 - the tables and page must still be written
             agg.notes.append(f"claims failed ({type(e).__name__}: {e}); rerun: python -m esopt.aggregate "
                              f"{agg.sweep_dir} --claims")
         agg.timings["claims_s"] = time.perf_counter() - t
     if html:
         t = time.perf_counter()
-        atomic_write_text(out / "report.html", report.build(agg, sweep_dir=agg.sweep_dir))
-        paths["report.html"] = out / "report.html"
+        atomic_write_text(stage / "report.html", report.build(agg, sweep_dir=agg.sweep_dir))
+        names.append("report.html")
         agg.timings["report_s"] = time.perf_counter() - t
     counts = agg.runs["status"].value_counts().to_dict()
-    atomic_write_json(out / "aggregate.json", {
+    names.append("aggregate.json")
+    atomic_write_json(stage / "aggregate.json", {
         "sweep_dir": str(agg.sweep_dir), "metric": agg.metric, "runs": int(len(agg.runs)),
         "status_counts": counts, "skipped": agg.skipped, "notes": agg.notes,
         "curve_lines": int(len(agg.curves)), "timings_s": agg.timings,
-        "outputs": sorted(str(p) for p in paths.values())})
-    return agg
+        "outputs": sorted(str(final / n) for n in names)})
+    return names
+
+
+def commit(stage: Path, out: Path, names: list[str]) -> None:
+    """Rename every complete output in ``stage`` over its name in ``out`` (renames within one
+    directory tree need no space, so a full disk cannot stop the set halfway)."""
+    for name in names:
+        os.replace(stage / name, out / name)

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from esopt.study.run_read import METRICS_LISTS, REQUIRED, SUMMARY_LISTS, drop_lists
+from esopt.study.run_read import METRICS_LISTS, NUMERIC_ID_COLUMNS, REQUIRED, SUMMARY_LISTS, drop_lists
 
 ARROW_BLOCK = 1 << 22    # bytes per block of Arrow's JSON reader (a chunk's summaries or lines)
 
@@ -126,6 +126,10 @@ def arrow_summaries(ids: list[str], raws: list[bytes]) -> pa.Table:
             for k, v in flat.items():
                 out.setdefault(k, v)
     out = {k: v for k, v in out.items() if v is not None}
+    for k in NUMERIC_ID_COLUMNS:  # a string (or bool) in one summary: the Python path skips it
+        if k in out and not (pa.types.is_integer(out[k].type) or pa.types.is_floating(out[k].type)
+                             or pa.types.is_null(out[k].type)):
+            raise ValueError(f"{k} is not numeric")
     return pa.table(out)
 
 

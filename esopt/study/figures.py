@@ -3,7 +3,6 @@ missing). Ids and contents are listed in ``esopt.study.report``."""
 
 from __future__ import annotations
 
-import html as _html
 import json
 import math
 import re
@@ -328,8 +327,7 @@ def fig_pruning(runs: pd.DataFrame):
 
     labels = [label(row) for _, row in cut.iterrows()]
     step = lambda s: "?" if s is None or (isinstance(s, float) and math.isnan(s)) else int(s)  # noqa: E731
-    esc = lambda v: _html.escape(str(v))  # noqa: E731
-    hover = [f"{esc(p)}, iteration {step(s)}: {esc(st)}<br>reference: {esc(ref)}"
+    hover = [f"{p}, iteration {step(s)}: {st}<br>reference: {ref}"  # escaped by report.plotly_text
              for p, s, st, ref in zip(col("pruning.pruner"), col("pruning.step"), col("pruning.statistic"),
                                       col("pruning.reference"))]
     value = [float(v) for v in cut["pruning.value"]]

@@ -110,8 +110,29 @@ def _cell(v) -> str:
     return str(v)
 
 
+PLOTLY_TAGS = ("<br>",)   # the markup esopt's own figure text uses (hover lines); kept as is
+_PLOTLY_TAG = re.compile("(" + "|".join(map(re.escape, PLOTLY_TAGS)) + ")")
+
+
+def plotly_text(obj):
+    """Every string in a figure as Plotly text, never markup: Plotly renders ``<a href=...>``,
+    ``<b>`` and friends in names, labels, titles and hover text (a live link from a model name),
+    so ``&``, ``<`` and ``>`` become entities (which Plotly shows as the characters), except the
+    :data:`PLOTLY_TAGS` esopt writes itself. Applied to every figure in one place,
+    :func:`_figure_block`."""
+    if isinstance(obj, str):
+        return "".join(part if part in PLOTLY_TAGS else _html.escape(part, quote=False)
+                       for part in _PLOTLY_TAG.split(obj))
+    if isinstance(obj, dict):
+        return {k: plotly_text(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [plotly_text(v) for v in obj]
+    return obj
+
+
 def _figure_block(fig_id: str, title: str, fig) -> str:
-    data = fig.to_json() if isinstance(fig, go.Figure) else json.dumps(jsonable(fig), separators=(",", ":"))
+    fig = json.loads(fig.to_json()) if isinstance(fig, go.Figure) else jsonable(fig)
+    data = json.dumps(plotly_text(fig), separators=(",", ":"))
     # names and titles come from configs and data: as JSON escapes, no "<", ">" or "&" is left in
     # the page's text, so no string can end the script block or open a tag (JSON.parse restores them)
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

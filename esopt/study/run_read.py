@@ -138,11 +138,14 @@ def _summary_row(run_id: str, s: dict) -> dict:
     return row
 
 
-def analysis_columns(path: Path, names: set, notes: list) -> dict:
+def analysis_columns(path: Path, names: set, notes: list, root: str | None = None) -> dict:
     """Scalars of the optional analysis files beside a run, as ``<analysis>_<key>`` columns."""
     row: dict = {}
     for name in ANALYSES:
         if f"{name}.json" in names:
+            if links_out(str(path / f"{name}.json"), root):
+                notes.append(f"run {path.name}: {name}.json links outside the sweep directory; ignored")
+                continue
             try:
                 a = json.loads((path / f"{name}.json").read_bytes())
                 flatten(a if isinstance(a, dict) else {"value": a}, f"{name}_", row)
@@ -167,32 +170,62 @@ def summary_row(run_id: str, raw: bytes | None) -> tuple[dict | None, str | None
     if missing:
         return None, f"summary.json lacks {', '.join(missing)}"
     try:
-        return _summary_row(run_id, s), None
+        row = _summary_row(run_id, s)
     except (KeyError, TypeError, AttributeError) as e:
         return None, f"summary.json has an unexpected shape ({type(e).__name__}: {e})"
+    bad = [k for k in NUMERIC_ID_COLUMNS if not _number_or_null(row.get(k))]
+    if bad:
+        k = bad[0]
+        return None, (f"summary.json: {'model.params' if k == 'params' else k} is not a number "
+                      f"({str(row[k])[:40]!r})")
+    return row, None
 
 
-def read_run(path: Path) -> RunRead:
+def _number_or_null(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def read_run(path: Path, root: str | None = None) -> RunRead:
     """Read one run directory with the pure-Python reader; never raises for bad content."""
     rr = RunRead(path.name)
-    names, summ, metr = read_raw(path)
+    names, summ, metr = read_raw(path, root)
     if names is None:
-        rr.skip = "unreadable run directory"
+        rr.skip = summ if isinstance(summ, str) else "unreadable run directory"
         return rr
     rr.row, rr.skip = summary_row(path.name, summ)
     if rr.row is not None:
-        rr.row.update(analysis_columns(path, names, rr.notes))
+        rr.row.update(analysis_columns(path, names, rr.notes, root))
         rr.lines, rr.bad_lines = parse_jsonl(metr)
         rr.row["n_lines"] = len(rr.lines)
     return rr
 
 
-def read_raw(path: Path):
-    """(file names, summary bytes, metrics bytes) of one run directory; IO only."""
+def links_out(path: str, root: str | None) -> bool:
+    """Whether ``path`` is a symlink whose target lies outside ``root`` (a real path; the sweep
+    directory): its content is not read. ``root`` None: the directory holding ``path``'s run."""
+    if not os.path.islink(path):
+        return False
+    root = root or os.path.realpath(os.path.dirname(os.path.dirname(path)))
+    target = os.path.realpath(path)
+    return os.path.commonpath([root, target]) != root
+
+
+OUTSIDE = "a symlink to {} outside the sweep directory (not followed)"
+
+
+def read_raw(path: Path, root: str | None = None):
+    """(file names, summary bytes, metrics bytes) of one run directory; IO only. A run whose
+    directory, summary.json or metrics.jsonl links out of ``root`` (the sweep directory's real
+    path): (None, why, b"")."""
     try:
         d = str(path)
+        if links_out(d, root):
+            return None, OUTSIDE.format(os.path.realpath(d)), b""
         names = set(os.listdir(d))
         summ = metr = None
+        for name in ("summary.json", "metrics.jsonl"):
+            if name in names and links_out(os.path.join(d, name), root):
+                return None, f"{name}: " + OUTSIDE.format(os.path.realpath(os.path.join(d, name))), b""
         if "summary.json" in names:
             with open(os.path.join(d, "summary.json"), "rb") as f:
                 summ = f.read()

@@ -30,22 +30,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from esopt.core.config import ANALYSES
 from esopt.core.errors import ConfigError
-from esopt.core.store import atomic_path
+from esopt.core.store import atomic_path, dumps
 from esopt.study.arrow_read import arrow_curves, arrow_summaries
 from esopt.study.run_read import (ID_COLUMNS, NUMERIC_ID_COLUMNS, REQUIRED, RunRead, analysis_columns, flatten,
                                   parse_jsonl, read_raw, read_run, summary_row)
 
-__all__ = ["ID_COLUMNS", "NUMERIC_ID_COLUMNS", "REQUIRED", "Aggregate", "RunRead", "find_runs_dir", "flatten",
-           "load", "metric_column", "read_run", "rows_table", "summary_row", "write_tables"]
+__all__ = ["ID_COLUMNS", "MAX_COLUMNS", "NUMERIC_ID_COLUMNS", "OTHER_KEYS", "REQUIRED", "Aggregate", "RunRead", "find_runs_dir", "flatten",
+           "load", "metric_column", "read_run", "rows_table", "sparse_table", "summary_row", "write_tables"]
 READ_THREADS = 4         # threads reading run files (IO-bound: they overlap while the GIL is released)
 RUNS_PER_CHUNK = 2000    # run directories parsed together by one Arrow pass
 THREADED_MIN = 64        # fewer files than this are read on the calling thread
 NOTED_COLUMNS = 6        # metric columns named in the "different metric sets" note
+MAX_COLUMNS = 500        # columns of a table; keys beyond (the rarest) go to OTHER_KEYS as JSON
+OTHER_KEYS = "other_keys"
+_KEY = re.compile(rb'[{,]\s*"((?:[^"\\]|\\.)*)"\s*:')   # a JSON object key in raw bytes
 
 
 def metric_column(metric: str, columns) -> str:
@@ -108,6 +113,62 @@ def rows_table(rows: list[dict], run_ids: list[str] | None = None, line_no: list
         return _to_arrow(merged)
 
 
+def distinct_keys(blob: bytes) -> int:
+    """About how many distinct keys (any depth) the JSON in ``blob`` has: a cheap scan that
+    tells a sweep whose runs each carry keys of their own (one column each) before any table
+    is built."""
+    return len(set(_KEY.findall(blob)))
+
+
+def sparse_table(rows: list[dict], lead: dict[str, list] | None = None, cap: int | None = None) -> pa.Table:
+    """List of flat dicts -> Arrow table with at most ``cap`` columns besides ``lead``: the
+    keys most rows carry get a column each (in first-seen order); the rest, per row, one JSON
+    object in :data:`OTHER_KEYS`. Built column by column from each key's (row, value) pairs,
+    so many distinct keys cost memory in proportion to the values, not rows x keys."""
+    n = len(rows)
+    where: dict[str, tuple[list[int], list]] = {}
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            e = where.get(k)
+            if e is None:
+                e = where[k] = ([], [])
+            e[0].append(i)
+            e[1].append(v)
+    keep = set(sorted(where, key=lambda k: -len(where[k][0]))[:MAX_COLUMNS if cap is None else cap])
+    cols = dict(lead or {})
+    other: dict[int, dict] = {}
+    for k, (idx, vals) in where.items():
+        if k not in keep:
+            for i, v in zip(idx, vals):
+                other.setdefault(i, {})[k] = v
+            continue
+        arr = _to_arrow({k: vals}).column(0).combine_chunks()
+        if len(idx) < n:
+            mask = np.zeros(n, dtype=bool)
+            mask[idx] = True
+            arr = pc.replace_with_mask(pa.nulls(n, arr.type), pa.array(mask), arr)
+        cols[k] = arr
+    if other:
+        cols[OTHER_KEYS] = pa.array([dumps(other[i], sort_keys=True) if i in other else None for i in range(n)],
+                                    pa.string())
+    return pa.table(cols)
+
+
+def _rows_table(rows: list[dict], run_ids=None, line_no=None) -> pa.Table:
+    """:func:`rows_table`, or :func:`sparse_table` when the rows carry more than MAX_COLUMNS keys."""
+    if len({k for r in rows for k in r}) <= MAX_COLUMNS:
+        return rows_table(rows, run_ids, line_no)
+    return sparse_table(rows, None if run_ids is None else {"run_id": run_ids, "line": line_no})
+
+
+def _ends(blob: bytes) -> bytes:
+    """The first and the last full line of a metrics file: the sample whose keys tell a wide
+    sweep (each run's lines share their keys) without scanning every line."""
+    first = blob[:blob.find(b"\n") + 1]
+    last = blob[blob.rfind(b"\n", 0, max(len(blob) - 1, 0)) + 1:]
+    return first + last
+
+
 def _curve_rows(reads: list[RunRead]):
     """Flatten every metrics line; lines without nested values take a fast path."""
     rows, run_ids, line_no = [], [], []
@@ -124,7 +185,8 @@ def _curve_rows(reads: list[RunRead]):
 _FALLBACKS: list[str] = []   # stages the Arrow path handed to Python (reported in timings)
 
 
-def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.Table], list[dict], list[str]]:
+def _read_chunk(paths: list[Path], raws: list, root: str | None = None
+                ) -> tuple[list[pa.Table], list[pa.Table], list[dict], list[str]]:
     """Runs and curves tables of one chunk of run directories.
 
     Arrow's reader takes the whole chunk at once; if it cannot (a corrupt or oddly shaped
@@ -133,13 +195,15 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
     """
     ids = [p.name for p in paths]
     notes: list[str] = []
-    skipped = [{"run_id": ids[i], "reason": "unreadable run directory"}
+    skipped = [{"run_id": ids[i], "reason": r[1] if isinstance(r[1], str) else "unreadable run directory"}
                for i, r in enumerate(raws) if r[0] is None]
     idx = [i for i, r in enumerate(raws) if r[0] is not None]
     runs = None
     try:
         if not all(raws[i][1] for i in idx):
             raise ValueError("missing summaries")
+        if distinct_keys(b"".join(raws[i][1] for i in idx)) > MAX_COLUMNS:
+            raise ValueError("too many distinct keys for one column each")
         runs = arrow_summaries([ids[i] for i in idx], [raws[i][1] for i in idx])
     except (ValueError, KeyError, TypeError, pa.ArrowException):
         _FALLBACKS.append("summaries")
@@ -152,11 +216,13 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
                 rows.append(row)
                 keep.append(i)
         idx = keep
-        runs = rows_table(rows) if rows else None
+        runs = _rows_table(rows) if rows else None
     if runs is None:
         return [], [], skipped, notes
     good = [ids[i] for i in idx]
     try:
+        if distinct_keys(b"".join(_ends(raws[i][2]) for i in idx)) > MAX_COLUMNS:
+            raise ValueError("too many distinct keys for one column each")
         curves, counts, bad = arrow_curves(good, [raws[i][2] for i in idx])
     except (ValueError, KeyError, TypeError, pa.ArrowException):
         _FALLBACKS.append("curves")
@@ -166,13 +232,13 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
             rr.lines, rr.bad_lines = parse_jsonl(raws[i][2])
             reads.append(rr)
         crows, cids, cline = _curve_rows(reads)
-        curves = rows_table(crows, cids, cline)
+        curves = _rows_table(crows, cids, cline)
         counts, bad = [len(r.lines) for r in reads], [r.bad_lines for r in reads]
     notes += [f"run {rid}: {b} unparseable metrics line(s) skipped (torn write?)"
               for rid, b in zip(good, bad) if b]
     if "n_lines" not in runs.column_names:
         runs = runs.append_column("n_lines", pa.array(counts, pa.int64()))
-    extra = [{"run_id": ids[i], **analysis_columns(paths[i], raws[i][0], notes)} for i in idx
+    extra = [{"run_id": ids[i], **analysis_columns(paths[i], raws[i][0], notes, root)} for i in idx
              if any(f"{a}.json" in raws[i][0] for a in ANALYSES)]
     if any(len(e) > 1 for e in extra):                    # align analysis columns to the runs
         where = {rid: i for i, rid in enumerate(runs.column("run_id").to_pylist())}
@@ -186,17 +252,17 @@ def _read_chunk(paths: list[Path], raws: list) -> tuple[list[pa.Table], list[pa.
     return [runs], [curves] if curves.num_rows else [], skipped, notes
 
 
-def _read_chunk_python(paths: list[Path]):
+def _read_chunk_python(paths: list[Path], root: str | None = None):
     """The reference reader: every run through :func:`read_run` (pure Python)."""
-    reads = [read_run(p) for p in paths]
+    reads = [read_run(p, root) for p in paths]
     good = [r for r in reads if r.row is not None]
     skipped = [{"run_id": r.run_id, "reason": r.skip} for r in reads if r.row is None]
     notes = [n for r in reads for n in r.notes]
     notes += [f"run {r.run_id}: {r.bad_lines} unparseable metrics line(s) skipped (torn write?)"
               for r in good if r.bad_lines]
     crows, cids, cline = _curve_rows(good)
-    return ([rows_table([r.row for r in good])] if good else [],
-            [rows_table(crows, cids, cline)] if crows else [], skipped, notes)
+    return ([_rows_table([r.row for r in good])] if good else [],
+            [_rows_table(crows, cids, cline)] if crows else [], skipped, notes)
 
 
 def _map_threads(fn, items: list, threads: int) -> list:
@@ -252,10 +318,13 @@ def load(sweep_dir: str | os.PathLike, *, threads: int = READ_THREADS, chunk: in
     """Read every run directory of a sweep into tables (no fit, no page).
 
     ``fast=False`` forces the pure-Python reader (the reference the Arrow path must match).
+    Symlinks out of the sweep directory (a run directory, a summary.json) are not followed:
+    those runs are skipped and listed.
     """
     t0 = time.perf_counter()
     sweep_dir = Path(sweep_dir)
     runs_dir = find_runs_dir(sweep_dir)
+    root = os.path.realpath(sweep_dir)
     with os.scandir(runs_dir) as it:
         paths = [runs_dir / n for n in sorted(e.name for e in it if e.is_dir() and not e.name.startswith("."))]
     if not paths:
@@ -267,9 +336,9 @@ def load(sweep_dir: str | os.PathLike, *, threads: int = READ_THREADS, chunk: in
         part = paths[c0:c0 + chunk]
         t = time.perf_counter()
         # threads overlap the file reads (the GIL is released during IO)
-        raws = _map_threads(read_raw, part, threads)
+        raws = _map_threads(lambda p: read_raw(p, root), part, threads)
         t_io += time.perf_counter() - t
-        r, c, s, n = _read_chunk(part, raws) if fast else _read_chunk_python(part)
+        r, c, s, n = _read_chunk(part, raws, root) if fast else _read_chunk_python(part, root)
         run_tabs += r
         curve_tabs += c
         skipped += s
@@ -298,6 +367,10 @@ def load(sweep_dir: str | os.PathLike, *, threads: int = READ_THREADS, chunk: in
         curves_t = curves_t.sort_by([("run_id", "ascending"), ("line", "ascending")])
     runs, curves = runs_t.to_pandas(), curves_t.to_pandas()
     notes += _metric_set_notes(runs)
+    for name, t in (("runs", runs_t), ("curves", curves_t)):
+        if OTHER_KEYS in t.column_names:
+            notes.append(f"the {name} table carries more than {MAX_COLUMNS} distinct keys: the rarest are "
+                         f"kept per row as JSON in its {OTHER_KEYS} column")
     agg = Aggregate(sweep_dir, runs, curves, skipped, notes, tables=(runs_t, curves_t))
     agg.timings = {"io_s": t_io, "parse_s": t_read - t0 - t_io, "tables_s": time.perf_counter() - t_read,
                    "runs": len(paths), "python_fallbacks": list(_FALLBACKS) if fast else ["all"]}

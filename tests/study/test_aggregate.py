@@ -238,13 +238,9 @@ def _outputs(d):
 
 
 def test_full_disk_never_leaves_a_truncated_output(tmp_path):
-    """Aggregate on a real small filesystem (tmpfs), then again once it is full: every output
-    is either the previous file, intact, or a complete new one; no temporary is left behind;
-    the command says so in one line."""
-    import json
-
-    import pyarrow.parquet as pq
-
+    """Aggregate on a real small filesystem (tmpfs), then again once it is full: the outputs
+    are the previous set, intact (even when the small files would fit but the page does not);
+    no temporary is left behind; the command says so in one line."""
     with small_disk(tmp_path / "disk", "16m") as disk:
         root = disk / "sweep"
         write_synthetic_sweep(root, models={"a": 1e6, "b": 4e6}, pops=(8, 16), seeds=(0,), iterations=2,
@@ -270,10 +266,134 @@ def test_full_disk_never_leaves_a_truncated_output(tmp_path):
         fill_disk(disk, leave=len(before["report.html"]) // 2)
         with pytest.raises(OSError):
             aggregate(root, bootstrap=20)
-        after = _outputs(root)
-        assert set(after) == set(before)                             # no temporaries
-        assert after["report.html"] == before["report.html"]         # too big: the old page stays
-        changed = [n for n in after if after[n] != before[n]]
-        assert "runs.parquet" in changed and "trend.json" in changed
-        assert pq.read_table(root / "runs.parquet").num_rows == 6    # complete, with the third model
-        assert json.loads((root / "trend.json").read_text())["n_model_sizes"] == 3
+        assert _outputs(root) == before          # one set: no new tables beside the old page
+        assert not list(root.glob(".aggregate-*"))                   # no temporaries
+
+
+def test_a_failed_last_write_leaves_the_previous_set(tmp_path, monkeypatch):
+    """Every output written but the last one (aggregate.json, written last) fails: nothing of
+    the new set replaces the old one (the page, the tables and trend.json agree)."""
+    import errno
+
+    from esopt.study import aggregate as aggregate_mod
+
+    root, _ = make_sweep(tmp_path)
+    aggregate(root, bootstrap=20)
+    before = _outputs(root)
+    write_synthetic_sweep(root, models={"tiny-l": 6.4e7}, pops=(8,), seeds=(0,), iterations=4,
+                          eval_every=2, problems=20, samples=8)
+    write_json = aggregate_mod.atomic_write_json
+
+    def full_disk_at_the_end(path, obj):
+        if path.name == "aggregate.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write_json(path, obj)
+
+    monkeypatch.setattr(aggregate_mod, "atomic_write_json", full_disk_at_the_end)
+    with pytest.raises(OSError):
+        aggregate(root, bootstrap=20)
+    assert _outputs(root) == before
+    assert not list(root.glob(".aggregate-*"))
+    monkeypatch.undo()
+    aggregate(root, bootstrap=20)                      # room again: the whole new set
+    after = _outputs(root)
+    assert all(after[n] != before[n] for n in ("runs.parquet", "runs.csv", "trend.json", "report.html"))
+    assert len(pd.read_csv(root / "runs.csv")) == len(pd.read_csv(tmp_path / "sweep" / "runs.csv"))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_non_numeric_field_makes_that_run_unreadable(tmp_path, fast, capsys):
+    root, ids = make_sweep(tmp_path)
+    runs = root / "runs"
+    planted = {}
+    for rid, (key, value) in zip(ids, [("params", "1.5B"), ("pop", "8"), ("seed", [0]), ("seed", True)]):
+        path = runs / rid / "summary.json"
+        s = json.loads(path.read_text())
+        if key == "params":
+            s["model"]["params"] = value
+        else:
+            s[key] = value
+        path.write_text(json.dumps(s))
+        planted[rid] = "model.params" if key == "params" else key
+    agg = tables.load(root, fast=fast)
+    reasons = {s["run_id"]: s["reason"] for s in agg.skipped}
+    assert set(reasons) == set(planted)
+    for rid, field in planted.items():
+        assert reasons[rid].startswith(f"summary.json: {field} is not a number"), reasons[rid]
+    assert sorted(agg.runs["run_id"]) == sorted(set(ids) - set(planted))
+    assert agg.runs["params"].dtype.kind in "if" and agg.runs["pop"].dtype.kind in "if"
+    assert aggregate_main([str(root), "--bootstrap", "20", "--no-html"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(planted)} skipped" in out and "model.params is not a number ('1.5B')" in out
+
+
+def test_links_out_of_the_sweep_are_not_followed(tmp_path):
+    """A run directory, or a run's summary.json / metrics.jsonl, that is a symlink to a place
+    outside the sweep is skipped and listed; its content never reaches the tables."""
+    root, ids = make_sweep(tmp_path)
+    elsewhere, other = make_sweep(tmp_path, name="elsewhere", models={"secret-model": 2e6}, pops=(8,), seeds=(0,))
+    runs = root / "runs"
+    (runs / "linked-run").symlink_to(elsewhere / "runs" / other[0], target_is_directory=True)
+    (runs / "linked-summary").mkdir()
+    (runs / "linked-summary" / "summary.json").symlink_to(elsewhere / "runs" / other[0] / "summary.json")
+    (runs / "linked-metrics").mkdir()
+    (runs / "linked-metrics" / "summary.json").write_text((runs / ids[0] / "summary.json").read_text())
+    (runs / "linked-metrics" / "metrics.jsonl").symlink_to(elsewhere / "runs" / other[0] / "metrics.jsonl")
+    inside = runs / ids[1] / "summary.json"                  # a link within the sweep is fine
+    (runs / "linked-inside").mkdir()
+    (runs / "linked-inside" / "summary.json").symlink_to(inside)
+    for fast in (True, False):
+        agg = tables.load(root, fast=fast)
+        reasons = {s["run_id"]: s["reason"] for s in agg.skipped}
+        assert set(reasons) == {"linked-run", "linked-summary", "linked-metrics"}
+        assert all("outside the sweep" in r for r in reasons.values()), reasons
+        assert "secret-model" not in set(agg.runs["model"]) and "linked-inside" in set(agg.runs["run_id"])
+        assert set(agg.curves["run_id"]) == set(ids)             # linked-inside has no metrics
+    aggregate(root, bootstrap=20, html=False)
+    assert "secret-model" not in (root / "runs.csv").read_text()
+
+
+def test_runs_with_keys_of_their_own_fold_into_one_json_column(tmp_path, monkeypatch):
+    """Each run carrying keys no other run has (a later version's knobs, a tracker's fields)
+    would make one column per key (2,000 runs: 20,000 mostly empty columns): past MAX_COLUMNS
+    the rarest keys go per row into other_keys as JSON, nothing lost, both readers alike."""
+    monkeypatch.setattr(tables, "MAX_COLUMNS", 150)
+    root, ids = make_sweep(tmp_path)
+    for i, rid in enumerate(ids):
+        path = root / "runs" / rid
+        s = json.loads((path / "summary.json").read_text())
+        s.update({f"own_{i}_{j}": i * 10 + j for j in range(8)})
+        (path / "summary.json").write_text(json.dumps(s))
+        lines = [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
+        (path / "metrics.jsonl").write_text("".join(json.dumps({**x, **{f"x_{i}_{j}": j for j in range(8)}}) + "\n"
+                                                    for x in lines))
+    for fast in (True, False):
+        agg = tables.load(root, fast=fast)
+        assert not agg.skipped and sorted(agg.runs["run_id"]) == sorted(ids)
+        assert len(agg.runs.columns) <= 150 + 2 and len(agg.curves.columns) <= 150 + 3  # + other_keys, ids
+        for i, rid in enumerate(ids):   # each run's own keys: in columns or in other_keys, all there
+            row = agg.runs.set_index("run_id").loc[rid]
+            own = {k: int(v) for k, v in row.items() if k.startswith("own_") and pd.notna(v)}
+            if isinstance(row[tables.OTHER_KEYS], str):
+                own.update(json.loads(row[tables.OTHER_KEYS]))
+            assert own == {f"own_{i}_{j}": i * 10 + j for j in range(8)}
+        line_keys = [sum(k.startswith("x_") and pd.notna(v) for k, v in r.items() if k != tables.OTHER_KEYS)
+                     + (len(json.loads(r[tables.OTHER_KEYS])) if isinstance(r[tables.OTHER_KEYS], str) else 0)
+                     for r in agg.curves.to_dict("records")]
+        assert line_keys == [8] * len(agg.curves)
+        assert agg.runs["final_pass@1"].notna().all() and "pop" in agg.runs
+        assert any(tables.OTHER_KEYS in n for n in agg.notes)
+        if fast:
+            fast_runs = agg.runs
+        else:
+            cols = ["run_id", "final_pass@1", "pop", "params", "n_lines"]
+            pd.testing.assert_frame_equal(fast_runs[cols].reset_index(drop=True),
+                                          agg.runs[cols].reset_index(drop=True), check_dtype=False)
+
+
+def test_sparse_table_keeps_the_common_keys_as_columns():
+    rows = [{"a": 1, "b": "x"}, {"a": 2, "c": 3.5}, {"a": 3, "b": None, "d": [1]}]
+    t = tables.sparse_table(rows, cap=2)
+    assert t.column_names == ["a", "b", tables.OTHER_KEYS]
+    assert t.column("a").to_pylist() == [1, 2, 3] and t.column("b").to_pylist() == ["x", None, None]
+    assert t.column(tables.OTHER_KEYS).to_pylist() == [None, '{"c": 3.5}', '{"d": [1]}']

@@ -176,3 +176,26 @@ def test_planted_dead_dropdown_fails_the_check(driver, report_page, tmp_path):
     assert bad.read_text() != html
     with pytest.raises(Exception, match="expected visible"):
         check_page(driver, bad, button_s=2.0)
+
+
+LINK = '<a href="http://example.invalid/">click</a>'
+
+
+def test_a_link_in_a_model_name_renders_as_text(driver, tmp_path):
+    """Plotly draws ``<a href>`` in trace names and labels as a live SVG link: a model name that
+    carries one is shown as its characters, and the page holds no link at all."""
+    from esopt.study.aggregate import aggregate
+
+    root = tmp_path / "sweep"
+    write_synthetic_sweep(root, models={f"m{LINK}": 3e4, "tiny-s": 1e5}, pops=(8, 16), seeds=(0,),
+                          algos=("es", "grpo"), iterations=2, eval_every=2, problems=10, samples=4)
+    aggregate(root, bootstrap=20)
+    check_page(driver, root / "report.html")
+    links = driver.execute_script(  # Plotly's modebar buttons are <a> elements without a target
+        "return document.querySelectorAll('svg a').length + Array.from(document.querySelectorAll('a'))"
+        ".filter(function (a) { return (a.getAttribute('href') || a.getAttribute('xlink:href') || '')"
+        ".indexOf('example.invalid') >= 0; }).length")
+    shown = driver.execute_script(  # legends, labels: the name's characters, brackets included
+        "var s = arguments[0]; return Array.from(document.querySelectorAll('.figure text'))"
+        ".filter(function (t) { return t.textContent.indexOf(s) >= 0; }).length;", LINK)
+    assert links == 0 and shown > 0

@@ -1,6 +1,7 @@
 """The page builds for every kind of sweep, and nothing from configs, data or errors reaches it
 as live markup (an HTML parser reads the page back)."""
 
+import html as html_module
 import json
 import re
 from html.parser import HTMLParser
@@ -62,10 +63,45 @@ def test_markup_from_names_and_errors_is_escaped_everywhere(tmp_path):
     text = "".join(parser.texts)
     assert f"{MARKUP}{SCRIPT_END}" in text      # shown as text (summary, tables) ...
     assert f"ValueError: {SCRIPT_END}{MARKUP}" in text and "<svg onload=alert(3)>" in text
-    fig = report.figure_data(html, "fig-heatmap")  # ... and intact inside the figures' data
-    assert model in fig["data"][0]["meta"]["models"]
+    # ... and as Plotly text in the figures: entities Plotly shows as the characters, no tag
+    shown = html_module.escape(model, quote=False)
+    fig = report.figure_data(html, "fig-heatmap")
+    assert shown in fig["data"][0]["meta"]["models"]
     curves = report.figure_data(html, "fig-curves")
-    assert any(t["name"].startswith(model) for t in curves["data"])
+    assert any(t["name"].startswith(shown) for t in curves["data"])
+    for fig_id in report.figure_ids(html):
+        for text in strings(report.figure_data(html, fig_id)):
+            assert "<" not in text.replace("<br>", "") and ">" not in text.replace("<br>", ""), (fig_id, text)
+
+
+def strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from strings(v)
+
+
+def test_a_link_in_a_name_is_plotly_text_not_a_link(tmp_path):
+    """Plotly renders ``<a href>`` in a trace name, label or hover text as a live link: a model
+    or sweep name carrying one reaches every figure with its brackets as entities."""
+    link = '<a href="http://example.invalid/">click</a>'
+    root = tmp_path / "sweep"
+    write_synthetic_sweep(root, models={f"m{link}": 1e6, "tiny-s": 4e6}, pops=(8, 16), seeds=(0,),
+                          algos=("es", "grpo"), iterations=2, eval_every=2, problems=10, samples=4,
+                          task=f"countdown{link}")
+    aggregate(root, bootstrap=20)
+    html = (root / "report.html").read_text()
+    found = 0
+    for fig_id in report.figure_ids(html):
+        for text in strings(report.figure_data(html, fig_id)):
+            assert "<a" not in text and "</a>" not in text, (fig_id, text)
+            found += "&lt;a href=" in text
+    assert found > 0  # the names are there, as text
+    assert report.plotly_text("x<br>y <b>z</b> & w") == "x<br>y &lt;b&gt;z&lt;/b&gt; &amp; w"
 
 
 KINDS = {  # sweep kind -> (algos, statuses of the runs to plant)
