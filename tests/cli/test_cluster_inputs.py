@@ -47,14 +47,15 @@ def test_dry_run_estimate_uses_the_clamped_batch(tmp_path):
     from esopt.algorithms import es
     from hydra_plugins.esopt_sweeper.sweepers import _rows, estimate_tokens
 
-    huge = run_config("model=tiny-xs", "es.batch_size=10000000", check_data=False)
+    # above the train split's 2,000 rows, within esopt.runtime.limits' bound on es.batch_size
+    huge = run_config("model=tiny-xs", "es.batch_size=60000", check_data=False)
     rows = _rows(huge, huge.task, "train", None)
     clamped = run_config("model=tiny-xs", f"es.batch_size={rows}", check_data=False)
     assert rows == 2000 and estimate_tokens(huge) == estimate_tokens(clamped)
     assert es.prompts_per_iteration(10**7, rows) == len(es.prompt_batch(0, 1, rows, 10**7)) == rows
     assert estimate_tokens(run_config("model=tiny-xs", "es.batch_size=10", check_data=False)) \
         < estimate_tokens(clamped)  # below the split's size nothing is clamped
-    r = run_cli("esopt.sweep", "-m", "model=tiny-xs", "es.batch_size=10000000", "sweep.dry_run=true",
+    r = run_cli("esopt.sweep", "-m", "model=tiny-xs", "es.batch_size=60000", "sweep.dry_run=true",
                 f"sweep.root={tmp_path}", env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     shown = int(re.search(r"max generated tokens \(upper bound\): ([\d,]+) to run", r.stdout).group(1)
