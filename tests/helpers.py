@@ -510,3 +510,42 @@ def slurm_reason() -> str | None:
     if not re.search(r"^up (idle|mix|alloc|comp)", r.stdout, flags=re.M):
         return f"no Slurm node is up: {r.stdout.strip()!r}"
     return None
+
+
+def rejected(capsys, *argv) -> str:
+    """The one ``esopt: error:`` line (exit 2) the command line ``argv`` is refused with, before Hydra."""
+    import pytest
+
+    from esopt.cli.common import prepare_argv
+
+    with pytest.raises(SystemExit) as e:
+        prepare_argv(list(argv))
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("esopt: error: "), err
+    return err
+
+
+class Preempted(BaseException):
+    """Raised by :func:`grpo_context`'s logger to stop a GRPO run at a chosen step."""
+
+
+def grpo_context(rc, path, stop_at=None):
+    """A GRPO RunContext writing to ``path``; with ``stop_at`` its logger raises Preempted after the
+    train line of that step (a kill between checkpoints)."""
+    from esopt.core import store
+    from esopt.runtime.context import RunContext
+    from esopt.runtime.run import load_components
+
+    model, tok, engine, task = load_components(rc)
+    rd = store.RunDir(path)
+    rd.create(rc.to_dict())
+    ctx = RunContext(rc, model, tok, engine, task, rd, phase="grpo", iterations=4)
+    if stop_at is not None:
+        log = ctx.log
+
+        def log_then_die(**line):
+            log(**line)
+            if line.get("kind") == "train" and line["iteration"] == stop_at:
+                raise Preempted
+        ctx.log = log_then_die
+    return ctx

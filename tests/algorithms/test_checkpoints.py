@@ -9,16 +9,15 @@ import shutil
 
 import pytest
 import torch
-from helpers import kill_while_recording
+from helpers import Preempted, grpo_context, kill_while_recording
 from test_es import lines as es_lines
 from test_es import make_ctx
 from test_es import run_config as es_config
-from test_grpo import Preempted, config, lines
+from test_grpo import config, lines
 
 from esopt import noise
 from esopt.algorithms import es, grpo
 from esopt.core import store
-from esopt.runtime.context import RunContext
 from esopt.runtime.run import load_components
 
 torch.set_num_threads(1)
@@ -108,22 +107,6 @@ GRPO_FAULTS = {  # fault -> (what it does to a checkpoint, whether a torn newer 
     "truncated rng_state.pth": (lambda d: truncate(d / "rng_state.pth"), False),
     "empty trainer_state.json": (lambda d: _empty(d / "trainer_state.json"), False),
 }
-
-
-def grpo_context(rc, path, stop_at=None):
-    model, tok, engine, task = load_components(rc)
-    rd = store.RunDir(path)
-    rd.create(rc.to_dict())
-    ctx = RunContext(rc, model, tok, engine, task, rd, phase="grpo", iterations=4)
-    if stop_at is not None:
-        log = ctx.log
-
-        def log_then_die(**line):
-            log(**line)
-            if line.get("kind") == "train" and line["iteration"] == stop_at:
-                raise Preempted
-        ctx.log = log_then_die
-    return ctx
 
 
 @pytest.fixture(scope="module")

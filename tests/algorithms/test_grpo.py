@@ -4,12 +4,11 @@ import json
 
 import pytest
 import torch
-from helpers import run_cli, run_config
+from helpers import Preempted, grpo_context, run_cli, run_config
 
 from esopt.algorithms import grpo
 from esopt.core import store
 from esopt.core.errors import ConfigError
-from esopt.runtime.context import RunContext
 from esopt.runtime.run import load_components, run
 from esopt.runtime.validate import run_id
 
@@ -71,29 +70,13 @@ def test_grpo_learns_and_records_train_and_eval_lines(results_root):
     assert (path / "checkpoint" / "grpo" / "checkpoint-12" / "trainer_state.json").exists()
 
 
-class Preempted(BaseException):
-    """Stands in for the job being killed (SIGTERM/requeue) in the middle of training."""
-
-
 def test_resume_continues_from_checkpoint(results_root, tmp_path):
     """Killed after step 3 (checkpoint at 2): the rerun continues at step 3, ending with the
     same weights as an uninterrupted run (TRL restores optimizer, scheduler and RNG state)."""
     rc = config(results_root, "iterations=4", "grpo.save_every=2", "eval.every=4")
 
-    def context(path, stop_at=None):
-        model, tok, engine, task = load_components(rc)
-        rd = store.RunDir(path)
-        rd.create(rc.to_dict())
-        ctx = RunContext(rc, model, tok, engine, task, rd, phase="grpo", iterations=4)
-        if stop_at is not None:
-            log = ctx.log
-
-            def log_then_die(**line):
-                log(**line)
-                if line.get("kind") == "train" and line["iteration"] == stop_at:
-                    raise Preempted
-            ctx.log = log_then_die
-        return ctx
+    def context(path, stop_at=None):  # Preempted stands in for the job being killed mid-training
+        return grpo_context(rc, path, stop_at)
 
     straight = context(tmp_path / "straight")
     grpo.train(straight)

@@ -7,16 +7,9 @@ import pytest
 
 from esopt.cli import configs
 from esopt.cli.common import prepare_argv
+from helpers import rejected
 
 configs.register()
-
-
-def rejected(capsys, *argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        prepare_argv(list(argv))
-    err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("esopt: error: "), err
-    return err
 
 
 @pytest.mark.parametrize("argv, needle", [

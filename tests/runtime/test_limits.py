@@ -2,7 +2,6 @@
 limit, exit 2; nothing is allocated in proportion to ``iterations``."""
 
 import json
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -11,18 +10,11 @@ import pytest
 
 from esopt.cli import configs
 from esopt.cli.common import prepare_argv
+from helpers import rejected
 from esopt.runtime import limits
 
 configs.register()
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def rejected(capsys, *argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        prepare_argv(list(argv))
-    err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("esopt: error: "), err
-    return err
 
 
 @pytest.mark.parametrize("argv, needle", [
