@@ -75,14 +75,8 @@ def evaluate(
         prompts, n=samples, temperature=temperature, top_p=top_p, max_new_tokens=budget,
         seed=seed, stop=stop, return_entropy=entropy,
     )
-    flat = task.verdicts([c for comps in gen.completions for c in comps],
-                         [row for comps, row in zip(gen.completions, rows) for _ in comps])
-    verdicts, i = [], 0
-    for comps in gen.completions:
-        verdicts.append(flat[i:i + len(comps)])
-        i += len(comps)
-    correct = np.array([[v.correct for v in vs] for vs in verdicts], dtype=bool)  # [P, S]
-    counts = correct.sum(axis=1)
+    verdicts = _verdicts(task, gen.completions, rows)
+    counts = np.array([[v.correct for v in vs] for vs in verdicts], dtype=bool).sum(axis=1)  # [P]
     tokens = gen.n_tokens
 
     result: dict = {
@@ -91,45 +85,61 @@ def evaluate(
     }
     if getattr(task, "verifier", None):
         result["verifier"] = task.verifier
-    ks = k_values(samples)
-    result["pass@k"], result["pass@k_ci"], result["maj@k"], result["maj@k_ci"] = {}, {}, {}, {}
-    for k in ks:
-        per = metrics.pass_at_k(samples, counts, k)
-        result["pass@k"][str(k)] = float(per.mean())
-        result["pass@k_ci"][str(k)] = _ci(per)
-        maj = np.array([
-            metrics.maj_at_k([v.extracted for v in vs], [v.correct for v in vs], k) for vs in verdicts
-        ])
-        result["maj@k"][str(k)] = float(maj.mean())
-        result["maj@k_ci"][str(k)] = _ci(maj)
+    result.update(_sampled_scores(samples, counts, verdicts))
 
     greedy_correct = None
+    result["greedy"], result["greedy_ci"] = None, None
     if greedy:
         g = engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=budget, seed=seed, stop=stop)
         greedy_correct = [int(v.correct) for v in task.verdicts([comps[0] for comps in g.completions], rows)]
         tokens += g.n_tokens
         result["greedy"] = float(np.mean(greedy_correct))
         result["greedy_ci"] = _ci(np.array(greedy_correct, dtype=float))
-    else:
-        result["greedy"], result["greedy_ci"] = None, None
 
-    if entropy:
-        # Per problem: (sum of token entropies, token count); token mean = ratio of the sums.
-        ent_tok = np.array([
-            [sum(h * n for h, n in zip(hs, ns)), sum(ns)] for hs, ns in zip(gen.entropy, gen.lengths)
-        ])
-        ratio = lambda a: a[:, 0].sum() / max(a[:, 1].sum(), 1)  # noqa: E731
-        result["entropy"] = float(ratio(ent_tok))
-        result["entropy_ci"] = _ci(ent_tok, stat=ratio)
-    else:
-        result["entropy"], result["entropy_ci"] = None, None
-
+    result["entropy"], result["entropy_ci"] = _token_entropy(gen) if entropy else (None, None)
     result["format"] = float(np.mean([[v.format for v in vs] for vs in verdicts]))
     result["tokens_generated"] = int(tokens)
     result["wall_s"] = round(time.perf_counter() - t0, 3)
     result["correct_counts"] = [int(c) for c in counts]
     result["greedy_correct"] = greedy_correct
     return result
+
+
+def _verdicts(task, completions, rows) -> list:
+    """The task's verdict on every sampled completion, scored in one call, grouped per problem."""
+    flat = task.verdicts([c for comps in completions for c in comps],
+                         [row for comps, row in zip(completions, rows) for _ in comps])
+    verdicts, i = [], 0
+    for comps in completions:
+        verdicts.append(flat[i:i + len(comps)])
+        i += len(comps)
+    return verdicts
+
+
+def _sampled_scores(samples: int, counts: np.ndarray, verdicts: list) -> dict:
+    """Pass@k (unbiased, per problem from c correct of n) and Maj@k for every reported k, with
+    intervals over problems."""
+    out: dict = {"pass@k": {}, "pass@k_ci": {}, "maj@k": {}, "maj@k_ci": {}}
+    for k in k_values(samples):
+        per = metrics.pass_at_k(samples, counts, k)
+        out["pass@k"][str(k)] = float(per.mean())
+        out["pass@k_ci"][str(k)] = _ci(per)
+        maj = np.array([
+            metrics.maj_at_k([v.extracted for v in vs], [v.correct for v in vs], k) for vs in verdicts
+        ])
+        out["maj@k"][str(k)] = float(maj.mean())
+        out["maj@k_ci"][str(k)] = _ci(maj)
+    return out
+
+
+def _token_entropy(gen) -> tuple:
+    """Token-mean entropy (nats) of the sampled completions: per problem (sum of token entropies,
+    token count), the ratio of the sums; its interval resamples problems."""
+    ent_tok = np.array([
+        [sum(h * n for h, n in zip(hs, ns)), sum(ns)] for hs, ns in zip(gen.entropy, gen.lengths)
+    ])
+    ratio = lambda a: a[:, 0].sum() / max(a[:, 1].sum(), 1)  # noqa: E731
+    return float(ratio(ent_tok)), _ci(ent_tok, stat=ratio)
 
 
 def format_table(result: dict) -> str:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from esopt.core import store
+from esopt.core import fingerprint as store  # the fingerprint functions (re-exported by esopt.core.store)
 
 
 @pytest.fixture
