@@ -18,6 +18,18 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _environment_as_it_was():
+    """Each test starts from the suite's environment: an in-process CLI call (esopt.cli.common's
+    quiet() sets PYTHONWARNINGS and friends for the processes it starts) must not leak into the
+    subprocesses of later tests."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture
 def results_root(tmp_path):
     return tmp_path / "results"
