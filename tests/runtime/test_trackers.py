@@ -336,9 +336,13 @@ def test_es_run_killed_and_resumed_continues_each_tracker_run_with_the_values_of
     dirs = sorted((root / "default" / "wandb").glob(f"offline-run-*-default-{rid}"), key=lambda d: d.name)
     assert len(dirs) == 2, dirs
     attempts = [wandb_run(d) for d in dirs]
+    # the killed attempt's wandb-core may die before it flushes even the run record (SIGKILL at
+    # iteration 3, under load); what either attempt wrote names the same run, the last one must
+    assert attempts[-1]["run"] is not None
     for a in attempts:
-        assert (a["run"].run_id, a["run"].run_group, a["run"].display_name, a["run"].project) == \
-            (f"default-{rid}", "default", rid, "esopt")
+        if a["run"] is not None:
+            assert (a["run"].run_id, a["run"].run_group, a["run"].display_name, a["run"].project) == \
+                (f"default-{rid}", "default", rid, "esopt")
     # the killed attempt's wandb-core died with it, unflushed; the resumed one sent the kept lines again
     assert wandb_values(attempts[1:]) == want
     assert {k: attempts[1]["summary"][k] for k in final_expected(summary)} == final_expected(summary)
