@@ -56,7 +56,7 @@ def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:
     """Reject unknown config-group choices (model=foo) with one line, before Hydra runs."""
     from esopt import algorithms, engines, tasks
 
-    code_groups = {"task": tuple(tasks.TASK_NAMES), "engine": tuple(engines.ENGINES),
+    code_groups = {"task": tuple(tasks.TASK_NAMES), "engine": (engines.AUTO, *engines.ENGINES),
                    "algo": tuple(algorithms.ALGORITHMS)}
     for arg in argv:
         m = re.match(r"^(model|task|algo|engine)=(.*)$", arg)

@@ -5,7 +5,7 @@ every default is stated once (in a documented dataclass or a task's ``knobs``):
     sweep: default        esopt.core.config.SweepConfig
     tuning: default       esopt.runtime.tuning.TuningConfig
     logger_opts: default  esopt.runtime.trackers (each tracker's Options)
-    engine: hf | vllm     esopt.engines.HFConfig | VLLMConfig
+    engine: auto | hf | vllm     esopt.engines.resolve | HFConfig | VLLMConfig
     task: <name>          esopt.tasks.defaults(name)
     algo_blocks           every algorithm's config blocks (esopt.algorithms: es, grpo, sequence,
                           ...), each also as group <block>: default
@@ -59,6 +59,7 @@ def register() -> None:
             cs.store(group="algo", name=name, node={"algo": name}, package="_global_", provider="esopt")
     for name, node in engines.ENGINES.items():
         cs.store(group="engine", name=name, node=asdict(node()), provider="esopt")
+    cs.store(group="engine", name=engines.AUTO, node=asdict(engines.EngineConfig(name=engines.AUTO)), provider="esopt")
     for name in tasks.TASK_NAMES:
         cs.store(group="task", name=name, node=tasks.defaults(name), provider="esopt")
     _DONE = registered

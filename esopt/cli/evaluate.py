@@ -30,6 +30,7 @@ def evaluate_model(cfg) -> dict:
              + (f" from {rc.model['path']}" if rc.model.get("path") else "") + f": {type(e).__name__}: {first}")
     result = evaluate_config(rc.eval, engine, task, ood)
     result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
+    result["engine"] = rc.engine["name"]
     print(format_table(result))
     if rc.eval.out:
         store.atomic_write_json(rc.eval.out, result)

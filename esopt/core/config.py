@@ -208,7 +208,7 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     task = dict(raw.get("task") or {})
     if not task.get("name"):
         raise ConfigError("task.name is required (e.g. task=countdown)")
-    engine = dict(raw.get("engine") or {"name": "hf"})
+    engine = dict(raw.get("engine") or {"name": "auto"})
 
     pop = number(raw, "pop", int)
     sigma = number(raw, "sigma", float, allow_none=True)

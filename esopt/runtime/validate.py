@@ -29,9 +29,13 @@ from esopt.runtime import limits, trackers, tuning
 from esopt.runtime.layout import layout
 
 
-def validate(cfg: Any, check_data: bool = True) -> RunConfig:
-    """Check a composed config and return the typed RunConfig (ConfigError, one line)."""
+def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> RunConfig:
+    """Check a composed config and return the typed RunConfig (ConfigError, one line).
+    ``engine=auto`` is resolved first (``esopt.engines.resolve``; ``cuda``: whether the run will
+    see a CUDA device, None = this process's answer), so the RunConfig, the run's id and its
+    config.yaml name the engine it runs on."""
     rc = parse(cfg, blocks=algorithms.blocks())
+    rc = dataclasses.replace(rc, engine=engines.resolve(rc.engine, cuda))
     check_names(rc)
     algo = algorithms.get(rc.algo)
     rc = own_blocks(rc, algo)

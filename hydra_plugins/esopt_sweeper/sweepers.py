@@ -132,7 +132,9 @@ class EsoptSweeper(Sweeper):
         launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
         with open_dict(cfg):
             del cfg["hydra"]
-        rc = validate(cfg)
+        rc = validate(cfg, cuda=remote_cuda(launcher, cfg))
+        if cfg.engine.name != rc.engine["name"]:  # engine=auto: the worker runs what was picked here
+            overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine['name']}"]
         tuning.settings(rc.tuning)
         launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
         rid = run_id(rc)
@@ -276,6 +278,7 @@ class EsoptSweeper(Sweeper):
                 row["status"] = job.before or "new"
                 row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
                 row["max_tokens"] = estimate_tokens(job.rc)
+                row["engine"] = job.rc.engine["name"]  # what engine=auto picked, or the forced one
             else:
                 s = job.summary or {}
                 metric = tuning.settings(job.rc.tuning)["metric"]
@@ -365,6 +368,14 @@ class EsoptSweeper(Sweeper):
         if code:
             sys.exit(code)
         return []
+
+
+def remote_cuda(launcher: dict, cfg) -> Optional[bool]:
+    """For ``engine=auto``: True when the run goes to a Slurm job that asks for GPUs (it will see
+    CUDA there, whatever this submitting host has); None = decide by this process's devices."""
+    slurm = str(launcher.get("_target_", "")).endswith("SlurmLauncher")
+    gpus = ((cfg.get("model") or {}).get("resources") or {}).get("gpus") or 0
+    return True if slurm and int(gpus) > 0 else None
 
 
 def estimate_tokens(rc) -> int:

@@ -57,7 +57,7 @@ def test_help_names_presets_models_tasks_and_algorithms():
     r = run_cli("esopt.sweep", "--help", env=ENV)
     assert r.returncode == 0
     for needle in ("experiment: ", "quickstart", "paper_cpu", "model: ", "tiny-s", "qwen7b", "task: ", "gsm8k",
-                   "algo: ", "es_grpo", "engine: hf, vllm", "python -m esopt.sweep -m +experiment=quickstart"):
+                   "algo: ", "es_grpo", "engine: auto, hf, vllm", "python -m esopt.sweep -m +experiment=quickstart"):
         assert needle in r.stdout, needle
 
 

