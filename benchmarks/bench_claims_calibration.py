@@ -30,7 +30,8 @@ from _results import write_table  # noqa: E402
 
 from esopt.study.simulate import Design, calibrate, table  # noqa: E402
 
-GRID = [(3, 500), (5, 500), (8, 500), (8, 1000), (12, 500), (12, 1000), (16, 1000)]
+# (seeds per cell, problems, family sizes, family seeds): paper_cpu's design first
+GRID = [(3, 500, 5, 3), (5, 1000, 5, 5), (8, 500, 5, 8), (8, 1000, 5, 8), (8, 500, 12, 8), (8, 500, 20, 8)]
 
 
 def main(argv=None) -> int:
@@ -55,13 +56,13 @@ def main(argv=None) -> int:
     grid = []
     if args.design_grid:
         only = [f"sesoi{i}" for i in range(1, 8)]
-        for seeds, problems in GRID:
-            r = calibrate(Design(seeds=seeds, problems=problems, samples=args.samples), sims=max(sims // 2, 50),
-                          seed=args.seed + 1, only=only)
-            row = [seeds, problems, args.samples] + [f"{r[f'sesoi{i}']['yes']:.2f}" for i in range(1, 8)]
+        for seeds, problems, sizes, fam in GRID:
+            d = Design(seeds=seeds, problems=problems, samples=args.samples, sizes=sizes, family_seeds=fam)
+            r = calibrate(d, sims=max(sims // 2, 50), seed=args.seed + 1, only=only)
+            row = [seeds, problems, args.samples, sizes, fam] + [f"{r[f'sesoi{i}']['yes']:.2f}" for i in range(1, 8)]
             grid.append(row)
-            print("design seeds={} problems={} samples={} ".format(*row[:3])
-                  + " ".join(f"power{i}={v}" for i, v in zip(range(1, 8), row[3:])), flush=True)
+            print("design seeds={} problems={} samples={} sizes={} family_seeds={} ".format(*row[:5])
+                  + " ".join(f"power{i}={v}" for i, v in zip(range(1, 8), row[5:])), flush=True)
     if args.write_docs:
         rows = [ln.replace("claim ", "").split(" ") for ln in lines if ln.startswith("claim ")]
         rows = [[r[0]] + [x.split("=")[1] for x in r[1:]] for r in rows]
@@ -74,7 +75,8 @@ def main(argv=None) -> int:
                            "components: esopt/study/simulate.py. Wall {:.0f} s.".format(wall)))
         if grid:
             write_table("claims_calibration", "Claims: power at the smallest effect of interest by design", None,
-                        ["seeds", "problems", "samples"] + [f"claim {i}" for i in range(1, 8)], grid,
+                        ["seeds", "problems", "samples", "sizes", "family seeds"] + [f"claim {i}" for i in range(1, 8)],
+                        grid,
                         notes=f"{max(sims // 2, 50)} sims per claim and design; >= 0.80 is the goal.")
     return 0
 

@@ -37,7 +37,7 @@ unrelated, no population effect.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class Components:
     sigma_size: float = 0.001
     s0: float = 0.006
     s_random: float = 0.3
-    params: tuple = field(default=(3e4, 1e5, 3.3e5, 8e5, 1.7e6))
+    params: tuple = (3e4, 1.7e6)           # the family's smallest and largest size (geometric between)
 
 
 def _pass_k_expected(p: np.ndarray, shift: float, c: Components, K: int) -> float:
@@ -161,7 +161,8 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
                     {"mode": "random", "keep": 0.22, "correct_counts": _counts(p, kn["s_random"] * g, n, c, rng)}]}
             recs.append(rec(algo, seed, final, pop=None if algo == "grpo" else 16, **extra))
     # the family: sizes x pops x seeds of ES
-    lp = np.log(np.asarray(c.params[:d.sizes]))
+    sizes = np.geomspace(c.params[0], c.params[1], d.sizes)
+    lp = np.log(sizes)
     x = np.log2(np.asarray(d.pops, dtype=float))
     g_es = kn["g"]["es"]
     rho = kn["rho"]
@@ -175,7 +176,7 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
                 final = _counts(pj, g_es + u + slope * (xi - x.mean()), n, c, rng)
                 z, e1, e2, e3 = rng.normal(size=4)
                 gain_k = 0.01 * (0.5 * z + rho * e1 + rho * e2 + math.sqrt(max(0.0, 1 - 2 * rho * rho)) * e3)
-                recs.append(rec("es", seed, final, model=f"size{j}", pop=pop, params=float(c.params[j]), base=bj,
+                recs.append(rec("es", seed, final, model=f"size{j}", pop=pop, params=float(sizes[j]), base=bj,
                                 js_succ=0.1 + 0.01 * (0.6 * z + 0.8 * e1), p_pop=0.5 + 0.01 * (0.6 * z + 0.8 * e2),
                                 reward_mean=0.3 + 0.01 * z, k_max=d.k, **{f"base_pass@{d.k}": 0.7,
                                                                          f"final_pass@{d.k}": 0.7 + gain_k},
