@@ -112,7 +112,8 @@ def data_needed(se: float, delta: float, alpha: float, power: float = 0.80) -> f
 
 
 def decide_all(measures: dict[int, dict], s: Mapping) -> dict[int, dict]:
-    """Verdicts of the registry's claims from their rules' answers (see module docstring)."""
+    """Verdicts of the registry's claims from their rules' answers (see module docstring); fills
+    each measured answer's p_yes, p_no and ci where its rule did not set them."""
     alpha = float(s["alpha"])
     tested = {cid: m for cid, m in measures.items() if "unclear" not in m}
     for cid, m in tested.items():
