@@ -109,6 +109,10 @@ def scores(runs: list[dict], key: str, k: int) -> tuple[np.ndarray, int] | None:
 
 
 def _enough(arms: dict, s: dict) -> dict | None:
+    """unclear("data") when an arm has no runs in the comparison cell or fewer than min_runs."""
+    none = [a for a, x in arms.items() if not x]
+    if none:
+        return unclear("data", f"no {' or '.join(none)} runs in the comparison cell")
     few = [f"{a} ({len(x)})" for a, x in arms.items() if len(x) < s["min_runs"]]
     if few:
         return unclear("data", f"fewer than {s['min_runs']} seeds: {', '.join(few)}")
@@ -141,8 +145,6 @@ def _cell(*algos):
        variance="seeds x problems (two-way random effects), Welch-Satterthwaite df", select=_cell("es"))
 def es_raises_pass1(data, s):
     es = data["es"]
-    if not es:
-        return unclear("data", "no completed ES runs in the comparison cell")
     if (few := _enough({"ES": es}, s)):
         return few
     base, final = scores(es, "base_counts", 1), scores(es, "final_counts", 1)
@@ -178,9 +180,6 @@ def _pass1_gain(runs):
        select=_cell("es", "grpo"))
 def entropy(data, s):
     es, grpo = data["es"], data["grpo"]
-    if not es or not grpo:
-        return unclear("data", "no " + " or ".join(a for a, x in (("ES", es), ("GRPO", grpo)) if not x) +
-                       " runs in the comparison cell")
     if (few := _enough({"ES": es, "GRPO": grpo}, s)):
         return few
     h = {"ES": _ood_entropy_change(es), "GRPO": _ood_entropy_change(grpo)}
@@ -213,9 +212,6 @@ def entropy(data, s):
        select=_cell("es", "grpo"), needs=(1,))
 def coverage(data, s):
     es, grpo = data["es"], data["grpo"]
-    if not es or not grpo:
-        return unclear("data", "no " + " or ".join(a for a, x in (("ES", es), ("GRPO", grpo)) if not x) +
-                       " runs in the comparison cell")
     if (few := _enough({"ES": es, "GRPO": grpo}, s)):
         return few
     e1, g1 = scores(es, "final_counts", 1), scores(grpo, "final_counts", 1)
