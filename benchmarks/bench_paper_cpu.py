@@ -88,10 +88,11 @@ def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: di
     if cj.exists():
         claims = json.loads(cj.read_text())["claims"]
         write_table("claims_paper_cpu", f"{preset}: claims", command,
-                    ["#", "claim", "effect [95% CI]", "minimum detectable", "verdict", "reason"],
+                    ["#", "claim", "effect [95% CI]", "power at the smallest effect", "verdict", "reason"],
                     [[c["id"], c["key"], num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]"
                                                              if c.get("ci") else ""),
-                      "-" if c.get("mde") is None else f"{c['mde']:.3g}", c["reproduced"], c["reason"]]
+                      "-" if c.get("power") is None else f"{c['power']:.0%}",
+                      c["reproduced"] + (f": {c['unclear']}" if c.get("unclear") else ""), c["reason"]]
                      for c in claims])
 
 

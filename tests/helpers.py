@@ -390,13 +390,14 @@ PLANTED_DEFAULTS = {
     "sequence": "combine",   # "combine": Pass@1 of the better single and ES's coverage;
     #                          "neither": below both singles; "base": the base model's; None: none
     "sparsity": 1.0,         # share of ES's gain kept by the largest 22% of its update
+    "random_share": 0.3,     # share kept by a random mask of the same size (the control)
     "slope": -0.5,           # planted d ln N* / d ln params
     "curvature": 0.02,       # Pass@1 loss per squared octave away from a size's best population
 }
 
 
 def write_planted_sweep(root, planted: dict | None = None, *, models: dict | None = None, pops=(4, 8, 16, 32, 64),
-                        seeds=(0, 1, 2), problems: int = 200, samples: int = 16, noise: float = 0.003,
+                        seeds=(0, 1, 2), problems: int = 200, samples: int = 32, noise: float = 0.003,
                         cell_model: str | None = None, rng_seed: int = 0) -> dict:
     """A sweep with the study's effects planted (or removed, or reversed), written through the
     results store the runs use, for testing that every claim can come out yes, no or unclear.
@@ -406,7 +407,10 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
     only run-to-run noise is ``noise`` on the run's mean Pass@1), so a planted effect is visible
     through the problems-and-seeds bootstrap exactly as in a real sweep. ES runs cover every model
     x pop x seed (population sweep); base, GRPO and the sequences run on ``cell_model`` (the
-    comparison cell) at the pop nearest its best. Returns the planted settings used."""
+    comparison cell) at the pop nearest its best. Entropies are written for the eval split and
+    the out-of-domain set alike (``entropy``, ``ood_entropy``); ES members are scored by sampling
+    (es.temperature 1.0, es.samples 4); sparsity.json has the global top-|delta| point at keep 0.22
+    and a random-mask control keeping ``random_share`` of the gain. Returns the planted settings."""
     p = {**PLANTED_DEFAULTS, **(planted or {})}
     rng = np.random.default_rng(rng_seed)
     models = models or {"tiny-xs": 3e4, "tiny-s": 1e5, "tiny-m": 3.3e5, "tiny-l": 8e5, "tiny-xl": 1.7e6}
@@ -426,6 +430,7 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
         passk = {str(k): float(np.mean(pass_at_k(samples, counts, k))) for k in ks}
         return {"task": "countdown", "split": "test", "n_problems": len(counts), "samples": samples,
                 "temperature": 0.6, "pass@k": passk, "greedy": float(np.mean(probs > 0.5)), "entropy": ent,
+                "ood_entropy": ent,
                 "format": 1.0, "tokens_generated": int(len(counts) * samples * 8), "wall_s": 1.0,
                 "correct_counts": counts.tolist()}
 
@@ -433,7 +438,7 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
         rd = RunDir(runs_dir / rid)
         rd.path.mkdir(parents=True, exist_ok=True)
         cfg = {"model": {"name": model}, "algo": algo, "pop": pop, "seed": seed, "iterations": 20,
-               "es": {"temperature": 0.0, "samples": 1}}
+               "es": {"temperature": 1.0, "samples": 4}}
         lines = [{"kind": "eval", "iteration": 0, "phase": "base", **{k: v for k, v in base.items()
                                                                     if k != "correct_counts"}}]
         if js is not None:
@@ -494,10 +499,12 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
             g = gains[(best_pop, seed)]
             trained = evaluation(difficulty, base_p + g, profiles["es"], ent0)
             pruned = evaluation(difficulty, base_p + p["sparsity"] * g, profiles["es"], ent0)
+            control = evaluation(difficulty, base_p + p["random_share"] * g, profiles["es"], ent0)
             (runs_dir / f"es-{model}-p{best_pop}-s{seed}" / "sparsity.json").write_text(dumps({
                 "samples": samples, "base_counts": base["correct_counts"],
                 "trained_counts": trained["correct_counts"],
-                "curves": [{"mode": "global", "keep": 0.22, "correct_counts": pruned["correct_counts"]}]}))
+                "curves": [{"mode": "global", "keep": 0.22, "correct_counts": pruned["correct_counts"]},
+                           {"mode": "random", "keep": 0.22, "correct_counts": control["correct_counts"]}]}))
     return {**p, "cell_model": cell_model}
 
 

@@ -8,6 +8,7 @@ works on logits, lives with the engines (``esopt.engines.base``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -298,3 +299,105 @@ def config_bounds(values, tau2: float = 0.0, level: float = 0.95) -> tuple[float
     m = float(xbar.mean())
     half = z * var ** 0.5
     return m, m - half, m + half
+
+
+# ---------------------------------------------------------------------------------------
+# tests of the study's claims: t statistics with variance components, one-sided p-values,
+# power at an effect, Holm's step-down. The claims (esopt.study.claim_rules) use only these.
+def contrast(arms: Sequence[tuple[np.ndarray, float]]) -> dict:
+    """A linear contrast of cell means with seeds and problems as variance components.
+
+    ``arms`` = [(X_a, w_a)], X_a (R_a, P) per-run, per-problem scores on the same P problems
+    (problem p is the same problem in every arm: paired; runs independent between arms; a
+    run's paired parts, e.g. final - base, are combined into one arm beforehand). With
+    m_ar = mean_p X_a[r, p], xbar_ap = mean_r X_a[r, p], y_p = sum_a w_a xbar_ap and MSE_a the
+    residual mean square of arm a's two-way (run x problem) table:
+        theta = sum_a w_a mean_{r,p} X_a
+        V_a = w_a^2 var_r(m_ar) / R_a                      (seeds, with the sampling noise)
+        V_P = max(0, var_p(y_p) - sum_a w_a^2 MSE_a / R_a) / P   (problems, the noise removed)
+        se^2 = sum_a V_a + V_P
+        df = se^4 / (sum_a V_a^2 / (R_a - 1) + V_P^2 / (P - 1))   (Welch-Satterthwaite)
+    (the two-way random-effects ANOVA's var(mean) = (MS_runs + MS_problems - MS_error) / (R P),
+    one arm.) Needs R_a >= 2 in every arm; P = 1 (run-level values) gives Welch's t.
+    Returns {"effect", "se", "df", "runs": [R_a], "problems": P}."""
+    xs = [np.atleast_2d(np.asarray(x, dtype=np.float64)) for x, _ in arms]
+    ws = [float(w) for _, w in arms]
+    P = {x.shape[1] for x in xs}
+    if len(P) != 1:
+        raise ValueError(f"arms must share the problem axis, got sizes {sorted(P)}")
+    P = P.pop()
+    if any(x.shape[0] < 2 for x in xs):
+        raise ValueError("contrast needs at least 2 runs per arm")
+    v_runs, noise = [], 0.0
+    for x, w in zip(xs, ws):
+        R = x.shape[0]
+        m = x.mean(axis=1)
+        v_runs.append(w * w * float(m.var(ddof=1)) / R)
+        if P > 1:
+            resid = x - m[:, None] - x.mean(axis=0)[None, :] + x.mean()
+            noise += w * w * float((resid ** 2).sum()) / ((R - 1) * (P - 1)) / R
+    v_p = 0.0
+    if P > 1:
+        y = sum(w * x.mean(axis=0) for x, w in zip(xs, ws))
+        v_p = max(0.0, float(np.var(y, ddof=1)) - noise) / P
+    se2 = sum(v_runs) + v_p
+    den = sum(v * v / (x.shape[0] - 1) for v, x in zip(v_runs, xs)) + (v_p * v_p / (P - 1) if P > 1 else 0.0)
+    df = se2 * se2 / den if den > 0 else float("inf")
+    return {"effect": float(sum(w * x.mean() for x, w in zip(xs, ws))), "se": math.sqrt(se2), "df": float(df),
+            "runs": [x.shape[0] for x in xs], "problems": P}
+
+
+def ratio_influence(num, den) -> tuple[float, np.ndarray]:
+    """A ratio of means and its per-run influence values (the delta method):
+        Q = mean(num) / mean(den),   u_r = (num_r - Q den_r) / mean(den)
+    so var(Q) ~ var(u) / R; ``contrast([(u[:, None], 1)])`` gives its se (its effect is 0:
+    report Q). mean(den) must be nonzero."""
+    a, b = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    q = float(a.mean() / b.mean())
+    return q, (a - q * b) / b.mean()
+
+
+def p_above(effect: float, se: float, df: float, boundary: float) -> float:
+    """One-sided p-value of H0: theta <= boundary against theta > boundary:
+        p = 1 - F_t(df)((effect - boundary) / se)     (df = inf: the normal)
+    se = 0 (no spread at all): 0 if effect > boundary, else 1."""
+    from scipy.stats import t as student_t
+
+    if se <= 0 or not math.isfinite(se):
+        return 0.0 if effect > boundary else 1.0
+    return float(student_t.sf((effect - boundary) / se, df))
+
+
+def t_interval(effect: float, se: float, df: float, level: float = 0.95) -> list[float]:
+    """The two-sided ``level`` t interval effect -+ t_{(1 + level)/2, df} * se (df = inf: z)."""
+    from scipy.stats import t as student_t
+
+    h = float(student_t.ppf((1 + level) / 2, df)) * se if se > 0 else 0.0
+    return [effect - h, effect + h]
+
+
+def power_at(delta: float, se: float, df: float, alpha: float) -> float:
+    """Power of the one-sided level-alpha t test at a true distance ``delta`` from its boundary:
+        power = 1 - F_t(df)(t_{1-alpha, df} - delta / se)    (normal approximation of the
+    noncentral t; se = 0: 1 when delta > 0)."""
+    from scipy.stats import t as student_t
+
+    if se <= 0 or not math.isfinite(se):
+        return 1.0 if delta > 0 else 0.0
+    return float(student_t.sf(student_t.isf(alpha, df) - delta / se, df))
+
+
+def holm(pvalues: Mapping, alpha: float = 0.05) -> dict:
+    """Holm's step-down: the hypotheses rejected at family-wise error ``alpha``.
+
+    Sort the m p-values p_(1) <= ... <= p_(m); reject H_(i) while p_(i) <= alpha / (m - i + 1),
+    stop at the first that is not. Returns key -> (rejected, adjusted p), the adjusted
+    p_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)). None values are left out (not tested)."""
+    keys = sorted((k for k, p in pvalues.items() if p is not None), key=lambda k: pvalues[k])
+    m = len(keys)
+    out, running, going = {}, 0.0, True
+    for i, k in enumerate(keys):
+        running = max(running, min(1.0, (m - i) * float(pvalues[k])))
+        going = going and float(pvalues[k]) <= alpha / (m - i)
+        out[k] = (going, running)
+    return out

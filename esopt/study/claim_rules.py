@@ -1,38 +1,81 @@
-"""The seven claims' rules, each a pure function of run records: effect, 95% interval, power
-(minimum detectable effect), verdict. The rules, their statistics and their guards are stated
-in ``esopt.study.claims`` (which chooses the comparison cell and runs them all)."""
+"""The study's seven claims, each a pre-registered test: one registry entry per claim.
+
+A claim is a ``Claim``: its estimand theta, the boundary b and the smallest effect of interest
+delta (fixed here, before any data), the test statistic, the variance model, the data it
+selects from a sweep (``select``) and its rule (``rule``: the data -> theta, its standard
+error and degrees of freedom, or why it cannot be measured). Adding a claim is one
+``@claim(...)`` function below; ``esopt.study.claims`` runs them all and decides.
+
+The decision, the same for every claim (``esopt.study.claims.decide_all``):
+    p_yes = P-value of H0: theta <= b          (one-sided t, ``metrics.p_above``)
+    p_no  = P-value of H0: theta >= b + delta  (the effect is at least the smallest of interest)
+    yes: p_yes rejected by Holm's step-down over the claims tested (family-wise alpha = 0.05);
+    no:  p_no rejected by Holm over the claims tested, and not yes;
+    unclear: neither; it says "power" (the test's power at theta = b + delta, and about how
+    many times the runs a power of 80% needs) or "data" (what the sweep lacks, named).
+So at theta = b + delta "no" happens at most alpha of the time (the false-no rate) and "yes" at
+the design's power; at theta = b "yes" at most alpha. Claims 3 and 6 (about what ES's training
+gives) also need claim 1's yes (``needs``): nothing trained never says yes.
+
+Variance models (``esopt.core.metrics.contrast``): per-problem scores of the runs of each arm
+on the same problems (paired across arms), seeds and problems as variance components of a
+two-way random-effects model, t with Welch-Satterthwaite degrees of freedom (about R - 1 when
+seeds dominate); run-level statistics (entropy, diversity, a slope per model size) use the runs
+or the sizes as the units (t at n - 1 - covariates degrees of freedom).
+"""
 
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from esopt.core.metrics import bootstrap_means, bootstrap_runs, pass_at_k, resample_indices
-from esopt.core.metrics import percentile_interval as interval
-from esopt.study import fit
+from esopt.core.metrics import contrast, p_above, pass_at_k, ratio_influence, t_interval
 
-LEVEL_Q, POWER_Q = 0.975, 0.80   # the two-sided 5% test and 80% power of every claim
-Z_POWER = NormalDist().inv_cdf(LEVEL_Q) + NormalDist().inv_cdf(POWER_Q)  # mde = 2.80 standard errors
-MAX_DATA_NEEDED = 100            # beyond this many times the cell's data, say "more than"
-GUARD_BOOT = 400                 # replicates of claim 7's guard (ES's gain at each best population)
-KEEP_MATCH = 5e-3                # a sparsity curve point counts as the claim's keep fraction within this
-CLAIMS = {
-    1: ("es_raises_pass1", "ES raises held-out Pass@1 over the base model."),
-    2: ("entropy", "GRPO's held-out token entropy falls over training while ES's stays within a band "
-                   "of the base."),
-    3: ("coverage", "ES's Pass@K at the largest K is at least GRPO's, while GRPO may lead at Pass@1."),
-    4: ("diversity", "Within a model and population, the ES population's JS diversity (js_succ) and "
-                     "P_pop relate to the Pass@K gain."),
-    5: ("sparsity", "Keeping the largest 22% of ES's update keeps at least 90% of its gain."),
-    6: ("sequence_combines", "GRPO and ES in sequence combine GRPO's Pass@1 with ES's Pass@K (both "
-                             "orders tested)."),
-    7: ("pop_vs_size", "Larger models need smaller ES populations (the smallest population within a "
-                       "tolerance of the best shrinks with model size)."),
-}
 VERDICTS = ("yes", "no", "unclear")
+SEQUENCES = ("es_grpo", "grpo_es")  # the study's headline order first
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim's pre-registered test (see the module docstring)."""
+    id: int
+    key: str
+    text: str
+    estimand: str
+    boundary: float          # b: yes when theta > b
+    sesoi: float             # delta: the smallest effect of interest; no when theta < b + delta
+    statistic: str
+    variance: str
+    select: Callable         # (sweep: {"cell": {algo: [records]}, "es": [all ES records]}) -> data
+    rule: Callable           # (data, settings) -> measured dict or unclear(...)
+    needs: tuple = ()        # claims that must say yes first
+
+
+REGISTRY: dict[int, Claim] = {}
+
+
+def claim(cid: int, key: str, text: str, *, estimand: str, boundary: float, sesoi: float, statistic: str,
+          variance: str, select: Callable, needs: tuple = ()):
+    """Register the decorated rule as claim ``cid``."""
+    def register(rule):
+        REGISTRY[cid] = Claim(cid, key, text, estimand, float(boundary), float(sesoi), statistic, variance,
+                              select, rule, tuple(needs))
+        return rule
+    return register
+
+
+def unclear(kind: str, why: str, **details) -> dict:
+    """A rule's answer when it cannot measure: kind "data" (the sweep lacks it) or "power"."""
+    return {"unclear": kind, "why": why, "details": details}
+
+
+def measured(test: dict, why: str = "", n: dict | None = None, **details) -> dict:
+    """A rule's answer: ``test`` = {"effect", "se", "df"} (plus optional "p_yes", "p_no",
+    "ci" when the rule combines tests itself)."""
+    return {**test, "why": why, "n": n or {}, "details": details}
 
 
 def _num(v) -> float | None:
@@ -43,7 +86,7 @@ def _num(v) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _one_per_seed(runs: list[dict]) -> list[dict]:
+def one_per_seed(runs: list[dict]) -> list[dict]:
     """One run per seed (prefer the one with sparsity data), ordered by seed."""
     by_seed: dict = {}
     for r in sorted(runs, key=lambda r: (r.get("sparsity") is None, str(r["run_id"]))):
@@ -51,507 +94,366 @@ def _one_per_seed(runs: list[dict]) -> list[dict]:
     return [by_seed[s] for s in sorted(by_seed, key=lambda s: (s is None, s))]
 
 
-# ---------------------------------------------------------------------------------------
-# the claims (pure functions of records)
-def _claim(cid: int, effect=None, ci=None, verdict: str = "unclear", reason: str = "missing data",
-           n: dict | None = None, measure: str = "", definition: str = "", mde: float | None = None,
-           boundary: float | None = None, **details) -> dict:
-    key, text = CLAIMS[cid]
-    need = data_needed(effect, mde, boundary) if verdict == "unclear" else None
-    if need is not None:
-        details["data_needed"] = need
-        reason += (f"; at this effect a decisive answer needs about {need:.3g}x this cell's data (seeds x "
-                   f"problems)" if need <= MAX_DATA_NEEDED else f"; at this effect more than {MAX_DATA_NEEDED}x this cell's data would be "
-                   "needed (the effect is at the boundary)")
-    return {"id": cid, "key": key, "claim": text, "measure": measure, "definition": definition,
-            "effect": None if effect is None else float(effect), "ci": ci, "boundary": boundary,
-            "mde": None if mde is None else float(mde), "reproduced": verdict, "reason": reason,
-            "n": n or {}, "details": details}
-
-
-def data_needed(effect, power, boundary) -> float | None:
-    """How many times the cell's data (seeds x problems) an underpowered claim needs for its
-    observed effect to be detectable: the minimum detectable effect shrinks as 1/sqrt(data), so
-    ``(mde / |effect - boundary|)^2``; None when the claim is not underpowered. (An estimate: the
-    effect may change, and with few seeds the t quantiles shrink too.)"""
-    if effect is None or power is None or boundary is None or not np.isfinite(effect):
+def scores(runs: list[dict], key: str, k: int) -> tuple[np.ndarray, int] | None:
+    """(R, P) per-problem pass@k of ``key`` ("base_counts" / "final_counts") and the samples n
+    (every run the same n; problems cut to the shortest list); None when a run lacks them."""
+    if not runs or any(r.get(key) is None or not r.get("samples") for r in runs):
         return None
-    dist = abs(float(effect) - float(boundary))
-    if dist >= power:
+    n = {int(r["samples"]) for r in runs}
+    if len(n) != 1:
         return None
-    return float("inf") if dist == 0 else float((power / dist) ** 2)
-
-
-def _fmt(v, ci=None) -> str:
-    s = "n/a" if v is None else f"{v:+.3g}"
-    return s + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
-
-
-def mde(reps, runs: Iterable | None = None) -> float | None:
-    """Minimum detectable effect: the larger of (z_0.975 + z_0.80) * se_boot, se_boot = the
-    bootstrap replicates' standard deviation (row 0 = observed, rows 1.. = replicates), and the
-    seed-level (t_0.975 + t_0.80; R - 1 df) * sqrt(sum_g var_g / R_g) over ``runs`` (one array of
-    per-run effects per independent group of runs, e.g. [ES gains] or [ES values, GRPO values]),
-    which a bootstrap over a few seeds underestimates (with 3 seeds, t_0.975 = 4.30)."""
-    from scipy.stats import t as student_t
-
-    r = np.asarray(reps, dtype=np.float64)[1:]
-    r = r[np.isfinite(r)]
-    out = None if r.size < 2 else float(Z_POWER * r.std(ddof=1))
-    groups = [np.asarray(g, dtype=np.float64) for g in (runs or [])]
-    groups = [g[np.isfinite(g)] for g in groups]
-    if groups and all(g.size >= 2 for g in groups):
-        df = min(g.size for g in groups) - 1
-        se = math.sqrt(sum(float(g.var(ddof=1)) / g.size for g in groups))
-        seeds = float((student_t.ppf(LEVEL_Q, df) + student_t.ppf(POWER_Q, df)) * se)
-        out = seeds if out is None else max(out, seeds)
-    return out
-
-
-def decide(effect: float, ci, power: float | None, boundary: float, above_is_yes: bool = True) -> tuple[str, str]:
-    """(verdict, why) of an effect tested against ``boundary``: "yes" when the interval lies on the
-    claim's side of the boundary, "no" on the other side, "unclear" when it straddles it or when
-    the effect is closer to the boundary than the minimum detectable effect (underpowered)."""
-    if ci is None or effect is None or not np.isfinite(effect):
-        return "unclear", "no interval"
-    if power is not None and abs(effect - boundary) < power:
-        return "unclear", (f"underpowered: the effect is {abs(effect - boundary):.3g} from the boundary "
-                           f"{boundary:+.3g}, less than the minimum detectable {power:.3g}")
-    above, below = ci[0] > boundary, ci[1] < boundary
-    if not above and not below:
-        return "unclear", f"interval includes the boundary {boundary:+.3g}"
-    yes = above if above_is_yes else below
-    return ("yes" if yes else "no"), f"interval {'above' if above else 'below'} {boundary:+.3g}"
-
-
-def _counts(runs: list[dict], key: str) -> tuple[np.ndarray, int] | None:
-    """(R, P) correct counts of ``key`` ("base_counts" / "final_counts") and the samples n."""
-    rows = [r for r in runs if r.get(key) is not None and r.get("samples")]
-    if not rows or len(rows) < len(runs):
-        return None
-    P = min(len(r[key]) for r in rows)
-    n = min(int(r["samples"]) for r in rows)
-    if any(int(r["samples"]) != n for r in rows):
-        return None
-    return np.array([np.asarray(r[key][:P], dtype=np.float64) for r in rows]), n
-
-
-def _scores(runs, key, k, P=None):
-    got = _counts(runs, key)
-    if got is None:
-        return None, None
-    c, n = got
-    if P is not None:
-        c = c[:, :P]
+    n = n.pop()
+    P = min(len(r[key]) for r in runs)
+    c = np.array([np.asarray(r[key][:P], dtype=np.int64) for r in runs])
     return pass_at_k(n, c, min(k, n)), n
 
 
-def es_gain(es: list[dict], *, n_boot: int, seed: int, level: float = 0.95) -> dict | None:
-    """ES's paired Pass@1 gain (final - base) over runs and problems: {"effect", "ci", "reps",
-    "base", "final", "runs", "problems"}, or None without per-problem counts."""
-    base, _ = _scores(es, "base_counts", 1)
-    final, _ = _scores(es, "final_counts", 1)
+def _enough(arms: dict, s: dict) -> dict | None:
+    """unclear("data") when an arm has no runs in the comparison cell or fewer than min_runs."""
+    none = [a for a, x in arms.items() if not x]
+    if none:
+        return unclear("data", f"no {' or '.join(none)} runs in the comparison cell")
+    few = [f"{a} ({len(x)})" for a, x in arms.items() if len(x) < s["min_runs"]]
+    if few:
+        return unclear("data", f"fewer than {s['min_runs']} seeds: {', '.join(few)}")
+    return None
+
+
+def _cut(*arrays):
+    P = min(a.shape[1] for a in arrays)
+    return [a[:, :P] for a in arrays]
+
+
+def _k_or_unclear(n: int, s: dict):
+    """Pass@K needs n >= 4K samples per problem (its variance at n = K is 6x that at n = 4K)."""
+    K = int(s["k"])
+    if n < s["samples_per_k"] * K:
+        return unclear("data", f"Pass@{K} needs >= {s['samples_per_k'] * K} samples per problem "
+                       f"({s['samples_per_k']}K), the runs have {n} (set eval.samples)")
+    return K
+
+
+def _cell(*algos):
+    return lambda sweep: {a: sweep["cell"].get(a, []) for a in algos}
+
+
+# ---------------------------------------------------------------------------------------
+# 1. ES raises Pass@1
+@claim(1, "es_raises_pass1", "ES raises held-out Pass@1 over the base model.",
+       estimand="mean over ES seeds and problems of Pass@1(final) - Pass@1(base), paired",
+       boundary=0.0, sesoi=0.01, statistic="t = theta / se",
+       variance="seeds x problems (two-way random effects), Welch-Satterthwaite df", select=_cell("es"))
+def es_raises_pass1(data, s):
+    es = data["es"]
+    if (few := _enough({"ES": es}, s)):
+        return few
+    base, final = scores(es, "base_counts", 1), scores(es, "final_counts", 1)
     if base is None or final is None:
+        return unclear("data", "ES runs lack per-problem base/final counts")
+    b, f = _cut(base[0], final[0])
+    t = contrast([(f - b, 1.0)])
+    return measured(t, f"Pass@1 {b.mean():.3f} -> {f.mean():.3f}", {"runs": len(es), "problems": b.shape[1]},
+                    base=float(b.mean()), final=float(f.mean()))
+
+
+# ---------------------------------------------------------------------------------------
+# 2. entropy per unit gain, out of domain
+def _ood_entropy_change(runs):
+    h0 = [_num(r.get("base_ood_entropy")) for r in runs]
+    h1 = [_num(r.get("final_ood_entropy")) for r in runs]
+    if any(a is None or b is None or a <= 0 for a, b in zip(h0, h1)):
         return None
-    P = min(base.shape[1], final.shape[1])
-    b = bootstrap_means({"base": base[:, :P], "final": final[:, :P]}, n_boot=n_boot, seed=seed,
-                   pair_rows=[("base", "final")])
-    diff = b["final"] - b["base"]
-    per_run = (final[:, :P] - base[:, :P]).mean(axis=1)
-    return {"effect": float(diff[0]), "ci": interval(diff[1:], level), "reps": diff, "per_run": per_run,
-            "base": float(b["base"][0]), "final": float(b["final"][0]), "runs": len(es), "problems": P}
+    return np.array([(b - a) / a for a, b in zip(h0, h1)])
 
 
-def _learned(gain: dict | None) -> bool:
-    """ES learned: its paired Pass@1 gain is clearly positive, by claim 1's own rule (interval above
-    0, and the gain at least the minimum detectable effect)."""
-    return gain is not None and decide(gain["effect"], gain["ci"], mde(gain["reps"], [gain["per_run"]]),
-                                       0.0)[0] == "yes"
+def _pass1_gain(runs):
+    g = [(_num(r.get("final_pass@1")), _num(r.get("base_pass@1"))) for r in runs]
+    return None if any(None in x for x in g) else np.array([a - b for a, b in g])
 
 
-def _guard(cid: int, gain: dict | None, what: str, m: str, d: str, boundary=None) -> dict | None:
-    """The "ES did not learn" verdict for a claim about ES, or None when ES learned."""
-    if _learned(gain):
-        return None
-    shown = "no per-problem counts" if gain is None else f"Pass@1 gain {_fmt(gain['effect'], gain['ci'])}"
-    return _claim(cid, reason=f"unclear: ES did not learn ({what}: {shown}, not clearly above 0)",
-                  measure=m, definition=d, boundary=boundary,
-                  es_gain=None if gain is None else gain["effect"],
-                  es_gain_ci=None if gain is None else gain["ci"])
+@claim(2, "entropy", "GRPO's out-of-domain token entropy falls with its gain while ES's falls less per "
+                     "point of Pass@1 gained.",
+       estimand="Q_ES - Q_GRPO, Q = mean relative change of out-of-domain token entropy / mean in-domain "
+                "Pass@1 gain (per algorithm, over its seeds)",
+       boundary=0.0, sesoi=1.0, statistic="t = (Q_ES - Q_GRPO) / se; se by the delta method per run",
+       variance="seeds (runs), Welch-Satterthwaite df; each algorithm's gain must be clearly > 0",
+       select=_cell("es", "grpo"))
+def entropy(data, s):
+    es, grpo = data["es"], data["grpo"]
+    if (few := _enough({"ES": es, "GRPO": grpo}, s)):
+        return few
+    h = {"ES": _ood_entropy_change(es), "GRPO": _ood_entropy_change(grpo)}
+    if h["ES"] is None or h["GRPO"] is None:
+        return unclear("data", "out-of-domain entropy (base and final ood_entropy: set eval.ood_task) in every "
+                       "ES and GRPO run")
+    g = {"ES": _pass1_gain(es), "GRPO": _pass1_gain(grpo)}
+    if g["ES"] is None or g["GRPO"] is None:
+        return unclear("data", "base and final Pass@1 of every ES and GRPO run")
+    for a in ("ES", "GRPO"):
+        t = contrast([(g[a][:, None], 1.0)])
+        if p_above(t["effect"], t["se"], t["df"], 0.0) > s["alpha"]:
+            return unclear("power", f"{a}'s Pass@1 gain {t['effect']:+.3g} (se {t['se']:.2g}) is not clearly "
+                           "above 0: entropy per unit gain is undefined")
+    q_es, u_es = ratio_influence(h["ES"], g["ES"])
+    q_g, u_g = ratio_influence(h["GRPO"], g["GRPO"])
+    t = contrast([(u_es[:, None], 1.0), (u_g[:, None], -1.0)])
+    t["effect"] = q_es - q_g
+    return measured(t, f"per unit of Pass@1 gain: ES {q_es:+.3g}, GRPO {q_g:+.3g} relative entropy change",
+                    {"es_runs": len(es), "grpo_runs": len(grpo)}, es_per_gain=q_es, grpo_per_gain=q_g,
+                    es_rel_change=float(h["ES"].mean()), grpo_rel_change=float(h["GRPO"].mean()))
 
 
-def claim_es_pass1(es: list[dict], *, n_boot: int, seed: int, level: float = 0.95, **_) -> dict:
-    m = "mean over ES runs and problems of Pass@1(final) - Pass@1(base), paired"
-    d = "yes if the 95% interval is above 0, no if below 0, at least the minimum detectable effect from 0"
-    if not es:
-        return _claim(1, reason="missing data: no completed ES runs in the comparison cell", measure=m,
-                      definition=d, boundary=0.0)
-    g = es_gain(es, n_boot=n_boot, seed=seed, level=level)
-    if g is None:
-        return _claim(1, reason="missing data: ES runs lack per-problem base/final counts", measure=m,
-                      definition=d, boundary=0.0)
-    power = mde(g["reps"], [g["per_run"]])
-    v, why = decide(g["effect"], g["ci"], power, 0.0)
-    return _claim(1, g["effect"], g["ci"], v, f"Pass@1 {g['base']:.3f} -> {g['final']:.3f}: {why}",
-                  {"runs": g["runs"], "problems": g["problems"]}, m, d, power, 0.0,
-                  base=g["base"], final=g["final"])
+# ---------------------------------------------------------------------------------------
+# 3. coverage
+@claim(3, "coverage", "ES's Pass@K is at least GRPO's (within 0.01), while GRPO may lead at Pass@1.",
+       estimand="Pass@K(ES) - Pass@K(GRPO), final evaluations, K = settings k (n >= 4K samples)",
+       boundary=-0.01, sesoi=0.01, statistic="t = (theta + 0.01) / se (non-inferiority at 0.01)",
+       variance="seeds x problems, problems paired across the two algorithms, Welch-Satterthwaite df",
+       select=_cell("es", "grpo"), needs=(1,))
+def coverage(data, s):
+    es, grpo = data["es"], data["grpo"]
+    if (few := _enough({"ES": es, "GRPO": grpo}, s)):
+        return few
+    e1, g1 = scores(es, "final_counts", 1), scores(grpo, "final_counts", 1)
+    if e1 is None or g1 is None or e1[1] != g1[1]:
+        return unclear("data", "per-problem final counts with the same samples for ES and GRPO")
+    K = _k_or_unclear(e1[1], s)
+    if isinstance(K, dict):
+        return K
+    eK, gK = _cut(scores(es, "final_counts", K)[0], scores(grpo, "final_counts", K)[0])
+    t = contrast([(eK, 1.0), (gK, -1.0)])
+    lead = contrast(list(zip(_cut(g1[0], e1[0]), (1.0, -1.0))))
+    return measured(t, f"Pass@{K} ES {eK.mean():.3f} vs GRPO {gK.mean():.3f}; GRPO - ES at Pass@1 "
+                    f"{lead['effect']:+.3f} (se {lead['se']:.2g})",
+                    {"es_runs": len(es), "grpo_runs": len(grpo), "problems": eK.shape[1], "k": K}, k=K,
+                    es_pass_k=float(eK.mean()), grpo_pass_k=float(gK.mean()),
+                    grpo_minus_es_pass1=lead["effect"], grpo_minus_es_pass1_se=lead["se"])
 
 
-def entropy_columns(runs: list[dict]) -> tuple[str, str]:
-    """The entropy claim 2 reads: the out-of-domain set's (``base_ood_entropy`` /
-    ``final_ood_entropy``, eval.ood_task) when every run has both, else the eval split's."""
-    ood = bool(runs) and all(_num(r.get("base_ood_entropy")) is not None
-                             and _num(r.get("final_ood_entropy")) is not None for r in runs)
-    return ("base_ood_entropy", "final_ood_entropy") if ood else ("base_entropy", "final_entropy")
+# ---------------------------------------------------------------------------------------
+# 4. diversity
+def partial_correlation(y, x, covariates) -> float:
+    """Pearson's r of the residuals of y and x after least squares on ``covariates`` (n, q)
+    (with the cell dummies among them: within-cell); nan when either residual is constant."""
+    Z = np.asarray(covariates, dtype=np.float64)
+    ry = y - Z @ np.linalg.lstsq(Z, y, rcond=None)[0]
+    rx = x - Z @ np.linalg.lstsq(Z, x, rcond=None)[0]
+    den = math.sqrt(float((ry @ ry) * (rx @ rx)))
+    return float(ry @ rx) / den if den > 1e-15 else float("nan")
 
 
-def _rel_entropy(runs: list[dict], columns=("base_entropy", "final_entropy")) -> np.ndarray:
-    out = []
-    for r in runs:
-        h0, h1 = _num(r.get(columns[0])), _num(r.get(columns[1]))
-        if h0 is not None and h1 is not None and h0 > 0:
-            out.append((h1 - h0) / h0)
-    return np.array(out)
-
-
-def claim_entropy(es: list[dict], grpo: list[dict], *, n_boot: int, seed: int, band: float,
-                  level: float = 0.95, gain: dict | None = None, **_) -> dict:
-    cols = entropy_columns(es + grpo)
-    on = "out-of-domain" if cols[0] == "base_ood_entropy" else "held-out"
-    m = f"GRPO: mean relative change of {on} token entropy (H_final - H_base) / H_base over runs"
-    d = (f"yes if GRPO's interval is below 0 and ES's relative change interval lies inside "
-         f"(-{band:g}, +{band:g}); no if GRPO's interval is above 0 or ES's lies outside the band; "
-         "each at least its minimum detectable effect from its boundary; unclear if ES did not learn")
-    g, e = _rel_entropy(grpo, cols), _rel_entropy(es, cols)
-    if not len(g) or not len(e):
-        miss = ", ".join(a for a, x in (("GRPO", g), ("ES", e)) if not len(x))
-        return _claim(2, reason=f"missing data: no {miss} runs with base and final entropy", measure=m,
-                      definition=d, band=band, boundary=0.0)
-    guard = _guard(2, gain, "the cell's ES runs", m, d, 0.0)
-    if guard is not None:
-        return guard
-    gb, eb = bootstrap_runs(g, n_boot=n_boot, seed=seed), bootstrap_runs(e, n_boot=n_boot, seed=seed + 1)
-    gci, eci = interval(gb[1:], level), interval(eb[1:], level)
-    g_mde, e_mde = mde(gb, [g]), mde(eb, [e])
-    gv, gwhy = decide(gb[0], gci, g_mde, 0.0, above_is_yes=False)        # "yes" = falls
-    inside = eci is not None and -band < eci[0] and eci[1] < band
-    outside = eci is not None and (eci[0] > band or eci[1] < -band)
-    e_power_ok = e_mde is not None and e_mde < band                     # can it tell inside from out?
-    ev = "yes" if inside and e_power_ok else "no" if outside else "unclear"
-    v = "yes" if gv == "yes" and ev == "yes" else "no" if gv == "no" or ev == "no" else "unclear"
-    few = min(len(g), len(e)) < 3
-    if few:                           # a bootstrap over 1-2 runs has no spread worth the name
-        v = "unclear"
-    why = (("fewer than 3 runs per algorithm; " if few else "")
-           + f"GRPO {_fmt(gb[0], gci)} ({gwhy}); ES {_fmt(eb[0], eci)} "
-           + ("inside" if inside else "outside" if outside else "not clearly inside")
-           + f" the +-{band:.0%} band" + ("" if e_power_ok or outside else
-                                         f" (underpowered: its minimum detectable change {e_mde:.3g})"))
-    return _claim(2, gb[0], gci, v, why, {"grpo_runs": len(g), "es_runs": len(e)}, m, d, g_mde, 0.0,
-                  es_rel_change=float(eb[0]), es_ci=eci, es_mde=e_mde, band=band,
-                  entropy=cols[1][len("final_"):])
-
-
-def _pair_P(*arrs):
-    P = min(a.shape[1] for a in arrs)
-    return [a[:, :P] for a in arrs], P
-
-
-def claim_coverage(es: list[dict], grpo: list[dict], *, n_boot: int, seed: int, tolerance: float,
-                   level: float = 0.95, gain: dict | None = None, **_) -> dict:
-    m = "Pass@K(ES) - Pass@K(GRPO) at the largest K (final evaluations, mean over runs and problems)"
-    d = (f"yes if the 95% interval is above -{tolerance:g} (ES at least GRPO's within the tolerance); "
-         f"no if below -{tolerance:g}; at least the minimum detectable effect from -{tolerance:g}; "
-         "unclear if ES did not learn")
-    b0 = -float(tolerance)
-    if not es or not grpo:
-        return _claim(3, reason="missing data: " + ("no ES runs" if not es else "no GRPO runs") +
-                      " in the comparison cell", measure=m, definition=d, boundary=b0)
-    ge, gg = _counts(es, "final_counts"), _counts(grpo, "final_counts")
-    if ge is None or gg is None:
-        return _claim(3, reason="missing data: per-problem final counts", measure=m, definition=d, boundary=b0)
-    guard = _guard(3, gain, "the cell's ES runs", m, d, b0)
-    if guard is not None:
-        return guard
-    K = min(ge[1], gg[1])
-    (ce, cg), P = _pair_P(ge[0], gg[0])
-    arrays = {"es_K": pass_at_k(ge[1], ce, K), "grpo_K": pass_at_k(gg[1], cg, K),
-              "es_1": pass_at_k(ge[1], ce, 1), "grpo_1": pass_at_k(gg[1], cg, 1)}
-    b = bootstrap_means(arrays, n_boot=n_boot, seed=seed, pair_rows=[("es_K", "es_1"), ("grpo_K", "grpo_1")])
-    dk, d1 = b["es_K"] - b["grpo_K"], b["grpo_1"] - b["es_1"]
-    ci, ci1 = interval(dk[1:], level), interval(d1[1:], level)
-    power = mde(dk, [arrays["es_K"].mean(axis=1), arrays["grpo_K"].mean(axis=1)])
-    v, vwhy = decide(dk[0], ci, power, b0)
-    lead = "GRPO leads at Pass@1" if ci1[0] > 0 else "GRPO does not lead at Pass@1" if ci1[1] <= 0 else \
-        "Pass@1 lead unclear"
-    why = (f"Pass@{K} ES {b['es_K'][0]:.3f} vs GRPO {b['grpo_K'][0]:.3f} ({vwhy}); {lead} "
-           f"({_fmt(d1[0], ci1)})")
-    return _claim(3, dk[0], ci, v, why, {"es_runs": len(es), "grpo_runs": len(grpo), "problems": P, "k": K},
-                  m, d, power, b0, k=K, es_pass_k=float(b["es_K"][0]), grpo_pass_k=float(b["grpo_K"][0]),
-                  grpo_minus_es_pass1=float(d1[0]), grpo_minus_es_pass1_ci=ci1)
-
-
-def _at_best_pop(rows: list[tuple]) -> list[float]:
-    """The Pass@1 gains of the runs at each model's best population (highest mean gain):
-    ``rows`` = (model, pop, gain) per run; [] if any gain is unknown."""
-    if not rows or any(g is None for _, _, g in rows):
-        return []
-    cells: dict = {}
-    for model, pop, g in rows:
-        cells.setdefault(model, {}).setdefault(pop, []).append(g)
-    return [g for pops in cells.values() for g in max(pops.values(), key=lambda v: float(np.mean(v)))]
-
-
-def partial_spearman(x, y, groups, idx) -> np.ndarray:
-    """Spearman rho of x and y with the groups removed, per bootstrap row of run indices ``idx``
-    (B, n): ranks of x and y over the resampled runs, centred within each group, then Pearson's r
-    of the centred ranks (nan where either is constant)."""
-    from scipy.stats import rankdata
-
-    x, y, g = np.asarray(x, float)[idx], np.asarray(y, float)[idx], np.asarray(groups)[idx]
-    rx, ry = rankdata(x, axis=1), rankdata(y, axis=1)
-    out = np.empty(idx.shape[0])
-    for b in range(idx.shape[0]):
-        cx, cy = rx[b].copy(), ry[b].copy()
-        for key in np.unique(g[b]):
-            sel = g[b] == key
-            cx[sel] -= cx[sel].mean()
-            cy[sel] -= cy[sel].mean()
-        den = math.sqrt(float((cx * cx).sum() * (cy * cy).sum()))
-        out[b] = float((cx * cy).sum()) / den if den > 0 else np.nan
-    return out
-
-
-def claim_diversity(es_all: list[dict], *, n_boot: int, seed: int, level: float = 0.95, **_) -> dict:
-    m = ("partial Spearman rho across ES runs, within (model, pop) cells, between mean js_succ "
-         "(train lines) and the Pass@K gain (final - base)")
-    d = ("yes if the intervals of rho(js_succ) and rho(p_pop) are both above 0, no if both below 0, "
-         "at least the minimum detectable rho from 0; unclear if ES did not learn in these runs")
-    rows, seen = [], set()
-    for r in es_all:
+@claim(4, "diversity", "Within a model and population, at equal training reward, the ES population's JS "
+                       "diversity (js_succ) and P_pop relate to the Pass@K gain.",
+       estimand="min over js_succ and p_pop of the partial correlation with the run's Pass@K gain, controlling "
+                "for the (model, pop) cell and the run's mean training reward (sampled members only)",
+       boundary=0.0, sesoi=0.3, statistic="Fisher z = atanh(r), se = 1 / sqrt(n - cells - 1 - 3); both "
+                                          "relations must pass (intersection-union: p = the larger)",
+       variance="runs (each ES run one unit), normal on the z scale", select=lambda sweep: {"es": sweep["es"]})
+def diversity(data, s):
+    rows, seen, greedy = [], set(), 0
+    for r in data["es"]:
         key = tuple(str(r.get(c)) for c in ("model", "pop", "seed", "iterations", "sigma", "lr", "task"))
-        if key in seen:               # the same training twice (e.g. differing only in its analyses)
+        k = r.get("k_max")
+        vals = [_num(r.get(c)) for c in ("js_succ", "p_pop", "reward_mean")]
+        gain = None if not k else (_num(r.get(f"final_pass@{k}")), _num(r.get(f"base_pass@{k}")))
+        if key in seen or gain is None or None in gain or None in vals:
             continue
         seen.add(key)
-        k = r.get("k_max")
-        gain = None
-        if k:
-            f, b0 = _num(r.get(f"final_pass@{k}")), _num(r.get(f"base_pass@{k}"))
-            gain = None if f is None or b0 is None else f - b0
-        g1 = (_num(r.get("final_pass@1")), _num(r.get("base_pass@1")))
-        js, pp = _num(r.get("js_succ")), _num(r.get("p_pop"))
-        if gain is not None and js is not None and pp is not None:
-            rows.append((js, pp, gain, None if None in g1 else g1[0] - g1[1], f"{r.get('model')}|{r.get('pop')}", r))
-    groups = [row[4] for row in rows]
-    paired = [row for row in rows if groups.count(row[4]) >= 2]       # runs with a same-cell partner
-    scoring = sorted({("greedy (p_i in {0, 1})" if (_num(row[5].get("es_temperature")) or 0) <= 0 else
-                       f"sampled: {int(_num(row[5].get('es_samples')) or 1)} completions per prompt at "
-                       f"T={_num(row[5].get('es_temperature')):g}") for row in rows})
-    common = dict(member_scoring=scoring or ["unknown"], confound="(model, pop) removed: ranks centred within cells")
-    if len(paired) < 4:
-        return _claim(4, reason=f"missing data: {len(paired)} ES runs with js_succ, p_pop, a Pass@K gain and "
-                      "another run in the same (model, pop) cell (need >= 4)", n={"runs": len(paired)},
-                      measure=m, definition=d, boundary=0.0, **common)
-    a = np.array([row[:3] for row in paired], dtype=float)
-    best = _at_best_pop([(row[5].get("model"), row[5].get("pop"), row[3]) for row in paired])
-    if not best:
-        return _claim(4, reason="missing data: ES runs without base and final Pass@1 (ES learning unknown)",
-                      n={"runs": len(paired)}, measure=m, definition=d, boundary=0.0, **common)
-    gb = bootstrap_runs(best, n_boot=n_boot, seed=seed + 7)
-    pooled = {"effect": float(gb[0]), "ci": interval(gb[1:], level), "reps": gb, "per_run": np.array(best)}
-    guard = _guard(4, pooled, "runs at each model's best population", m, d, 0.0)
-    if guard is not None:
-        guard["details"].update(common)
-        return guard
-    cells = np.array([row[4] for row in paired])
-    idx = np.concatenate([np.arange(len(a))[None],                 # resample runs within each cell
-                          resample_indices(np.random.default_rng(seed), n_boot, len(a), groups=cells)])
-    rj = partial_spearman(a[:, 0], a[:, 2], cells, idx)
-    rp = partial_spearman(a[:, 1], a[:, 2], cells, idx)
-    cj, cp = interval(rj[1:], level), interval(rp[1:], level)
-    if cj is None or cp is None or not np.isfinite(rj[0]) or not np.isfinite(rp[0]):
-        return _claim(4, reason="unclear: js_succ, p_pop or the gain is constant within cells",
-                      n={"runs": len(paired)}, measure=m, definition=d, boundary=0.0, **common)
-    mj, mp = mde(rj), mde(rp)
-    vj, wj = decide(rj[0], cj, mj, 0.0)
-    vp, wp = decide(rp[0], cp, mp, 0.0)
-    v = "yes" if vj == vp == "yes" else "no" if vj == vp == "no" else "unclear"
-    why = f"rho(js_succ, gain) {_fmt(rj[0], cj)} ({wj}); rho(p_pop, gain) {_fmt(rp[0], cp)} ({wp})"
-    return _claim(4, rj[0], cj, v, why, {"runs": len(paired), "cells": int(len(np.unique(cells)))}, m, d,
-                  mj, 0.0, rho_p_pop=float(rp[0]), rho_p_pop_ci=cp, rho_p_pop_mde=mp,
-                  k=int(paired[0][5].get("k_max") or 0), **common)
-
-
-def claim_sparsity(es_sp: list[dict], *, n_boot: int, seed: int, keep: float, keep_share: float,
-                   level: float = 0.95, **_) -> dict:
-    m = (f"share of ES's Pass@1 gain kept with only the largest {keep:.0%} of update entries (global), "
-         "pooled over runs: sum(pruned - base) / sum(trained - base)")
-    d = (f"yes if the interval is above {keep_share:g}, no if below {keep_share:g}, at least the minimum "
-         "detectable effect away; unclear if the gain's own interval includes 0")
-    parts = []
-    for r in es_sp:
-        s = r.get("sparsity") or {}
-        n = s.get("samples")
-        curve = [c for c in s.get("curves") or [] if c.get("mode") == "global"
-                 and abs(float(c.get("keep", -1)) - keep) < KEEP_MATCH and c.get("correct_counts") is not None]
-        if n and curve and s.get("base_counts") is not None and s.get("trained_counts") is not None:
-            parts.append((int(n), s["base_counts"], s["trained_counts"], curve[0]["correct_counts"]))
-    if not parts:
-        return _claim(5, reason=f"missing data: no ES run has sparsity.json with a global keep-{keep:g} point "
-                      "(run config analysis=[sparsity])", measure=m, definition=d, boundary=keep_share)
-    P = min(len(p[1]) for p in parts)
-    arr = {name: np.array([np.asarray(p[i][:P], dtype=np.float64) / p[0] for p in parts])
-           for i, name in ((1, "base"), (2, "trained"), (3, "pruned"))}
-    b = bootstrap_means(arr, n_boot=n_boot, seed=seed, pair_rows=[("base", "trained", "pruned")])
-    gain = b["trained"] - b["base"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(gain != 0, (b["pruned"] - b["base"]) / gain, np.nan)
-    gci = interval(gain[1:], level)
-    n = {"runs": len(parts), "problems": P}
-    per_run = (arr["trained"] - arr["base"]).mean(axis=1)
-    gain_v, _ = decide(gain[0], gci, mde(gain, [per_run]), 0.0)
-    if gain_v != "yes" or not np.isfinite(share[0]):
-        finite = bool(np.isfinite(share[0]))
-        return _claim(5, share[0] if finite else None, interval(share[1:], level) if finite else None, "unclear",
-                      f"ES's own Pass@1 gain on this split {_fmt(gain[0], gci)} is not clearly positive: "
-                      "no gain to keep", n, m, d, None, keep_share, gain=float(gain[0]), gain_ci=gci)
-    ci = interval(share[1:], level)
-    power = mde(share)
-    v, why = decide(share[0], ci, power, keep_share)
-    return _claim(5, share[0], ci, v, f"share kept {_fmt(share[0], ci)} ({why}); gain {_fmt(gain[0], gci)}",
-                  n, m, d, power, keep_share, gain=float(gain[0]), gain_ci=gci)
-
-
-def _margins(b: dict, seq: str) -> tuple[np.ndarray, np.ndarray]:
-    d1 = b[f"{seq}_1"] - np.maximum(b["grpo_1"], b["es_1"])
-    dk = b[f"{seq}_K"] - np.maximum(b["grpo_K"], b["es_K"])
-    return d1, dk
-
-
-SEQUENCES = ("es_grpo", "grpo_es")  # the study's headline order first
-
-
-def claim_sequence(es: list[dict], grpo: list[dict], grpo_es: list[dict], es_grpo: list[dict], *,
-                   n_boot: int, seed: int, tolerance: float, level: float = 0.95, gain: dict | None = None,
-                   **_) -> dict:
-    d_ = float(tolerance)
-    m = ("per order: min(d1, dK), d1 = Pass@1(sequence) - max(Pass@1(grpo), Pass@1(es)), dK = the same at "
-         "the largest K")
-    d = (f"d = {d_:g}: yes if, for some order, the interval is above -d (the sequence's Pass@1 within d of the "
-         "better single algorithm's and its Pass@K at least the better single's minus d), at least the "
-         "minimum detectable effect away; no if every tested order's interval is below -d; intervals at "
-         f"{1 - (1 - level) / 2:.3f} per order (Bonferroni over the two orders); unclear if ES did not learn")
-    orders = {"es_grpo": es_grpo, "grpo_es": grpo_es}
-    present = [o for o in SEQUENCES if orders[o]]
-    missing = [a for a, x in (("ES", es), ("GRPO", grpo)) if not x] + ([] if present else ["es_grpo or grpo_es"])
-    if missing:
-        return _claim(6, reason=f"missing data: no {', '.join(missing)} runs in the comparison cell",
-                      measure=m, definition=d, boundary=-d_, tolerance=d_)
-    sets = {"es": es, "grpo": grpo, **{o: orders[o] for o in present}}
-    got = {a: _counts(x, "final_counts") for a, x in sets.items()}
-    if any(v is None for v in got.values()):
-        return _claim(6, reason="missing data: per-problem final counts", measure=m, definition=d, boundary=-d_)
-    guard = _guard(6, gain, "the cell's ES runs", m, d, -d_)
-    if guard is not None:
-        return guard
-    K = min(v[1] for v in got.values())
-    arrs, P = _pair_P(*[v[0] for v in got.values()])
-    arrays = {}
-    for (a, (c, n)), ca in zip(got.items(), arrs):
-        arrays[f"{a}_1"], arrays[f"{a}_K"] = pass_at_k(n, ca, 1), pass_at_k(n, ca, K)
-    b = bootstrap_means(arrays, n_boot=n_boot, seed=seed, pair_rows=[(f"{a}_1", f"{a}_K") for a in got])
-    level_each = 1 - (1 - level) / 2
-    per = {}
-    for o in present:
-        d1, dk = _margins(b, o)
-        eff = np.minimum(d1, dk)
-        ci = interval(eff[1:], level_each)
-        worse_k = bool(dk[0] <= d1[0])                     # the margin that sets the effect
-        suffix = "_K" if worse_k else "_1"
-        power = mde(eff, [arrays[f"{o}{suffix}"].mean(axis=1), arrays[f"grpo{suffix}"].mean(axis=1),
-                          arrays[f"es{suffix}"].mean(axis=1)])
-        v, why = decide(eff[0], ci, power, -d_)
-        per[o] = {"effect": float(eff[0]), "ci": ci, "mde": power, "verdict": v, "why": why,
-                  "d1": float(d1[0]), "d1_ci": interval(d1[1:], level_each),
-                  "dK": float(dk[0]), "dK_ci": interval(dk[1:], level_each),
-                  "pass@1": float(b[f"{o}_1"][0]), f"pass@{K}": float(b[f"{o}_K"][0])}
-    verdicts = [per[o]["verdict"] for o in present]
-    v = "yes" if "yes" in verdicts else "no" if all(x == "no" for x in verdicts) else "unclear"
-    best = max(present, key=lambda o: per[o]["effect"])
-    means = {a: {"pass@1": float(b[f"{a}_1"][0]), f"pass@{K}": float(b[f"{a}_K"][0])} for a in got}
-    single1 = max(means["grpo"]["pass@1"], means["es"]["pass@1"])
-    singleK = max(means["grpo"][f"pass@{K}"], means["es"][f"pass@{K}"])
-    why = "; ".join(f"{'ES->GRPO' if o == 'es_grpo' else 'GRPO->ES'} Pass@1 {per[o]['pass@1']:.3f} / "
-                    f"Pass@{K} {per[o][f'pass@{K}']:.3f}: {per[o]['verdict']} ({per[o]['why']})" for o in present)
-    why += f" (best single: Pass@1 {single1:.3f}, Pass@{K} {singleK:.3f})"
-    return _claim(6, per[best]["effect"], per[best]["ci"], v, why,
-                  {a: len(x) for a, x in sets.items()} | {"problems": P}, m, d, per[best]["mde"], -d_,
-                  k=K, tolerance=d_, orders=per, means=means, best_order=best)
-
-
-def claim_pop_vs_size(es_all: list[dict], *, n_boot: int, seed: int, tolerance: float, min_sizes: int = 5,
-                      level: float = 0.95, **_) -> dict:
-    m = ("slope of ln N* on ln params; N* = the smallest population whose final Pass@1 is within tol of the "
-         "best population's, per model size, at a fixed iteration budget")
-    d = (f"yes if the slope's interval is below 0, no if above 0, at least the minimum detectable slope from 0; "
-         f"needs >= {min_sizes} model sizes; bootstrap over seeds and problems; unclear if ES did not learn")
-    # one setting per model: its most common iteration budget (and sigma / lr), every pop of it
-    by_model: dict = {}
-    for r in es_all:
-        if r.get("final_counts") is None or r.get("samples") is None or _num(r.get("pop")) is None:
+        if (_num(r.get("es_temperature")) or 0.0) <= 0 or (_num(r.get("es_samples")) or 1) < 2:
+            greedy += 1
             continue
-        by_model.setdefault(r.get("model"), []).append(r)
-    cells: dict = {}
+        rows.append((*vals, gain[0] - gain[1], f"{r.get('model')}|{r.get('pop')}"))
+    if greedy and not rows:
+        return unclear("data", f"{greedy} ES runs scored their members greedily (p_i in {{0, 1}}: JS_succ and P_pop "
+                       "then track accuracy): sampled members are needed (es.temperature > 0, es.samples >= 2)")
+    cells = sorted({r[4] for r in rows})
+    dof = len(rows) - len(cells) - 1 - 3
+    if dof < 2:
+        return unclear("data", f"{len(rows)} ES runs with sampled-member js_succ, p_pop, training reward and a "
+                       f"Pass@K gain in {len(cells)} (model, pop) cells (need runs - cells >= 6)")
+    a = np.array([r[:4] for r in rows], dtype=np.float64)
+    Z = np.column_stack([np.array([r[4] == c for r in rows], dtype=np.float64) for c in cells] + [a[:, 2]])
+    rj, rp = partial_correlation(a[:, 3], a[:, 0], Z), partial_correlation(a[:, 3], a[:, 1], Z)
+    if not (np.isfinite(rj) and np.isfinite(rp)):
+        return unclear("data", "js_succ, p_pop or the gain is constant within cells")
+    se = 1.0 / math.sqrt(dof)
+    zj, zp = math.atanh(max(min(rj, 0.999999), -0.999999)), math.atanh(max(min(rp, 0.999999), -0.999999))
+    z = min(zj, zp)
+    zd = math.atanh(0.3)
+    t = {"effect": math.tanh(z), "se": se, "df": float("inf"),
+         "p_yes": max(p_above(zj, se, math.inf, 0.0), p_above(zp, se, math.inf, 0.0)),
+         "p_no": min(1.0, 2 * min(p_above(-zj, se, math.inf, -zd), p_above(-zp, se, math.inf, -zd))),
+         "power_at": (zd, se, math.inf)}
+    t["ci"] = [math.tanh(x) for x in t_interval(z, se, math.inf, s["level"])]
+    return measured(t, f"partial r(js_succ, gain) {rj:+.2f}, r(p_pop, gain) {rp:+.2f} over {len(rows)} runs in "
+                    f"{len(cells)} cells", {"runs": len(rows), "cells": len(cells)}, rho_js_succ=rj, rho_p_pop=rp,
+                    k=int(data["es"][0].get("k_max") or 0) if data["es"] else 0, greedy_runs_left_out=greedy)
+
+
+# ---------------------------------------------------------------------------------------
+# 5. functional sparsity
+CONTROL_MODES = ("random", "equal_norm")     # sparsity.json modes accepted as the control mask
+KEEP_MATCH = 5e-3
+
+
+def _curve(s: dict, mode: str, keep: float):
+    return next((c for c in s.get("curves") or [] if c.get("mode") == mode and c.get("correct_counts") is not None
+                 and abs(float(c.get("keep", -1)) - keep) < KEEP_MATCH), None)
+
+
+@claim(5, "sparsity", "Keeping the largest 22% of ES's update keeps at least 90% of its gain, more than a "
+                      "random mask of the same size keeps.",
+       estimand="(pruned - base) - 0.9 (trained - base), Pass@1, mean over ES seeds and problems; and "
+                "pruned - control (a random or equal-norm mask of the same size), both above 0",
+       boundary=0.0, sesoi=0.005, statistic="t of the linear contrast and t of pruned - control; both must "
+                                            "pass (p = the larger); no: the contrast below +0.005",
+       variance="seeds x problems (two-way random effects), Welch-Satterthwaite df",
+       select=lambda sweep: {"es": [r for r in sweep["cell"].get("es", []) if r.get("sparsity")]})
+def sparsity(data, s):
+    keep, share = float(s["keep"]), float(s["keep_share"])
+    parts, no_control = [], 0
+    for r in data["es"]:
+        sp = r["sparsity"]
+        top = _curve(sp, "global", keep)
+        ctrl = next((c for m in CONTROL_MODES if (c := _curve(sp, m, keep))), None)
+        if not sp.get("samples") or top is None or sp.get("base_counts") is None or sp.get("trained_counts") is None:
+            continue
+        if ctrl is None:
+            no_control += 1
+            continue
+        n = float(sp["samples"])
+        parts.append([np.asarray(x, dtype=np.float64) / n for x in
+                      (sp["base_counts"], sp["trained_counts"], top["correct_counts"], ctrl["correct_counts"])])
+    if not parts:
+        what = (f"a random-mask or equal-norm control at keep {keep:g} in sparsity.json ({no_control} ES runs have "
+                "only the top-|delta| mask)" if no_control else
+                f"sparsity.json with a global keep-{keep:g} point (config analysis=[sparsity]) for the cell's ES runs")
+        return unclear("data", what)
+    if (few := _enough({"ES with sparsity.json": parts}, s)):
+        return few
+    P = min(len(x) for p in parts for x in p)
+    base, trained, pruned, ctrl = (np.array([p[i][:P] for p in parts]) for i in range(4))
+    c = contrast([((pruned - base) - share * (trained - base), 1.0)])
+    k = contrast([(pruned - ctrl, 1.0)])
+    gain = float((trained - base).mean())
+    t = {**c, "p_yes": max(p_above(c["effect"], c["se"], c["df"], 0.0), p_above(k["effect"], k["se"], k["df"], 0.0))}
+    kept = (pruned - base).mean() / gain if gain else float("nan")
+    return measured(t, f"gain {gain:+.3f}, kept by the top {keep:.0%} {kept:.2f} of it; pruned - control "
+                    f"{k['effect']:+.3g} (se {k['se']:.2g})", {"runs": len(parts), "problems": P}, gain=gain,
+                    share_kept=float(kept), control=k)
+
+
+# ---------------------------------------------------------------------------------------
+# 6. sequences
+@claim(6, "sequence_combines", "GRPO and ES in sequence combine GRPO's Pass@1 with ES's Pass@K (either order).",
+       estimand="per order: min(d1, dK), d1 = Pass@1(sequence) - Pass@1(GRPO), dK = Pass@K(sequence) - "
+                "Pass@K(ES); the better order",
+       boundary=-0.01, sesoi=0.01, statistic="per order both margins above -0.01 (p = the larger); the orders "
+                                             "by Bonferroni (p = 2 x the smaller); no: every order has a margin "
+                                             "below 0",
+       variance="seeds x problems, problems paired across algorithms, Welch-Satterthwaite df",
+       select=_cell("es", "grpo", *SEQUENCES), needs=(1,))
+def sequence(data, s):
+    orders = [o for o in SEQUENCES if data[o]]
+    missing = [a for a in ("es", "grpo") if not data[a]] + ([] if orders else ["es_grpo or grpo_es"])
+    if missing:
+        return unclear("data", f"no {', '.join(missing)} runs in the comparison cell")
+    if (few := _enough({a: data[a] for a in ("es", "grpo", *orders)}, s)):
+        return few
+    got = {a: scores(data[a], "final_counts", 1) for a in ("es", "grpo", *orders)}
+    if any(v is None for v in got.values()) or len({v[1] for v in got.values()}) != 1:
+        return unclear("data", "per-problem final counts with the same samples in every algorithm")
+    K = _k_or_unclear(got["es"][1], s)
+    if isinstance(K, dict):
+        return K
+    one = dict(zip(got, _cut(*(v[0] for v in got.values()))))
+    atK = dict(zip(got, _cut(*(scores(data[a], "final_counts", K)[0] for a in got))))
+    b, top = -0.01, 0.0
+    per = {}
+    for o in orders:
+        d1 = contrast([(one[o], 1.0), (one["grpo"], -1.0)])
+        dk = contrast([(atK[o], 1.0), (atK["es"], -1.0)])
+        worse = d1 if d1["effect"] <= dk["effect"] else dk
+        per[o] = {**worse, "d1": d1["effect"], "d1_se": d1["se"], "dK": dk["effect"], "dK_se": dk["se"],
+                  "p_yes": max(p_above(x["effect"], x["se"], x["df"], b) for x in (d1, dk)),
+                  "p_no": min(1.0, 2 * min(p_above(-x["effect"], x["se"], x["df"], -top) for x in (d1, dk))),
+                  "pass@1": float(one[o].mean()), f"pass@{K}": float(atK[o].mean())}
+    best = min(orders, key=lambda o: per[o]["p_yes"])
+    t = {k: per[best][k] for k in ("effect", "se", "df")}
+    t["p_yes"] = min(1.0, len(orders) * per[best]["p_yes"])
+    t["p_no"] = max(per[o]["p_no"] for o in orders)
+    means = {a: {"pass@1": float(one[a].mean()), f"pass@{K}": float(atK[a].mean())} for a in got}
+    why = "; ".join(f"{'ES->GRPO' if o == 'es_grpo' else 'GRPO->ES'} d1 {per[o]['d1']:+.3f}, dK {per[o]['dK']:+.3f}"
+                    for o in orders)
+    why += f" (GRPO Pass@1 {means['grpo']['pass@1']:.3f}, ES Pass@{K} {means['es'][f'pass@{K}']:.3f})"
+    return measured(t, why,
+                    {a: len(data[a]) for a in got} | {"problems": one["es"].shape[1]}, k=K, orders=per,
+                    means=means, best_order=best)
+
+
+# ---------------------------------------------------------------------------------------
+# 7. population vs model size
+def ols_slope(x, y) -> tuple[float, float, int]:
+    """Least-squares slope of y on x with its standard error: b = Sxy / Sxx,
+    se = sqrt(SSR / (n - 2) / Sxx), df = n - 2."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    xc = x - x.mean()
+    sxx = float(xc @ xc)
+    b = float(xc @ (y - y.mean())) / sxx
+    resid = y - y.mean() - b * xc
+    df = len(x) - 2
+    return b, (math.sqrt(float(resid @ resid) / df / sxx) if df > 0 else float("nan")), df
+
+
+def _size_cells(es: list[dict]) -> dict:
+    """model -> {pop: [runs]}: per model its most common (iterations, sigma, lr), >= 2 populations."""
+    by_model: dict = {}
+    for r in es:
+        if r.get("final_counts") is not None and r.get("samples") and _num(r.get("pop")) is not None:
+            by_model.setdefault(r.get("model"), []).append(r)
+    cells = {}
     for model, rs in by_model.items():
         budgets: dict = {}
         for r in rs:
             budgets.setdefault(tuple(str(_num(r.get(k))) for k in ("iterations", "sigma", "lr")), []).append(r)
-        chosen = max(budgets.values(), key=len)
         pops: dict = {}
-        for r in chosen:
+        for r in max(budgets.values(), key=len):
             pops.setdefault(int(_num(r["pop"])), []).append(r)
         if len(pops) >= 2:
-            cells[model] = {p: _one_per_seed(x) for p, x in sorted(pops.items())}
-    sizes = len(cells)
-    n = {"model_sizes": sizes, "runs": sum(len(x) for c in cells.values() for x in c.values())}
-    if sizes < min_sizes:
-        return _claim(7, reason=f"missing data: {sizes} model size(s) with >= 2 populations of ES runs "
-                      f"(need >= {min_sizes})", n=n, measure=m, definition=d, boundary=0.0)
-    gained = [r for c in cells.values() for x in c.values() for r in x]
-    at_best = []
-    for pops in cells.values():           # each size's best population (highest mean final Pass@1)
-        at_best += max(pops.values(), key=lambda rs: float(np.mean(
-            [np.mean(r["final_counts"]) / float(r["samples"]) for r in rs])))
-    gain = es_gain(at_best, n_boot=min(n_boot, GUARD_BOOT), seed=seed + 3, level=level)
-    guard = _guard(7, gain, "runs at each model size's best population", m, d, 0.0)
-    if guard is not None:
-        guard["n"] = n
-        return guard
-    P = min(len(r["final_counts"]) for r in gained)
-    models = sorted(cells, key=lambda mm: _num(cells[mm][next(iter(cells[mm]))][0].get("params")) or 0)
-    params = np.array([_num(cells[mm][next(iter(cells[mm]))][0].get("params")) for mm in models], dtype=float)
-    if not np.all(np.isfinite(params)) or np.any(params <= 0):
-        return _claim(7, reason="missing data: model sizes (params) unknown", n=n, measure=m, definition=d,
-                      boundary=0.0)
-    scores = {}                                   # (model, pop) -> per-run, per-problem final Pass@1
-    for mm in models:
-        for pp, runs in cells[mm].items():
-            c, nn = _counts(runs, "final_counts")
-            scores[(mm, pp)] = pass_at_k(nn, c[:, :P], 1)                   # (R, P)
-    b = bootstrap_means(scores, n_boot=n_boot, seed=seed)        # problems shared, seeds within each cell
-    stars = np.zeros((n_boot + 1, len(models)))
+            cells[model] = {p: one_per_seed(x) for p, x in sorted(pops.items())}
+    return cells
+
+
+@claim(7, "pop_vs_size", "Larger models need smaller ES populations (the population's benefit shrinks with "
+                         "model size).",
+       estimand="-beta, beta = slope over model sizes of (per-size slope of final Pass@1 on log2 N) on ln params",
+       boundary=0.0, sesoi=0.001, statistic="t = -beta / se, the second-stage least squares over sizes",
+       variance="between sizes: the residual spread of the per-size slopes (t at sizes - 2 df), which holds "
+                "the seeds' and problems' part too", select=lambda sweep: {"es": sweep["es"]})
+def pop_vs_size(data, s):
+    cells = _size_cells(data["es"])
+    if len(cells) < s["min_sizes"]:
+        return unclear("data", f"{len(cells)} model size(s) with >= 2 populations of ES runs "
+                       f"(need >= {s['min_sizes']})", model_sizes=len(cells))
     table = []
-    for j, mm in enumerate(models):
-        pops = list(cells[mm])
-        means = np.stack([b[(mm, pp)] for pp in pops], axis=1)                # (B+1, pops)
-        stars[:, j] = np.asarray(pops, dtype=float)[fit.efficient_peak(means, tolerance)]
-        table.append({"model": mm, "params": float(params[j]), "n_star": float(stars[0, j]),
-                      "n_star_ci": interval(stars[1:, j], level), "pops": pops,
-                      "pass@1": [float(x) for x in means[0]], "seeds": [len(cells[mm][pp]) for pp in pops]})
-    _, slopes = fit.loglog_fit(params, stars)
-    ci = interval(slopes[1:], level)
-    power = mde(slopes)
-    v, why = decide(float(slopes[0]), ci, power, 0.0, above_is_yes=False)
-    stars_txt = ", ".join(f"{t['model']} {t['n_star']:g}" for t in table)
-    return _claim(7, float(slopes[0]), ci, v, f"slope {_fmt(float(slopes[0]), ci)} ({why}); N*: {stars_txt}",
-                  n, m, d, power, 0.0, per_size=table, tolerance=float(tolerance))
+    for model, pops in cells.items():
+        params = _num(next(iter(pops.values()))[0].get("params"))
+        if params is None or params <= 0:
+            return unclear("data", f"model size (params) of {model}")
+        x, y = [], []
+        for p, runs in pops.items():
+            for r in runs:
+                x.append(math.log2(p))
+                y.append(float(np.mean(r["final_counts"])) / float(r["samples"]))
+        table.append({"model": model, "params": params, "slope": ols_slope(x, y)[0], "pops": list(pops),
+                      "pass@1": [float(np.mean([np.mean(r["final_counts"]) / r["samples"] for r in rs]))
+                                 for rs in pops.values()], "seeds": [len(rs) for rs in pops.values()]})
+    table.sort(key=lambda t: t["params"])
+    beta, se, df = ols_slope(np.log([t["params"] for t in table]), [t["slope"] for t in table])
+    return measured({"effect": -beta, "se": se, "df": float(df)},
+                    "per-size Pass@1 per doubling of N: " + ", ".join(f"{t['model']} {t['slope']:+.4f}" for t in table),
+                    {"model_sizes": len(table), "runs": sum(sum(t["seeds"]) for t in table)}, per_size=table,
+                    beta=beta)
+
+
+CLAIMS = {cid: (c.key, c.text) for cid, c in sorted(REGISTRY.items())}

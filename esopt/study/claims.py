@@ -1,76 +1,38 @@
-"""The study's seven claims, each tested on a sweep: rule, effect, 95% interval, power, verdict.
+"""The study's seven claims, each a pre-registered test decided on a sweep, with the family-wise
+error across them controlled.
 
     python -m esopt.aggregate <sweep-dir> --claims     (prints the table, writes claims.json)
     claims(sweep_dir | Aggregate | records, trend=None) -> dict         (the aggregator calls this)
 
+The claims, their estimands, boundaries, smallest effects of interest, statistics and variance
+models are the registry in ``esopt.study.claim_rules`` (one entry per claim); the statistics
+are ``esopt.core.metrics`` (contrast, p_above, power_at, holm, t_interval); the page's section
+is ``esopt.study.report.claims_html``. This module reads the sweep, chooses the comparison
+cell, runs every claim and decides:
+
+    p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim)
+    yes   = Holm's step-down rejects p_yes among the claims tested, at family-wise alpha
+    no    = Holm rejects p_no among the claims tested (and not yes)
+    a claim with ``needs`` (3, 6: about what ES's training gives) is unclear unless claim 1 is yes
+    unclear: "power": power_at(delta, se, df, alpha / m) is the test's power at the smallest
+             effect of interest (m = claims tested; Holm's first step), and
+             data_needed = ((z_{1-alpha/m} + z_0.8) se / delta)^2 is about how many times the
+             runs (seeds) 80% power needs; "data": what the sweep lacks, named.
+The calibration of these rules (false yes, false no, power, by simulation through this code):
+``python benchmarks/bench_claims_calibration.py`` (docs/results/claims_calibration.md).
+
 Input: one record per completed run (the aggregator's runs-table row: run_id, algo, model,
-params, pop, seed, iterations, sigma, lr, base_/final_ metrics; plus ``js_succ`` / ``p_pop`` =
-the mean of the run's ES train lines), and the per-problem lists read from the run directory:
-``samples``, ``base_counts``, ``final_counts`` (correct samples per problem, summary.json),
-``sparsity`` (sparsity.json) and the ES member scoring (``es_temperature``, ``es_samples``).
+params, pop, seed, iterations, sigma, lr, base_/final_ metrics; plus ``js_succ`` / ``p_pop`` /
+``reward_mean`` = the means of the run's ES train lines), and the per-problem lists read from
+the run directory: ``samples``, ``base_counts``, ``final_counts`` (correct samples per problem,
+summary.json), ``sparsity`` (sparsity.json) and the ES member scoring (``es_temperature``,
+``es_samples``).
 
 The comparison cell: the model with the most algorithms among none/es/grpo/grpo_es/es_grpo
 (ties: most runs, then name). Per algorithm one setting is used: ES the (pop, iterations) of
 the sequences' runs when there are any, else its setting with the most seeds (ties: larger pop,
 then more iterations); GRPO the setting with ES's iterations when there is one, else the most
 seeds; one run per seed (a duplicate differing only in its analyses: the one with sparsity.json).
-
-Statistics (all seeded, ``n_boot`` replicates, 95% percentile intervals). Per-problem scores are
-s_{r,p} = pass@k of run r on problem p from its correct counts (unbiased estimator, k = 1 or K =
-the largest k = the number of samples). A "cell mean" is mean_{r,p} s_{r,p}. The bootstrap
-resamples problems once per replicate (shared by every algorithm and by base/final: paired over
-problems) and runs (seeds) with replacement within each algorithm (base/final of one run stay
-paired); the part the run resampling adds is widened by sqrt(R / (R - 1)) (the one rule,
-``esopt.core.metrics.widen``); the statistic is recomputed from the resampled cell means.
-
-Power. Every claim tests its effect against a boundary b (0, or a tolerance) and states its
-minimum detectable effect mde = (z_0.975 + z_0.80) * se = 2.80 * se, se = the bootstrap standard
-error of the effect: the distance from b that the cell would detect with 80% power at the 5%
-level. A verdict needs |effect - b| >= mde; closer than that it is "unclear: underpowered", and
-the claim states ``data_needed`` = (mde / |effect - b|)^2: about how many times its cell's data
-(seeds x problems) the observed effect would need to be decided.
-
-Guards. A claim about ES's coverage, entropy, diversity or combination, or about the population
-ES needs, is "unclear: ES did not learn" unless ES's own Pass@1 gain (final - base, paired) has
-an interval above 0 in the runs it is about: nothing trained can never say "yes".
-
-Claims and their rules (tol = 0.01 absolute, band = 10% relative, see DEFAULTS):
- 1. ES raises Pass@1: effect = mean_{r,p} (final - base) over the cell's ES runs; b = 0.
-    yes: interval above 0; no: interval below 0.
- 2. Entropy: rel_r = (H_final - H_base) / H_base per run (token-mean entropy of the sampled
-    completions: on the out-of-domain set, ``ood_entropy``, when every ES and GRPO run of the
-    cell has it (eval.ood_task, the study's GPQA role), else on the eval split). GRPO part: mean rel over GRPO runs, b = 0, falls if the interval is
-    below 0. ES part: mean rel over ES runs, inside the band if its interval lies in (-band,
-    band), outside if it lies entirely beyond it. Bootstrap over runs (>= 3 each).
-    yes: GRPO falls and ES inside; no: GRPO's interval above 0 or ES outside; guard: ES learned.
- 3. Coverage: effect = Pass@K(ES) - Pass@K(GRPO) (cell means), b = -tol. yes: interval above
-    -tol (ES at least GRPO's within tol); no: below -tol; details: Pass@1(GRPO) - Pass@1(ES).
-    Guard: ES learned.
- 4. Diversity and coverage, without the population-size confound: partial Spearman rho, over
-    ES runs, between the run's mean js_succ (nats) and its Pass@K gain (final - base), with
-    the (model, pop) cell removed (ranks centred within each cell, so only runs of the same
-    model and population are compared); the same for p_pop. Bootstrap over runs within cells.
-    b = 0. yes: both intervals above 0; no: both below 0. claims.json says how members were
-    scored (greedy: p_i in {0, 1}; sampled: es.samples completions at es.temperature, p_i a
-    probability as in the study's definition). Guard: ES learned (pooled over those runs).
- 5. Functional sparsity (sparsity.json, global mode at keep 0.22, ES runs): share = sum_r (mean_p
-    pruned - mean_p base) / sum_r (mean_p trained - mean_p base) (Pass@1, pooled over runs);
-    bootstrap over runs and problems; b = 0.9. yes: interval above 0.9; no: below 0.9; unclear
-    when the gain's interval includes 0 (no gain to keep).
- 6. A sequence combines both strengths, tested in both orders (grpo_es, es_grpo): for each,
-    d1 = Pass@1(seq) - max(Pass@1(grpo), Pass@1(es)), dK = the same at the largest K, effect =
-    min(d1, dK) (its worse margin), b = -d with d = tol: the sequence's Pass@1 within d of the
-    better single algorithm's and its Pass@K at least the better single's minus d. Paired
-    intervals at 1 - 0.05/2 per order (Bonferroni over the two orders). yes: some order's
-    interval above -d; no: every tested order's interval below -d. Guard: ES learned.
- 7. Larger models need smaller populations, as the study reads it: per model size, N* = the
-    smallest population whose final Pass@1 (cell mean at the fixed iteration budget) is within
-    tol of the best population's; slope of ln N* on ln params (least squares) over >= 5 sizes;
-    bootstrap over seeds and problems (both resampled, N* and the slope refitted per
-    replicate). b = 0. yes: interval below 0; no: above 0. The per-size table (N*, its
-    interval, the cell means) is in the details and on the page. Guard: ES learned in these runs.
-
-Missing data (e.g. no GRPO runs) gives "unclear" with a reason starting "missing data".
 """
 
 from __future__ import annotations
@@ -78,25 +40,22 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Mapping
 
 import numpy as np
 
 from esopt.algorithms import ALGORITHMS
+from esopt.core.metrics import holm, p_above, power_at, t_interval
 from esopt.study import fit, tables
-from esopt.study.claim_rules import (CLAIMS, SEQUENCES, VERDICTS, Z_POWER, _claim, _fmt, _num, _one_per_seed,
-                                     claim_coverage, claim_diversity, claim_entropy, claim_es_pass1,
-                                     claim_pop_vs_size, claim_sequence, claim_sparsity, data_needed, decide,
-                                     entropy_columns, es_gain, mde, partial_spearman)
+from esopt.study.claim_rules import CLAIMS, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
-__all__ = ["ALGOS", "CLAIMS", "DEFAULTS", "SEQUENCES", "VERDICTS", "Z_POWER", "attach_details", "claim_coverage",
-           "claim_diversity", "claim_entropy", "claim_es_pass1", "claim_pop_vs_size", "claim_sequence",
-           "claim_sparsity", "claims", "compute", "data_needed", "decide", "entropy_columns", "es_gain",
-           "html_section", "mde", "partial_spearman", "records_from_tables", "select_cell", "table_lines",
-           "wanted", "_claim"]
+__all__ = ["ALGOS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "attach_details", "claims",
+           "compute", "decide_all", "records_from_tables", "select_cell", "table_lines", "wanted"]
 ALGOS = tuple(ALGORITHMS)
-DEFAULTS = {"n_boot": 1000, "seed": 0, "ci_level": 0.95, "tolerance": 0.01, "band": 0.10,
+DEFAULTS = {"alpha": 0.05, "level": 0.95, "power": 0.80, "k": 8, "samples_per_k": 4, "min_runs": 3,
             "keep": 0.22, "keep_share": 0.90, "min_sizes": 5}
+MAX_DATA_NEEDED = 100
 
 
 # ---------------------------------------------------------------------------------------
@@ -137,42 +96,110 @@ def select_cell(records: list[dict]) -> dict:
     if "grpo" in by_algo:
         es_it = chosen["es"][1] if "es" in chosen else None
         chosen["grpo"] = most_seeds(by_algo["grpo"], (lambda s: s[1] == es_it) if es_it else None)
-    return {"model": model, "algos": {a: _one_per_seed(by_algo[a][s]) for a, s in chosen.items()},
+    return {"model": model, "algos": {a: one_per_seed(by_algo[a][s]) for a, s in chosen.items()},
             "settings": {a: dict(zip(("pop", "iterations", "sigma", "lr"), s)) for a, s in chosen.items()}}
 
 
 # ---------------------------------------------------------------------------------------
-# all seven
+# the decision
+def data_needed(se: float, delta: float, alpha: float, power: float = 0.80) -> float | None:
+    """About how many times the runs a test needs for ``power`` at the smallest effect of
+    interest: se shrinks as 1/sqrt(runs), so ((z_{1-alpha} + z_power) se / delta)^2."""
+    if not se or not math.isfinite(se) or delta <= 0:
+        return None
+    z = NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(power)
+    return float((z * se / delta) ** 2)
+
+
+def decide_all(measures: dict[int, dict], s: Mapping) -> dict[int, dict]:
+    """Verdicts of the registry's claims from their rules' answers (see module docstring); fills
+    each measured answer's p_yes, p_no and ci where its rule did not set them."""
+    alpha = float(s["alpha"])
+    tested = {cid: m for cid, m in measures.items() if "unclear" not in m}
+    for cid, m in tested.items():
+        c = REGISTRY[cid]
+        m.setdefault("p_yes", p_above(m["effect"], m["se"], m["df"], c.boundary))
+        m.setdefault("p_no", p_above(-m["effect"], m["se"], m["df"], -(c.boundary + c.sesoi)))
+        m.setdefault("ci", t_interval(m["effect"], m["se"], m["df"], float(s["level"])))
+    yes = holm({cid: m["p_yes"] for cid, m in tested.items()}, alpha)
+    no = holm({cid: m["p_no"] for cid, m in tested.items()}, alpha)
+    m_tests = max(len(tested), 1)
+    out = {}
+    for cid, c in sorted(REGISTRY.items()):
+        m = measures[cid]
+        row = {"verdict": "unclear", "unclear": m.get("unclear"), "why": m["why"]}
+        if cid in tested:
+            delta, se, df = m.get("power_at", (c.sesoi, m["se"], m["df"]))
+            row.update(p_yes_holm=yes[cid][1], p_no_holm=no[cid][1],
+                       power=power_at(delta, se, df, alpha / m_tests),
+                       data_needed=data_needed(se, delta, alpha / m_tests, float(s["power"])))
+            if yes[cid][0]:
+                row["verdict"] = "yes"
+                row["why"] += f"; yes (Holm p {yes[cid][1]:.2g})"
+                if no[cid][0]:
+                    row["why"] += f", but below the smallest effect of interest {c.boundary + c.sesoi:+g}"
+            elif no[cid][0]:
+                row["verdict"] = "no"
+                row["why"] += f"; no: below {c.boundary + c.sesoi:+g} (Holm p {no[cid][1]:.2g})"
+            else:
+                need = row["data_needed"]
+                row["unclear"] = "power"
+                row["why"] = (f"unclear: power {row['power']:.0%} at {c.boundary + c.sesoi:+g}"
+                              + ("" if need is None else f", 80% needs about {need:.2g}x the seeds"
+                                 if need <= MAX_DATA_NEEDED else f", 80% needs more than {MAX_DATA_NEEDED}x the seeds")
+                              + f" (Holm p yes {yes[cid][1]:.2g}, no {no[cid][1]:.2g}); {m['why']}")
+        out[cid] = row
+    for cid, c in REGISTRY.items():                    # preconditions: claim 1 first
+        failed = [n for n in c.needs if out[n]["verdict"] != "yes"]
+        if failed:
+            kinds = {out[n]["unclear"] or "data" for n in failed}
+            kind = "power" if kinds == {"power"} else "data"
+            was = "" if out[cid]["verdict"] == "unclear" else f" (would be {out[cid]['verdict']})"
+            out[cid].update(verdict="unclear", unclear=kind, why=(
+                f"unclear: {kind}: ES did not learn (claim " + ", ".join(f"{n} is {out[n]['verdict']}" for n in failed)
+                + f"){was}; {measures[cid]['why']}"))
+    for row in out.values():
+        if row["verdict"] == "unclear" and not row["why"].startswith("unclear"):
+            row["why"] = f"unclear: {row['unclear']}: {row['why']}"
+    return out
+
+
 def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) -> dict:
     """claims.json's content from run records (see module docstring). ``trend`` (trend.json, the
-    aggregator's fit) is reported beside claim 7, which computes its own N* from the runs."""
+    aggregator's fit) is reported beside claim 7. Unknown settings (e.g. the aggregator's
+    n_boot, seed) are recorded and ignored."""
     s = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
-    kw = dict(n_boot=int(s["n_boot"]), seed=int(s["seed"]), level=float(s["ci_level"]),
-              tolerance=float(s["tolerance"]), band=float(s["band"]), keep=float(s["keep"]),
-              keep_share=float(s["keep_share"]))
     cell = select_cell(records)
     A = cell["algos"]
     done = [r for r in records if r.get("status", "completed") == "completed"]
-    es_all = [r for r in done if r.get("algo") == "es"]
-    es_sp = [r for r in es_all if r.get("sparsity")]
-    gain = es_gain(A.get("es", []), n_boot=kw["n_boot"], seed=kw["seed"], level=kw["level"]) if A.get("es") else None
-    out = [
-        claim_es_pass1(A.get("es", []), **kw),
-        claim_entropy(A.get("es", []), A.get("grpo", []), gain=gain, **kw),
-        claim_coverage(A.get("es", []), A.get("grpo", []), gain=gain, **kw),
-        claim_diversity(es_all, **kw),
-        claim_sparsity(es_sp, **kw),
-        claim_sequence(A.get("es", []), A.get("grpo", []), A.get("grpo_es", []), A.get("es_grpo", []),
-                       gain=gain, **kw),
-        claim_pop_vs_size(es_all, min_sizes=int(s["min_sizes"]), **kw),
-    ]
-    if trend:
-        out[6]["details"]["trend_json"] = {k: trend.get(k) for k in ("slope", "slope_ci", "verdict", "method")}
+    sweep = {"cell": A, "es": [r for r in done if r.get("algo") == "es"]}
+    measures = {cid: c.rule(c.select(sweep), s) for cid, c in sorted(REGISTRY.items())}
+    decided = decide_all(measures, s)
+    out = []
+    for cid, c in sorted(REGISTRY.items()):
+        m, d = measures[cid], decided[cid]
+        tested = "unclear" not in m
+        details = dict(m.get("details") or {})
+        if cid == 7 and trend:
+            details["trend_json"] = {k: trend.get(k) for k in ("slope", "slope_ci", "verdict", "method")}
+        out.append({
+            "id": cid, "key": c.key, "claim": c.text, "estimand": c.estimand, "boundary": c.boundary,
+            "sesoi": c.sesoi, "statistic": c.statistic, "variance": c.variance,
+            "decision": (f"yes if Holm rejects theta <= {c.boundary:+g}; no if Holm rejects theta >= "
+                         f"{c.boundary + c.sesoi:+g}; family-wise alpha {s['alpha']:g} over the claims tested"
+                         + ("; needs claim " + ", ".join(map(str, c.needs)) + " yes" if c.needs else "")),
+            "effect": float(m["effect"]) if tested else None, "ci": m.get("ci") if tested else None,
+            "se": float(m["se"]) if tested else None,
+            "df": float(m["df"]) if tested and math.isfinite(m["df"]) else None,
+            "p_yes": m.get("p_yes"), "p_no": m.get("p_no"), "p_yes_holm": d.get("p_yes_holm"),
+            "p_no_holm": d.get("p_no_holm"), "power": d.get("power"), "data_needed": d.get("data_needed"),
+            "reproduced": d["verdict"], "unclear": d["unclear"] if d["verdict"] == "unclear" else None,
+            "reason": d["why"], "n": m.get("n") or {}, "details": details})
     tokens = {a: float(np.mean([_num(r.get("tokens_generated")) or 0 for r in rs])) for a, rs in A.items()
               if a != "none"}
     ref = tokens.get("es") or None
     return {
-        "version": 2,
+        "version": 3,
         "settings": s,
         "cell": {"model": cell["model"], "settings": cell["settings"],
                  "runs": {a: [r["run_id"] for r in rs] for a, rs in A.items()},
@@ -187,7 +214,7 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
 # ---------------------------------------------------------------------------------------
 # reading a sweep
 def records_from_tables(runs, curves) -> list[dict]:
-    """Runs-table rows (completed) as records, with js_succ / p_pop = mean of ES train lines."""
+    """Runs-table rows (completed) as records, with js_succ, p_pop, reward_mean = means of ES train lines."""
     import pandas as pd
 
     if runs is None or not len(runs):
@@ -198,7 +225,7 @@ def records_from_tables(runs, curves) -> list[dict]:
         tl = curves[(curves.get("kind") == "train") & curves["js_succ"].notna()]
         if "phase" in tl:
             tl = tl[tl["phase"] == "es"]
-        js = tl.groupby("run_id")[[c for c in ("js_succ", "p_pop") if c in tl]].mean()
+        js = tl.groupby("run_id")[[c for c in ("js_succ", "p_pop", "reward_mean") if c in tl]].mean()
     recs = []
     for row in done.to_dict("records"):
         rec = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
@@ -253,7 +280,7 @@ def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:
             trend = json.loads(tj.read_text())
         else:
             metric = agg.metric or tables.metric_column("pass@1", agg.runs.columns)
-            trend = fit.fit_runs(agg.runs, metric, n_boot=int(settings.get("n_boot") or DEFAULTS["n_boot"]),
+            trend = fit.fit_runs(agg.runs, metric, n_boot=int(settings.get("n_boot") or 1000),
                              seed=int(settings.get("seed") or 0))
     records = records_from_tables(agg.runs, agg.curves)
     attach_details(records, tables.find_runs_dir(sweep_dir))
@@ -270,64 +297,16 @@ def wanted(agg) -> bool:
     return name.startswith("paper") or ("es" in algos and bool((algos & set(ALGORITHMS)) - {"es"}))
 
 
-def _mde_txt(c) -> str:
-    return "n/a" if c.get("mde") is None else f"{c['mde']:.3g}"
+def _fmt(v, ci=None) -> str:
+    s = "n/a" if v is None else f"{v:+.3g}"
+    return s + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
 
 
 def table_lines(result: dict) -> list[str]:
-    """Plain-text table: id, claim key, effect [95% CI], minimum detectable effect, verdict, reason."""
-    lines = [f"{'#':<2} {'claim':<18} {'effect [95% CI]':<28} {'mde':<7} {'verdict':<8} reason"]
+    """Plain-text table: id, claim key, effect [95% CI], power at the smallest effect, verdict, reason."""
+    lines = [f"{'#':<2} {'claim':<18} {'effect [95% CI]':<28} {'power':<6} {'verdict':<8} reason"]
     for c in result["claims"]:
-        lines.append(f"{c['id']:<2} {c['key']:<18} {_fmt(c['effect'], c['ci']):<28} {_mde_txt(c):<7} "
+        pw = "n/a" if c.get("power") is None else f"{c['power']:.0%}"
+        lines.append(f"{c['id']:<2} {c['key']:<18} {_fmt(c['effect'], c['ci']):<28} {pw:<6} "
                      f"{c['reproduced']:<8} {c['reason']}")
     return lines
-
-
-def html_section(result: dict) -> str:
-    """``<section id="claims">``: one row per claim (claim, rule, effect [95% CI], power, n,
-    verdict, reason), then claim 7's per-size table. Every string is HTML-escaped."""
-    import html
-
-    def cell(v) -> str:
-        return html.escape("" if v is None else str(v))
-
-    colors = {"yes": "#1a7f37", "no": "#b42318", "unclear": "#8a6d00"}
-    rows = []
-    for c in result["claims"]:
-        n = ", ".join(f"{k} {v}" for k, v in (c.get("n") or {}).items())
-        b = c.get("boundary")
-        rows.append(
-            f'<tr id="claim-{c["id"]}"><td>{c["id"]}</td><td>{cell(c["claim"])}</td>'
-            f'<td><small>{cell(c["definition"])}</small></td>'
-            f'<td>{cell(_fmt(c["effect"], c["ci"]))}<br><small>{cell(c["measure"])}</small></td>'
-            f'<td>{cell(_mde_txt(c))}<br><small>boundary {cell("n/a" if b is None else f"{b:+.3g}")}</small></td>'
-            f'<td>{cell(n)}</td>'
-            f'<td style="color:{colors.get(c["reproduced"], "#222")}"><b>{cell(c["reproduced"])}</b></td>'
-            f'<td>{cell(c["reason"])}</td></tr>')
-    sizes = ""
-    per_size = next((c["details"].get("per_size") for c in result["claims"] if c["id"] == 7), None)
-    if per_size:
-        body = ""
-        for t in per_size:
-            ci = t.get("n_star_ci")
-            pops = ", ".join(f"N={p}: {v:.3f} ({k} seeds)" for p, v, k in zip(t["pops"], t["pass@1"], t["seeds"]))
-            body += (f"<tr><td>{cell(t['model'])}</td><td>{cell(format(t['params'], ',.0f'))}</td>"
-                     f"<td>{cell(format(t['n_star'], 'g'))}</td>"
-                     f"<td>{cell('n/a' if not ci else f'[{ci[0]:g}, {ci[1]:g}]')}</td><td>{cell(pops)}</td></tr>")
-        sizes = ('<h3>Claim 7 per model size</h3><table id="table-claim7"><thead><tr><th>model</th><th>params</th>'
-                 '<th>N*</th><th>N* 95% CI</th><th>final Pass@1 per population</th></tr></thead>'
-                 f'<tbody>{body}</tbody></table>')
-    cellinfo = result.get("cell") or {}
-    ratio = ", ".join(f"{a} {v:.2f}" for a, v in (cellinfo.get("tokens_vs_es") or {}).items() if v is not None)
-    s = result.get("settings") or {}
-    return (
-        '<section id="claims"><h2>Claims of the study, tested on this sweep</h2>'
-        f'<p>Comparison cell: model <b>{cell(cellinfo.get("model"))}</b>; generated training tokens relative '
-        f'to ES: {cell(ratio or "-")}. 95% percentile bootstrap intervals ({cell(s.get("n_boot"))} resamples, '
-        f'seed {cell(s.get("seed"))}) over problems (paired) and seeds; tolerance {cell(s.get("tolerance"))}, '
-        f'entropy band +-{cell(s.get("band"))} relative. Power: mde is the smallest distance from the rule\'s '
-        'boundary this sweep detects with 80% power (2.8 bootstrap standard errors); closer than that the '
-        'verdict is "unclear: underpowered". Full definitions: claims.json, esopt/study/claims.py.</p>'
-        '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>rule</th><th>effect [95% CI]</th>'
-        '<th>power (mde)</th><th>n</th><th>verdict</th><th>reason</th></tr></thead>'
-        f'<tbody>{"".join(rows)}</tbody></table>{sizes}</section>\n')

@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 
 from esopt.algorithms import ALGORITHMS
 from esopt.core.store import jsonable
-from esopt.study import claims, fit, tables
+from esopt.study import fit, tables
 from esopt.study.analysis_figures import fig_drift, fig_sparsity
 from esopt.study.figures import (best_groups, fig_curves, fig_entropy, fig_heatmap, fig_parcoords, fig_passk,
                                  fig_pruning, fig_status, fig_trend, optuna_figures)
@@ -141,10 +141,58 @@ def _figure_block(fig_id: str, title: str, fig) -> str:
 
 
 def claims_html(result: dict | None) -> str:
-    """The claims section (esopt.study.claims) at the top of the page; empty without claims."""
+    """The claims section (claims.json, esopt.study.claims) at the top of the page: one row per
+    claim (claim, test, effect [95% CI], power at the smallest effect of interest, n, verdict,
+    reason), then claim 7's per-size table; empty without claims. Every string is HTML-escaped."""
     if not result:
         return ""
-    return claims.html_section(result)
+
+    def cell(v) -> str:
+        return _html.escape("" if v is None else str(v))
+
+    def fmt(v, ci=None) -> str:
+        return ("n/a" if v is None else f"{v:+.3g}") + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
+
+    colors = {"yes": "#1a7f37", "no": "#b42318", "unclear": "#8a6d00"}
+    rows = []
+    for c in result["claims"]:
+        n = ", ".join(f"{k} {v}" for k, v in (c.get("n") or {}).items())
+        pw = "n/a" if c.get("power") is None else f"{c['power']:.0%}"
+        verdict = c["reproduced"] + (f": {c['unclear']}" if c.get("unclear") else "")
+        bound = f"boundary {c['boundary']:+g}, smallest effect of interest {c['sesoi']:g}"
+        rows.append(
+            f'<tr id="claim-{c["id"]}"><td>{c["id"]}</td><td>{cell(c["claim"])}</td>'
+            f'<td><small>{cell(c["estimand"])}; {cell(c["statistic"])}; {cell(c["variance"])}; '
+            f'{cell(c["decision"])}</small></td>'
+            f'<td>{cell(fmt(c["effect"], c["ci"]))}<br><small>{cell(bound)}</small></td>'
+            f'<td>{cell(pw)}</td><td>{cell(n)}</td>'
+            f'<td style="color:{colors.get(c["reproduced"], "#222")}"><b>{cell(verdict)}</b></td>'
+            f'<td>{cell(c["reason"])}</td></tr>')
+    sizes = ""
+    per_size = next((c["details"].get("per_size") for c in result["claims"] if c["id"] == 7), None)
+    if per_size:
+        body = ""
+        for t in per_size:
+            pops = ", ".join(f"N={p}: {v:.3f} ({k} seeds)" for p, v, k in zip(t["pops"], t["pass@1"], t["seeds"]))
+            body += (f"<tr><td>{cell(t['model'])}</td><td>{cell(format(t['params'], ',.0f'))}</td>"
+                     f"<td>{cell(format(t['slope'], '+.4f'))}</td><td>{cell(pops)}</td></tr>")
+        sizes = ('<h3>Claim 7 per model size</h3><table id="table-claim7"><thead><tr><th>model</th><th>params</th>'
+                 '<th>Pass@1 per doubling of N</th><th>final Pass@1 per population</th></tr></thead>'
+                 f'<tbody>{body}</tbody></table>')
+    info = result.get("cell") or {}
+    ratio = ", ".join(f"{a} {v:.2f}" for a, v in (info.get("tokens_vs_es") or {}).items() if v is not None)
+    s = result.get("settings") or {}
+    return (
+        '<section id="claims"><h2>Claims of the study, tested on this sweep</h2>'
+        f'<p>Comparison cell: model <b>{cell(info.get("model"))}</b>; generated training tokens relative '
+        f'to ES: {cell(ratio or "-")}. Each claim is a pre-registered one-sided test (t over seeds and '
+        f'problems, problems paired); yes and no are decided by Holm\'s step-down over the claims tested '
+        f'(family-wise error {cell(s.get("alpha"))}); power is the test\'s power at the smallest effect of '
+        'interest; "unclear: power" or "unclear: data" says which is missing. Calibration: '
+        'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claim_rules.py.</p>'
+        '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>test</th><th>effect [95% CI]</th>'
+        '<th>power</th><th>n</th><th>verdict</th><th>reason</th></tr></thead>'
+        f'<tbody>{"".join(rows)}</tbody></table>{sizes}</section>\n')
 
 
 def build(agg, sweep_dir: Path | None = None) -> str:
