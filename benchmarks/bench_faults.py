@@ -1,0 +1,641 @@
+"""The fault table (issue 29): faults a cluster produces, injected into real tiny runs.
+
+    python benchmarks/bench_faults.py                  # 5 attempts per fault (~25-40 min on 2 cores)
+    python benchmarks/bench_faults.py --quick          # 2 attempts per fault (~10-15 min)
+    python benchmarks/bench_faults.py --only es_kill,journal --attempts 1
+    python benchmarks/bench_faults.py --write-docs     # also the table into docs/results/faults.md
+
+Every run is ``python -m esopt.sweep`` on the embedded tiny model (tiny-xs, 8 problems x 2
+samples) in a fresh temporary ``sweep.root``. First one uninterrupted reference run per
+config; then, per fault and attempt, the fault is injected into a fresh run, esopt recovers
+(the rerun resumes, repairs or falls back), and the recovered run is compared with the
+reference. An attempt is **survived** when the recovered run ends ``completed`` and equals the
+reference: the same sha256 of every file in ``<run>/model/`` (the trained weights), the same
+summary ``final`` metrics and token count, the same metrics.jsonl lines (timing fields, the
+keys holding ``wall``, left out); where the fault is one esopt must warn about, exactly one
+``esopt: warning:`` line naming the damaged file. **lost** counts the reference's records
+missing afterwards: a run directory, its Optuna trial (one COMPLETE trial per run, valued as
+its summary), a metrics line (by kind and iteration), a row of the aggregated runs table.
+
+Faults (the mechanisms of the tests named, in real runs):
+
+  es_kill        kill -9 of an ES run at a random time, then the same command (resume)
+                 [tests/runtime/test_resume.py]
+  grpo_kill      the same for GRPO (TRL checkpoints)
+  journal        ``seed=0,1``; the Optuna journal's tail torn (``truncate -s -40``) and/or a
+                 garbage line appended; then ``seed=0,1,2,3`` [tests/runtime/test_journal_repair.py]
+  grpo_state     kill -9 after a GRPO checkpoint, its ``trainer_state.json`` emptied, rerun
+                 [tests/algorithms/test_checkpoints.py]
+  es_flip        kill -9 after an ES checkpoint, one byte of its weights flipped, rerun
+  es_truncate    kill -9 after an ES checkpoint, one of its files (cycled) truncated to half, rerun
+  aggregate      a non-numeric field (cycled) in one drawn summary: that run listed unreadable, the
+                 others aggregated; every summary bad: the previous outputs stay as they were;
+                 the field restored: every run back in the table [tests/study/test_aggregate.py]
+  slurm_cancel   ``scancel`` of a running Slurm job (a 300-iteration ES run: a cancelled job
+                 runs on for Slurm's KillWait): the sweep ends within 60 s with the run
+                 recorded failed; ``sweep.retry_failed=true`` resumes it [tests/cli/test_slurm_faults.py]
+                 (skipped, with the reason, unless ``sinfo`` shows a node up: scripts/start_slurm.sh)
+
+Kill and cancel times (a drawn iteration plus a uniform fraction of one, uniform over the
+reference run's wall time for scancel, or just after a drawn checkpoint) and the damage come from a seeded RNG (``--seed``); a kill that lands after the run
+completed is drawn again. Exit status 1 when any attempt was not
+survived or any record was lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TINY = ["model=tiny-xs", "eval.problems=8", "eval.samples=2", "task.n_train=32", "task.n_test=8",
+        "task.n_heldout=8", "sweep.name=f"]
+ES = ["algo=es", "pop=4", "iterations=8", "es.batch_size=4", "es.checkpoint_every=2", "eval.every=4"]
+GRPO = ["algo=grpo", "iterations=6", "grpo.num_generations=4", "grpo.prompts_per_step=4",
+        "grpo.save_every=2", "eval.every=6"]
+JOURNAL = ["algo=es", "pop=4", "iterations=4"]  # the issue's repro: seed=0,1, then seed=0,1,2,3
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.timeout_min=10", "hydra.launcher.mem_gb=2",
+         "hydra.launcher.cpus_per_task=1", "hydra.launcher.poll_s=3", "sweep.aggregate=false"]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+       "HF_HUB_OFFLINE": "1"}
+# a cancelled job runs on until Slurm's KillWait (30 s; submitit bypasses the SIGTERM): an ES
+# run long enough to outlast it, cancelled in its first 30 iterations
+ES_SLURM = ["algo=es", "pop=4", "iterations=300", "es.batch_size=4", "es.checkpoint_every=10", "eval.every=300"]
+REFERENCES = {"es": (ES, False), "grpo": (GRPO, False), "journal": ([*JOURNAL, "seed=0,1,2,3"], True),
+              "es_slurm": (ES_SLURM, False)}
+BAD_FIELDS = [("model.params", "1.5B"), ("pop", "8"), ("seed", [0]), ("seed", True)]  # cycled
+
+
+# ------------------------------------------------------------------------------ running esopt
+def esopt_cmd(root: Path, overrides, multirun: bool = False) -> list[str]:
+    return [sys.executable, "-m", "esopt.sweep", *(["-m"] if multirun else []), *TINY, *overrides,
+            f"sweep.root={root}"]
+
+
+def esopt(root: Path, overrides, multirun: bool = False, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(esopt_cmd(root, overrides, multirun), cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def start(root: Path, overrides, multirun: bool = False) -> subprocess.Popen:
+    """An esopt process in its own session (kill -9 takes its whole group)."""
+    return subprocess.Popen(esopt_cmd(root, overrides, multirun), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def runs(root: Path) -> dict[str, Path]:
+    d = root / "f" / "runs"
+    return {p.name: p for p in sorted(d.iterdir()) if p.is_dir()} if d.is_dir() else {}
+
+
+def only_run(root: Path) -> Path | None:
+    found = list(runs(root).values())
+    return found[0] if len(found) == 1 else None
+
+
+def summary(run: Path) -> dict | None:
+    try:
+        return json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def metrics_lines(run: Path) -> list[dict]:
+    path = run / "metrics.jsonl"
+    out = []
+    for raw in path.read_text().splitlines() if path.exists() else []:
+        try:
+            out.append(json.loads(raw))
+        except ValueError:
+            out.append({"unreadable": raw})
+    return out
+
+
+def warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("esopt: warning:")]
+
+
+# ----------------------------------------------------------------------- what a run produced
+def untimed(obj):
+    """``obj`` without the timing fields (keys holding "wall"): what a rerun must reproduce."""
+    if isinstance(obj, dict):
+        return {k: untimed(v) for k, v in obj.items() if "wall" not in k}
+    if isinstance(obj, list):
+        return [untimed(v) for v in obj]
+    return obj
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fingerprint(run: Path) -> dict:
+    """Status, trained weights (sha256 of every file in <run>/model/), final metrics, lines."""
+    s = summary(run) or {}
+    model = run / "model"
+    return {"status": s.get("status"),
+            "weights": {p.name: sha256(p) for p in sorted(model.iterdir()) if p.is_file()} if model.is_dir() else {},
+            "final": untimed(s.get("final")), "tokens": s.get("tokens_generated"),
+            "lines": [untimed(x) for x in metrics_lines(run)]}
+
+
+def differences(ref: dict, got: dict) -> list[str]:
+    """How the recovered run ``got`` differs from the reference ``ref`` ([] = it equals it)."""
+    out = []
+    if got["status"] != "completed":
+        out.append(f"status {got['status']}")
+    if got["weights"] != ref["weights"]:
+        out.append("weights differ: " + ", ".join(sorted(k for k in set(ref["weights"]) | set(got["weights"])
+                                                         if ref["weights"].get(k) != got["weights"].get(k))))
+    if got["final"] != ref["final"] or got["tokens"] != ref["tokens"]:
+        out.append("final metrics differ")
+    if got["lines"] != ref["lines"]:
+        n = sum(a != b for a, b in zip(ref["lines"], got["lines"])) + abs(len(ref["lines"]) - len(got["lines"]))
+        out.append(f"{n} metrics lines differ ({len(got['lines'])} vs {len(ref['lines'])})")
+    return out
+
+
+def trials(journal: Path) -> dict[str, list]:
+    """``{run_id: [(state, value), ...]}`` of every trial in the journal, read afresh."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if not journal.exists():
+        return {}
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    out: dict[str, list] = {}
+    for study in optuna.get_all_study_summaries(storage):
+        for t in optuna.load_study(study_name=study.study_name, storage=storage).trials:
+            out.setdefault(t.user_attrs.get("run_id"), []).append((t.state.name, t.value))
+    return out
+
+
+def check(refs: dict[str, dict], root: Path) -> tuple[list[str], int]:
+    """Compare the sweep under ``root`` with the reference runs ``{run_id: fingerprint}``:
+    (what is wrong, records lost). A reference run contributes its run directory, its Optuna
+    trial and its metrics lines; each one missing afterwards is a record lost."""
+    from esopt.runtime.tuning import metric_value
+
+    got, by_run = runs(root), trials(root / "f" / "optuna.journal")
+    wrong, lost = [], 0
+    for rid, ref in refs.items():
+        if rid not in got or summary(got[rid]) is None:
+            wrong.append(f"{rid}: run missing")
+            lost += 2 + len(ref["lines"])
+            continue
+        fp = fingerprint(got[rid])
+        wrong += [f"{rid}: {d}" for d in differences(ref, fp)]
+        have = {(x.get("kind"), x.get("iteration")) for x in fp["lines"]}
+        lost += sum((x["kind"], x["iteration"]) not in have for x in ref["lines"])
+        recorded = by_run.get(rid, [])
+        complete = [v for state, v in recorded if state == "COMPLETE"]
+        if not complete:
+            wrong.append(f"{rid}: no COMPLETE trial ({recorded})")
+            lost += 1
+        elif len(recorded) > 1:
+            wrong.append(f"{rid}: {len(recorded)} trials")
+        elif complete[0] != metric_value(summary(got[rid])["final"]):
+            wrong.append(f"{rid}: trial value {complete[0]} != its summary's")
+    return wrong, lost
+
+
+# ----------------------------------------------------------------------------------- faults
+@dataclass
+class Outcome:
+    """One attempt: what was wrong afterwards (nothing = survived), records lost, and a short
+    detail of what was done (the table's note column)."""
+
+    wrong: list
+    lost: int
+    detail: str = ""
+
+    @property
+    def survived(self) -> bool:
+        return not self.wrong
+
+
+@dataclass
+class Bench:
+    work: Path
+    refs: dict = field(default_factory=dict)  # config name -> {run_id: fingerprint}
+    sweeps: dict = field(default_factory=dict)  # config name -> the reference sweep root
+
+    def reference(self, name: str) -> dict:
+        """The uninterrupted run(s) of config ``name`` (of REFERENCES), made once."""
+        if name not in self.refs:
+            overrides, multirun = REFERENCES[name]
+            root = self.work / f"ref-{name}"
+            t = time.perf_counter()
+            r = esopt(root, overrides, multirun)
+            if r.returncode != 0:
+                sys.exit(f"bench: reference run {name} failed:\n{r.stderr[-3000:]}")
+            self.refs[name] = {rid: fingerprint(p) for rid, p in runs(root).items()}
+            self.sweeps[name] = root
+            print(f"  reference {name}: {len(self.refs[name])} run(s), {time.perf_counter() - t:.1f} s",
+                  file=sys.stderr, flush=True)
+        return self.refs[name]
+
+    def wall(self, name: str) -> float:
+        """Seconds the reference run spent inside its run (the span a random scancel is drawn from)."""
+        (run,) = runs(self.sweeps[name]).values()
+        return float(summary(run)["wall_s"])
+
+    def step_s(self, name: str) -> float:
+        """The reference run's mean seconds from one train line to the next."""
+        (run,) = runs(self.sweeps[name]).values()
+        t = [x["wall_s"] for x in metrics_lines(run) if x.get("kind") == "train"]
+        return (t[-1] - t[0]) / (len(t) - 1)
+
+    def fresh(self, label: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"{label}-", dir=self.work))
+
+
+def kill(root: Path, overrides, rng: random.Random, ready, delay_s: float, tries: int = 8):
+    """Start a run, wait until ``ready(run_dir)``, then SIGKILL its process group after a random
+    ``U(0, delay_s)`` seconds. A kill that lands after the run ended (the process gone, or its
+    summary no longer "running") is drawn again in a clean root. Returns the killed run's
+    directory and the last train iteration it recorded."""
+    for _ in range(tries):
+        shutil.rmtree(root / "f", ignore_errors=True)
+        p = start(root, overrides)
+        try:
+            run, deadline = None, time.time() + 600
+            while time.time() < deadline and p.poll() is None:
+                run = only_run(root)
+                if run is not None and ready(run):
+                    break
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0, delay_s))
+            alive = p.poll() is None
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+        if alive and run is not None and (summary(run) or {}).get("status") == "running":
+            return run, trained(run)
+    raise RuntimeError(f"no kill landed mid-run in {tries} draws")
+
+
+def has_summary(run: Path) -> bool:
+    return (run / "summary.json").exists()
+
+
+def rerun(root: Path, overrides, refs: dict, damaged: Path | None = None) -> tuple[list, int]:
+    """The same command again: (what is wrong, records lost) against the reference; when a
+    file was ``damaged``, exactly one warning line must name it."""
+    r = esopt(root, overrides)
+    wrong, lost = check(refs, root)
+    if r.returncode != 0:
+        wrong.insert(0, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    if damaged is not None:
+        w = warnings(r.stderr)
+        if len(w) != 1 or str(damaged) not in w[0]:
+            wrong.append(f"warnings naming {damaged.name}: {w}")
+    return wrong, lost
+
+
+def trained(run: Path) -> int:
+    """The last train iteration (step) a run recorded, 0 before the first."""
+    return max((x["iteration"] for x in metrics_lines(run) if x.get("kind") == "train"), default=0)
+
+
+def run_kill(bench: Bench, rng, name: str, overrides) -> Outcome:
+    """Kill at a random point of the run: once it has recorded a drawn iteration k (k = 0: it
+    has started, its base evaluation), plus U(0, the reference's time per iteration); rerun."""
+    refs = bench.reference(name)
+    (ref,) = refs.values()
+    iterations = sum(x["kind"] == "train" for x in ref["lines"])
+    k = rng.randrange(iterations)
+    root = bench.fresh(name)
+    _, it = kill(root, overrides, rng, lambda run: has_summary(run) and trained(run) >= k, bench.step_s(name))
+    return Outcome(*rerun(root, overrides, refs), detail=str(it))
+
+
+def es_kill(bench, rng, attempt):
+    return run_kill(bench, rng, "es", ES)
+
+
+def grpo_kill(bench, rng, attempt):
+    return run_kill(bench, rng, "grpo", GRPO)
+
+
+def latest_es_checkpoint(run: Path) -> Path:
+    ckpt = run / "checkpoint"
+    return ckpt if (ckpt / "esopt_manifest.json").exists() else ckpt.with_name("checkpoint.old")
+
+
+def es_checkpoint_fault(bench, rng, attempt: int, damage: str) -> Outcome:
+    """Kill an ES run once its checkpoint of iteration 2, 4 or 6 (drawn) is written, damage that
+    checkpoint, rerun: it must restart (or take checkpoint.old) with one warning naming the file."""
+    refs = bench.reference("es")
+    root = bench.fresh(f"es_{damage}")
+    at = rng.choice([2, 4, 6])
+
+    def ready(run):
+        try:
+            state = json.loads((latest_es_checkpoint(run) / "state.json").read_text())
+            return (latest_es_checkpoint(run) / "esopt_manifest.json").exists() and state["iteration"] >= at
+        except (OSError, ValueError, KeyError):
+            return False
+
+    run, _ = kill(root, ES, rng, ready, 0.3)
+    ckpt = latest_es_checkpoint(run)
+    at = json.loads((ckpt / "state.json").read_text())["iteration"]
+    if damage == "flip":
+        target = ckpt / "model.safetensors"
+        data = bytearray(target.read_bytes())
+        data[rng.randrange(len(data) - 4096, len(data))] ^= 0x40  # a byte of the tensors' data
+        target.write_bytes(bytes(data))
+    else:
+        target = ckpt / ["model.safetensors", "state.json", "config.json", "tokenizer.json"][attempt % 4]
+        target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+    detail = str(at) if damage == "flip" else f"{target.name} (iteration {at})"
+    return Outcome(*rerun(root, ES, refs, damaged=target), detail=detail)
+
+
+def es_flip(bench, rng, attempt):
+    return es_checkpoint_fault(bench, rng, attempt, "flip")
+
+
+def es_truncate(bench, rng, attempt):
+    return es_checkpoint_fault(bench, rng, attempt, "truncate")
+
+
+def grpo_checkpoints(run: Path) -> list[Path]:
+    """The GRPO run's checkpoint folders, newest first."""
+    found = (run / "checkpoint" / "grpo").glob("checkpoint-*")
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+
+
+def grpo_state(bench, rng, attempt):
+    """Kill a GRPO run once its checkpoint of step 2 or 4 (drawn) has its manifest, empty the
+    latest checkpoint's trainer_state.json (what ENOSPC leaves), rerun."""
+    refs = bench.reference("grpo")
+    root = bench.fresh("grpo_state")
+    at = rng.choice([2, 4])
+
+    def ready(run):
+        return any(int(p.name.split("-")[-1]) >= at and (p / "esopt_manifest.json").exists()
+                   for p in grpo_checkpoints(run))
+
+    run, _ = kill(root, GRPO, rng, ready, 0.5)
+    target = grpo_checkpoints(run)[0] / "trainer_state.json"
+    target.write_text("")
+    return Outcome(*rerun(root, GRPO, refs, damaged=target), detail=target.parent.name)
+
+
+JOURNAL_DAMAGE = ["torn", "garbage", "torn+garbage"]  # cycled over the attempts
+
+
+def journal(bench, rng, attempt):
+    """``seed=0,1``; the journal's tail damaged; ``seed=0,1,2,3``: one warning naming the
+    journal, 4 runs completed, each equal to the reference sweep's, each with one COMPLETE trial."""
+    refs = bench.reference("journal")
+    root = bench.fresh("journal")
+    damage = JOURNAL_DAMAGE[attempt % len(JOURNAL_DAMAGE)]
+    r = esopt(root, [*JOURNAL, "seed=0,1"], multirun=True)
+    if r.returncode != 0:
+        return Outcome([f"first sweep exit {r.returncode}"], 0, damage)
+    path = root / "f" / "optuna.journal"
+    if "torn" in damage:
+        os.truncate(path, path.stat().st_size - 40)  # truncate -s -40
+    if "garbage" in damage:
+        with open(path, "ab") as f:
+            f.write(bytes(rng.randrange(256) for _ in range(rng.randrange(8, 64))).replace(b"\n", b"") + b"\n")
+    r = esopt(root, [*JOURNAL, "seed=0,1,2,3"], multirun=True)
+    wrong, lost = check(refs, root)
+    if r.returncode != 0:
+        wrong.insert(0, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    if "esopt: 4 runs: 4 completed" not in r.stdout:
+        wrong.append("the sweep's table does not list 4 completed runs")
+    w = [x for x in warnings(r.stderr) if "journal" in x]
+    if len(w) != 1 or str(path) not in w[0]:
+        wrong.append(f"journal warnings: {w}")
+    return Outcome(wrong, lost, damage)
+
+
+def aggregate_outputs(sweep: Path) -> dict[str, bytes]:
+    names = ("runs.parquet", "runs.csv", "curves.parquet", "trend.json", "aggregate.json", "report.html")
+    return {n: (sweep / n).read_bytes() for n in names if (sweep / n).exists()}
+
+
+def aggregate_cmd(sweep: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "esopt.aggregate", str(sweep), "--bootstrap", "20"], cwd=REPO,
+                          env=ENV, capture_output=True, text=True, timeout=600)
+
+
+def plant(path: Path, key: str, value) -> None:
+    s = json.loads(path.read_text())
+    if key == "model.params":
+        s["model"]["params"] = value
+    else:
+        s[key] = value
+    path.write_text(json.dumps(s))
+
+
+def aggregate(bench, rng, attempt):
+    """On a copy of the reference sweep: a non-numeric field in one (drawn) summary makes that
+    run unreadable (listed with its reason, the others in the table, no traceback); every
+    summary bad: exit 2 and the previous outputs byte for byte; the fields restored: every run
+    back. lost = reference runs missing from a table they belong in."""
+    import pandas as pd
+
+    refs = bench.reference("journal")
+    root = bench.fresh("aggregate")
+    shutil.copytree(bench.sweeps["journal"] / "f", root / "f", symlinks=True)
+    sweep, wrong = root / "f", []
+    originals = {rid: (p / "summary.json").read_bytes() for rid, p in runs(root).items()}
+    key, value = BAD_FIELDS[attempt % len(BAD_FIELDS)]
+    bad = rng.choice(sorted(originals))
+    plant(sweep / "runs" / bad / "summary.json", key, value)
+
+    r = aggregate_cmd(sweep)
+    ids = set(pd.read_csv(sweep / "runs.csv", dtype={"run_id": str})["run_id"])
+    missing = set(refs) - {bad} - ids
+    if r.returncode != 0 or "Traceback" in r.stderr:
+        wrong.append(f"one bad field: exit {r.returncode} {r.stderr.strip().splitlines()[-1:]}")
+    if not re.search(rf"skipped {bad}: summary\.json: {re.escape(key)} is not a number", r.stdout):
+        wrong.append(f"{bad} not listed unreadable for {key}")
+    if missing or bad in ids:
+        wrong.append("the table does not hold exactly the other runs")
+
+    before = aggregate_outputs(sweep)
+    for rid in originals:
+        plant(sweep / "runs" / rid / "summary.json", key, value)
+    r = aggregate_cmd(sweep)
+    kept = aggregate_outputs(sweep) == before
+    if r.returncode != 2 or "Traceback" in r.stderr or not kept:
+        wrong.append(f"every run bad: exit {r.returncode}, outputs {'kept' if kept else 'changed'}")
+
+    for rid, raw in originals.items():
+        (sweep / "runs" / rid / "summary.json").write_bytes(raw)
+    r = aggregate_cmd(sweep)
+    ids = set(pd.read_csv(sweep / "runs.csv", dtype={"run_id": str})["run_id"])
+    if r.returncode != 0 or ids != set(refs):
+        wrong.append(f"restored: exit {r.returncode}, {len(ids)} runs")
+    return Outcome(wrong, len(missing) + len(set(refs) - ids), f"{key}={value!r}")
+
+
+def slurm_reason() -> str | None:
+    """Why the local Slurm cannot be used, or None."""
+    if shutil.which("sinfo") is None:
+        return "Slurm is not installed (scripts/start_slurm.sh)"
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%a %t"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"sinfo failed: {e}"
+    if r.returncode != 0 or not re.search(r"^up (idle|mix|alloc|comp)", r.stdout, flags=re.M):
+        return "no Slurm node up (sinfo); bash scripts/start_slurm.sh starts one"
+    return None
+
+
+def slurm_cancel(bench, rng, attempt, tries: int = 4):
+    """scancel of the Slurm job running a long ES run (ES_SLURM), once it has recorded a drawn
+    iteration k < 30 plus U(0, one iteration): the sweep must end within 60 s with the run
+    recorded failed ("cancelled"); the same command with sweep.retry_failed=true (local
+    launcher) must resume it to the reference. A cancel that lands after the run completed
+    is drawn again."""
+    refs = bench.reference("es_slurm")
+    k = rng.randrange(30)
+    for _ in range(tries):
+        root = bench.fresh("slurm")
+        name = f"esopt-bench-{os.getpid()}-{rng.randrange(10**6)}"
+        p = start(root, [*ES_SLURM, *SLURM, f"hydra.launcher.name={name}"], multirun=True)
+        try:
+            deadline = time.time() + 300
+            while time.time() < deadline and p.poll() is None:
+                run = only_run(root)
+                if run is not None and has_summary(run) and trained(run) >= k:
+                    break
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0, bench.step_s("es_slurm")))
+            jobs = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
+                                  timeout=30).stdout.split()
+            if p.poll() is not None or not jobs:
+                continue
+            subprocess.run(["scancel", jobs[0].split("_")[0]], check=True, timeout=30)
+            t = time.time()
+            p.communicate(timeout=120)
+            waited = time.time() - t
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+        s = summary(only_run(root)) or {}
+        if s.get("status") == "completed":
+            continue
+        wrong = [] if waited < 60 and s.get("status") == "failed" and "cancelled" in (s.get("error") or "") else [
+            f"after scancel: {s.get('status')} in {waited:.0f} s ({s.get('error')})"]
+        at = trained(only_run(root))
+        again, lost = rerun(root, [*ES_SLURM, "sweep.retry_failed=true"], refs)
+        return Outcome(wrong + again, lost, f"{at}, noticed in {waited:.0f} s")
+    raise RuntimeError(f"no scancel landed mid-run in {tries} draws")
+
+
+FAULTS = {  # name -> (row label, one attempt, the reference it is compared with, the note's legend)
+    "es_kill": ("kill -9 of an ES run, rerun", es_kill, "es", "killed after iteration"),
+    "grpo_kill": ("kill -9 of a GRPO run, rerun", grpo_kill, "grpo", "killed after step"),
+    "journal": ("torn / garbage Optuna journal tail, sweep continued", journal, "journal", "damage"),
+    "grpo_state": ("empty trainer_state.json in the latest GRPO checkpoint", grpo_state, "grpo",
+                   "emptied in"),
+    "es_flip": ("one flipped byte in the latest ES checkpoint weights", es_flip, "es",
+                "in the checkpoint of iteration"),
+    "es_truncate": ("a truncated file in the latest ES checkpoint", es_truncate, "es", "halved"),
+    "aggregate": ("aggregator: a non-numeric summary field", aggregate, "journal", "planted"),
+    "slurm_cancel": ("scancel of a running Slurm job, retried", slurm_cancel, "es_slurm",
+                     "cancelled after iteration"),
+}
+
+
+def run_fault(bench: Bench, name: str, attempts: int, seed: int) -> dict:
+    """One row of the table: ``attempts`` injections of fault ``name``."""
+    label, fn, ref, legend = FAULTS[name]
+    bench.reference(ref)  # made before the clock starts
+    rng = random.Random(f"{seed}-{name}")
+    outcomes, walls = [], []
+    for i in range(attempts):
+        t = time.perf_counter()
+        try:
+            out = fn(bench, rng, i)
+        except Exception as e:  # noqa: BLE001 - a fault the bench could not even inject is not survived
+            out = Outcome([f"{type(e).__name__}: {e}"], 0)
+        walls.append(time.perf_counter() - t)
+        outcomes.append(out)
+        print(f"  {name} #{i + 1}: {'survived' if out.survived else 'NOT SURVIVED'}, lost {out.lost}, "
+              f"{legend} {out.detail}, {walls[-1]:.1f} s" + "".join(f"\n    {w}" for w in out.wrong),
+              file=sys.stderr, flush=True)
+    problems = [w for o in outcomes for w in o.wrong]
+    note = f"{legend}: " + "; ".join(o.detail for o in outcomes)
+    return {"fault": label, "attempts": attempts, "survived": sum(o.survived for o in outcomes),
+            "lost": sum(o.lost for o in outcomes), "wall s": round(sum(walls) / len(walls), 1),
+            "note": f"{problems[0]} ({note})" if problems else note}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 attempts per fault")
+    ap.add_argument("--attempts", type=int, default=None, help="attempts per fault (default 5; --quick 2)")
+    ap.add_argument("--only", default=None, help=f"comma-separated faults of: {','.join(FAULTS)}")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the kill times and the damage")
+    ap.add_argument("--root", default=None, help="keep the runs here (default: a temporary dir)")
+    ap.add_argument("--write-docs", action="store_true", help="write the table to docs/results/faults.md")
+    args = ap.parse_args(argv)
+    attempts = args.attempts or (2 if args.quick else 5)
+    names = args.only.split(",") if args.only else list(FAULTS)
+    unknown = [n for n in names if n not in FAULTS]
+    if unknown:
+        sys.exit(f"bench: unknown fault(s) {unknown} (known: {', '.join(FAULTS)})")
+    if attempts < 1:
+        sys.exit("bench: --attempts must be >= 1")
+    work = Path(args.root or tempfile.mkdtemp(prefix="bench_faults_")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    bench, rows, t0 = Bench(work), [], time.time()
+    try:
+        for name in names:
+            reason = slurm_reason() if name == "slurm_cancel" else None
+            if reason:
+                rows.append({"fault": FAULTS[name][0], "attempts": 0, "survived": "-", "lost": "-",
+                             "wall s": "-", "note": f"skipped: {reason}"})
+                continue
+            rows.append(run_fault(bench, name, attempts, args.seed))
+    finally:
+        if args.root is None:
+            shutil.rmtree(work, ignore_errors=True)
+    header = list(rows[0])
+    widths = [max(len(str(h)), *(len(str(r[h])) for r in rows)) for h in header]
+    for line in [header, *[[r[h] for h in header] for r in rows]]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
+    bad = [r for r in rows if r["attempts"] and (r["survived"] != r["attempts"] or r["lost"])]
+    verdict = f"{len(bad)} fault(s) not survived or with records lost" if bad else "every fault survived, nothing lost"
+    print(f"{verdict} ({time.time() - t0:.0f} s)")
+    if args.write_docs:
+        from _results import write_table
+
+        notes = (f"{attempts} attempt(s) per fault, seed {args.seed}; wall s = mean per attempt (the faulted "
+                 f"run and its recovery; reference runs excluded); {verdict}; load average "
+                 f"{os.getloadavg()[0]:.1f} at the end. Survived: the recovered run is `completed` and equals "
+                 "an uninterrupted reference run (sha256 of every file in `<run>/model/`, summary `final`, "
+                 "metrics.jsonl lines without timing fields), with exactly one warning naming a damaged "
+                 "file; lost: the reference's records (run directories, Optuna trials, metrics lines, "
+                 "aggregated rows) missing afterwards. Configs and mechanisms: benchmarks/bench_faults.py.")
+        write_table("faults", "Fault table", None, header, [[r[h] for h in header] for r in rows], notes=notes)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
