@@ -1,5 +1,5 @@
 """Arithmetic asked in chat, answered with a number: a short-answer task for small instruct
-models (SmolLM2-135M-Instruct half-solves two-digit sums; docs/results/smollm2.md).
+models (SmolLM2-135M-Instruct half-solves two-digit sums, the default; docs/results/smollm2.md).
 
 Prompt (chat style only): one user turn ``"What is 47 + 18? Answer with the number only."``
 through the tokenizer's chat template (the model's own default system prompt, if its template
@@ -61,7 +61,8 @@ class ArithTask(Task):
     styles = ("chat",)
     # Every knob of `task=arith` (defaults registered with Hydra from here).
     knobs = {
-        "ops": "+-",         # operators drawn per problem: any of + and -
+        "ops": "+",          # operators drawn per problem: any of + and - ("+-": SmolLM2-135M's
+        #                      Pass@1 halves, below the band issue 26 asks for; docs/results/smollm2.md)
         "min_number": 10,    # smallest operand (>= 0)
         "max_number": 99,    # largest operand (< 1000000)
         "n_train": 2000,     # train problems

@@ -10,8 +10,9 @@ SMALL = {"n_train": 300, "n_test": 100, "n_heldout": 100}
 
 
 def test_splits_are_seeded_disjoint_and_in_range():
-    a, b = get({"name": "arith", **SMALL}, style="chat"), get({"name": "arith", **SMALL}, style="chat")
-    c = get({"name": "arith", **SMALL, "seed": 1}, style="chat")
+    both = {**SMALL, "ops": "+-"}
+    a, b = get({"name": "arith", **both}, style="chat"), get({"name": "arith", **both}, style="chat")
+    c = get({"name": "arith", **both, "seed": 1}, style="chat")
     keys = {}
     for split, n in (("train", 300), ("test", 100), ("heldout", 100)):
         rows = a.split(split).to_list()
@@ -28,10 +29,12 @@ def test_splits_are_seeded_disjoint_and_in_range():
     assert not (keys["test"] & keys["heldout"])
     assert c.split("test")["question"] != a.split("test")["question"]
     assert {r["question"].split()[3] for r in a.split("train")} == {"+", "-"}
-    assert get({"name": "arith", **SMALL, "n_train": 600}, style="chat").split("test").to_list() == \
+    assert get({"name": "arith", **both, "n_train": 600}, style="chat").split("test").to_list() == \
         a.split("test").to_list()  # test does not depend on n_train
     only_sub = get({"name": "arith", **SMALL, "ops": "-"}, style="chat")
     assert {r["question"].split()[3] for r in only_sub.split("test")} == {"-"}
+    default = get({"name": "arith", **SMALL}, style="chat")  # sums only (what SmolLM2-135M half-solves)
+    assert {r["question"].split()[3] for r in default.split("train")} == {"+"}
 
 
 def test_verdict_parses_the_last_integer_and_never_evaluates():
