@@ -9,8 +9,8 @@ import sys
 from esopt.cli.common import quiet
 from esopt.core.errors import ConfigError
 from esopt.core.store import atomic_write_json
-from esopt.study.analyze import (DEFAULT_FRACTIONS, MODES, EvalOpts, compare_drift, drift, forgetting,
-                                 format_drift, sparsity)
+from esopt.study.analyze import (CONTROL_FRACTIONS, DEFAULT_FRACTIONS, MODES, EvalOpts, compare_drift, drift,
+                                 forgetting, format_drift, sparsity)
 
 
 def _floats(text: str) -> list[float]:
@@ -53,7 +53,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("run_dir")
     s.add_argument("--fractions", type=_floats, default=list(DEFAULT_FRACTIONS),
                    help="keep fractions of the nonzero update entries (default 1,0.5,0.22,0.1,0.05,0.01)")
-    s.add_argument("--modes", type=_names, default=list(MODES), help="global,per_tensor,smallest (default all)")
+    s.add_argument("--modes", type=_names, default=list(MODES),
+                   help="global,per_tensor,smallest,random,equal_norm (default all); random and equal_norm "
+                        "(random masks of the same size; equal_norm rescaled to the top-k update's norm) "
+                        "only at --control-fractions")
+    s.add_argument("--control-fractions", type=_floats, default=list(CONTROL_FRACTIONS),
+                   help="keep fractions of the random / equal_norm controls (default 0.22; each is one evaluation)")
+    s.add_argument("--mask-seed", type=int, default=None, help="seed of the random mask (default: the run's seed)")
     eval_args(s, greedy_default=False)
 
     d = sub.add_parser("drift", help="relative L2 drift by module type and layer (drift.json)")
@@ -88,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda s: print(s, file=sys.stderr)  # noqa: E731
     try:
         if a.analysis == "sparsity":
-            r = sparsity(a.run_dir, fractions=a.fractions, modes=a.modes, base=a.base, device=a.device,
-                         opts=_eval_opts(a), write=not a.no_write, log=say)
+            r = sparsity(a.run_dir, fractions=a.fractions, modes=a.modes, control_fractions=a.control_fractions,
+                         mask_seed=a.mask_seed, base=a.base, device=a.device, opts=_eval_opts(a),
+                         write=not a.no_write, log=say)
             print(f"base pass@1 {r['base_score']['pass@1']:.4f}, trained {r['trained_score']['pass@1']:.4f} "
                   f"({r['nnz']} of {r['n_params']} entries changed)")
             print(f"{'mode':<11}{'keep':>6}{'pass@1':>9}{'pass@K':>9}{'share@1':>9}  95% CI")

@@ -13,7 +13,9 @@ from esopt.study.module_types import MODULE_TYPES
 from esopt.study.plotting import (algo_color, algo_key, band_trace, close_group, facet_name, facet_order,
                                   menu_figure, trace_dict)
 
-SPARSITY_DASH = {"global": "solid", "per_tensor": "dash", "smallest": "dot"}
+SPARSITY_DASH = {"global": "solid", "per_tensor": "dash", "smallest": "dot", "random": "dashdot",
+                 "equal_norm": "longdashdot"}
+SPARSITY_BANDS = ("global", "per_tensor")   # the controls are drawn without a band
 
 
 def _analysis_groups(runs: pd.DataFrame, column: str) -> dict[str, dict[str, list[str]]]:
@@ -30,7 +32,8 @@ def _analysis_groups(runs: pd.DataFrame, column: str) -> dict[str, dict[str, lis
 
 def fig_sparsity(runs: pd.DataFrame, runs_dir: Path | None):
     """Share of the Pass@1 gain kept against the keep fraction: per algorithm (colour) and
-    mode (line style; smallest = the control), mean over runs; band: mean of the runs' 95% CIs."""
+    mode (line style; smallest, random, equal_norm = the controls), mean over runs; band: mean of
+    the runs' 95% CIs."""
     groups = _analysis_groups(runs, "sparsity_nnz")
     if not groups or runs_dir is None:
         return None, None
@@ -57,7 +60,7 @@ def fig_sparsity(runs: pd.DataFrame, runs_dir: Path | None):
                 agg = d.groupby("keep").agg(mean=("share", "mean"), lo=("lo", "mean"), hi=("hi", "mean"), n=("run_id", "nunique"))
                 x = agg.index.to_numpy(dtype=float)
                 meta = {"facet": facet, "algo": algo, "mode": mode, "run_ids": groups[facet][algo]}
-                if mode != "smallest" and np.isfinite(agg["lo"]).all() and np.isfinite(agg["hi"]).all():
+                if mode in SPARSITY_BANDS and np.isfinite(agg["lo"]).all() and np.isfinite(agg["hi"]).all():
                     traces.append(band_trace(x, agg["lo"].to_numpy(), agg["hi"].to_numpy(), color, f"{facet} {algo} {mode}",
                                         {**meta, "kind": "band"}))
                 traces.append(trace_dict("scatter", x=x, y=agg["mean"].to_numpy(), mode="lines+markers",
@@ -68,7 +71,8 @@ def fig_sparsity(runs: pd.DataFrame, runs_dir: Path | None):
         return None, "sparsity.json files unreadable"
     fig = menu_figure(traces, labels, counts,
                        title="Functional sparsity: share of the Pass@1 gain kept when only the largest "
-                       "(global, per tensor) or smallest (control) update entries are kept; menu: model",
+                       "(global, per tensor) or, as controls, the smallest or a random set of the same size "
+                       "(equal_norm: rescaled to the top-k norm) are kept; menu: model",
                        xaxis=dict(type="log", title="fraction of nonzero update entries kept"),
                        yaxis_title="share of gain kept")
     return fig, None

@@ -1,7 +1,8 @@
 """Mechanism analyses of a trained run: functional sparsity, drift by module, forgetting.
 
     python -m esopt.analyze sparsity   <run-dir> [--fractions 1,0.5,0.22,0.1,0.05,0.01]
-                                       [--modes global,per_tensor,smallest] [eval options]
+                                       [--modes global,per_tensor,smallest,random,equal_norm]
+                                       [--control-fractions 0.22] [--mask-seed S] [eval options]
     python -m esopt.analyze drift      <run-dir> [<run-dir> ...] [--top 0.01] [--out FILE]
     python -m esopt.analyze forgetting <run-dir> [--tasks addition,compare,reverse] [eval options]
     eval options: --split heldout --problems 64 --samples 8 --temperature T --seed S
@@ -18,7 +19,8 @@ Definitions (``delta = theta_trained - theta_base``, computed per entry in float
 weights as loaded in the run's dtype):
 
 * Functional sparsity (``esopt.study.sparsity``): the share of the gain kept when only the
-  largest fraction of the update's entries is kept (the rest set back to the base).
+  largest fraction of the update's entries is kept (the rest set back to the base), against
+  random masks of the same size (as drawn, or rescaled to the top-k update's norm).
 * Drift (``esopt.study.drift``): ``||delta|| / ||theta_base||`` per module type and layer, and
   where the largest 1% of the update's entries sit.
 * Forgetting (``esopt.study.forgetting``): base against trained on tasks not trained on.
@@ -38,20 +40,21 @@ from esopt.core.config import ANALYSES
 from esopt.core.errors import ConfigError
 from esopt.study.analysis_common import EvalOpts, gain_share, paired_change, per_problem, run_evaluate
 from esopt.study.delta import (CHUNK, Pair, Rule, TrainedWeights, apply_rule, check_match, count_nonzero,
-                               delta_chunks, keep_count, magnitude_bits, make_rules, open_pair, rank_thresholds,
-                               run_config, stream_bits, trained_dir)
+                               delta_chunks, keep_count, kept_norm, magnitude_bits, magnitude_key, make_rules,
+                               open_pair, random_key, rank_thresholds, run_config, stream_bits, trained_dir)
 from esopt.study.drift import TOP_FRACTION, compare_drift, drift, format_drift
 from esopt.study.forgetting import REAL_HELDOUT_TASKS, TINY_HELDOUT_TASKS, default_tasks, forgetting, task_config
 from esopt.study.module_types import MODULE_TYPES, layer_of, module_type
-from esopt.study.sparsity import DEFAULT_FRACTIONS, HEADLINE_KEEP, MODES, sparsity
+from esopt.study.sparsity import CONTROL_FRACTIONS, CONTROL_MODES, DEFAULT_FRACTIONS, HEADLINE_KEEP, MODES, sparsity
 
 ERROR_CHARS = 500        # a failed analysis's error line is cut to this length
-__all__ = ["CHUNK", "DEFAULT_FRACTIONS", "HEADLINE_KEEP", "MODES", "MODULE_TYPES", "REAL_HELDOUT_TASKS",
-           "TINY_HELDOUT_TASKS", "TOP_FRACTION", "ConfigError", "EvalOpts", "Pair", "Rule", "TrainedWeights",
-           "apply_rule", "check_match", "compare_drift", "count_nonzero", "default_tasks", "delta_chunks", "drift",
-           "forgetting", "format_drift", "gain_share", "keep_count", "layer_of", "magnitude_bits", "make_rules",
-           "module_type", "open_pair", "paired_change", "per_problem", "rank_thresholds", "run_analyses",
-           "run_config", "run_evaluate", "sparsity", "stream_bits", "task_config", "trained_dir"]
+__all__ = ["CHUNK", "CONTROL_FRACTIONS", "CONTROL_MODES", "DEFAULT_FRACTIONS", "HEADLINE_KEEP", "MODES",
+           "MODULE_TYPES", "REAL_HELDOUT_TASKS", "TINY_HELDOUT_TASKS", "TOP_FRACTION", "ConfigError", "EvalOpts",
+           "Pair", "Rule", "TrainedWeights", "apply_rule", "check_match", "compare_drift", "count_nonzero",
+           "default_tasks", "delta_chunks", "drift", "forgetting", "format_drift", "gain_share", "keep_count",
+           "kept_norm", "layer_of", "magnitude_bits", "magnitude_key", "make_rules", "module_type", "open_pair",
+           "paired_change", "per_problem", "random_key", "rank_thresholds", "run_analyses", "run_config",
+           "run_evaluate", "sparsity", "stream_bits", "task_config", "trained_dir"]
 
 
 def run_analyses(rc, run_dir: str | Path, names: Iterable[str], opts: dict | None = None) -> dict:
@@ -59,7 +62,7 @@ def run_analyses(rc, run_dir: str | Path, names: Iterable[str], opts: dict | Non
 
     Evaluation sizes default to the run's own eval config (problems, samples, temperature,
     seed) on the task's ``heldout`` split; ``opts`` overrides (keys of :class:`EvalOpts` plus
-    ``fractions``, ``modes``, ``top``, ``tasks``). Returns name -> path of the written JSON, or
+    ``fractions``, ``modes``, ``control_fractions``, ``mask_seed``, ``top``, ``tasks``). Returns name -> path of the written JSON, or
     name -> ``{"error": line}``; never raises for an analysis that fails (it is reported on
     stderr as a warning), except for unknown names (ConfigError).
     """
@@ -75,8 +78,9 @@ def run_analyses(rc, run_dir: str | Path, names: Iterable[str], opts: dict | Non
     for name in names:
         try:
             if name == "sparsity":
-                sparsity(run_dir, fractions=opts.get("fractions", DEFAULT_FRACTIONS),
-                         modes=opts.get("modes", MODES), opts=eo, device=opts.get("device"))
+                sparsity(run_dir, fractions=opts.get("fractions", DEFAULT_FRACTIONS), modes=opts.get("modes", MODES),
+                         control_fractions=opts.get("control_fractions", CONTROL_FRACTIONS),
+                         mask_seed=opts.get("mask_seed"), opts=eo, device=opts.get("device"))
             elif name == "drift":
                 drift(run_dir, top=float(opts.get("top", TOP_FRACTION)), device=opts.get("device", "cpu"))
             else:

@@ -12,6 +12,11 @@ materialising |delta|: |delta| >= 0 in float32 orders like its int32 bit pattern
 histograms the high 16 bits (32,768 bins) and a second pass histograms the low 16 bits inside
 the bucket holding each wanted rank (65,536 bins) -> the exact k-th largest value and the
 number of entries above it (:func:`rank_thresholds`).
+
+Keys: a rule selects over int32 keys per entry, by default |delta|'s bit pattern
+(:func:`magnitude_key`); :func:`random_key` gives seeded random keys instead, so the same exact
+top-k machinery draws a uniformly random k-subset of the nonzero entries (the sparsity
+analysis's random-mask controls).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
@@ -187,19 +193,50 @@ def magnitude_bits(d: torch.Tensor) -> torch.Tensor:
     return d.abs().contiguous().view(torch.int32)
 
 
+Key = Callable[[str, int, torch.Tensor], torch.Tensor]
+"""(tensor name, chunk start, delta chunk) -> int32 keys >= 0, 0 exactly where delta is 0."""
+
+RANDOM_KEY_SHIFT = 34    # a random key is the top 30 bits of a PCG64 output, plus 1: in [1, 2^30]
+
+
+def magnitude_key(name: str, start: int, d: torch.Tensor) -> torch.Tensor:
+    """The default key: |delta|'s bit pattern (:func:`magnitude_bits`)."""
+    return magnitude_bits(d)
+
+
+def random_key(seed: int) -> Key:
+    """Seeded random keys: a draw in [1, 2^30] per nonzero delta entry, 0 where delta is 0.
+
+    A chunk's draws are ``(PCG64(SeedSequence([seed, crc32(name), start])).random_raw(n) >> 34) + 1``
+    (numpy's raw PCG64 stream, no further transformation; drawn on the CPU), so they depend only on
+    (seed, tensor name, position): every pass, device and run sees the same keys. The k largest keys
+    are then a uniformly random k-subset of the nonzero entries, except that entries whose draws tie
+    at the threshold (about nnz / 2^30 of them) are kept in stream order.
+    """
+    def key(name: str, start: int, d: torch.Tensor) -> torch.Tensor:
+        ss = np.random.SeedSequence([int(seed), zlib.crc32(name.encode()), int(start)])
+        raw = np.random.PCG64(ss).random_raw(d.numel())
+        k = torch.from_numpy(((raw >> np.uint64(RANDOM_KEY_SHIFT)) + np.uint64(1)).astype(np.int32))
+        k = k.to(d.device).reshape(d.shape)
+        return torch.where(d != 0, k, torch.zeros((), dtype=torch.int32, device=d.device))
+    return key
+
+
 def trained_tensor(pair: Pair, name: str, like: torch.Tensor) -> torch.Tensor:
     return pair.trained.get(name).to(device=like.device, dtype=like.dtype)
 
 
-def stream_bits(pair: Pair, names: Iterable[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-    """(tensor name, |delta| bits of one chunk) over the model, tensor order then flat order."""
+def stream_bits(pair: Pair, names: Iterable[str] | None = None,
+                key: Key = magnitude_key) -> Iterator[tuple[str, torch.Tensor]]:
+    """(tensor name, keys of one chunk: by default |delta| bits) over the model, tensor order
+    then flat order."""
     keep = None if names is None else set(names)
     for name, b in pair.base_params:
         if keep is not None and name not in keep:
             continue
         t = trained_tensor(pair, name, b)
-        for _, _, d in delta_chunks(b, t, name):
-            yield name, magnitude_bits(d)
+        for s, _, d in delta_chunks(b, t, name):
+            yield name, key(name, s, d)
 
 
 def rank_thresholds(stream: Callable[[], Iterable[torch.Tensor]], ranks: Iterable[int]) -> dict[int, tuple[int, int, int]]:
@@ -300,8 +337,12 @@ def count_nonzero(pair: Pair) -> dict[str, int]:
     return out
 
 
-def apply_rule(pair: Pair, work_params: dict, rule_for: Callable[[str], Rule]) -> int:
-    """Set the working model to where(keep, trained, base), tensor by tensor. Returns entries kept."""
+def apply_rule(pair: Pair, work_params: dict, rule_for: Callable[[str], Rule], key: Key = magnitude_key,
+               scale: float = 1.0) -> int:
+    """Set the working model to where(keep, trained, base), tensor by tensor (keep: the rule over
+    ``key``). With ``scale`` c != 1 the kept entries are ``theta_base + c * delta`` instead,
+    computed in float32 and rounded to the model's dtype (c = 1 is the trained value itself, no
+    arithmetic). Returns entries kept."""
     kept = 0
     with torch.no_grad():
         for name, b in pair.base_params:
@@ -310,7 +351,21 @@ def apply_rule(pair: Pair, work_params: dict, rule_for: Callable[[str], Rule]) -
             rule = rule_for(name)
             wf, bf, tf = w.data.view(-1), b.detach().reshape(-1), t.reshape(-1)
             for s, e, d in delta_chunks(b, t, name):
-                keep = rule.mask(magnitude_bits(d))
+                keep = rule.mask(key(name, s, d))
                 kept += int(keep.sum())
-                wf[s:e] = torch.where(keep, tf[s:e], bf[s:e])
+                new = tf[s:e] if scale == 1.0 else (bf[s:e].float() + scale * d).to(wf.dtype)
+                wf[s:e] = torch.where(keep, new, bf[s:e])
     return kept
+
+
+def kept_norm(pair: Pair, rule_for: Callable[[str], Rule], key: Key = magnitude_key) -> float:
+    """||keep * delta||_2 (float64 sum of squares) for the rule over ``key``; pass fresh rules
+    (:meth:`Rule.mask` uses up its ties)."""
+    sq = 0.0
+    for name, b in pair.base_params:
+        t = trained_tensor(pair, name, b)
+        rule = rule_for(name)
+        for s, _, d in delta_chunks(b, t, name):
+            keep = rule.mask(key(name, s, d))
+            sq += float(d[keep].double().square().sum())
+    return math.sqrt(sq)

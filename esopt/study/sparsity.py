@@ -6,16 +6,36 @@ entries of delta are kept and the rest set back to the base value: the evaluated
 f = 0 the base, bit for bit). Modes: ``global`` (the k largest |delta| over the whole model),
 ``per_tensor`` (``round(f * nnz_t)`` largest within each tensor), ``smallest`` (control: the k
 smallest nonzero |delta| over the whole model). Ties at the threshold are kept in tensor
-order, then flat index, so exactly k entries are kept. Share of gain kept:
+order, then flat index, so exactly k entries are kept.
+
+Controls at equal size (evaluated at ``control_fractions``, by default only the headline keep
+0.22: each point is one full evaluation):
+
+* ``random``: a uniformly random k-subset of the nonzero entries, ``where(R_k, theta_trained,
+  theta_base)``. Every nonzero entry gets a seeded 30-bit draw (``esopt.study.delta.random_key``:
+  PCG64 seeded by (mask_seed, tensor name, chunk start), so the same seed gives the same mask bit
+  for bit, streamed tensor by tensor) and the k largest draws are kept, by the same exact
+  histogram top-k as the |delta| modes (exactly k; draws tied at the threshold kept in stream
+  order). ``mask_seed`` defaults to the run's seed and is recorded in sparsity.json.
+* ``equal_norm``: the same random mask at equal update norm, ``theta_base + c * R_k * delta``
+  with ``c = ||T_k * delta|| / ||R_k * delta||`` (T_k the global top-k mask), so the kept update
+  has the top-k update's L2 norm (for a Gaussian update the largest 22% of entries carry ~68% of
+  its squared norm, so c is about 1.8). Unlike the other modes this does arithmetic: the kept
+  entries are computed in float32 and rounded to the run's dtype. At k = nnz (c = 1) and k = 0
+  no arithmetic is done: f = 1 is the trained model and f = 0 the base, bit for bit.
+
+Share of gain kept:
 ``share = (S_pruned - S_base) / (S_trained - S_base)`` for S = Pass@1 and Pass@K (K =
 samples), with a 95% paired percentile bootstrap over problems (the same resampled problems
 for the three models; replicates with zero gain are dropped; None when the gain is 0).
 
-    python -m esopt.analyze sparsity <run-dir> [--fractions ...] [--modes ...]   (writes sparsity.json)
+    python -m esopt.analyze sparsity <run-dir> [--fractions ...] [--modes ...] [--control-fractions 0.22]
+                                     [--mask-seed S]                          (writes sparsity.json)
 """
 
 from __future__ import annotations
 
+import numbers
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -25,23 +45,33 @@ import numpy as np
 from esopt.core.errors import ConfigError
 from esopt.study.analysis_common import (EvalOpts, analysis_engine, analysis_task, gain_share, per_problem,
                                          result_header, run_evaluate, scores, write_result)
-from esopt.study.delta import (Rule, apply_rule, count_nonzero, load_model, make_rules, open_pair, params,
-                               stream_bits)
+from esopt.study.delta import (Rule, apply_rule, count_nonzero, kept_norm, load_model, make_rules, open_pair,
+                               params, random_key, stream_bits)
 
 DEFAULT_FRACTIONS = (1.0, 0.5, 0.22, 0.1, 0.05, 0.01)
-MODES = ("global", "per_tensor", "smallest")
+CONTROL_MODES = ("random", "equal_norm")   # random masks of the top-k's size, at control_fractions
+MODES = ("global", "per_tensor", "smallest", *CONTROL_MODES)
 HEADLINE_KEEP = 0.22      # the study's headline point: 78% of the update zeroed
+CONTROL_FRACTIONS = (HEADLINE_KEEP,)
 
 
 def sparsity(run_dir: str | Path, *, fractions: Sequence[float] = DEFAULT_FRACTIONS,
-             modes: Sequence[str] = MODES, base: str | None = None, device: str | None = None,
+             modes: Sequence[str] = MODES, control_fractions: Sequence[float] = CONTROL_FRACTIONS,
+             mask_seed: int | None = None, base: str | None = None, device: str | None = None,
              opts: EvalOpts | None = None, write: bool = True, log: Callable[[str], None] | None = None) -> dict:
-    """Evaluate where(top-|delta| mask, trained, base) for each keep fraction and mode; write
-    ``sparsity.json``. See the module docstring for the definitions."""
+    """Evaluate where(mask, trained, base) for each keep fraction and mode (the control modes at
+    ``control_fractions``, with the random mask drawn from ``mask_seed``, default the run's seed);
+    write ``sparsity.json``. See the module docstring for the definitions."""
     t0 = time.time()
     fractions = [float(f) for f in fractions]
+    control_fractions = [float(f) for f in control_fractions]
     if not fractions or any(not 0.0 <= f <= 1.0 for f in fractions):
         raise ConfigError(f"--fractions must be in [0, 1], got {fractions}")
+    if any(not 0.0 <= f <= 1.0 for f in control_fractions):
+        raise ConfigError(f"--control-fractions must be in [0, 1], got {control_fractions}")
+    if mask_seed is not None and (not isinstance(mask_seed, numbers.Integral) or isinstance(mask_seed, bool)
+                                  or mask_seed < 0):
+        raise ConfigError(f"--mask-seed must be an integer >= 0, got {mask_seed}")
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise ConfigError(f"unknown sparsity mode(s) {bad or modes} (known: {', '.join(MODES)})")
@@ -62,22 +92,16 @@ def sparsity(run_dir: str | Path, *, fractions: Sequence[float] = DEFAULT_FRACTI
     nnz = sum(nnz_t.values())
     n_params = sum(p.numel() for _, p in pair.base_params)
 
-    rules = mode_rules(pair, modes, fractions, nnz_t)
+    seed = int(rc.seed if mask_seed is None else mask_seed)
+    rules = mode_rules(pair, modes, fractions, nnz_t, control_fractions, seed)
     base_eval = None
     curves = []
     for mode in [m for m in MODES if m in modes]:
-        for f in fractions:
-            if mode == "per_tensor":
-                fresh = {name: r[f].copy() for name, r in rules[mode][f].items()}
-                rule_for, threshold = (lambda name, fresh=fresh: fresh[name]), None
-            else:
-                one = rules[mode][f].copy()
-                rule_for = lambda name, one=one: one  # noqa: E731
-                threshold = None if one.thr is None else float(np.array([one.thr], dtype=np.int32).view(np.float32)[0])
-            kept = apply_rule(pair, work_params, rule_for)
+        for f in (control_fractions if mode in CONTROL_MODES else fractions):
+            kept, extra = apply_mode(pair, work_params, rules, mode, f, seed, nnz)
             ev = run_evaluate(engine, task, o)
             log(f"sparsity {mode:<10} keep {f:<5g} ({kept} of {nnz} entries): pass@1 {ev['pass@k']['1']:.4f}")
-            curves.append({"mode": mode, "keep": f, "kept": kept, "threshold": threshold, **scores(ev, k),
+            curves.append({"mode": mode, "keep": f, "kept": kept, **extra, **scores(ev, k),
                            "correct_counts": ev["correct_counts"], "greedy_correct": ev.get("greedy_correct")})
             if base_eval is None and kept == 0:
                 base_eval = ev
@@ -94,6 +118,7 @@ def sparsity(run_dir: str | Path, *, fractions: Sequence[float] = DEFAULT_FRACTI
         "samples": o.samples, "k": k, "temperature": o.temperature, "eval_seed": o.seed,
         "n_params": int(n_params), "nnz": int(nnz), "changed_frac": nnz / max(n_params, 1),
         "fractions": fractions, "modes": [m for m in MODES if m in modes],
+        "control_fractions": control_fractions, "mask_seed": seed,
         "base_score": base_s, "trained_score": trained_s,
         "gain": {m: trained_s[m] - base_s[m] for m in base_s},
         "headline": _headline(curves),
@@ -104,16 +129,57 @@ def sparsity(run_dir: str | Path, *, fractions: Sequence[float] = DEFAULT_FRACTI
     return write_result(pair.run_dir, "sparsity", result, write)
 
 
-def mode_rules(pair, modes: Sequence[str], fractions: Sequence[float], nnz_t: dict[str, int]) -> dict:
-    """mode -> fraction -> the exact keep :class:`Rule` (``per_tensor``: a rule per tensor)."""
+def apply_mode(pair, work_params: dict, rules: dict, mode: str, f: float, seed: int, nnz: int) -> tuple[int, dict]:
+    """Set the working model to ``mode``'s model at keep fraction ``f`` (``rules`` from
+    :func:`mode_rules`). Returns (entries kept, the curve's mask fields: ``threshold`` (the k-th
+    |delta|, |delta| modes), or ``mask_seed``, ``topk_norm``, ``random_norm`` and ``scale`` (the
+    controls; ``scale`` = c of equal_norm, 1 for random))."""
+    if mode == "per_tensor":
+        fresh = {name: r[f].copy() for name, r in rules[mode][f].items()}
+        return apply_rule(pair, work_params, lambda name: fresh[name]), {"threshold": None}
+    if mode in CONTROL_MODES:
+        key = random_key(seed)
+        c, norms = control_scale(pair, rules["random"][f], rules["global"][f], key, nnz)
+        scale = c if mode == "equal_norm" else 1.0
+        kept = apply_rule(pair, work_params, _one(rules["random"][f].copy()), key, scale)
+        return kept, {"threshold": None, "mask_seed": seed, **norms, "scale": scale}
+    one = rules[mode][f].copy()
+    threshold = None if one.thr is None else float(np.array([one.thr], dtype=np.int32).view(np.float32)[0])
+    return apply_rule(pair, work_params, _one(one)), {"threshold": threshold}
+
+
+def _one(rule: Rule) -> Callable[[str], Rule]:
+    return lambda name: rule
+
+
+def control_scale(pair, random_rule: Rule, top_rule: Rule, key, nnz: int) -> tuple[float, dict]:
+    """The equal-norm factor ``c = ||T_k delta|| / ||R_k delta||`` (1 exactly at k = 0 and
+    k = nnz, where the two masks are the same set) and both norms."""
+    top = kept_norm(pair, _one(top_rule.copy()))
+    rnd = kept_norm(pair, _one(random_rule.copy()), key)
+    c = 1.0 if random_rule.k in (0, nnz) or rnd == 0 else top / rnd
+    return c, {"topk_norm": top, "random_norm": rnd}
+
+
+def mode_rules(pair, modes: Sequence[str], fractions: Sequence[float], nnz_t: dict[str, int],
+               control_fractions: Sequence[float] = (), seed: int = 0) -> dict:
+    """mode -> fraction -> the exact keep :class:`Rule` (``per_tensor``: a rule per tensor;
+    ``random``: over the seeded random keys, at ``control_fractions``; ``global`` also at those
+    when a control needs the top-k norm)."""
     nnz = sum(nnz_t.values())
+    controls = [c for c in CONTROL_MODES if c in modes]
 
     def whole():
         return (bits for _, bits in stream_bits(pair))
 
     rules: dict[str, dict] = {}
-    if "global" in modes:
-        rules["global"] = make_rules(whole, nnz, fractions, largest=True)
+    glob = [*(fractions if "global" in modes else []), *(control_fractions if controls else [])]
+    if glob:
+        rules["global"] = make_rules(whole, nnz, sorted(set(glob)), largest=True)
+    if controls:
+        key = random_key(seed)
+        rules["random"] = make_rules(lambda: (b for _, b in stream_bits(pair, key=key)), nnz, control_fractions,
+                                     largest=True)
     if "smallest" in modes:
         rules["smallest"] = make_rules(whole, nnz, fractions, largest=False)
     if "per_tensor" in modes:
@@ -137,7 +203,8 @@ def add_shares(curves: list[dict], base_counts, trained_counts, trained_pass1: f
 
 
 def _headline(curves: list[dict]) -> dict:
-    """The global-mode point nearest keep 0.22 (the study's 78% zeroed), with its control."""
+    """The global-mode point nearest keep 0.22 (the study's 78% zeroed), with its controls
+    (smallest, random, equal_norm) at the same keep."""
     glob = [c for c in curves if c["mode"] == "global"] or curves
     if not glob:
         return {}
@@ -146,8 +213,9 @@ def _headline(curves: list[dict]) -> dict:
     for key in ("pass@1", "pass@K", "delta_pass@1", "share_pass@1", "share_pass@1_ci", "share_pass@K",
                 "share_pass@K_ci"):
         out[key] = best.get(key)
-    ctrl = [c for c in curves if c["mode"] == "smallest" and c["keep"] == best["keep"]]
-    if ctrl:
-        out["smallest_share_pass@1"] = ctrl[0]["share_pass@1"]
-        out["smallest_share_pass@1_ci"] = ctrl[0]["share_pass@1_ci"]
+    for mode in ("smallest", *CONTROL_MODES):
+        ctrl = [c for c in curves if c["mode"] == mode and c["keep"] == best["keep"]]
+        if ctrl:
+            out[f"{mode}_share_pass@1"] = ctrl[0]["share_pass@1"]
+            out[f"{mode}_share_pass@1_ci"] = ctrl[0]["share_pass@1_ci"]
     return out

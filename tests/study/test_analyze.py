@@ -163,7 +163,8 @@ def test_keep_fractions_global_vs_per_tensor(planted):
 @pytest.fixture(scope="module")
 def sparsity_result(planted):
     _, rd = planted
-    return analyze.sparsity(rd.path, fractions=[1.0, 0.22, 0.0], opts=analyze.EvalOpts(**OPTS), device="cpu")
+    return analyze.sparsity(rd.path, fractions=[1.0, 0.22, 0.0], control_fractions=[1.0, 0.22, 0.0],
+                            opts=analyze.EvalOpts(**OPTS), device="cpu")
 
 
 def test_sparsity_keep_all_is_trained_keep_nothing_is_base(planted, sparsity_result):
@@ -194,6 +195,98 @@ def test_sparsity_keep_all_is_trained_keep_nothing_is_base(planted, sparsity_res
     assert lo <= hi and r["headline"]["keep"] == 0.22 and r["headline"]["share_pass@1"] == c["share_pass@1"]
     assert r["headline"]["smallest_share_pass@1"] == by[("smallest", 0.22)]["share_pass@1"]
     assert r["gain"]["pass@1"] == pytest.approx(gain)
+    # the controls: a random mask of the same size (seed = the run's), as is and at the top-k norm
+    assert r["mask_seed"] == rc.seed and r["control_fractions"] == [1.0, 0.22, 0.0]
+    for mode in analyze.CONTROL_MODES:
+        c = by[(mode, 0.22)]
+        assert c["kept"] == analyze.keep_count(0.22, r["nnz"]) and c["mask_seed"] == rc.seed
+        assert r["headline"][f"{mode}_share_pass@1"] == c["share_pass@1"]
+        assert by[(mode, 1.0)]["scale"] == 1.0 and by[(mode, 1.0)]["topk_norm"] == by[(mode, 1.0)]["random_norm"]
+    assert by[("random", 0.22)]["scale"] == 1.0
+    c = by[("equal_norm", 0.22)]
+    assert c["scale"] == pytest.approx(c["topk_norm"] / c["random_norm"]) and c["scale"] > 1.5
+
+
+def mask_of(pair, rule, key=analyze.magnitude_key):
+    """The rule's keep mask over the whole model, in stream order (a fresh copy of the rule)."""
+    rule = rule.copy()
+    return torch.cat([rule.mask(bits).reshape(-1) for _, bits in analyze.stream_bits(pair, key=key)])
+
+
+def random_rule(pair, nnz, f, seed):
+    key = analyze.random_key(seed)
+    return analyze.make_rules(lambda: (b for _, b in analyze.stream_bits(pair, key=key)), nnz, [f], True)[f], key
+
+
+def test_random_mask_exact_k_seeded_and_blind_to_delta(planted):
+    """random: exactly k = round(f * nnz) nonzero entries; the same seed gives the same mask bit
+    for bit, another seed another (overlap ~ f k, as for independent draws); it ignores |delta|:
+    the planted q_proj (10x the update) gets its share of the entries, where global takes most."""
+    _, rd = planted
+    d, _, _ = deltas(rd)
+    pair = analyze.open_pair(rd.path, device="cpu")
+    nnz = sum(analyze.count_nonzero(pair).values())
+    flat = torch.cat([d[n].reshape(-1) for n, _ in pair.base_params])
+    is_q = torch.cat([torch.full((d[n].numel(),), "q_proj.weight" in n) for n, _ in pair.base_params])
+    for f in (1.0, 0.5, 0.22, 0.01, 0.0):
+        rule, key = random_rule(pair, nnz, f, seed=3)
+        m = mask_of(pair, rule, key)
+        assert int(m.sum()) == analyze.keep_count(f, nnz) and not m[flat == 0].any(), f
+    f = 0.22
+    k = analyze.keep_count(f, nnz)
+    m3, m3b, m4 = (mask_of(pair, *random_rule(pair, nnz, f, seed)) for seed in (3, 3, 4))
+    assert torch.equal(m3, m3b) and not torch.equal(m3, m4)
+    assert abs(int((m3 & m4).sum()) / k - f) < 0.03
+    p_q = float(is_q[flat != 0].float().mean())
+    assert abs(float(is_q[m3].float().mean()) - p_q) < 4 * math.sqrt(p_q * (1 - p_q) / k)
+    top = mask_of(pair, analyze.make_rules(lambda: (b for _, b in analyze.stream_bits(pair)), nnz, [f], True)[f])
+    assert float(is_q[top].float().mean()) > 2 * p_q
+
+
+def test_every_mode_keeps_all_or_nothing_bitwise_and_equal_norm_norm(planted):
+    """f = 1 is the trained model and f = 0 the base, bit for bit, in every mode (equal_norm
+    included: c = 1 there, no arithmetic); at 0.22 random is where(R, trained, base) and
+    equal_norm moves the same entries by c * delta, its update's norm the top-k update's."""
+    from esopt.study import sparsity as SP
+
+    _, rd = planted
+    d, base, trained = deltas(rd)
+    pair = analyze.open_pair(rd.path, device="cpu")
+    nnz_t = analyze.count_nonzero(pair)
+    nnz = sum(nnz_t.values())
+    fr = [1.0, 0.22, 0.0]
+    rules = SP.mode_rules(pair, analyze.MODES, fr, nnz_t, fr, seed=5)
+    work, _ = models.load("tiny-xs")
+    wp = dict(work.named_parameters())
+    bp, tp = ({n: p.detach() for n, p in m.named_parameters()} for m in (base, trained))
+    for mode in analyze.MODES:
+        for f, ref in ((1.0, tp), (0.0, bp)):
+            with torch.no_grad():
+                for p in wp.values():
+                    p.fill_(float("nan"))                  # every entry must be written
+            kept, _ = SP.apply_mode(pair, wp, rules, mode, f, 5, nnz)
+            assert kept == (nnz if f else 0), (mode, f)
+            for n in d:
+                assert torch.equal(wp[n].detach(), ref[n]), (mode, f, n)
+    k = analyze.keep_count(0.22, nnz)
+    kept, info = SP.apply_mode(pair, wp, rules, "random", 0.22, 5, nnz)
+    r_mask = {n: wp[n].detach() != bp[n] for n in d}
+    assert kept == k and sum(int(m.sum()) for m in r_mask.values()) == k and info["scale"] == 1.0
+    for n in d:
+        assert torch.equal(wp[n].detach(), torch.where(r_mask[n], tp[n], bp[n])), n
+    kept, info = SP.apply_mode(pair, wp, rules, "equal_norm", 0.22, 5, nnz)
+    upd = {n: (wp[n].detach() - bp[n]).double() for n in d}
+    assert kept == k and all(torch.equal(upd[n] != 0, r_mask[n]) for n in d)
+    allabs = torch.cat([x.reshape(-1).abs() for x in d.values()]).double()
+    top = allabs.sort(descending=True).values[:k]
+    top_norm = float(top.square().sum().sqrt())
+    rnd_norm = math.sqrt(sum(float(d[n][r_mask[n]].double().square().sum()) for n in d))
+    assert info["topk_norm"] == pytest.approx(top_norm, rel=1e-9)
+    assert info["random_norm"] == pytest.approx(rnd_norm, rel=1e-9)
+    assert info["scale"] == pytest.approx(top_norm / rnd_norm, rel=1e-9) and info["scale"] > 1.5
+    new_norm = math.sqrt(sum(float(u.square().sum()) for u in upd.values()))
+    assert new_norm == pytest.approx(top_norm, rel=1e-5)    # float32 rounding of base + c * delta
+    assert new_norm != pytest.approx(rnd_norm, rel=0.1)
 
 
 def test_gain_share_and_paired_change_math():
@@ -308,6 +401,10 @@ def test_bad_input_is_one_line(tmp_path, planted, capsys):
     assert len(err) == 1 and "does not match base tiny-s" in err[0] and "model.embed_tokens.weight" in err[0]
     assert analyze_main(["sparsity", str(rd.path), "--modes", "global,bogus"]) == 2
     assert "unknown sparsity mode" in capsys.readouterr().err
+    assert analyze_main(["sparsity", str(rd.path), "--mask-seed", "-1"]) == 2
+    assert "--mask-seed must be an integer >= 0" in capsys.readouterr().err
+    assert analyze_main(["sparsity", str(rd.path), "--control-fractions", "1.5"]) == 2
+    assert "--control-fractions must be in [0, 1]" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         analyze_main(["sparsity", str(rd.path), "--fractions", "a,b"])
     assert e.value.code == 2
@@ -381,3 +478,35 @@ def test_aggregator_columns_and_page_figures(planted, sparsity_result, tmp_path)
     for fid in ("fig-sparsity", "fig-drift", "fig-drift-top"):     # Plotly's schema accepts them
         raw = re.search(rf'data-figure="{fid}">(.*?)</script>', html, re.S).group(1)
         go.Figure(json.loads(raw))
+
+
+def test_claim5_is_decided_with_the_default_sparsity_controls(tmp_path):
+    """The analysis a run's analysis=[sparsity] runs (its default modes) writes the random-mask
+    control at the headline keep 0.22, so claim 5 on ES runs with those sparsity.json files is
+    measured, not "unclear: data"; without the control curves it is "unclear: data"."""
+    from esopt.study import claims as C
+
+    assert "random" in analyze.MODES and analyze.CONTROL_FRACTIONS == (analyze.HEADLINE_KEEP,)
+    real = []
+    for seed in range(3):                                  # three planted updates, one per ES seed
+        rc, rd = make_run(tmp_path / f"planted{seed}", seed=seed)
+        out = analyze.run_analyses(rc, rd.path, ["sparsity"], {"fractions": [0.22], "bootstrap": 50})
+        real.append(json.loads(Path(out["sparsity"]).read_text()))
+        assert {(c["mode"], c["keep"]) for c in real[-1]["curves"]} == {(m, 0.22) for m in analyze.MODES}
+    root = tmp_path / "sweep"
+    write_synthetic_sweep(root, models={"tiny-xs": 3e4}, pops=(8,), seeds=(0, 1, 2), algos=("es", "grpo"),
+                          iterations=2, eval_every=2, problems=10, samples=4)
+
+    def claim5(strip: bool) -> dict:
+        es = sorted(d for d in (root / "runs").iterdir() if d.name.startswith("es-"))
+        assert len(es) == 3
+        for d, sp in zip(es, real):
+            sp = dict(sp, curves=[c for c in sp["curves"] if not (strip and c["mode"] in analyze.CONTROL_MODES)])
+            (d / "sparsity.json").write_text(json.dumps(sp))
+        return next(c for c in C.claims(root, n_boot=50)["claims"] if c["id"] == 5)
+
+    row = claim5(strip=False)
+    assert row["unclear"] != "data" and row["effect"] is not None, row
+    assert row["details"]["control"]["effect"] is not None
+    row = claim5(strip=True)
+    assert row["unclear"] == "data" and "random-mask or equal-norm control" in row["reason"], row
