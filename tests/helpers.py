@@ -77,6 +77,19 @@ def require_smollm2(module: str | None = "gguf", package: bool = False) -> None:
         pytest.skip(reason)
 
 
+def vllm_es_context(root, *overrides):
+    """A RunContext of an engine=vllm ES run (its run dir ``root/run``), as a run builds it."""
+    from esopt.core.store import RunDir
+    from esopt.runtime.context import RunContext
+    from esopt.runtime.run import load_components
+
+    rc = run_config("engine=vllm", "algo=es", *overrides, f"sweep.root={root}")
+    model, tok, engine, task = load_components(rc)
+    rd = RunDir(root / "run")
+    rd.create(rc.to_dict())
+    return RunContext(rc, model, tok, engine, task, rd, phase="es", iterations=rc.iterations)
+
+
 def vllm_tiny() -> list[str]:
     """Overrides selecting tiny-s for the vLLM tests (the shipped family has head size 32, which
     vLLM's CPU attention serves)."""

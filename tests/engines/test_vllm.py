@@ -14,7 +14,7 @@ import time
 
 import pytest
 import torch
-from helpers import kill_while_recording, require_vllm, run_config, vllm_tiny
+from helpers import kill_while_recording, require_vllm, run_config, vllm_es_context, vllm_tiny
 
 from esopt import models, noise
 from esopt.core.store import RunDir
@@ -164,28 +164,20 @@ def test_es_run_saves_trained_weights_and_analyses_run(tiny, results_root):
     assert sparsity["analysis"] == "sparsity" and forgetting["analysis"] == "forgetting"
 
 
-def _es_context(tiny, root, *overrides):
-    rc = run_config(*tiny, "engine=vllm", "algo=es", *overrides, f"sweep.root={root}")
-    model, tok, engine, task = load_components(rc)
-    rd = RunDir(root / "run")
-    rd.create(rc.to_dict())
-    return RunContext(rc, model, tok, engine, task, rd, phase="es", iterations=rc.iterations)
-
-
 def test_killed_and_resumed_vllm_es_run_ends_on_the_same_weights(tiny, tmp_path):
     from esopt.algorithms import es
 
     args = ["pop=4", "iterations=4", "es.batch_size=8", "es.checkpoint_every=2", "eval.every=100",
             "eval.problems=8", "eval.samples=2"]
-    full = _es_context(tiny, tmp_path / "a", *args)
+    full = vllm_es_context(tmp_path / "a", *tiny, *args)
     es.train(full)
     want = weights_of(full.engine, fresh_model(tiny))
 
-    killed = _es_context(tiny, tmp_path / "b", *args)
+    killed = vllm_es_context(tmp_path / "b", *tiny, *args)
     kill_while_recording(killed, es.train, 3)
     assert json.loads((killed.run.checkpoint_dir / "state.json").read_text())["iteration"] == 2
 
-    resumed = _es_context(tiny, tmp_path / "b", *args)  # a new run: base weights, same run dir
+    resumed = vllm_es_context(tmp_path / "b", *tiny, *args)  # a new run: base weights, same run dir
     base = dict(fresh_model(tiny).named_parameters())
     assert all(torch.equal(p, base[n]) for n, p in weights_of(resumed.engine, fresh_model(tiny)).items())
     es.train(resumed)

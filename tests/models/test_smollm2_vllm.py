@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from helpers import kill_while_recording, require_vllm, run_config
+from helpers import kill_while_recording, require_vllm, run_config, vllm_es_context
 
 from esopt import models
 from esopt.core.store import RunDir
@@ -99,26 +99,18 @@ def test_same_seeds_same_member_and_same_update_as_hf(real):
     assert max(float((got[n] - base[n]).abs().max()) for n in got) > 1e-5  # the update moved them
 
 
-def _es_context(root, *overrides):
-    rc = run_config(*REAL, "engine=vllm", "algo=es", *overrides, f"sweep.root={root}")
-    model, tok, engine, task = load_components(rc)
-    rd = RunDir(root / "run")
-    rd.create(rc.to_dict())
-    return RunContext(rc, model, tok, engine, task, rd, phase="es", iterations=rc.iterations)
-
-
 def test_killed_and_resumed_es_run_ends_on_the_same_weights(real, tmp_path):
     from esopt.algorithms import es
 
     args = ["pop=2", "iterations=2", "es.batch_size=4", "es.max_new_tokens=8", "es.checkpoint_every=1",
             "eval.every=100", "eval.problems=4", "eval.samples=2", "sigma=1e-2"]
-    full = _es_context(tmp_path / "a", *args)
+    full = vllm_es_context(tmp_path / "a", *REAL, *args)
     es.train(full)
     want = weights_of(full.engine, fresh_model())
-    killed = _es_context(tmp_path / "b", *args)
+    killed = vllm_es_context(tmp_path / "b", *REAL, *args)
     kill_while_recording(killed, es.train, 2)
     assert json.loads((killed.run.checkpoint_dir / "state.json").read_text())["iteration"] == 1
-    resumed = _es_context(tmp_path / "b", *args)
+    resumed = vllm_es_context(tmp_path / "b", *REAL, *args)
     es.train(resumed)
     got = weights_of(resumed.engine, fresh_model())
     assert all(torch.equal(got[n], want[n]) for n in want)
