@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct on both engines: speed and memory ratios side by side (issue 26, item 6).
 
-    ESOPT_CACHE=... /work/venv-vllm/bin/python benchmarks/bench_smollm2.py              # about 20 min
-    ... benchmarks/bench_smollm2.py --reps 1 --grid 2x4 --batch-sizes 1,4 --mem-prompts 4  # a quick try
+    ESOPT_CACHE=... /work/venv-vllm/bin/python benchmarks/bench_smollm2.py              # about 30 min
+    ... benchmarks/bench_smollm2.py --reps 1 --gen-reps 1 --grid 2x4 --goal-point 2x4 --batch-sizes 1,4 --mem-prompts 4
     ... benchmarks/bench_smollm2.py --write-docs    # also write the tables to docs/results/smollm2.md
 
 Needs vLLM (``bash scripts/install_vllm.sh``; run with the vLLM venv's python) and the model
@@ -51,7 +51,7 @@ def child(kind: str, **kw) -> dict:
 
 def measure(a) -> dict:
     common = dict(dtype="float32", threads=a.threads, max_len=128, max_new=32)
-    gen = child("batches", **common, batch_sizes=a.batch_sizes, prompts=4, reps=a.reps)
+    gen = child("batches", **common, batch_sizes=a.batch_sizes, prompts=4, reps=a.gen_reps)
     grid = child("es", **common, engine="vllm", mode="both", grid=a.grid, max_batch=64, sigma=a.sigma,
                  reps=a.reps)["grid"]
     mem = {}
@@ -115,7 +115,7 @@ def notes(r: dict, a) -> str:
     lo, hi = min(LOADS), max(LOADS)
     tok = r["gen"]["tokens"]
     return (f"Model smollm2-135m (fp32), task arith ops=+ (chat, greedy, <= 32 new tokens); {a.threads} torch "
-            f"thread(s) per process; best of {a.reps} reps. Generation: the first max(b, 4) held-out prompts in "
+            f"thread(s) per process; best of {a.gen_reps} reps (generation), {a.reps} (ES grid). Generation: the first max(b, 4) held-out prompts in "
             f"calls of b (tokens generated per batch size, hf: {json.dumps(tok['hf'])}, vllm: "
             f"{json.dumps(tok['vllm'])}). ES: train prompts, sigma {a.sigma}, es.drift=false; memory at pop 2 x "
             f"{a.mem_prompts} prompts. 1-minute load average before/after each child process: {lo:.2f} to "
@@ -124,10 +124,12 @@ def notes(r: dict, a) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2, help="torch threads per process")
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads per process (1: robust on a shared machine, as bench_vllm)")
+    ap.add_argument("--reps", type=int, default=2, help="reps of the ES grid")
+    ap.add_argument("--gen-reps", type=int, default=3, help="reps of the generation speed")
     ap.add_argument("--batch-sizes", default="1,16,64")
-    ap.add_argument("--grid", default="2x16,4x16,8x16,4x4,4x64", help="POPxPROMPTS points of the ES timing")
+    ap.add_argument("--grid", default="2x4,2x16,2x64,4x16,8x16", help="POPxPROMPTS points of the ES timing")
     ap.add_argument("--goal-point", default="8x16", help="the grid point the ES/generation goal is read at")
     ap.add_argument("--mem-prompts", type=int, default=16)
     ap.add_argument("--sigma", type=float, default=1e-3)
