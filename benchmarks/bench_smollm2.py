@@ -151,11 +151,14 @@ def main() -> None:
         print("\n".join("| " + " | ".join(str(c) for c in row) + " |" for row in rows))
     print("\n" + text)
     print(json.dumps(r), file=sys.stderr)
-    if a.write_docs:
-        from _results import write_table
+    if a.write_docs:  # one stamp for all three: the first write must not mark the others "-dirty"
+        import shlex
 
+        from _results import commit, write_table
+
+        command, stamp = "python " + shlex.join(sys.argv), commit()
         for title, header, rows in tables:
-            write_table(TOPIC, title, None, header, rows, notes=text)
+            write_table(TOPIC, title, command, header, rows, notes=text, commit_id=stamp)
 
 
 if __name__ == "__main__":
