@@ -24,6 +24,10 @@ generation alternate. Models: tiny-s (head size 32, fp32), and a model with Qwen
 (494M parameters, bf16, its dtype in conf/model/qwen0.5b.yaml) with random weights and the char
 tokenizer, built locally (nothing is downloaded). Timings on a shared machine are noisy: read
 the ratios, not the seconds.
+
+The children (``--child``) also measure the real SmolLM2-135M for benchmarks/bench_smollm2.py:
+a spec may name its task and prompt style, ``batches`` times both engines per batch size, and
+``es`` runs ES on either engine (``--engine``) at several (pop, prompts) points (``--grid``).
 """
 
 from __future__ import annotations
@@ -76,10 +80,11 @@ def build_05b(directory: Path) -> dict:
 # children (one measurement setup per fresh process)
 # --------------------------------------------------------------------------------------------
 def _load(spec: dict, dtype: str):
+    """Model, tokenizer and the spec's task (``task``, ``style``; default: countdown, compact)."""
     from esopt import models, tasks
 
     model, tok = models.load(spec["name"], path=spec["path"], dtype=dtype)
-    task = tasks.get({"name": "countdown"}, tokenizer=tok, style="compact")
+    task = tasks.get(spec.get("task", {"name": "countdown"}), tokenizer=tok, style=spec.get("style", "compact"))
     return model, tok, task
 
 
@@ -87,6 +92,14 @@ def _vllm(model, tok, max_len: int, max_batch: int):
     from esopt import engines
 
     return engines.get({"name": "vllm", "max_model_len": max_len, "max_batch": max_batch}, model, tok)
+
+
+def _engine(name: str, model, tok, max_len: int, max_batch: int):
+    """The hf engine (generating with ``model`` itself) or the process's vLLM engine."""
+    from esopt.engines.hf import HFEngine
+
+    return HFEngine(model, tok, device="cpu", max_batch=max_batch) if name == "hf" else \
+        _vllm(model, tok, max_len, max_batch)
 
 
 def _tok_s(engine, prompts, reps: int, **kw) -> tuple[float, int]:
@@ -116,46 +129,91 @@ def child_gen(a) -> dict:
     return out
 
 
+def child_batches(a) -> dict:
+    """hf and vllm generation tokens/s per batch size b (the first max(b, prompts) held-out
+    prompts in calls of b each, greedy, the task's stop strings); engines and batch sizes
+    interleaved within each rep, best of reps."""
+    model, tok, task = _load(a.spec, a.dtype)
+    sizes = [int(b) for b in a.batch_sizes.split(",")]
+    prompts = [r["prompt"] for r in task.split("heldout")]
+    both = {name: _engine(name, model, tok, a.max_len, max(sizes)) for name in ("hf", "vllm")}
+    kw = dict(max_new_tokens=a.max_new, stop=tuple(task.stop))
+    for engine in both.values():
+        engine.generate(prompts[:2], **kw)  # warm-up
+    walls = {(name, b): [] for name in both for b in sizes}
+    tokens = {}
+    for _ in range(a.reps):
+        for b in sizes:
+            for name, engine in both.items():
+                batch = prompts[:max(b, a.prompts)]
+                t, n = time.perf_counter(), 0
+                for i in range(0, len(batch), b):
+                    n += engine.generate(batch[i:i + b], **kw).n_tokens
+                walls[(name, b)].append(time.perf_counter() - t)
+                tokens[(name, b)] = n
+    return {"tok_s": {name: {str(b): tokens[(name, b)] / min(walls[(name, b)]) for b in sizes} for name in both},
+            "tokens": {name: {str(b): tokens[(name, b)] for b in sizes} for name in both},
+            "walls": {name: {str(b): walls[(name, b)] for b in sizes} for name in both}}
+
+
 def child_es(a) -> dict:
-    """One ES iteration in the vLLM worker and/or the same N plain generate calls."""
+    """ES iterations (``--engine``; vLLM: in its worker) and/or plain generate calls of the same
+    prompts: for each (pop, prompts) of ``--grid`` (default: the one ``--pop`` x ``--prompts``),
+    one ES iteration against pop generate calls of that iteration's prompt batch."""
     from esopt.algorithms import es
 
     model, tok, task = _load(a.spec, a.dtype)
-    engine = _vllm(model, tok, a.max_len, a.max_batch)
+    engine = _engine(a.engine, model, tok, a.max_len, a.max_batch)
+    weights = None
+    if a.inplace:  # hf: members perturbed in place and restored, not swapped in (no weight-sized buffer)
+        from esopt.engines.weights import Weights
+
+        weights = Weights(engine.named_parameters(), swap=False)
     rows = list(task.split("train"))
-    cfg = es.ESRun(pop=a.pop, sigma=a.sigma, lr=a.sigma / 6, batch_size=a.prompts, seed=0,
-                   max_new_tokens=a.max_new, drift=False)
-    batch = [rows[i] for i in es.prompt_batch(0, 1, len(rows), a.prompts)]
-    prompts = [r["prompt"] for r in batch]
+    grid = [tuple(int(x) for x in g.split("x")) for g in a.grid.split(",")] if a.grid else [(a.pop, a.prompts)]
     kw = dict(max_new_tokens=a.max_new, stop=tuple(task.stop))
 
-    def plain():
+    def prompts_of(it, n):  # the prompt batch ES draws at iteration it
+        return [rows[i]["prompt"] for i in es.prompt_batch(0, it, len(rows), n)]
+
+    def plain(pop, n, it):
+        prompts = prompts_of(it, n)
         t = time.perf_counter()
-        for _ in range(a.pop):
+        for _ in range(pop):
             engine.generate(prompts, **kw)
         return time.perf_counter() - t
 
-    def es_iteration(it):
+    def es_iteration(pop, n, it):
+        cfg = es.ESRun(pop=pop, sigma=a.sigma, lr=a.sigma / 6, batch_size=n, seed=0, max_new_tokens=a.max_new,
+                       drift=False)
         t = time.perf_counter()
-        line = es.es_step(engine, task, rows, cfg, it)
-        return time.perf_counter() - t, {k: v for k, v in line.items() if k.startswith("wall_")}
+        line = es.es_step(engine, task, rows, cfg, it, weights)
+        return time.perf_counter() - t, {k: v for k, v in line.items() if k.startswith("wall_")}, \
+            line["tokens_generated"]
 
-    engine.generate(prompts, **kw)  # warm-up
+    engine.generate(prompts_of(1, grid[0][1]), **kw)  # warm-up
     out = {}
     if a.mode == "both":  # interleaved, so that load changes hit both alike; best of reps each
-        gens, ess, splits = [], [], []
-        for rep in range(a.reps):
-            gens.append(plain())
-            wall, split = es_iteration(rep + 1)
-            ess.append(wall)
-            splits.append(split)
-        out["gen_wall"], out["es_wall"] = min(gens), min(ess)
-        out["gen_walls"], out["es_walls"] = gens, ess
-        out["es_split"] = splits[ess.index(min(ess))]
+        runs = {g: {"gen": [], "es": [], "split": [], "tokens": 0} for g in grid}
+        it = 0
+        for _ in range(a.reps):
+            for g in grid:
+                it += 1
+                runs[g]["gen"].append(plain(*g, it))
+                wall, split, runs[g]["tokens"] = es_iteration(*g, it)
+                runs[g]["es"].append(wall)
+                runs[g]["split"].append(split)
+        points = [{"pop": g[0], "prompts": g[1], "gen_wall": min(r["gen"]), "es_wall": min(r["es"]),
+                   "gen_walls": r["gen"], "es_walls": r["es"], "es_split": r["split"][r["es"].index(min(r["es"]))],
+                   "es_tokens": r["tokens"]} for g, r in runs.items()]
+        if a.grid:
+            out["grid"] = points
+        else:
+            out.update({k: v for k, v in points[0].items() if k not in ("pop", "prompts", "es_tokens")})
     elif a.mode == "gen":
-        out["gen_wall"] = plain()
+        out["gen_wall"] = plain(*grid[0], 1)
     else:
-        out["es_wall"], out["es_split"] = es_iteration(1)
+        out["es_wall"], out["es_split"], _ = es_iteration(*grid[0], 1)
     return out
 
 
@@ -165,7 +223,7 @@ def child_main(a) -> None:
     a.spec = json.loads(a.spec)
     if a.threads:
         torch.set_num_threads(a.threads)
-    out = child_gen(a) if a.child == "gen" else child_es(a)
+    out = {"gen": child_gen, "batches": child_batches, "es": child_es}[a.child](a)
     out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(out), flush=True)
     from esopt.engines import vllm
@@ -252,7 +310,7 @@ def table(results: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", choices=("gen", "es"))
+    ap.add_argument("--child", choices=("gen", "batches", "es"))
     ap.add_argument("--spec")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=1,
@@ -268,6 +326,10 @@ def main() -> None:
     ap.add_argument("--mode", default="both")
     ap.add_argument("--pop", type=int, default=4)
     ap.add_argument("--sigma", type=float, default=0.01)
+    ap.add_argument("--engine", choices=("hf", "vllm"), default="vllm", help="es child: the engine ES runs on")
+    ap.add_argument("--inplace", action="store_true", help="es child, hf: members in place, not swapped in")
+    ap.add_argument("--grid", help="es child: POPxPROMPTS,... points (default: --pop x --prompts)")
+    ap.add_argument("--batch-sizes", default="1,16,64", help="batches child: prompts per generate call")
     ap.add_argument("--skip-05b", action="store_true", help="tiny-s only")
     ap.add_argument("--workdir", default="/tmp/esopt-bench-vllm", help="where the 0.5B-shaped model is built")
     ap.add_argument("--write-docs", action="store_true", help="write the table to docs/results/vllm.md")
