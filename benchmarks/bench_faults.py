@@ -61,6 +61,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+from helpers import slurm_reason  # noqa: E402 - the tests' own check: one rule for "Slurm is up"
 
 TINY = ["model=tiny-xs", "eval.problems=8", "eval.samples=2", "task.n_train=32", "task.n_test=8",
         "task.n_heldout=8", "sweep.name=f"]
@@ -489,19 +491,6 @@ def aggregate(bench, rng, attempt):
     if r.returncode != 0 or ids != set(refs):
         wrong.append(f"restored: exit {r.returncode}, {len(ids)} runs")
     return Outcome(wrong, len(missing) + len(set(refs) - ids), f"{key}={value!r}")
-
-
-def slurm_reason() -> str | None:
-    """Why the local Slurm cannot be used, or None."""
-    if shutil.which("sinfo") is None:
-        return "Slurm is not installed (scripts/start_slurm.sh)"
-    try:
-        r = subprocess.run(["sinfo", "-h", "-o", "%a %t"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"sinfo failed: {e}"
-    if r.returncode != 0 or not re.search(r"^up (idle|mix|alloc|comp)", r.stdout, flags=re.M):
-        return "no Slurm node up (sinfo); bash scripts/start_slurm.sh starts one"
-    return None
 
 
 def slurm_cancel(bench, rng, attempt, tries: int = 4):
