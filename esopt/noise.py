@@ -174,7 +174,7 @@ def perturb(params: Params, member_seed: int, sigma: float, sign: float = 1.0,
             part = flat[start:end]
             d = eps.mul_(state.scale)
             new = (part.float() + d).to(w.dtype)
-            back = (new.float() - d).to(w.dtype)
+            back = torch.sub(new.float(), d, out=d).to(w.dtype)  # into d's buffer: one chunk less
             miss = (_bits(back) != _bits(part)).nonzero().view(-1)
             idxs.append((miss + start).to(idx_type))
             vals.append(part[miss].clone())
@@ -191,7 +191,7 @@ def restore(params: Params, state: RestoreState) -> None:
         flat = w.view(-1)
         for start, end, eps in _chunks(w, tensor_seed(state.member_seed, name), state.rank):
             part = flat[start:end]
-            part.copy_((part.float() - eps.mul_(state.scale)).to(w.dtype))
+            part.copy_(torch.sub(part.float(), eps.mul_(state.scale), out=eps))  # the cast: copy_'s
         idx, vals = state.fixups[name]
         if idx.numel():
             flat[idx] = vals
@@ -216,7 +216,7 @@ def perturbed(params: Params, member_seed: int, sigma: float, sign: float = 1.0,
     for (name, w), new in zip(items, outs):
         flat = w.view(-1)
         for start, end, eps in _chunks(w, tensor_seed(member_seed, name), rank):
-            new[start:end] = (flat[start:end].float() + eps.mul_(scale)).to(w.dtype)
+            new[start:end] = torch.add(flat[start:end].float(), eps.mul_(scale), out=eps)  # cast on copy
     return [new.view(w.shape) for new, (_, w) in zip(outs, items)]
 
 
@@ -255,9 +255,9 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
             for (_, c), stream in zip(coef, streams):  # one member's chunk alive at a time
                 acc.add_(next(stream)[2], alpha=c)
             acc.mul_(lr / n)
+            sq += float(acc.double().pow_(2).sum())
             part = flat[start:end]
-            part.copy_((part.float() + acc).to(part.dtype))
-            sq += float(acc.double().pow(2).sum())
+            part.copy_(acc.add_(part))  # fl(acc + w) = fl(w + acc), cast once by copy_
     return sq ** 0.5
 
 
