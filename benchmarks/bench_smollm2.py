@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_vllm, _results
 import bench_vllm as bv  # noqa: E402
 
@@ -54,13 +56,38 @@ def measure(a) -> dict:
     gen = child("batches", **common, batch_sizes=a.batch_sizes, prompts=4, reps=a.gen_reps)
     grid = child("es", **common, engine="vllm", mode="both", grid=a.grid, max_batch=64, sigma=a.sigma,
                  reps=a.reps)["grid"]
-    mem = {}
-    for name, engine, extra in (("hf", "hf", {}), ("hf in place", "hf", {"inplace": True}), ("vllm", "vllm", {})):
-        kw = dict(common, engine=engine, pop=2, prompts=a.mem_prompts, max_batch=64, sigma=a.sigma, **extra)
-        mem[name] = {"es": child("es", mode="es", **kw)["maxrss_mb"],
-                     "gen": mem.get("hf", {}).get("gen") if name == "hf in place" else
-                     child("es", mode="gen", **kw)["maxrss_mb"]}
-    return {"gen": gen, "grid": grid, "mem": mem}
+    mem: dict = {}
+    for _ in range(a.mem_reps):  # peak RSS varies from process to process (allocator): reps, medians
+        for name, engine, extra in (("hf", "hf", {}), ("hf in place", "hf", {"inplace": True}),
+                                    ("vllm", "vllm", {})):
+            kw = dict(common, engine=engine, pop=2, prompts=a.mem_prompts, max_batch=64, sigma=a.sigma, **extra)
+            m = mem.setdefault(name, {"es": [], "gen": []})
+            m["es"].append(child("es", mode="es", **kw)["maxrss_mb"])
+            m["gen"].append(mem["hf"]["gen"][-1] if name == "hf in place" else
+                            child("es", mode="gen", **kw)["maxrss_mb"])
+    return {"gen": gen, "grid": grid, "mem": mem, "draw_s": noise_draw_seconds(a.threads)}
+
+
+def noise_draw_seconds(threads: int) -> float:
+    """Seconds torch's CPU generator takes to draw one member's noise for every tensor of the
+    model (esopt.noise's chunked stream, best of 3): ES in vLLM draws it three times per member
+    (perturb, restore, its share of the update), hf twice (the member, the update)."""
+    import torch
+
+    from esopt import models, noise
+
+    torch.set_num_threads(threads)
+    model = models.load("smollm2-135m")[0]
+    params = list(model.named_parameters())
+    del model
+    best = float("inf")
+    for rep in range(3):
+        t = time.perf_counter()
+        for name, w in params:
+            for _ in noise._chunks(w, noise.tensor_seed(rep, name)):
+                pass
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 def verdict(value: float, goal: str) -> str:
@@ -77,17 +104,25 @@ def ratio_rows(r: dict, goal_point: str) -> list[list[str]]:
     pop, prompts = (int(x) for x in goal_point.split("x"))
     point = next((p for p in r["grid"] if (p["pop"], p["prompts"]) == (pop, prompts)), r["grid"][0])
     big = max(r["grid"], key=lambda p: (p["prompts"], -p["pop"]))
-    mem = r["mem"]
+    mem = {name: {k: float(np.median(v)) for k, v in m.items()} for name, m in r["mem"].items()}
+
+    def spread(name):  # the ratio's range over reps (es and gen of one rep paired)
+        rs = [e / g for e, g in zip(r["mem"][name]["es"], r["mem"][name]["gen"])]
+        return f" (reps {min(rs):.2f}-{max(rs):.2f})" if len(rs) > 1 else ""
+
     rows = [[f"ES iteration in vLLM / plain vLLM generation, pop {point['pop']} x {point['prompts']} prompts "
              "(<= 1.15)", "-", verdict(point["es_wall"] / point["gen_wall"], "es_over_gen")]]
     if big is not point:
         rows.append([f"the same, pop {big['pop']} x {big['prompts']} prompts (<= 1.15)", "-",
                      verdict(big["es_wall"] / big["gen_wall"], "es_over_gen")])
-    rows += [["ES peak memory / inference peak memory (<= 1.10)",
-              verdict(mem["hf"]["es"] / mem["hf"]["gen"], "es_memory"),
-              verdict(mem["vllm"]["es"] / mem["vllm"]["gen"], "es_memory")],
+    rows += [["ES peak memory / inference peak memory, medians (<= 1.10)",
+              verdict(mem["hf"]["es"] / mem["hf"]["gen"], "es_memory") + spread("hf"),
+              verdict(mem["vllm"]["es"] / mem["vllm"]["gen"], "es_memory") + spread("vllm")],
              ["the same, hf members in place instead of swapped in (<= 1.10)",
-              verdict(mem["hf in place"]["es"] / mem["hf in place"]["gen"], "es_memory"), "-"],
+              verdict(mem["hf in place"]["es"] / mem["hf in place"]["gen"], "es_memory") + spread("hf in place"),
+              "-"],
+             ["one member's noise, all 134.5M entries drawn once by torch's CPU generator, s",
+              f"{r['draw_s']:.2f} (drawn 2x per member)", f"{r['draw_s']:.2f} (drawn 3x per member)"],
              ["peak RSS MB of the ES process (hf: members swapped in / in place)",
               f"{mem['hf']['es']:.0f} / {mem['hf in place']['es']:.0f}", f"{mem['vllm']['es']:.0f}"],
              ["peak RSS MB of the inference process", f"{mem['hf']['gen']:.0f}", f"{mem['vllm']['gen']:.0f}"]]
@@ -118,7 +153,7 @@ def notes(r: dict, a) -> str:
             f"thread(s) per process; best of {a.gen_reps} reps (generation), {a.reps} (ES grid). Generation: the first max(b, 4) held-out prompts in "
             f"calls of b (tokens generated per batch size, hf: {json.dumps(tok['hf'])}, vllm: "
             f"{json.dumps(tok['vllm'])}). ES: train prompts, sigma {a.sigma}, es.drift=false; memory at pop 2 x "
-            f"{a.mem_prompts} prompts. 1-minute load average before/after each child process: {lo:.2f} to "
+            f"{a.mem_prompts} prompts, each peak the median of {a.mem_reps} processes. 1-minute load average before/after each child process: {lo:.2f} to "
             f"{hi:.2f} (this benchmark's own process counts for about {a.threads}). {a.note}").strip()
 
 
@@ -129,9 +164,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2, help="reps of the ES grid")
     ap.add_argument("--gen-reps", type=int, default=3, help="reps of the generation speed")
     ap.add_argument("--batch-sizes", default="1,16,64")
-    ap.add_argument("--grid", default="2x4,2x16,2x64,4x16,8x16", help="POPxPROMPTS points of the ES timing")
+    ap.add_argument("--grid", default="2x4,2x16,2x64,2x128,4x16,8x16", help="POPxPROMPTS points of the ES timing")
     ap.add_argument("--goal-point", default="8x16", help="the grid point the ES/generation goal is read at")
     ap.add_argument("--mem-prompts", type=int, default=16)
+    ap.add_argument("--mem-reps", type=int, default=2, help="reps of each peak-memory measurement")
     ap.add_argument("--sigma", type=float, default=1e-3)
     ap.add_argument("--note", default="", help="appended to the tables' notes (e.g. what else ran)")
     ap.add_argument("--write-docs", action="store_true", help="write the tables to docs/results/smollm2.md")
