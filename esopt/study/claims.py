@@ -214,7 +214,9 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
 # ---------------------------------------------------------------------------------------
 # reading a sweep
 def records_from_tables(runs, curves) -> list[dict]:
-    """Runs-table rows (completed) as records, with js_succ, p_pop, reward_mean = means of ES train lines."""
+    """Runs-table rows (completed) as records, with js_succ, p_pop, reward_mean = means of ES train
+    lines, and ``pass1_curve`` = [[iteration, Pass@1]] of the run's eval lines (claim 6's check
+    that GRPO has saturated)."""
     import pandas as pd
 
     if runs is None or not len(runs):
@@ -226,12 +228,18 @@ def records_from_tables(runs, curves) -> list[dict]:
         if "phase" in tl:
             tl = tl[tl["phase"] == "es"]
         js = tl.groupby("run_id")[[c for c in ("js_succ", "p_pop", "reward_mean") if c in tl]].mean()
+    curve = {}
+    if curves is not None and len(curves) and {"kind", "iteration", "pass@1"} <= set(curves.columns):
+        ev = curves[(curves["kind"] == "eval") & curves["pass@1"].notna()]
+        for rid, g in ev.groupby("run_id"):
+            curve[rid] = [[float(i), float(v)] for i, v in zip(g["iteration"], g["pass@1"])]
     recs = []
     for row in done.to_dict("records"):
         rec = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
         ks = [int(c[len("final_pass@"):]) for c in row if c.startswith("final_pass@") and c[11:].isdigit()
               and _num(row[c]) is not None]
         rec["k_max"] = max(ks) if ks else None
+        rec["pass1_curve"] = curve.get(rec["run_id"])
         if rec["run_id"] in js.index:
             for c in js.columns:
                 rec[c] = _num(js.loc[rec["run_id"], c])

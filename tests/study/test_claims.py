@@ -82,6 +82,17 @@ def test_planted_effects_say_yes_to_every_claim(tmp_path):
         assert c["estimand"] and c["statistic"] and c["variance"] and c["sesoi"] > 0
 
 
+def test_a_grpo_still_climbing_leaves_claim6_unclear_through_the_store(tmp_path):
+    """GRPO's curve is read from its eval lines (metrics.jsonl -> curves): the planted sweep with
+    GRPO still gaining 0.05 Pass@1 over the second half of its budget leaves claim 6 unclear
+    (data); saturated (the default planted sweep) it is tested from iteration 10 of 20."""
+    by, out = verdicts_of(tmp_path, "climbing", {"grpo_climb": 0.05})
+    assert by[1]["reproduced"] == "yes" and by[6]["reproduced"] == "unclear" and by[6]["unclear"] == "data"
+    assert "GRPO had not saturated: its Pass@1 rose +0.05" in by[6]["reason"], by[6]["reason"]
+    by, _ = verdicts_of(tmp_path, "saturated", {})
+    assert by[6]["reproduced"] == "yes" and by[6]["details"]["saturation"]["from"] == [10]
+
+
 def test_reversed_effects_say_no_while_es_learns(tmp_path):
     by, out = verdicts_of(tmp_path, "reversed", OPPOSITE)
     assert by[1]["reproduced"] == "yes"                              # ES still learns: no precondition fails
@@ -237,9 +248,18 @@ def test_claim5_without_a_control_is_unclear_data():
 
 
 # --- claim 6 ---------------------------------------------------------------------------
+def with_curve(runs, climb, spread=0.002):
+    """GRPO runs with an evaluation at half their budget (iteration 10 of 20), ``climb`` below
+    their final Pass@1 (plus a per-run spread): the curve claim 6's saturation check reads."""
+    for i, r in enumerate(runs):
+        r["pass1_curve"] = [[0, r["base_pass@1"]], [10, r["final_pass@1"] - climb + spread * (i - 1)],
+                            [20, r["final_pass@1"]]]
+    return runs
+
+
 def test_claim6_sequences_both_orders():
     es = [rec("es", s, 0.05, 0.15) for s in range(3)]              # Pass@1 0.15, Pass@8 ~0.73
-    grpo = [rec("grpo", s, final_p=PEAKED) for s in range(3)]      # Pass@1 0.45, Pass@K 0.5
+    grpo = with_curve([rec("grpo", s, final_p=PEAKED) for s in range(3)], 0.0)   # Pass@1 0.45, Pass@K 0.5
     both = np.where(np.arange(P) % 2 == 0, 0.9, 0.4)               # Pass@1 0.65, Pass@K ~1
     good = [rec("es_grpo", s, final_p=both) for s in range(3)]
     bad = [rec("grpo_es", s, final_p=PEAKED) for s in range(3)]    # only GRPO's profile
@@ -251,6 +271,29 @@ def test_claim6_sequences_both_orders():
     row, m = decided(6, es=es, grpo=grpo, es_grpo=good)            # one order run: tested alone
     assert row["verdict"] == "yes" and list(m["details"]["orders"]) == ["es_grpo"]
     assert decided(6, es=es, grpo=grpo)[0]["why"] == "unclear: data: no es_grpo or grpo_es runs in the comparison cell"
+    assert m["details"]["saturation"]["saturated"] and abs(m["details"]["saturation"]["effect"]) < 1e-9
+
+
+def test_claim6_needs_a_saturated_grpo():
+    """The same sequences that say yes against a saturated GRPO: unclear (data) when GRPO still
+    climbs over the second half of its budget (mean +0.03, its 95% upper bound above 0.01), when
+    the climb is small but too uncertain, and when GRPO has no evaluation between base and end."""
+    es = [rec("es", s, 0.05, 0.15) for s in range(3)]
+    both = np.where(np.arange(P) % 2 == 0, 0.9, 0.4)
+    good = [rec("es_grpo", s, final_p=both) for s in range(3)]
+    grpo = [rec("grpo", s, final_p=PEAKED) for s in range(3)]
+    row, m = decided(6, es=es, grpo=with_curve(grpo, 0.03), es_grpo=good)
+    assert row["verdict"] == "unclear" and row["unclear"] == "data", row
+    assert "GRPO had not saturated: its Pass@1 rose +0.030" in row["why"] and "from iteration 10" in row["why"]
+    assert m["details"]["saturation"]["p"] > S["alpha"]
+    row, m = decided(6, es=es, grpo=with_curve(grpo, 0.0, spread=0.02), es_grpo=good)   # mean 0, se 0.012
+    assert row["verdict"] == "unclear" and "not clearly below 0.01" in row["why"], row
+    row, m = decided(6, es=es, grpo=with_curve(grpo, 0.0), es_grpo=good)
+    assert row["verdict"] == "yes", row                               # saturated: tested, and true
+    for r in grpo:
+        r["pass1_curve"] = [[0, r["base_pass@1"]], [20, r["final_pass@1"]]]     # base and final only
+    row, _ = decided(6, es=es, grpo=grpo, es_grpo=good)
+    assert row["why"].startswith("unclear: data: GRPO's Pass@1 curve with an evaluation in the first half"), row
 
 
 # --- claim 7 ---------------------------------------------------------------------------
