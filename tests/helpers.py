@@ -412,7 +412,7 @@ PLANTED_DEFAULTS = {
 
 def write_planted_sweep(root, planted: dict | None = None, *, models: dict | None = None, pops=(4, 8, 16, 32, 64),
                         seeds=(0, 1, 2), problems: int = 200, samples: int = 32, noise: float = 0.003,
-                        cell_model: str | None = None, rng_seed: int = 0) -> dict:
+                        cell_model: str | None = None, rng_seed: int = 0, test_draw: int = 0) -> dict:
     """A sweep with the study's effects planted (or removed, or reversed), written through the
     results store the runs use, for testing that every claim can come out yes, no or unclear.
 
@@ -424,7 +424,8 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
     comparison cell) at the pop nearest its best. Entropies are written for the eval split and
     the out-of-domain set alike (``entropy``, ``ood_entropy``); ES members are scored by sampling
     (es.temperature 1.0, es.samples 4); sparsity.json has the global top-|delta| point at keep 0.22
-    and a random-mask control keeping ``random_share`` of the gain. Returns the planted settings."""
+    and a random-mask control keeping ``random_share`` of the gain; every run's config names
+    ``task.test_draw`` (the test split's draw). Returns the planted settings."""
     p = {**PLANTED_DEFAULTS, **(planted or {})}
     rng = np.random.default_rng(rng_seed)
     models = models or {"tiny-xs": 3e4, "tiny-s": 1e5, "tiny-m": 3.3e5, "tiny-l": 8e5, "tiny-xl": 1.7e6}
@@ -452,7 +453,7 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
         rd = RunDir(runs_dir / rid)
         rd.path.mkdir(parents=True, exist_ok=True)
         cfg = {"model": {"name": model}, "algo": algo, "pop": pop, "seed": seed, "iterations": 20,
-               "es": {"temperature": 1.0, "samples": 4}}
+               "es": {"temperature": 1.0, "samples": 4}, "task": {"name": "countdown", "test_draw": test_draw}}
         lines = [{"kind": "eval", "iteration": 0, "phase": "base", **{k: v for k, v in base.items()
                                                                     if k != "correct_counts"}}]
         if js is not None:

@@ -21,6 +21,10 @@ cell, runs every claim and decides:
 The calibration of these rules (false yes, false no, power, by simulation through this code):
 ``python benchmarks/bench_claims_calibration.py`` (docs/results/claims_calibration.md).
 
+claims.json records the draw the verdicts come from: the cell's seeds and its runs' test split
+(``cell.test_draw``: countdown's ``task.test_draw``, 0 the standard split, d >= 1 a fresh
+confirmatory draw; null for a task without the knob).
+
 Input: one record per completed run (the aggregator's runs-table row: run_id, algo, model,
 params, pop, seed, iterations, sigma, lr, base_/final_ metrics; plus ``js_succ`` / ``p_pop`` /
 ``reward_mean`` = the means of the run's ES train lines), and the per-problem lists read from
@@ -204,6 +208,7 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
         "cell": {"model": cell["model"], "settings": cell["settings"],
                  "runs": {a: [r["run_id"] for r in rs] for a, rs in A.items()},
                  "seeds": {a: [r.get("seed") for r in rs] for a, rs in A.items()},
+                 "test_draw": sorted({r.get("test_draw") for rs in A.values() for r in rs}, key=str),
                  "tokens_generated_mean": tokens,
                  "tokens_vs_es": {a: (t / ref if ref else None) for a, t in tokens.items()}},
         "summary": {v: [c["id"] for c in out if c["reproduced"] == v] for v in VERDICTS},
@@ -272,6 +277,7 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
         r["base_counts"], r["final_counts"] = base.get("correct_counts"), final.get("correct_counts")
         es_cfg = ((s.get("config") or {}).get("es") or {})
         r["es_temperature"], r["es_samples"] = es_cfg.get("temperature"), es_cfg.get("samples")
+        r["test_draw"] = (((s.get("config") or {}).get("task") or {}).get("test_draw"))
 
 
 def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:

@@ -93,6 +93,29 @@ def test_a_grpo_still_climbing_leaves_claim6_unclear_through_the_store(tmp_path)
     assert by[6]["reproduced"] == "yes" and by[6]["details"]["saturation"]["from"] == [10]
 
 
+def test_a_confirmatory_draw_enters_the_run_id_and_claims_json(tmp_path):
+    """task.test_draw: a run on a fresh test draw is another run (its id), the standard draw keeps
+    the id it had before the knob, a bad value is one error line (exit 2), and claims.json says
+    which draw its verdicts come from (cell.test_draw)."""
+    from helpers import run_config
+
+    from esopt.runtime.validate import identity, run_id
+
+    rc0, rc1 = run_config("model=tiny-xs"), run_config("model=tiny-xs", "task.test_draw=1")
+    assert "test_draw" not in identity(rc0)["task"] and identity(rc1)["task"]["test_draw"] == 1
+    assert run_id(rc0) != run_id(rc1) and rc1.to_dict()["task"]["test_draw"] == 1   # summary.json's config
+    r = run_cli("esopt.sweep", "model=tiny-xs", "task.test_draw=-1", f"sweep.root={tmp_path}", "sweep.dry_run=true",
+                env=ENV)
+    assert r.returncode == 2 and r.stderr.strip() == "esopt: error: task countdown: test_draw must be an integer " \
+                                                     ">= 0, got -1", r.stderr
+    for draw in (0, 2):
+        sweep = tmp_path / f"paper_draw{draw}"
+        write_planted_sweep(sweep, {}, test_draw=draw)
+        out = C.claims(sweep)
+        assert out["cell"]["test_draw"] == [draw] and out["cell"]["seeds"]["es"] == [0, 1, 2]
+        assert json.loads(json.dumps(out))["cell"]["test_draw"] == [draw]
+
+
 def test_reversed_effects_say_no_while_es_learns(tmp_path):
     by, out = verdicts_of(tmp_path, "reversed", OPPOSITE)
     assert by[1]["reproduced"] == "yes"                              # ES still learns: no precondition fails
