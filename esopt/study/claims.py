@@ -17,7 +17,8 @@ cell, runs every claim and decides:
     unclear: "power": power_at(delta, se, df, alpha / m) is the test's power at the smallest
              effect of interest (m = claims tested; Holm's first step), and
              data_needed = ((z_{1-alpha/m} + z_0.8) se / delta)^2 is about how many times the
-             runs (seeds) 80% power needs; "data": what the sweep lacks, named.
+             test's units (the claim's ``units``: seeds; claim 4 ES runs; claim 7 model sizes)
+             80% power needs; "data": what the sweep lacks, named.
 The calibration of these rules (false yes, false no, power, by simulation through this code):
 ``python benchmarks/bench_claims_calibration.py`` (docs/results/claims_calibration.md).
 
@@ -149,8 +150,9 @@ def decide_all(measures: dict[int, dict], s: Mapping) -> dict[int, dict]:
                 need = row["data_needed"]
                 row["unclear"] = "power"
                 row["why"] = (f"unclear: power {row['power']:.0%} at {c.boundary + c.sesoi:+g}"
-                              + ("" if need is None else f", 80% needs about {need:.2g}x the seeds"
-                                 if need <= MAX_DATA_NEEDED else f", 80% needs more than {MAX_DATA_NEEDED}x the seeds")
+                              + ("" if need is None else f", 80% needs about {need:.2g}x the {c.units}"
+                                 if need <= MAX_DATA_NEEDED else f", 80% needs more than {MAX_DATA_NEEDED}x the "
+                                 f"{c.units}")
                               + f" (Holm p yes {yes[cid][1]:.2g}, no {no[cid][1]:.2g}); {m['why']}")
         out[cid] = row
     for cid, c in REGISTRY.items():                    # preconditions: claim 1 first

@@ -328,11 +328,11 @@ def test_claim7_needs_five_sizes(tmp_path):
 
 
 def test_claim7_interaction_slope():
-    def family(beta, seed=0):
+    def family(beta, seed=0, spread=0.0):
         rng = np.random.default_rng(seed)
         runs = []
         for j, params in enumerate((3e4, 1e5, 3e5, 1e6, 3e6)):
-            slope = 0.02 + beta * (math.log(params) - math.log(3e5))
+            slope = 0.02 + beta * (math.log(params) - math.log(3e5)) + spread * rng.normal()
             for pop in (4, 8, 16, 32):
                 for s in range(3):
                     p = 0.3 + slope * (math.log2(pop) - 3) + rng.normal(0, 0.002)
@@ -344,6 +344,9 @@ def test_claim7_interaction_slope():
     assert row["verdict"] == "yes" and m["details"]["beta"] == pytest.approx(-0.005, abs=0.002)
     assert m["df"] == 3 and [t["model"] for t in m["details"]["per_size"]] == [f"m{j}" for j in range(5)]
     assert decided(7, es=family(0.005))[0]["verdict"] == "no"
+    row, m = decided(7, es=family(-0.0005, spread=0.003))      # sizes scattered: 5 cannot resolve it
+    assert row["verdict"] == "unclear" and row["unclear"] == "power", row
+    assert re.search(r"80% needs (about [0-9.e+]+x|more than 100x) the model sizes", row["why"]), row["why"]
 
 
 # --- the statistics ------------------------------------------------------------------------
