@@ -478,7 +478,7 @@ def _size_cells(es: list[dict]) -> dict:
        boundary=0.0, sesoi=0.001, statistic="t = -beta / se, the second-stage least squares over sizes",
        variance="between sizes: the residual spread of the per-size slopes (t at sizes - 2 df), which holds "
                 "the seeds' and problems' part too; more seeds do not shrink the between-size part (the "
-                "simulator: about 0.35-0.6 power at 5 sizes with any seeds, 0.90 at 12 sizes x 8 seeds)",
+                "simulator: about 0.35-0.65 power at 5 sizes with any seeds, 0.91 at 12 sizes x 8 seeds)",
        select=lambda sweep: {"es": sweep["es"]}, units="model sizes")
 def pop_vs_size(data, s):
     cells = _size_cells(data["es"])
