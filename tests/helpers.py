@@ -404,6 +404,7 @@ PLANTED_DEFAULTS = {
     #                          "neither": below both singles; "base": the base model's; None: none
     "sparsity": 1.0,         # share of ES's gain kept by the largest 22% of its update
     "random_share": 0.3,     # share kept by a random mask of the same size (the control)
+    "grpo_climb": 0.0,       # GRPO's Pass@1 gain from its mid-budget evaluation to its end (0: saturated)
     "slope": -0.5,           # planted d ln N* / d ln params
     "curvature": 0.02,       # Pass@1 loss per squared octave away from a size's best population
 }
@@ -411,7 +412,7 @@ PLANTED_DEFAULTS = {
 
 def write_planted_sweep(root, planted: dict | None = None, *, models: dict | None = None, pops=(4, 8, 16, 32, 64),
                         seeds=(0, 1, 2), problems: int = 200, samples: int = 32, noise: float = 0.003,
-                        cell_model: str | None = None, rng_seed: int = 0) -> dict:
+                        cell_model: str | None = None, rng_seed: int = 0, test_draw: int = 0) -> dict:
     """A sweep with the study's effects planted (or removed, or reversed), written through the
     results store the runs use, for testing that every claim can come out yes, no or unclear.
 
@@ -423,7 +424,8 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
     comparison cell) at the pop nearest its best. Entropies are written for the eval split and
     the out-of-domain set alike (``entropy``, ``ood_entropy``); ES members are scored by sampling
     (es.temperature 1.0, es.samples 4); sparsity.json has the global top-|delta| point at keep 0.22
-    and a random-mask control keeping ``random_share`` of the gain. Returns the planted settings."""
+    and a random-mask control keeping ``random_share`` of the gain; every run's config names
+    ``task.test_draw`` (the test split's draw). Returns the planted settings."""
     p = {**PLANTED_DEFAULTS, **(planted or {})}
     rng = np.random.default_rng(rng_seed)
     models = models or {"tiny-xs": 3e4, "tiny-s": 1e5, "tiny-m": 3.3e5, "tiny-l": 8e5, "tiny-xl": 1.7e6}
@@ -447,16 +449,18 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
                 "format": 1.0, "tokens_generated": int(len(counts) * samples * 8), "wall_s": 1.0,
                 "correct_counts": counts.tolist()}
 
-    def write(rid, algo, model, params, pop, seed, base, final, js=None, phases=()):
+    def write(rid, algo, model, params, pop, seed, base, final, js=None, phases=(), mid_pass1=None):
         rd = RunDir(runs_dir / rid)
         rd.path.mkdir(parents=True, exist_ok=True)
         cfg = {"model": {"name": model}, "algo": algo, "pop": pop, "seed": seed, "iterations": 20,
-               "es": {"temperature": 1.0, "samples": 4}}
+               "es": {"temperature": 1.0, "samples": 4}, "task": {"name": "countdown", "test_draw": test_draw}}
         lines = [{"kind": "eval", "iteration": 0, "phase": "base", **{k: v for k, v in base.items()
                                                                     if k != "correct_counts"}}]
         if js is not None:
             lines += [{"kind": "train", "iteration": it, "phase": "es", "js_succ": js, "p_pop": 0.5 + js,
                        "reward_mean": 0.3, "tokens_generated": 100} for it in (1, 2)]
+        if mid_pass1 is not None:        # GRPO's evaluation at half its budget (claim 6's saturation check)
+            lines.append({"kind": "eval", "iteration": 10, "phase": algo, "pass@k": {"1": mid_pass1}})
         lines.append({"kind": "eval", "iteration": 20, "phase": algo,
                       **{k: v for k, v in final.items() if k != "correct_counts"}})
         rd.write_summary({"status": "completed", "error": None, "run_id": rid, "algo": algo, "task": "countdown",
@@ -494,9 +498,11 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
         grpo_p = base_p + p["grpo_gain"]
         for seed in seeds:
             write(f"none-{model}-s{seed}", "none", model, params, None, seed, base, base)
-            write(f"grpo-{model}-s{seed}", "grpo", model, params, None, seed, base,
-                  evaluation(difficulty, grpo_p + rng.normal(0, noise), profiles["grpo"],
-                             ent0 * (1 + p["grpo_entropy"])))
+            final = evaluation(difficulty, grpo_p + rng.normal(0, noise), profiles["grpo"],
+                               ent0 * (1 + p["grpo_entropy"]))
+            write(f"grpo-{model}-s{seed}", "grpo", model, params, None, seed, base, final,
+                  mid_pass1=final["pass@k"]["1"] - p["grpo_climb"]       # its own stream: the others' draws unchanged
+                  + np.random.default_rng([rng_seed, 1, seed]).normal(0, noise))
             for seq in ("grpo_es", "es_grpo"):
                 if p["sequence"] is None:
                     continue

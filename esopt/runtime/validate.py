@@ -196,6 +196,7 @@ def identity(rc: RunConfig) -> dict:
     for key in ("sweep", "tuning", "analysis", "logger", "logger_opts"):  # read the result, never change it
         d.pop(key, None)
     d["eval"].pop("out", None)
+    d["task"] = tasks.id_knobs(d["task"])  # a knob at its id-neutral value: the id it had before the knob
     if d["eval"].get("ood_task") is None:  # runs without an OOD set keep their earlier ids
         for key in ("ood_task", "ood_split", "ood_problems"):
             d["eval"].pop(key, None)

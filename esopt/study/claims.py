@@ -17,9 +17,14 @@ cell, runs every claim and decides:
     unclear: "power": power_at(delta, se, df, alpha / m) is the test's power at the smallest
              effect of interest (m = claims tested; Holm's first step), and
              data_needed = ((z_{1-alpha/m} + z_0.8) se / delta)^2 is about how many times the
-             runs (seeds) 80% power needs; "data": what the sweep lacks, named.
+             test's units (the claim's ``units``: seeds; claim 4 ES runs; claim 7 model sizes)
+             80% power needs; "data": what the sweep lacks, named.
 The calibration of these rules (false yes, false no, power, by simulation through this code):
 ``python benchmarks/bench_claims_calibration.py`` (docs/results/claims_calibration.md).
+
+claims.json records the draw the verdicts come from: the cell's seeds and its runs' test split
+(``cell.test_draw``: countdown's ``task.test_draw``, 0 the standard split, d >= 1 a fresh
+confirmatory draw; null for a task without the knob).
 
 Input: one record per completed run (the aggregator's runs-table row: run_id, algo, model,
 params, pop, seed, iterations, sigma, lr, base_/final_ metrics; plus ``js_succ`` / ``p_pop`` /
@@ -145,8 +150,9 @@ def decide_all(measures: dict[int, dict], s: Mapping) -> dict[int, dict]:
                 need = row["data_needed"]
                 row["unclear"] = "power"
                 row["why"] = (f"unclear: power {row['power']:.0%} at {c.boundary + c.sesoi:+g}"
-                              + ("" if need is None else f", 80% needs about {need:.2g}x the seeds"
-                                 if need <= MAX_DATA_NEEDED else f", 80% needs more than {MAX_DATA_NEEDED}x the seeds")
+                              + ("" if need is None else f", 80% needs about {need:.2g}x the {c.units}"
+                                 if need <= MAX_DATA_NEEDED else f", 80% needs more than {MAX_DATA_NEEDED}x the "
+                                 f"{c.units}")
                               + f" (Holm p yes {yes[cid][1]:.2g}, no {no[cid][1]:.2g}); {m['why']}")
         out[cid] = row
     for cid, c in REGISTRY.items():                    # preconditions: claim 1 first
@@ -204,6 +210,7 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
         "cell": {"model": cell["model"], "settings": cell["settings"],
                  "runs": {a: [r["run_id"] for r in rs] for a, rs in A.items()},
                  "seeds": {a: [r.get("seed") for r in rs] for a, rs in A.items()},
+                 "test_draw": sorted({r.get("test_draw") for rs in A.values() for r in rs}, key=str),
                  "tokens_generated_mean": tokens,
                  "tokens_vs_es": {a: (t / ref if ref else None) for a, t in tokens.items()}},
         "summary": {v: [c["id"] for c in out if c["reproduced"] == v] for v in VERDICTS},
@@ -214,7 +221,9 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
 # ---------------------------------------------------------------------------------------
 # reading a sweep
 def records_from_tables(runs, curves) -> list[dict]:
-    """Runs-table rows (completed) as records, with js_succ, p_pop, reward_mean = means of ES train lines."""
+    """Runs-table rows (completed) as records, with js_succ, p_pop, reward_mean = means of ES train
+    lines, and ``pass1_curve`` = [[iteration, Pass@1]] of the run's eval lines (claim 6's check
+    that GRPO has saturated)."""
     import pandas as pd
 
     if runs is None or not len(runs):
@@ -226,12 +235,18 @@ def records_from_tables(runs, curves) -> list[dict]:
         if "phase" in tl:
             tl = tl[tl["phase"] == "es"]
         js = tl.groupby("run_id")[[c for c in ("js_succ", "p_pop", "reward_mean") if c in tl]].mean()
+    curve = {}
+    if curves is not None and len(curves) and {"kind", "iteration", "pass@1"} <= set(curves.columns):
+        ev = curves[(curves["kind"] == "eval") & curves["pass@1"].notna()]
+        for rid, g in ev.groupby("run_id"):
+            curve[rid] = [[float(i), float(v)] for i, v in zip(g["iteration"], g["pass@1"])]
     recs = []
     for row in done.to_dict("records"):
         rec = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
         ks = [int(c[len("final_pass@"):]) for c in row if c.startswith("final_pass@") and c[11:].isdigit()
               and _num(row[c]) is not None]
         rec["k_max"] = max(ks) if ks else None
+        rec["pass1_curve"] = curve.get(rec["run_id"])
         if rec["run_id"] in js.index:
             for c in js.columns:
                 rec[c] = _num(js.loc[rec["run_id"], c])
@@ -264,6 +279,7 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
         r["base_counts"], r["final_counts"] = base.get("correct_counts"), final.get("correct_counts")
         es_cfg = ((s.get("config") or {}).get("es") or {})
         r["es_temperature"], r["es_samples"] = es_cfg.get("temperature"), es_cfg.get("samples")
+        r["test_draw"] = (((s.get("config") or {}).get("task") or {}).get("test_draw"))
 
 
 def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:

@@ -13,6 +13,10 @@ the same P problems):
   problems, u_r ~ N(0, sigma_seed^2) the seed's deviation (so the mean Pass@1 gain over all
   problems is g_A + u_r); base evaluations: one draw per model, shared by its runs;
 - per-sample noise: correct counts ~ Binomial(n, p_rp);
+- GRPO's Pass@1 curve (claim 6's saturation check): an evaluation at half its budget with
+  p = p_p + (g_GRPO + u_r - climb + v_r) / (1 - unsolvable), v_r ~ N(0, sigma_step^2) (the
+  run's own drift between the two evaluations), so the second half adds ``climb`` on average
+  (0, the default: GRPO has saturated);
 - out-of-domain entropy: rel_r = Q_A (g_A + u_r) + N(0, sigma_entropy^2) (Q_A: change per unit gain);
 - ES members (claim 4): per run standardized reward z, js = 0.6 z + 0.8 e1, p_pop = 0.6 z + 0.8 e2,
   Pass@K gain = 0.01 (0.5 z + rho e1 + rho e2 + sqrt(1 - 2 rho^2) e3): partial correlation rho;
@@ -25,7 +29,8 @@ Default magnitudes (assumed: no real runs were on the calibration machine; taken
 measured paper_cpu run, docs/results/claims_paper_cpu.md): base Pass@1 ~0.20 and Pass@16 ~0.72
 (0.204 and 0.747 measured) from unsolvable 0.2 and Beta(2, 6); sigma_seed 0.005 (claim 1's
 interval over 3 seeds x 500 problems); sigma_entropy 0.005 (claim 2's intervals); s0 0.006 Pass@1
-per doubling of N (tiny-xs 0.155 -> 0.171 over N 4 -> 32); sigma_size 0.001 (assumed).
+per doubling of N (tiny-xs 0.155 -> 0.171 over N 4 -> 32); sigma_size 0.001 (assumed);
+sigma_step 0.005 (assumed: a run's drift between evaluations as large as the seeds' spread).
 
 ``effects`` maps a claim id to its effect theta on the claim's own scale (claim_rules' estimand):
 its boundary (null), boundary + delta (true at the smallest effect of interest), or beyond
@@ -46,6 +51,7 @@ from esopt.study.claim_rules import REGISTRY
 STRONG = {1: 0.05, 2: 2.0, 3: 0.02, 4: 0.6, 5: 0.01, 6: 0.02, 7: 0.003}
 GRPO_PER_GAIN = -2.3          # GRPO's relative entropy change per unit Pass@1 gain (paper_cpu: -16.8% / 0.074)
 HERMITE = np.polynomial.hermite_e.hermegauss(6)
+ITERATIONS = 40               # every simulated run's budget; GRPO is also evaluated at half of it
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ class Components:
     sigma_size: float = 0.001
     s0: float = 0.006
     s_random: float = 0.3
+    sigma_step: float = 0.005
+    grpo_climb: float = 0.0                # GRPO's mean Pass@1 gain over the second half of its budget
     params: tuple = (3e4, 1.7e6)           # the family's smallest and largest size (geometric between)
 
 
@@ -140,7 +148,7 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
 
     def rec(algo, seed, final, model="cell", pop=16, params=1e5, **extra):
         return {"run_id": f"{algo}-{model}-{pop}-{seed}", "status": "completed", "algo": algo, "model": model,
-                "params": params, "pop": pop, "seed": seed, "iterations": 40, "sigma": 0.01, "lr": 0.005,
+                "params": params, "pop": pop, "seed": seed, "iterations": ITERATIONS, "sigma": 0.01, "lr": 0.005,
                 "samples": n, "base_counts": base if model == "cell" else extra.pop("base"), "final_counts": final,
                 "tokens_generated": 1000, **extra}
 
@@ -151,6 +159,11 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
             g = kn["g"][algo] + u
             final = _counts(p, g, n, c, rng)
             extra = {"base_pass@1": float(base.mean() / n), "final_pass@1": float(final.mean() / n)}
+            if algo == "grpo":
+                climb = 0.0 if nothing_trains else c.grpo_climb
+                mid = _counts(p, g - climb + rng.normal(0, c.sigma_step), n, c, rng)
+                extra["pass1_curve"] = [[0, extra["base_pass@1"]], [ITERATIONS // 2, float(mid.mean() / n)],
+                                        [ITERATIONS, extra["final_pass@1"]]]
             if algo in ("es", "grpo"):
                 h0 = 1.0
                 extra |= {"base_ood_entropy": h0,

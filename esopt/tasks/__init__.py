@@ -62,6 +62,9 @@ class Task:
     name: str = ""
     styles: tuple[str, ...] = ("compact",)  # prompt styles this task supports
     knobs: dict[str, Any] = {}  # option -> default (besides name and style)
+    # knob -> the value at which it is left out of the run id (knobs added after runs were
+    # recorded: a run at that value keeps the id it had before the knob existed; id_knobs)
+    id_neutral: dict[str, Any] = {}
     eval_problems: int | None = 200  # problems evaluated when eval.problems is null (None = the whole split)
     verifier: str | None = None  # what decides Verdict.correct, when a task has several ways (recorded)
     budgets: dict[str, int] = {"compact": 24, "chat": 1024}  # style -> default max_new_tokens
@@ -148,6 +151,14 @@ def resolved(cfg: Mapping) -> dict:
     cfg = to_dict(cfg)
     cls = task_class(cfg.get("name"))
     return cls.resolve(resolve_knobs(cls.name, cfg, cls.knobs))
+
+
+def id_knobs(cfg: Mapping) -> dict:
+    """The task config as it enters the run id: ``cfg`` without the knobs at their
+    ``Task.id_neutral`` value (e.g. countdown's ``test_draw`` 0: the standard test split)."""
+    cfg = to_dict(cfg)
+    neutral = task_class(cfg.get("name")).id_neutral
+    return {k: v for k, v in cfg.items() if not (k in neutral and v == neutral[k])}
 
 
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")  # beside tokenizer_config.json

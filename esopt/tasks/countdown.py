@@ -12,7 +12,9 @@ Data (``source``):
     Problems are deduplicated by ``(sorted numbers, target)`` and dealt in generation order:
     first ``n_test`` to test, then ``n_heldout`` to heldout, then ``n_train`` to train. So test and
     heldout do not change when only ``n_train`` changes (a bigger ``n_train`` with the same other
-    knobs yields a superset train split, disjoint from the same test/heldout).
+    knobs yields a superset train split, disjoint from the same test/heldout). ``test_draw`` d >= 1
+    replaces test with the d-th next ``n_test`` problems of the same stream after train: a fresh
+    test split, disjoint from draw 0's three splits and from every other draw.
   * a local ``.json`` (array or JSON lines), ``.jsonl`` or ``.parquet`` file, a folder holding
     ``<hub_split>.jsonl``, a ``save_to_disk`` directory, or a hub dataset name, in either public
     format: ``{nums, target}`` (Countdown-Tasks-3to4, TinyZero) or ``{id, context, numbers,
@@ -178,6 +180,11 @@ class CountdownTask(Task):
         #                         train and heldout (2,000 of the ES file)
         "n_heldout": None,      # held-out problems; null = generator 500, files 0 (the last rows)
         "seed": 0,              # generator seed: same knobs + seed = same data
+        "test_draw": 0,         # which test split (generator only): 0 = the standard one; d >= 1 = the
+        #                         d-th fresh draw of n_test problems, dealt from the same stream after
+        #                         train, so disjoint from draw 0's test, heldout and train and from every
+        #                         other draw (train and heldout unchanged): a confirmatory run on
+        #                         problems the claims' rules were never tuned on (sweeps/README.md)
         "source": None,         # null = the generator; or a local .json/.jsonl/.parquet file, a
         #                         folder with <hub_split>.jsonl, a save_to_disk directory, or a hub
         #                         dataset name, with rows {nums, target} or
@@ -185,6 +192,7 @@ class CountdownTask(Task):
         "hub_config": None,     # hub dataset config name (source = hub name only)
         "hub_split": "train",   # hub split (or folder / save_to_disk split) that is loaded and carved
     }
+    id_neutral = {"test_draw": 0}   # runs on the standard test split keep their ids
     budgets = {"compact": 24, "chat": 1024}
     stops = {"chat": ("</answer>",)}
     SIZES = {"generator": (2000, 500, 500), "file": (200, None, 0)}  # (n_train, n_test, n_heldout)
@@ -209,13 +217,18 @@ class CountdownTask(Task):
         check_int("countdown", "n_test", c["n_test"], 1, allow_none=c["source"] is not None)
         check_int("countdown", "n_heldout", c["n_heldout"], 0)
         check_int("countdown", "seed", c["seed"], 0)
+        check_int("countdown", "test_draw", c["test_draw"], 0)
+        if c["test_draw"] and c["source"] is not None:
+            raise ConfigError(f"task countdown: test_draw={c['test_draw']} needs the generator (source null); "
+                              f"a data file's test split is fixed: {c['source']}")
 
     # -- data
     def _build(self) -> dict:
         c = self.cfg
         if c["source"] is None:
+            dealt, draw = c["n_test"] + c["n_heldout"] + c["n_train"], c["test_draw"]
             probs = generate(
-                c["n_test"] + c["n_heldout"] + c["n_train"],
+                dealt + draw * c["n_test"],
                 count=c["count"],
                 min_number=c["min_number"],
                 max_number=c["max_number"],
@@ -223,7 +236,8 @@ class CountdownTask(Task):
                 seed=c["seed"],
             )
             a, b = c["n_test"], c["n_test"] + c["n_heldout"]
-            parts = {"test": probs[:a], "heldout": probs[a:b], "train": probs[b:]}
+            fresh = probs[dealt + (draw - 1) * c["n_test"]:] if draw else probs[:a]
+            parts = {"test": fresh, "heldout": probs[a:b], "train": probs[b:dealt]}
         else:
             parts = self._load(str(c["source"]))
         integer = all(isinstance(p["target"], int) for ps in parts.values() for p in ps)

@@ -82,6 +82,40 @@ def test_planted_effects_say_yes_to_every_claim(tmp_path):
         assert c["estimand"] and c["statistic"] and c["variance"] and c["sesoi"] > 0
 
 
+def test_a_grpo_still_climbing_leaves_claim6_unclear_through_the_store(tmp_path):
+    """GRPO's curve is read from its eval lines (metrics.jsonl -> curves): the planted sweep with
+    GRPO still gaining 0.05 Pass@1 over the second half of its budget leaves claim 6 unclear
+    (data); saturated (the default planted sweep) it is tested from iteration 10 of 20."""
+    by, out = verdicts_of(tmp_path, "climbing", {"grpo_climb": 0.05})
+    assert by[1]["reproduced"] == "yes" and by[6]["reproduced"] == "unclear" and by[6]["unclear"] == "data"
+    assert "GRPO had not saturated: its Pass@1 rose +0.05" in by[6]["reason"], by[6]["reason"]
+    by, _ = verdicts_of(tmp_path, "saturated", {})
+    assert by[6]["reproduced"] == "yes" and by[6]["details"]["saturation"]["from"] == [10]
+
+
+def test_a_confirmatory_draw_enters_the_run_id_and_claims_json(tmp_path):
+    """task.test_draw: a run on a fresh test draw is another run (its id), the standard draw keeps
+    the id it had before the knob, a bad value is one error line (exit 2), and claims.json says
+    which draw its verdicts come from (cell.test_draw)."""
+    from helpers import run_config
+
+    from esopt.runtime.validate import identity, run_id
+
+    rc0, rc1 = run_config("model=tiny-xs"), run_config("model=tiny-xs", "task.test_draw=1")
+    assert "test_draw" not in identity(rc0)["task"] and identity(rc1)["task"]["test_draw"] == 1
+    assert run_id(rc0) != run_id(rc1) and rc1.to_dict()["task"]["test_draw"] == 1   # summary.json's config
+    r = run_cli("esopt.sweep", "model=tiny-xs", "task.test_draw=-1", f"sweep.root={tmp_path}", "sweep.dry_run=true",
+                env=ENV)
+    assert r.returncode == 2 and r.stderr.strip() == "esopt: error: task countdown: test_draw must be an integer " \
+                                                     ">= 0, got -1", r.stderr
+    for draw in (0, 2):
+        sweep = tmp_path / f"paper_draw{draw}"
+        write_planted_sweep(sweep, {}, test_draw=draw)
+        out = C.claims(sweep)
+        assert out["cell"]["test_draw"] == [draw] and out["cell"]["seeds"]["es"] == [0, 1, 2]
+        assert json.loads(json.dumps(out))["cell"]["test_draw"] == [draw]
+
+
 def test_reversed_effects_say_no_while_es_learns(tmp_path):
     by, out = verdicts_of(tmp_path, "reversed", OPPOSITE)
     assert by[1]["reproduced"] == "yes"                              # ES still learns: no precondition fails
@@ -237,9 +271,18 @@ def test_claim5_without_a_control_is_unclear_data():
 
 
 # --- claim 6 ---------------------------------------------------------------------------
+def with_curve(runs, climb, spread=0.002):
+    """GRPO runs with an evaluation at half their budget (iteration 10 of 20), ``climb`` below
+    their final Pass@1 (plus a per-run spread): the curve claim 6's saturation check reads."""
+    for i, r in enumerate(runs):
+        r["pass1_curve"] = [[0, r["base_pass@1"]], [10, r["final_pass@1"] - climb + spread * (i - 1)],
+                            [20, r["final_pass@1"]]]
+    return runs
+
+
 def test_claim6_sequences_both_orders():
     es = [rec("es", s, 0.05, 0.15) for s in range(3)]              # Pass@1 0.15, Pass@8 ~0.73
-    grpo = [rec("grpo", s, final_p=PEAKED) for s in range(3)]      # Pass@1 0.45, Pass@K 0.5
+    grpo = with_curve([rec("grpo", s, final_p=PEAKED) for s in range(3)], 0.0)   # Pass@1 0.45, Pass@K 0.5
     both = np.where(np.arange(P) % 2 == 0, 0.9, 0.4)               # Pass@1 0.65, Pass@K ~1
     good = [rec("es_grpo", s, final_p=both) for s in range(3)]
     bad = [rec("grpo_es", s, final_p=PEAKED) for s in range(3)]    # only GRPO's profile
@@ -251,6 +294,29 @@ def test_claim6_sequences_both_orders():
     row, m = decided(6, es=es, grpo=grpo, es_grpo=good)            # one order run: tested alone
     assert row["verdict"] == "yes" and list(m["details"]["orders"]) == ["es_grpo"]
     assert decided(6, es=es, grpo=grpo)[0]["why"] == "unclear: data: no es_grpo or grpo_es runs in the comparison cell"
+    assert m["details"]["saturation"]["saturated"] and abs(m["details"]["saturation"]["effect"]) < 1e-9
+
+
+def test_claim6_needs_a_saturated_grpo():
+    """The same sequences that say yes against a saturated GRPO: unclear (data) when GRPO still
+    climbs over the second half of its budget (mean +0.03, its 95% upper bound above 0.01), when
+    the climb is small but too uncertain, and when GRPO has no evaluation between base and end."""
+    es = [rec("es", s, 0.05, 0.15) for s in range(3)]
+    both = np.where(np.arange(P) % 2 == 0, 0.9, 0.4)
+    good = [rec("es_grpo", s, final_p=both) for s in range(3)]
+    grpo = [rec("grpo", s, final_p=PEAKED) for s in range(3)]
+    row, m = decided(6, es=es, grpo=with_curve(grpo, 0.03), es_grpo=good)
+    assert row["verdict"] == "unclear" and row["unclear"] == "data", row
+    assert "GRPO had not saturated: its Pass@1 rose +0.030" in row["why"] and "from iteration 10" in row["why"]
+    assert m["details"]["saturation"]["p"] > S["alpha"]
+    row, m = decided(6, es=es, grpo=with_curve(grpo, 0.0, spread=0.02), es_grpo=good)   # mean 0, se 0.012
+    assert row["verdict"] == "unclear" and "not clearly below 0.01" in row["why"], row
+    row, m = decided(6, es=es, grpo=with_curve(grpo, 0.0), es_grpo=good)
+    assert row["verdict"] == "yes", row                               # saturated: tested, and true
+    for r in grpo:
+        r["pass1_curve"] = [[0, r["base_pass@1"]], [20, r["final_pass@1"]]]     # base and final only
+    row, _ = decided(6, es=es, grpo=grpo, es_grpo=good)
+    assert row["why"].startswith("unclear: data: GRPO's Pass@1 curve with an evaluation in the first half"), row
 
 
 # --- claim 7 ---------------------------------------------------------------------------
@@ -262,11 +328,11 @@ def test_claim7_needs_five_sizes(tmp_path):
 
 
 def test_claim7_interaction_slope():
-    def family(beta, seed=0):
+    def family(beta, seed=0, spread=0.0):
         rng = np.random.default_rng(seed)
         runs = []
         for j, params in enumerate((3e4, 1e5, 3e5, 1e6, 3e6)):
-            slope = 0.02 + beta * (math.log(params) - math.log(3e5))
+            slope = 0.02 + beta * (math.log(params) - math.log(3e5)) + spread * rng.normal()
             for pop in (4, 8, 16, 32):
                 for s in range(3):
                     p = 0.3 + slope * (math.log2(pop) - 3) + rng.normal(0, 0.002)
@@ -278,6 +344,9 @@ def test_claim7_interaction_slope():
     assert row["verdict"] == "yes" and m["details"]["beta"] == pytest.approx(-0.005, abs=0.002)
     assert m["df"] == 3 and [t["model"] for t in m["details"]["per_size"]] == [f"m{j}" for j in range(5)]
     assert decided(7, es=family(0.005))[0]["verdict"] == "no"
+    row, m = decided(7, es=family(-0.0005, spread=0.003))      # sizes scattered: 5 cannot resolve it
+    assert row["verdict"] == "unclear" and row["unclear"] == "power", row
+    assert re.search(r"80% needs (about [0-9.e+]+x|more than 100x) the model sizes", row["why"]), row["why"]
 
 
 # --- the statistics ------------------------------------------------------------------------

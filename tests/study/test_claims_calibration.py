@@ -4,10 +4,12 @@ Fails if a claim's false-yes rate under its null, or the family-wise false-yes r
 nothing trains, is significantly above 5% (one-sided binomial test at 1%), and checks that
 the truth at the smallest effect of interest is not called "no" more often than that."""
 
+import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from esopt.study.simulate import Design, calibrate, table
+from esopt.study.claims import compute
+from esopt.study.simulate import Components, Design, calibrate, simulate, table
 
 SIMS = 50
 BOUND = 0.05
@@ -39,3 +41,18 @@ def test_false_no_rate_at_the_smallest_effect_of_interest(rates, cid):
     r = rates[f"sesoi{cid}"]
     assert binomtest(round(r["no"] * r["sims"]), r["sims"], BOUND, alternative="greater").pvalue > 0.01, r
     assert r["yes"] > r["no"]                      # the truth is called yes more often than no
+
+
+@pytest.mark.parametrize("climb,saturated", [(0.0, True), (0.03, False)])
+def test_simulated_grpo_saturation_decides_whether_claim6_is_tested(climb, saturated):
+    """The simulator's GRPO curve feeds claim 6's saturation check: GRPO flat over the second
+    half of its budget (the calibration's default) is tested; still climbing 0.03 is unclear (data)."""
+    recs = simulate(Design(seeds=8), {}, Components(grpo_climb=climb), np.random.default_rng(11))
+    c6 = {c["id"]: c for c in compute(recs, k=8)["claims"]}[6]
+    sat = c6["details"]["saturation"]
+    assert sat["saturated"] is saturated and sat["from"] == [20], sat
+    assert sat["effect"] == pytest.approx(climb, abs=0.006)
+    if saturated:
+        assert c6["effect"] is not None and "GRPO saturated" in c6["reason"]
+    else:
+        assert (c6["reproduced"], c6["unclear"]) == ("unclear", "data") and "GRPO had not saturated" in c6["reason"]

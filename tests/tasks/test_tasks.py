@@ -83,6 +83,29 @@ def test_countdown_generator_determinism_disjoint_reachable():
     assert big.split("train")["prompt"][:300] == a.split("train")["prompt"]
 
 
+def test_countdown_test_draw_is_a_fresh_disjoint_test_split(tmp_path):
+    """task.test_draw (a confirmatory run's problems): each draw d >= 1 is n_test problems none of
+    draw 0's splits nor any other draw holds, the same for the same knobs; train and heldout stay."""
+    a = get({"name": "countdown", **SMALL})
+    d1, d2 = (get({"name": "countdown", **SMALL, "test_draw": d}) for d in (1, 2))
+    again = get({"name": "countdown", **SMALL, "test_draw": 1})
+    t0, t1, t2 = (keys(t.split("test")) for t in (a, d1, d2))
+    assert len(t0) == len(t1) == len(t2) == 100
+    assert not (t0 & t1) and not (t0 & t2) and not (t1 & t2)
+    assert not (t1 & (keys(a.split("train")) | keys(a.split("heldout"))))
+    assert d1.split("test").to_list() == again.split("test").to_list()
+    for split in ("train", "heldout"):
+        assert d1.split(split).to_list() == a.split(split).to_list()
+    for row in d1.split("test"):
+        assert cd.check_expression(row["solution"], row["numbers"], row["target"])
+    with pytest.raises(ConfigError, match="test_draw must be an integer >= 0, got -1"):
+        get({"name": "countdown", **SMALL, "test_draw": -1})
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps({"nums": [1, 2, 3], "target": t}) + "\n" for t in range(1, 8)))
+    with pytest.raises(ConfigError, match="test_draw=1 needs the generator"):
+        get({"name": "countdown", "source": str(f), "n_train": 2, "test_draw": 1})
+
+
 def test_countdown_counts_and_ranges():
     task = get({"name": "countdown", "count": [3, 4], "min_number": 2, "max_number": 20,
                 "max_target": 500, "n_train": 200, "n_test": 50, "n_heldout": 50, "seed": 3})
