@@ -41,6 +41,9 @@ RUNS = {
     "grpo": ["algo=grpo", "iterations=30", "lr=1e-5", *GRPO],
     "grpo_es": ["algo=grpo_es", "iterations=30", *GRPO, *ES],      # 15 GRPO steps, then 15 ES iterations
     "es_grpo": ["algo=es_grpo", "iterations=30", *ES, *GRPO],
+    # GRPO's 30-step budget (the one that gained alone), then 10 ES iterations: 15 GRPO steps
+    # only taught the format (grpo_es, docs/results/smollm2.md)
+    "grpo30_es10": ["algo=grpo_es", "iterations=40", "sequence.split=0.75", *GRPO, *ES],
 }
 K = 4
 N_BOOT = 10_000
