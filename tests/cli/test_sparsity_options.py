@@ -87,3 +87,21 @@ def test_a_real_run_evaluates_only_the_points_its_block_asks_for(tmp_path):
     assert json.loads(json.dumps(RunDir(rd.path).read_summary()["config"]["sparsity"])) == \
         {"fractions": [0.22], "modes": ["global", "random"], "control_fractions": [0.22]}
 
+
+def test_paper_cpu_asks_its_es_runs_for_claim5s_points_only():
+    """The preset decides claim 5 in its one command: its ES runs (the runs claim 5 reads) run
+    analysis=[sparsity] at the global and random masks of keep 0.22, the other runs none."""
+    from helpers import compose
+    from omegaconf import OmegaConf
+
+    grids = OmegaConf.to_container(compose("+experiment=paper_cpu", hydra=True).hydra.sweeper.grids)
+    algos = []
+    for grid in grids:
+        for algo in str(grid["algo"]).split(","):
+            rest = [f"{k}={v}" for k, v in grid.items() if k not in ("algo", "seed")]
+            rc = run_config("+experiment=paper_cpu", f"algo={algo}", *rest, check_data=False)
+            assert rc.analysis == (("sparsity",) if algo == "es" else ()), grid
+            assert (rc.sparsity.fractions, rc.sparsity.modes, rc.sparsity.control_fractions) == \
+                ((0.22,), ("global", "random"), (0.22,))
+            algos.append(algo)
+    assert sorted(algos) == ["es", "es_grpo", "grpo", "grpo_es"]
