@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, fields
 from types import ModuleType
 from typing import Any, Optional
 
+from esopt.core.config import ANALYSIS_KEYS
 from esopt.core.errors import ConfigError
 
 # The run's top-level axes that only some algorithms read (each entry's `reads` says which);
@@ -114,14 +115,15 @@ class Algorithm:
     def uses(self, key: str) -> bool:
         """Whether a run of this algorithm reads ``key``: a top-level axis (``pop``), a block
         (``es``) or a key in one (``es.batch_size``; ``+``/``~`` prefixes ignored). Keys no
-        algorithm owns (model, task, engine, seed, eval, ...) every run reads; ``analysis``
-        reads the trained weights, so only an algorithm that trains reads it."""
+        algorithm owns (model, task, engine, seed, eval, ...) every run reads; ``analysis`` (and
+        its options, ``sparsity``) reads the trained weights, so only an algorithm that trains
+        reads it."""
         head = str(key).lstrip("+~").split(".", 1)[0]
         if head in AXES:
             return head in self.reads
         if head in blocks():
             return head in self.block_names
-        if head == "analysis":
+        if head in ANALYSIS_KEYS:
             return self.trains
         return True
 

@@ -3,6 +3,7 @@ every default is stated once (in a documented dataclass or a task's ``knobs``):
 
     eval: default         esopt.core.config.EvalConfig
     sweep: default        esopt.core.config.SweepConfig
+    sparsity: default     esopt.core.config.SparsityConfig (what analysis=[sparsity] evaluates)
     tuning: default       esopt.runtime.tuning.TuningConfig
     logger_opts: default  esopt.runtime.trackers (each tracker's Options)
     engine: auto | hf | vllm     esopt.engines.resolve | HFConfig | VLLMConfig
@@ -42,12 +43,13 @@ def register() -> None:
     registered = tuple(algorithms.ALGORITHMS.items())
     if _DONE == registered:
         return
-    from esopt.core.config import EvalConfig, SweepConfig
+    from esopt.core.config import EvalConfig, SparsityConfig, SweepConfig
     from esopt.runtime.trackers import default_options
     from esopt.runtime.tuning import TuningConfig
 
     cs = ConfigStore.instance()
-    for group, node in (("eval", EvalConfig), ("sweep", SweepConfig), ("tuning", TuningConfig)):
+    for group, node in (("eval", EvalConfig), ("sweep", SweepConfig), ("tuning", TuningConfig),
+                        ("sparsity", SparsityConfig)):
         cs.store(group=group, name="default", node=asdict(node()), provider="esopt")
     cs.store(group="logger_opts", name="default", node=default_options(), provider="esopt")
     blocks = {name: b.defaults() for name, b in algorithms.blocks().items()}

@@ -11,6 +11,7 @@ Exit codes: 0 ok, 1 a run failed, 2 bad input.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from esopt.cli.common import fail, hydra_app, quiet
@@ -23,7 +24,8 @@ from esopt.runtime.validate import run_id, uses, validate
 
 def analyses(cfg: RunConfig, summary: dict) -> dict:
     """Run the analyses of ``analysis=[...]`` still missing for a completed run (never raises);
-    they read ``<run>/model/`` and write ``<analysis>.json`` beside it."""
+    they read ``<run>/model/`` and write ``<analysis>.json`` beside it; sparsity evaluates the
+    points of the run's ``sparsity:`` block (fractions, modes, control_fractions)."""
     rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, summary.get("run_id") or run_id(cfg))
     if summary.get("status") != "completed" or not uses(cfg, "analysis") or not rd.model_dir.is_dir():
         return summary
@@ -31,8 +33,9 @@ def analyses(cfg: RunConfig, summary: dict) -> dict:
     if missing:
         from esopt.study import analyze
 
+        opts = {k: list(v) for k, v in dataclasses.asdict(cfg.sparsity).items()}  # the sparsity: block
         summary["analyses"] = {**(summary.get("analyses") or {}),
-                               **analyze.run_analyses(cfg, rd.path, missing)}
+                               **analyze.run_analyses(cfg, rd.path, missing, opts=opts)}
         rd.write_summary(summary)
     return summary
 

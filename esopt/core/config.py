@@ -21,6 +21,7 @@ from esopt.core.errors import ConfigError
 
 SPLITS = ("train", "test", "heldout")
 ANALYSES = ("sparsity", "drift", "forgetting")  # esopt/study/analyze.py, run after training
+ANALYSIS_KEYS = ("analysis", "sparsity")  # read after training, from its weights: never in the run id
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,20 @@ class SweepConfig:
     save_model: bool = True      # keep the trained weights in <run>/model/ (HF format) for analyses
 
 
+@dataclass(frozen=True)
+class SparsityConfig:
+    """The ``sparsity:`` block: the points ``analysis=[sparsity]`` evaluates (esopt.study.sparsity,
+    which defines the modes; ``python -m esopt.analyze sparsity`` has the same defaults). Each
+    point is one full evaluation (the run's eval.problems x eval.samples on the heldout split),
+    besides the trained and the base model: the defaults are 6 fractions x 3 |delta| modes + 2
+    controls + 2 = 22 evaluations; claim 5 reads global and random at 0.22 (``fractions: [0.22]``,
+    ``modes: [global, random]``: 4). Like ``analysis``, not part of the run id."""
+
+    fractions: tuple = (1.0, 0.5, 0.22, 0.1, 0.05, 0.01)  # keep fractions of the |delta| modes, in [0, 1]
+    modes: tuple = ("global", "per_tensor", "smallest", "random", "equal_norm")  # any of these (all known)
+    control_fractions: tuple = (0.22,)   # keep fractions of the random-mask controls (random, equal_norm)
+
+
 @dataclass(frozen=True, init=False)
 class RunConfig:
     """One run: what to train, how, and where its results land.
@@ -88,15 +103,18 @@ class RunConfig:
     blocks: Mapping[str, dict]
     logger: tuple                   # experiment trackers (esopt.runtime.trackers): not in the run id
     logger_opts: dict
+    sparsity: SparsityConfig        # what analysis=[sparsity] evaluates: not in the run id
 
     def __init__(self, model: dict, task: dict, algo: str, engine: dict, pop: int, sigma: float | None,
                  lr: float | None, seed: int, iterations: int, eval: EvalConfig, sweep: SweepConfig,
                  tuning: dict | None = None, analysis: tuple = (), blocks: Mapping[str, dict] | None = None,
-                 logger: tuple = (), logger_opts: dict | None = None, **named_blocks: dict):
+                 logger: tuple = (), logger_opts: dict | None = None, sparsity: SparsityConfig | None = None,
+                 **named_blocks: dict):
         values = dict(model=model, task=task, algo=algo, engine=engine, pop=pop, sigma=sigma, lr=lr,
                       seed=seed, iterations=iterations, eval=eval, sweep=sweep, tuning=dict(tuning or {}),
                       analysis=tuple(analysis), blocks={**dict(blocks or {}), **named_blocks},
-                      logger=tuple(logger), logger_opts=dict(logger_opts or {}))
+                      logger=tuple(logger), logger_opts=dict(logger_opts or {}),
+                      sparsity=sparsity or SparsityConfig())
         for key, value in values.items():
             object.__setattr__(self, key, value)
 
@@ -115,6 +133,7 @@ class RunConfig:
         d = asdict(self)
         blocks = d.pop("blocks")
         tail = {"tuning": d.pop("tuning"), "analysis": list(d.pop("analysis")),
+                "sparsity": {k: list(v) for k, v in d.pop("sparsity").items()},
                 "logger": list(d.pop("logger")), "logger_opts": d.pop("logger_opts")}
         return {**d, **blocks, **tail}
 
@@ -188,6 +207,30 @@ def _eval_config(raw: Mapping) -> EvalConfig:
     return ev
 
 
+def _sparsity_config(raw: Mapping) -> SparsityConfig:
+    """The ``sparsity:`` block: non-empty lists of keep fractions in [0, 1] and of known modes
+    (a single value reads as a list of one)."""
+    sp = block(SparsityConfig, raw, "sparsity")
+    values = {}
+    for key in ("fractions", "modes", "control_fractions"):
+        value = getattr(sp, key)
+        items = [value] if isinstance(value, (str, int, float)) else list(value or ())
+        if not items:
+            raise ConfigError(f"sparsity.{key} must not be empty")
+        if key == "modes":
+            known = SparsityConfig.modes
+            bad = [m for m in items if m not in known]
+            if bad:
+                raise ConfigError(f"unknown sparsity.modes {bad[0]!r} (known: {', '.join(known)})")
+            values[key] = tuple(dict.fromkeys(items))
+            continue
+        out = [number({key: v}, key, float, where="sparsity.") for v in items]
+        if any(not 0.0 <= f <= 1.0 for f in out):
+            raise ConfigError(f"sparsity.{key} must be in [0, 1], got {items}")
+        values[key] = tuple(out)
+    return SparsityConfig(**values)
+
+
 def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     """Check a composed Hydra config (or a plain mapping) and return the typed RunConfig.
 
@@ -242,6 +285,7 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
         eval=_eval_config(dict(raw.get("eval") or {})), sweep=sweep, tuning=dict(raw.get("tuning") or {}),
         analysis=tuple(analysis), blocks={k: dict(raw[k] or {}) for k in names if k in raw},
         logger=_names(raw.get("logger")), logger_opts=dict(raw.get("logger_opts") or {}),
+        sparsity=_sparsity_config(dict(raw.get("sparsity") or {})),
     )
 
 

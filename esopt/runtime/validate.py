@@ -23,7 +23,7 @@ from typing import Any
 
 from esopt import algorithms, engines, models, tasks
 from esopt.core import store
-from esopt.core.config import RunConfig, block, parse
+from esopt.core.config import ANALYSIS_KEYS, RunConfig, block, parse
 from esopt.core.errors import ConfigError
 from esopt.runtime import limits, trackers, tuning
 from esopt.runtime.layout import layout
@@ -183,7 +183,7 @@ def input_fingerprints(rc: RunConfig) -> dict:
 def identity(rc: RunConfig) -> dict:
     """The part of the config that defines the run's result (its id is a hash of this).
 
-    Launcher, sweep bookkeeping, tuning, analyses, output paths and the blocks' speed-only
+    Launcher, sweep bookkeeping, tuning, analyses (``analysis``, ``sparsity``), output paths and the blocks' speed-only
     knobs (``Block.speed_only``, e.g. ES's ``SPEED_ONLY``) are excluded: the same run launched
     locally or on Slurm, or in a sweep of another name, or faster, is the same run. The axes
     the algorithm does not read (``Algorithm.reads``) are excluded too, and a run holds only
@@ -193,7 +193,7 @@ def identity(rc: RunConfig) -> dict:
     so the same path with other data or weights is another run.
     """
     d = rc.to_dict()
-    for key in ("sweep", "tuning", "analysis", "logger", "logger_opts"):  # read the result, never change it
+    for key in ("sweep", "tuning", *ANALYSIS_KEYS, "logger", "logger_opts"):  # read the result, never change it
         d.pop(key, None)
     d["eval"].pop("out", None)
     d["task"] = tasks.id_knobs(d["task"])  # a knob at its id-neutral value: the id it had before the knob

@@ -62,7 +62,8 @@ def run_analyses(rc, run_dir: str | Path, names: Iterable[str], opts: dict | Non
 
     Evaluation sizes default to the run's own eval config (problems, samples, temperature,
     seed) on the task's ``heldout`` split; ``opts`` overrides (keys of :class:`EvalOpts` plus
-    ``fractions``, ``modes``, ``control_fractions``, ``mask_seed``, ``top``, ``tasks``). Returns name -> path of the written JSON, or
+    ``fractions``, ``modes``, ``control_fractions`` (a run: its ``sparsity:`` block, passed by
+    ``esopt.cli.sweep.analyses``), ``mask_seed``, ``top``, ``tasks``). Returns name -> path of the written JSON, or
     name -> ``{"error": line}``; never raises for an analysis that fails (it is reported on
     stderr as a warning), except for unknown names (ConfigError).
     """

@@ -31,6 +31,10 @@ for the three models; replicates with zero gain are dropped; None when the gain 
 
     python -m esopt.analyze sparsity <run-dir> [--fractions ...] [--modes ...] [--control-fractions 0.22]
                                      [--mask-seed S]                          (writes sparsity.json)
+
+Inside a run (``analysis=[sparsity]``) the points are the run config's ``sparsity:`` block
+(``esopt.core.config.SparsityConfig``, where the defaults below are stated), e.g.
+``sparsity.fractions=[0.22] sparsity.modes=[global,random]``: 4 evaluations instead of 22.
 """
 
 from __future__ import annotations
@@ -42,17 +46,20 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from esopt.core.config import SparsityConfig
 from esopt.core.errors import ConfigError
 from esopt.study.analysis_common import (EvalOpts, analysis_engine, analysis_task, gain_share, per_problem,
                                          result_header, run_evaluate, scores, write_result)
 from esopt.study.delta import (Rule, apply_rule, count_nonzero, kept_norm, load_model, make_rules, open_pair,
                                params, random_key, stream_bits)
 
-DEFAULT_FRACTIONS = (1.0, 0.5, 0.22, 0.1, 0.05, 0.01)
+# the defaults, stated once with the run config's sparsity: block (analysis=[sparsity])
+DEFAULT_FRACTIONS = SparsityConfig.fractions
+MODES = SparsityConfig.modes            # every mode, in the order they are evaluated and written
 CONTROL_MODES = ("random", "equal_norm")   # random masks of the top-k's size, at control_fractions
-MODES = ("global", "per_tensor", "smallest", *CONTROL_MODES)
+CONTROL_FRACTIONS = SparsityConfig.control_fractions
 HEADLINE_KEEP = 0.22      # the study's headline point: 78% of the update zeroed
-CONTROL_FRACTIONS = (HEADLINE_KEEP,)
+assert set(CONTROL_MODES) <= set(MODES)
 
 
 def sparsity(run_dir: str | Path, *, fractions: Sequence[float] = DEFAULT_FRACTIONS,
