@@ -1,5 +1,5 @@
 """benchmarks/bench_smollm2_learning.py: a finished run's row (paired changes over the same
-problems, per-step seconds from metrics.jsonl) and the dry-run lookup of its run directory."""
+problems, per-step seconds from metrics.jsonl) and an unfinished run's row."""
 
 from __future__ import annotations
 
