@@ -1,11 +1,15 @@
 """Wall time of the whole paper_cpu preset (runs + aggregate + claims) against its goal.
 
-    python benchmarks/bench_paper_cpu.py [--quick] [--root DIR] [--keep] [--threads 1] [--write-docs] [overrides ...]
+    python benchmarks/bench_paper_cpu.py [--quick | --family] [--confirm] [--root DIR] [--keep] [--threads 1]
+                                         [--write-docs] [overrides ...]
 
 Runs ``python -m esopt.sweep -m +experiment=paper_cpu`` (``--quick``: paper_cpu_quick, goal 5
-minutes) into a fresh results root (a temporary directory unless ``--root``), prints the wall
-time against the goal (60 minutes on a 2-core CPU, issue 14), the per-algorithm run time from the
-summaries, and the claims table from claims.json. Not run by the tests. Exit code 1 if the
+minutes; ``--family``: paper_cpu_family, goal 90 minutes) into a fresh results root (a temporary
+directory unless ``--root``), prints the wall time against the goal (60 minutes on a 2-core CPU,
+issue 14), the per-algorithm run time from the summaries, and the claims table from claims.json.
+``--confirm`` is the confirmatory run (issue 27): a fresh draw of test problems and seeds the
+rules were never tuned on (``task.test_draw=1 'seed=range(8,16)'``), in a sweep named
+``<preset>_confirm1``. Not run by the tests. Exit code 1 if the
 sweep failed or the goal was missed. ``--write-docs`` writes the wall time and the claims table
 to docs/results/claims_paper_cpu.md (benchmarks/_results.py).
 """
@@ -28,6 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the paper_cpu_quick preset (goal 5 minutes)")
+    ap.add_argument("--family", action="store_true", help="the paper_cpu_family preset (goal 90 minutes)")
+    ap.add_argument("--confirm", action="store_true",
+                    help="confirmatory run: task.test_draw=1, seeds 8-15, sweep <preset>_confirm1")
     ap.add_argument("--root", default=None, help="results root (default: a fresh temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary results root")
     ap.add_argument("--threads", default="1",
@@ -36,9 +43,13 @@ def main() -> int:
     ap.add_argument("--write-docs", action="store_true", help="write to docs/results/claims_paper_cpu.md")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hydra/launcher=submitit_local")
     a = ap.parse_args()
-    preset, goal = ("paper_cpu_quick", 300) if a.quick else ("paper_cpu", 3600)
+    preset, goal = (("paper_cpu_quick", 300) if a.quick else ("paper_cpu_family", 5400) if a.family
+                    else ("paper_cpu", 3600))
+    name = f"{preset}_confirm1" if a.confirm else preset
+    confirm = ["task.test_draw=1", "seed=range(8,16)", f"sweep.name={name}"] if a.confirm else []
     root = Path(a.root) if a.root else Path(tempfile.mkdtemp(prefix="bench_paper_cpu_"))
-    cmd = [sys.executable, "-m", "esopt.sweep", "-m", f"+experiment={preset}", f"sweep.root={root}", *a.overrides]
+    cmd = [sys.executable, "-m", "esopt.sweep", "-m", f"+experiment={preset}", f"sweep.root={root}", *confirm,
+           *a.overrides]
     env = dict(os.environ)
     if a.threads != "inherit":
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(a.threads)
@@ -46,12 +57,12 @@ def main() -> int:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env)
     wall = time.perf_counter() - t0
-    sweep = root / preset
+    sweep = root / name
     by_algo: dict[str, list[float]] = {}
     for s in sorted((sweep / "runs").glob("*/summary.json")):
         d = json.loads(s.read_text())
         by_algo.setdefault(d["algo"], []).append(float(d.get("wall_s") or 0.0))
-    print(f"\n{preset}: wall {wall:.0f} s ({wall / 60:.1f} min) against the goal of {goal // 60} min: "
+    print(f"\n{name}: wall {wall:.0f} s ({wall / 60:.1f} min) against the goal of {goal // 60} min: "
           f"{'OK' if wall <= goal else 'MISSED'} (exit code {proc.returncode})")
     for algo, ws in by_algo.items():
         print(f"  {algo:<8} {len(ws):>3} runs, run time sum {sum(ws):7.0f} s, mean {sum(ws) / len(ws):6.1f} s")
@@ -63,7 +74,7 @@ def main() -> int:
     else:
         print(f"no {cj}")
     if a.write_docs:
-        write_docs(preset, goal, wall, proc.returncode, by_algo, cj)
+        write_docs(name, goal, wall, proc.returncode, by_algo, cj)
     print(f"results: {sweep}")
     if not a.root and not a.keep:
         shutil.rmtree(root, ignore_errors=True)

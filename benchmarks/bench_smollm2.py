@@ -22,6 +22,11 @@ process so that load changes hit both alike, peak memory as the process's ``ru_m
                       same generate calls (es.drift=false), on hf and on vllm.  goal <= 1.10
                       hf swaps each member in (one weight-sized buffer, esopt.engines.weights);
                       the in-place member path is measured beside it.
+  weight work         (``--weights-only``: main venv, no vLLM, a few minutes) one member's in-place
+                      weight work (perturb, exact restore, its share of a pop-8 update), each with
+                      torch's generator and with the noise given (pre-drawn: the arithmetic
+                      alone), against hf generation of the goal point's prompts in the same
+                      process: the lowest ES / generation any noise source could reach there.
 """
 
 from __future__ import annotations
@@ -88,6 +93,87 @@ def noise_draw_seconds(threads: int) -> float:
                 pass
         best = min(best, time.perf_counter() - t)
     return best
+
+
+def weight_work(a) -> dict:
+    """One member's in-place weight work on the real model, split (best of ``reps``, interleaved):
+    the draw alone, perturb, restore and a pop-8 update / 8, each with esopt.noise's generator
+    and with the noise given (``noise._chunks`` replaced by copies of one pre-drawn chunk: the
+    arithmetic without any drawing), and hf generation of the goal point's prompts (one member's
+    generate call) in the same process."""
+    import torch
+
+    from esopt import noise
+    from esopt.algorithms import es
+
+    torch.set_num_threads(a.threads)
+    model, tok, task = bv._load(SPEC, "float32")
+    engine = bv._engine("hf", model, tok, 128, 64)
+    params = list(model.named_parameters())
+    rows = list(task.split("train"))
+    n_prompts = int(a.goal_point.split("x")[1])
+    prompts = [rows[i]["prompt"] for i in es.prompt_batch(0, 1, len(rows), n_prompts)]
+    kw = dict(max_new_tokens=32, stop=tuple(task.stop))
+    engine.generate(prompts[:2], **kw)  # warm-up
+    drawn = noise._chunks
+    given = torch.randn(noise.CHUNK)
+
+    def given_chunks(tensor, seed, rank=None):
+        for start, end in noise._bounds(tensor, rank):
+            yield start, end, given[:end - start].clone()  # fresh: perturb/restore scale it in place
+
+    def work() -> dict:
+        t = {}
+        t0 = time.perf_counter()
+        for name, w in params:
+            for _ in noise._chunks(w, noise.tensor_seed(1, name)):
+                pass
+        t["draw"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        state = noise.perturb(params, 1, a.sigma)
+        t["perturb"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        noise.restore(params, state)
+        t["restore"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        noise.update(params, list(range(8)), [1.0] * 8, 0.0)  # lr 0: every member drawn, the weights kept
+        t["update"] = (time.perf_counter() - t0) / 8
+        return t
+
+    best: dict = {}
+    with torch.no_grad():
+        for _ in range(a.reps):
+            t0 = time.perf_counter()
+            engine.generate(prompts, **kw)
+            best["gen"] = min(best.get("gen", float("inf")), time.perf_counter() - t0)
+            for source, chunks in (("torch", drawn), ("given", given_chunks)):
+                noise._chunks = chunks
+                try:
+                    for k, v in work().items():
+                        best[(source, k)] = min(best.get((source, k), float("inf")), v)
+                finally:
+                    noise._chunks = drawn
+    return {"gen": best["gen"], "prompts": n_prompts,
+            "work": {src: {k: best[(src, k)] for k in ("draw", "perturb", "restore", "update")}
+                     for src in ("torch", "given")}}
+
+
+WORK_HEADER = ["one member, in place (as vLLM's workers)", "torch's generator, s", "noise given, s"]
+
+
+def work_rows(r: dict) -> list[list[str]]:
+    w = r["work"]
+    rows = [[name, f"{w['torch'][k]:.2f}", f"{w['given'][k]:.2f}"] for k, name in (
+        ("draw", "draw all 134.5M normals (no arithmetic)"), ("perturb", "perturb (w + sigma eps, restore check)"),
+        ("restore", "exact restore"), ("update", "its share of a pop-8 update"))]
+    tot = {src: sum(w[src][k] for k in ("perturb", "restore", "update")) for src in w}
+    rows.append(["weight work per member (perturb + restore + update share)", f"{tot['torch']:.2f}",
+                 f"{tot['given']:.2f}"])
+    rows.append([f"hf generation of {r['prompts']} prompts (one member's generate call), s",
+                 f"{r['gen']:.2f}", f"{r['gen']:.2f}"])
+    rows.append([f"lowest ES / generation at {r['prompts']} prompts: 1 + weight work / generation (goal <= 1.15)",
+                 f"{1 + tot['torch'] / r['gen']:.2f}", f"{1 + tot['given'] / r['gen']:.2f}"])
+    return rows
 
 
 def verdict(value: float, goal: str) -> str:
@@ -171,7 +257,28 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=1e-3)
     ap.add_argument("--note", default="", help="appended to the tables' notes (e.g. what else ran)")
     ap.add_argument("--write-docs", action="store_true", help="write the tables to docs/results/smollm2.md")
+    ap.add_argument("--weights-only", action="store_true",
+                    help="only the weight-work split (main venv, no vLLM; module docstring)")
     a = ap.parse_args()
+    if a.weights_only:
+        t = time.time()
+        r = weight_work(a)
+        title = "SmolLM2-135M one member's weight work against its generation"
+        text = (f"Model smollm2-135m (fp32), {a.threads} torch thread(s), sigma {a.sigma}, best of {a.reps} reps "
+                f"(interleaved); generation: task arith ops=+ (chat, greedy, <= 32 new tokens), hf engine (vLLM "
+                f"generates at its speed, table above). Noise given: esopt.noise's chunks replaced by copies of "
+                f"one pre-drawn chunk, i.e. a noise source that costs only a copy. 1-minute load average "
+                f"{os.getloadavg()[0]:.2f} at the end. {a.note} Whole benchmark: {(time.time() - t) / 60:.1f} min.")
+        rows = work_rows(r)
+        print(f"\n## {title}\n\n| " + " | ".join(WORK_HEADER) + " |\n|" + "---|" * len(WORK_HEADER))
+        print("\n".join("| " + " | ".join(str(c) for c in row) + " |" for row in rows) + "\n\n" + text)
+        if a.write_docs:
+            import shlex
+
+            from _results import write_table
+
+            write_table(TOPIC, title, "python " + shlex.join(sys.argv), WORK_HEADER, rows, notes=text)
+        return
     from esopt.engines.vllm import available
 
     if not available():
