@@ -2,6 +2,7 @@
 
     python benchmarks/bench_claims_calibration.py [--quick] [--sims N] [--seeds R] [--problems P]
                                                   [--samples n] [--design-grid] [--write-docs]
+                                                  [--from-sweeps CELL_SWEEP [FAMILY_SWEEP]] [--family-design PxN]
 
 Draws synthetic sweeps (esopt.study.simulate: runs x problems x samples from seed variance,
 problem difficulty spread and per-sample binomial noise; its docstring states the assumed
@@ -16,6 +17,11 @@ and one ``familywise false_yes=<rate>`` line. The design defaults to paper_cpu's
 scenario (a few minutes on 2 cores); default 1000. ``--design-grid`` also prints the power of
 every claim at its smallest effect of interest for seeds x problems designs (what a preset
 needs for 80%). ``--write-docs`` writes the tables to docs/results/claims_calibration.md.
+``--from-sweeps``: the variance components estimated from real runs (aggregated sweep folders:
+the comparison cell's, e.g. paper_cpu, and the ES family's, e.g. paper_cpu_family;
+esopt.study.simulate.estimate_components) instead of the assumed ones, printed with how each
+was estimated; ``--family-design 200x16`` measures claims 4 and 7 at the family preset's
+problems x samples (the others at ``--problems`` x ``--samples``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_table  # noqa: E402
 
-from esopt.study.simulate import Design, calibrate, table  # noqa: E402
+from esopt.study.simulate import Components, Design, calibrate, components_from_sweeps, table  # noqa: E402
 
 # (seeds per cell, problems, family sizes, family seeds): paper_cpu's design first
 GRID = [(3, 500, 5, 3), (5, 1000, 5, 5), (8, 500, 5, 8), (8, 1000, 5, 8), (8, 500, 12, 8), (8, 500, 20, 8)]
@@ -44,11 +50,25 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--design-grid", action="store_true", help="power per claim over seeds x problems designs")
     ap.add_argument("--write-docs", action="store_true", help="write docs/results/claims_calibration.md")
+    ap.add_argument("--from-sweeps", nargs="+", metavar="SWEEP", default=None,
+                    help="estimate the variance components from these sweeps (cell, then family)")
+    ap.add_argument("--family-design", default=None, metavar="PxN", help="claims 4 and 7 at P problems x N samples")
     args = ap.parse_args(argv)
     sims = args.sims or (200 if args.quick else 1000)
     design = Design(seeds=args.seeds, problems=args.problems, samples=args.samples)
     t0 = time.time()
-    rates = calibrate(design, sims=sims, seed=args.seed)
+    comp, how = Components(), None
+    if args.from_sweeps:
+        comp, how = components_from_sweeps(*args.from_sweeps[:2])
+        for field, text in how.items():
+            print(f"# component {field} = {getattr(comp, field)}: {text}")
+    rates = calibrate(design, sims=sims, seed=args.seed, components=comp)
+    fam_design = None
+    if args.family_design:
+        fp, fn = (int(x) for x in args.family_design.split("x"))
+        fam_design = Design(seeds=args.seeds, problems=fp, samples=fn)
+        rates.update(calibrate(fam_design, sims=sims, seed=args.seed, components=comp,
+                               only=["null4", "sesoi4", "null7", "sesoi7"]))
     lines = table(rates)
     print("\n".join(lines))
     wall = time.time() - t0
@@ -67,6 +87,18 @@ def main(argv=None) -> int:
         rows = [ln.replace("claim ", "").split(" ") for ln in lines if ln.startswith("claim ")]
         rows = [[r[0]] + [x.split("=")[1] for x in r[1:]] for r in rows]
         fw = next(ln for ln in lines if ln.startswith("familywise")).split("=")[1]
+        if how is not None:  # the rates under the components estimated from real runs: a table of their own
+            write_table("claims_calibration", "Claims: false yes, false no, power, components from real runs", None,
+                        ["claim", "false yes (null)", "false no (at delta)", "power (at delta)", "sims"], rows,
+                        notes=(f"Design: {design.seeds} seeds, {design.problems} problems x {design.samples} samples "
+                               f"(Pass@{design.k})" + (f"; claims 4 and 7 at the family's {fam_design.problems} x "
+                                                       f"{fam_design.samples}" if fam_design else "") +
+                               f", family {design.sizes} sizes x pops {list(design.pops)}. Family-wise false yes "
+                               f"where nothing trains: {fw}. Components estimated from "
+                               f"{', '.join(args.from_sweeps)} (esopt.study.simulate.estimate_components): " +
+                               "; ".join(f"{f} {_fmt(getattr(comp, f))} ({t})" for f, t in how.items()) +
+                               f". Wall {wall:.0f} s."))
+            return 0
         write_table("claims_calibration", "Claims: false yes, false no, power", None,
                     ["claim", "false yes (null)", "false no (at delta)", "power (at delta)", "sims"], rows,
                     notes=(f"Design: {design.seeds} seeds per cell, {design.problems} problems, {design.samples} "
@@ -79,6 +111,10 @@ def main(argv=None) -> int:
                         grid,
                         notes=f"{max(sims // 2, 50)} sims per claim and design; >= 0.80 is the goal.")
     return 0
+
+
+def _fmt(v) -> str:
+    return "(" + ", ".join(f"{x:.3g}" for x in v) + ")" if isinstance(v, tuple) else f"{v:.3g}"
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ directory unless ``--root``), prints the wall time against the goal (60 minutes 
 issue 14), the per-algorithm run time from the summaries, and the claims table from claims.json.
 ``--confirm`` is the confirmatory run (issue 27): a fresh draw of test problems and seeds the
 rules were never tuned on (``task.test_draw=1 'seed=range(8,16)'``), in a sweep named
-``<preset>_confirm1``. Not run by the tests. Exit code 1 if the
+``<preset>_confirm1``. ``--report-only --wall-s S``: no sweep; read the finished one under
+``--root`` and report it with the wall time an earlier run of this script printed. Not run by the tests. Exit code 1 if the
 sweep failed or the goal was missed. ``--write-docs`` writes the wall time and the claims table
 to docs/results/claims_paper_cpu.md (benchmarks/_results.py).
 """
@@ -40,6 +41,8 @@ def main() -> int:
     ap.add_argument("--threads", default="1",
                     help="OMP_NUM_THREADS for the sweep (default 1, the fastest for tiny models; 'inherit' keeps "
                          "the environment's)")
+    ap.add_argument("--report-only", action="store_true", help="no sweep: report the finished one under --root")
+    ap.add_argument("--wall-s", type=float, default=None, help="with --report-only: the wall time measured before")
     ap.add_argument("--write-docs", action="store_true", help="write to docs/results/claims_paper_cpu.md")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hydra/launcher=submitit_local")
     a = ap.parse_args()
@@ -53,17 +56,22 @@ def main() -> int:
     env = dict(os.environ)
     if a.threads != "inherit":
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(a.threads)
-    print(f"$ OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', '(unset)')}", " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env)
-    wall = time.perf_counter() - t0
+    if a.report_only:
+        if not a.root or a.wall_s is None:
+            sys.exit("bench_paper_cpu: --report-only needs --root and --wall-s")
+        wall, returncode = a.wall_s, 0
+    else:
+        print(f"$ OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', '(unset)')}", " ".join(cmd), flush=True)
+        t0 = time.perf_counter()
+        returncode = subprocess.run(cmd, cwd=REPO, env=env).returncode
+        wall = time.perf_counter() - t0
     sweep = root / name
     by_algo: dict[str, list[float]] = {}
     for s in sorted((sweep / "runs").glob("*/summary.json")):
         d = json.loads(s.read_text())
         by_algo.setdefault(d["algo"], []).append(float(d.get("wall_s") or 0.0))
     print(f"\n{name}: wall {wall:.0f} s ({wall / 60:.1f} min) against the goal of {goal // 60} min: "
-          f"{'OK' if wall <= goal else 'MISSED'} (exit code {proc.returncode})")
+          f"{'OK' if wall <= goal else 'MISSED'} (exit code {returncode})")
     for algo, ws in by_algo.items():
         print(f"  {algo:<8} {len(ws):>3} runs, run time sum {sum(ws):7.0f} s, mean {sum(ws) / len(ws):6.1f} s")
     cj = sweep / "claims.json"
@@ -74,11 +82,11 @@ def main() -> int:
     else:
         print(f"no {cj}")
     if a.write_docs:
-        write_docs(name, goal, wall, proc.returncode, by_algo, cj)
+        write_docs(name, goal, wall, returncode, by_algo, cj)
     print(f"results: {sweep}")
     if not a.root and not a.keep:
         shutil.rmtree(root, ignore_errors=True)
-    return 0 if proc.returncode == 0 and wall <= goal and cj.exists() else 1
+    return 0 if returncode == 0 and wall <= goal and cj.exists() else 1
 
 
 def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: dict, cj: Path) -> None:
@@ -97,14 +105,21 @@ def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: di
                 notes="Run time per algorithm: " + "; ".join(
                     f"{k} {len(v)} runs, mean {sum(v) / len(v):.1f} s" for k, v in by_algo.items()) + ".")
     if cj.exists():
-        claims = json.loads(cj.read_text())["claims"]
+        result = json.loads(cj.read_text())
+        claims, cell = result["claims"], result.get("cell", {})
+        seeds = sorted({s for ss in cell.get("seeds", {}).values() for s in ss if s is not None})
+        design = (f"Cell: {cell.get('model')}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), test draw "
+                  f"{', '.join(map(str, cell.get('test_draw', []))) or '-'} (None or 0: the standard test split); "
+                  "generated tokens against ES: " + ", ".join(
+                      f"{k} {v:.2f}" for k, v in (cell.get("tokens_vs_es") or {}).items() if v is not None) + "."
+                  if seeds else "")
         write_table("claims_paper_cpu", f"{preset}: claims", command,
                     ["#", "claim", "effect [95% CI]", "power at the smallest effect", "verdict", "reason"],
                     [[c["id"], c["key"], num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]"
                                                              if c.get("ci") else ""),
                       "-" if c.get("power") is None else f"{c['power']:.0%}",
                       c["reproduced"] + (f": {c['unclear']}" if c.get("unclear") else ""), c["reason"]]
-                     for c in claims])
+                     for c in claims], notes=design)
 
 
 if __name__ == "__main__":

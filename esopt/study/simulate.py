@@ -244,3 +244,165 @@ def table(rates: dict) -> list[str]:
     if "nothing_trains" in rates:
         lines.append(f"familywise false_yes={rates['nothing_trains']['any_yes']:.3f}")
     return lines
+
+
+# ---------------------------------------------------------------------------------------
+# variance components estimated from real runs
+def _pool(groups: list[np.ndarray], ddof: int = 1) -> tuple[float | None, int]:
+    """Pooled within-group variance sum((x - mean_g)^2) / sum(n_g - ddof) over groups with more
+    than ``ddof`` members; (None, 0) when none has."""
+    ss, df = 0.0, 0
+    for g in groups:
+        g = np.asarray(g, dtype=np.float64)
+        if g.size > ddof:
+            ss += float(((g - g.mean()) ** 2).sum()) if ddof == 1 else float(g @ g)
+            df += g.size - ddof
+    return (ss / df, df) if df else (None, 0)
+
+
+def _noise_var(counts: np.ndarray, n: int) -> float:
+    """Binomial noise variance of a run's mean Pass@1 over P problems: mean_p q(1-q) / (n P)."""
+    q = np.asarray(counts, dtype=np.float64) / n
+    return float(np.mean(q * (1 - q))) / (n * q.size)
+
+
+def estimate_components(cell_records: list[dict], family_records: list[dict] | None = None,
+                        start: Components = Components()) -> tuple[Components, dict]:
+    """``Components`` estimated from real runs (records as ``esopt.study.claims`` reads them, with
+    ``attach_details``'s per-problem counts); what cannot be estimated keeps ``start``'s value.
+    Returns the components and {field: how it was estimated (or "assumed")}.
+
+    - difficulty (one base evaluation of the cell, q_p = c_p / n): ``unsolvable`` = share with
+      c_p = 0; ``beta`` by moments on the others, E q = a / (a + b), Var q - mean q(1-q)/n =
+      ab / ((a+b)^2 (a+b+1)) (binomial noise removed);
+    - ``sigma_seed``^2 = pooled within-algorithm variance of the runs' Pass@1 gains - the mean
+      binomial variance of a final Pass@1 (every run scores the same problems);
+    - ``sigma_entropy``^2 = pooled residual variance of rel = h_final / h_base - 1 on the gain,
+      within ES and within GRPO (the simulator's rel = Q g + N(0, sigma_entropy^2));
+    - GRPO's curve: d = Pass@1(final) - Pass@1(nearest to half the budget); ``grpo_climb`` = mean d,
+      ``sigma_step``^2 = Var d - 2 x binomial variance;
+    - ``s_random`` = sum over ES runs of (random-mask - base) / sum of (trained - base) Pass@1;
+    - the family (``family_records``, ES runs, >= 2 populations per model): per size the OLS slope
+      of Pass@1 on log2 N with its se; ``s0`` = mean slope, ``sigma_size``^2 = the slopes' residual
+      variance around their line on ln params (sizes - 2 df) - mean se^2;
+      ``params`` = the smallest and largest size.
+    Every variance is floored at 0 (a negative estimate: the noise explains the spread).
+    """
+    from dataclasses import replace
+
+    from esopt.study.claim_rules import _size_cells, ols_slope
+    from esopt.study.claims import select_cell
+
+    est: dict = {}
+    how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "sigma_entropy", "grpo_climb", "sigma_step",
+                                  "s_random", "s0", "sigma_size", "params")}
+    cell = select_cell(cell_records)["algos"]
+    runs = [r for rs in cell.values() for r in rs if r.get("final_counts") is not None and r.get("samples")]
+    base = next((r for r in runs if r.get("base_counts") is not None), None)
+    if base is not None:
+        n = int(base["samples"])
+        q = np.asarray(base["base_counts"], dtype=np.float64) / n
+        solv = q[q > 0]
+        est["unsolvable"] = float(np.mean(q == 0))
+        m = float(solv.mean())
+        v = float(solv.var(ddof=1)) - float(np.mean(solv * (1 - solv))) / n
+        if solv.size > 2 and 0 < v < m * (1 - m):
+            k = m * (1 - m) / v - 1
+            est["beta"] = (m * k, (1 - m) * k)
+            how["beta"] = f"moments of {solv.size} solved problems' base Pass@1 (mean {m:.3f}, var {v:.4f})"
+        how["unsolvable"] = f"{int(np.sum(q == 0))} of {q.size} problems unsolved in the base's {n} samples"
+
+    def gain(r):
+        return float(np.mean(r["final_counts"]) - np.mean(r["base_counts"])) / float(r["samples"])
+
+    with_base = {a: [r for r in rs if r.get("final_counts") is not None and r.get("base_counts") is not None
+                     and r.get("samples")] for a, rs in cell.items() if a != "none"}
+    var, df = _pool([np.array([gain(r) for r in rs]) for rs in with_base.values()])
+    if var is not None:
+        noise = float(np.mean([_noise_var(r["final_counts"], int(r["samples"])) for rs in with_base.values()
+                               for r in rs]))
+        est["sigma_seed"] = math.sqrt(max(0.0, var - noise))
+        how["sigma_seed"] = (f"within-algorithm spread of {sum(map(len, with_base.values()))} runs' Pass@1 gains "
+                             f"({df} df; sd {math.sqrt(var):.4f}, binomial part {math.sqrt(noise):.4f})")
+    resid = []
+    for a in ("es", "grpo"):
+        pts = [(gain(r), _num(r.get("final_ood_entropy")) / _num(r.get("base_ood_entropy")) - 1)
+               for r in with_base.get(a, []) if _num(r.get("base_ood_entropy")) and
+               _num(r.get("final_ood_entropy")) is not None]
+        if len(pts) >= 3:
+            x, y = np.array(pts).T
+            b = ols_slope(x, y)[0]
+            resid.append(y - y.mean() - b * (x - x.mean()))
+    if resid:
+        ss, dfe = sum(float(e @ e) for e in resid), sum(e.size - 2 for e in resid)
+        if dfe > 0:
+            est["sigma_entropy"] = math.sqrt(ss / dfe)
+            how["sigma_entropy"] = f"residual sd of the relative OOD entropy change on the gain, ES and GRPO ({dfe} df)"
+    steps, noises = [], []
+    for r in with_base.get("grpo", []):
+        curve = [(float(i), float(v)) for i, v in (r.get("pass1_curve") or [])]
+        it = _num(r.get("iterations"))
+        if len(curve) >= 3 and it:
+            mid = min(curve[1:-1], key=lambda c: abs(c[0] - it / 2))
+            steps.append(curve[-1][1] - mid[1])
+            noises.append(_noise_var(r["final_counts"], int(r["samples"])))
+    if len(steps) >= 3:
+        est["grpo_climb"] = float(np.mean(steps))
+        est["sigma_step"] = math.sqrt(max(0.0, float(np.var(steps, ddof=1)) - 2 * float(np.mean(noises))))
+        how["grpo_climb"] = how["sigma_step"] = f"GRPO's Pass@1 from mid-budget to final, {len(steps)} runs"
+    num = den = 0.0
+    for r in with_base.get("es", []):
+        sp = r.get("sparsity") or {}
+        ctrl = next((c for c in sp.get("curves", []) if c.get("mode") == "random"), None)
+        if ctrl and sp.get("base_counts") is not None and sp.get("trained_counts") is not None:
+            b0 = float(np.mean(sp["base_counts"]))
+            num += float(np.mean(ctrl["correct_counts"])) - b0
+            den += float(np.mean(sp["trained_counts"])) - b0
+    if den > 0:
+        est["s_random"] = num / den
+        how["s_random"] = "random-mask gain / trained gain, summed over the cell's ES runs"
+    cells = _size_cells([r for r in (family_records or []) if r.get("algo") == "es"])
+    if len(cells) >= 2:
+        slopes, ses, params = [], [], []
+        for pops in cells.values():
+            x = [math.log2(p) for p, rs in pops.items() for _ in rs]
+            y = [float(np.mean(r["final_counts"])) / float(r["samples"]) for rs in pops.values() for r in rs]
+            b, se, _ = ols_slope(x, y)
+            slopes.append(b)
+            ses.append(se)
+            params.append(_num(next(iter(pops.values()))[0].get("params")))
+        est["s0"] = float(np.mean(slopes))
+        how["s0"] = f"mean per-size Pass@1 slope on log2 N over {len(cells)} sizes"
+        if len(cells) >= 3 and all(p for p in params):  # the spread around the trend on ln params
+            lp = np.log(params) - np.mean(np.log(params))
+            y = np.asarray(slopes) - np.mean(slopes)
+            e = y - float(lp @ y) / float(lp @ lp) * lp
+            est["sigma_size"] = math.sqrt(max(0.0, float(e @ e) / (len(e) - 2) - float(np.nanmean(np.square(ses)))))
+            how["sigma_size"] = (f"residual spread of {len(cells)} per-size slopes around their trend on ln params, "
+                                 "minus their mean squared se")
+        if all(p for p in params):
+            est["params"] = (float(min(params)), float(max(params)))
+            how["params"] = f"{len(cells)} sizes"
+    return replace(start, **est), how
+
+
+def _num(v):
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def components_from_sweeps(cell_dir, family_dir=None) -> tuple[Components, dict]:
+    """``estimate_components`` from aggregated sweep folders (runs.parquet and the run folders):
+    the comparison cell's sweep and, optionally, the ES family's."""
+    from esopt.study import claims, tables
+
+    def records(d):
+        agg = tables.load(d)
+        recs = claims.records_from_tables(agg.runs, agg.curves)
+        claims.attach_details(recs, tables.find_runs_dir(agg.sweep_dir))
+        return recs
+
+    return estimate_components(records(cell_dir), records(family_dir) if family_dir else None)
