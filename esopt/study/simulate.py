@@ -80,6 +80,8 @@ class Components:
     sigma_step: float = 0.005
     grpo_climb: float = 0.0                # GRPO's mean Pass@1 gain over the second half of its budget
     params: tuple = (3e4, 1.7e6)           # the family's smallest and largest size (geometric between)
+    es_gain: float | None = None           # ES's Pass@1 gain where claim 1 is not under test (None: STRONG[1])
+    grpo_per_gain: float = GRPO_PER_GAIN   # GRPO's relative OOD entropy change per unit of Pass@1 gain
 
 
 def _pass_k_expected(p: np.ndarray, shift: float, c: Components, K: int) -> float:
@@ -113,7 +115,7 @@ def difficulty(P: int, c: Components, rng) -> np.ndarray:
 def knobs(p: np.ndarray, effects: dict, c: Components, K: int, nothing_trains: bool = False) -> dict:
     """Generator settings (gains per algorithm, Q per algorithm, rho, s_keep, beta) that put
     each claim's effect at ``effects[id]`` on this problem set."""
-    th = {**STRONG, **effects}
+    th = {**STRONG, **({1: c.es_gain} if c.es_gain is not None else {}), **effects}
     if nothing_trains:
         return {"g": {a: 0.0 for a in ("es", "grpo", "es_grpo", "grpo_es")}, "q": {"es": 0.0, "grpo": 0.0},
                 "rho": 0.0, "s_keep": 0.9, "s_random": 0.9, "beta": 0.0, "s0": 0.0}
@@ -123,7 +125,7 @@ def knobs(p: np.ndarray, effects: dict, c: Components, K: int, nothing_trains: b
     d6 = th[6]                                                         # claim 6: min(d1, dK) = theta6
     g_seq = max(g_grpo + d6, _solve_shift(p, pk_es + d6, c, K))
     return {"g": {"es": g_es, "grpo": g_grpo, "es_grpo": g_seq, "grpo_es": g_seq},
-            "q": {"es": GRPO_PER_GAIN + th[2], "grpo": GRPO_PER_GAIN}, "rho": th[4],
+            "q": {"es": c.grpo_per_gain + th[2], "grpo": c.grpo_per_gain}, "rho": th[4],
             "s_keep": 0.9 + (th[5] / g_es if g_es > 0 else 0.0), "s_random": c.s_random, "beta": -th[7],
             "s0": c.s0}
 
@@ -278,7 +280,9 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     - ``sigma_seed``^2 = pooled within-algorithm variance of the runs' Pass@1 gains - the mean
       binomial variance of a final Pass@1 (every run scores the same problems);
     - ``sigma_entropy``^2 = pooled residual variance of rel = h_final / h_base - 1 on the gain,
-      within ES and within GRPO (the simulator's rel = Q g + N(0, sigma_entropy^2));
+      within ES and within GRPO (the simulator's rel = Q g + N(0, sigma_entropy^2)); ``grpo_per_gain``
+      = GRPO's mean rel / its mean gain; ``es_gain`` = ES's mean gain (the operating point of the
+      scenarios that do not test claim 1: claim 2's ratio, for one, is as noisy as ES's gain is small);
     - GRPO's curve: d = Pass@1(final) - Pass@1(nearest to half the budget); ``grpo_climb`` = mean d,
       ``sigma_step``^2 = Var d - 2 x binomial variance;
     - ``s_random`` = sum over ES runs of (random-mask - base) / sum of (trained - base) Pass@1;
@@ -294,8 +298,8 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     from esopt.study.claims import select_cell
 
     est: dict = {}
-    how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "sigma_entropy", "grpo_climb", "sigma_step",
-                                  "s_random", "s0", "sigma_size", "params")}
+    how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "es_gain", "sigma_entropy", "grpo_per_gain",
+                                  "grpo_climb", "sigma_step", "s_random", "s0", "sigma_size", "params")}
     cell = select_cell(cell_records)["algos"]
     runs = [r for rs in cell.values() for r in rs if r.get("final_counts") is not None and r.get("samples")]
     base = next((r for r in runs if r.get("base_counts") is not None), None)
@@ -324,13 +328,18 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         est["sigma_seed"] = math.sqrt(max(0.0, var - noise))
         how["sigma_seed"] = (f"within-algorithm spread of {sum(map(len, with_base.values()))} runs' Pass@1 gains "
                              f"({df} df; sd {math.sqrt(var):.4f}, binomial part {math.sqrt(noise):.4f})")
-    resid = []
+    es_gains = [gain(r) for r in with_base.get("es", [])]
+    if len(es_gains) >= 2:
+        est["es_gain"] = float(np.mean(es_gains))
+        how["es_gain"] = f"mean Pass@1 gain of {len(es_gains)} ES runs (the other claims' scenarios use it)"
+    resid, per_gain = [], {}
     for a in ("es", "grpo"):
         pts = [(gain(r), _num(r.get("final_ood_entropy")) / _num(r.get("base_ood_entropy")) - 1)
                for r in with_base.get(a, []) if _num(r.get("base_ood_entropy")) and
                _num(r.get("final_ood_entropy")) is not None]
         if len(pts) >= 3:
             x, y = np.array(pts).T
+            per_gain[a] = float(y.mean() / x.mean()) if x.mean() > 0 else None
             b = ols_slope(x, y)[0]
             resid.append(y - y.mean() - b * (x - x.mean()))
     if resid:
@@ -338,6 +347,9 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         if dfe > 0:
             est["sigma_entropy"] = math.sqrt(ss / dfe)
             how["sigma_entropy"] = f"residual sd of the relative OOD entropy change on the gain, ES and GRPO ({dfe} df)"
+    if per_gain.get("grpo") is not None:
+        est["grpo_per_gain"] = per_gain["grpo"]
+        how["grpo_per_gain"] = "GRPO's mean relative OOD entropy change / its mean Pass@1 gain"
     steps, noises = [], []
     for r in with_base.get("grpo", []):
         curve = [(float(i), float(v)) for i, v in (r.get("pass1_curve") or [])]

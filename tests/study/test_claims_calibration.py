@@ -75,6 +75,8 @@ def test_components_estimated_from_runs_recover_the_generating_ones():
                        ("s0", 0.0025), ("s_random", 0.09), ("sigma_step", 0.0075)):
         assert getattr(est, field) == pytest.approx(getattr(truth, field), abs=tol), (field, how[field])
     assert est.unsolvable == pytest.approx(0.2, abs=0.05) and how["beta"] != "assumed"
+    # the operating point: ES's gain (STRONG[1] = 0.05, sd 0.007) and GRPO's entropy per gain (-2.3, sd 0.26)
+    assert est.es_gain == pytest.approx(0.05, abs=0.018) and est.grpo_per_gain == pytest.approx(-2.3, abs=0.65)
     only_cell, how_cell = estimate_components(cell)   # no family: its components stay as assumed
     assert (only_cell.s0, only_cell.sigma_size, how_cell["s0"]) == (Components().s0, Components().sigma_size,
                                                                     "assumed")
