@@ -108,8 +108,10 @@ def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: di
         result = json.loads(cj.read_text())
         claims, cell = result["claims"], result.get("cell", {})
         seeds = sorted({s for ss in cell.get("seeds", {}).values() for s in ss if s is not None})
-        design = (f"Cell: {cell.get('model')}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), test draw "
-                  f"{', '.join(map(str, cell.get('test_draw', []))) or '-'} (None or 0: the standard test split); "
+        draws = [d for d in cell.get("test_draw", []) if d not in (None, 0, "None")]
+        design = (f"Cell: {cell.get('model')}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), "
+                  + (f"test draw {', '.join(map(str, draws))} (task.test_draw: a fresh test split); " if draws
+                     else "the standard test split; ") +
                   "generated tokens against ES: " + ", ".join(
                       f"{k} {v:.2f}" for k, v in (cell.get("tokens_vs_es") or {}).items() if v is not None) + "."
                   if seeds else "")
