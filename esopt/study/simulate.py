@@ -12,6 +12,9 @@ the same P problems):
 - a run r of algorithm A: p_rp = p_p + (g_A + u_r) / (1 - unsolvable) on the solvable
   problems, u_r ~ N(0, sigma_seed^2) the seed's deviation (so the mean Pass@1 gain over all
   problems is g_A + u_r); base evaluations: one draw per model, shared by its runs;
+- problem x algorithm (``sigma_problem_algo``, default 0): algorithm A's runs see p_p + d_Ap,
+  d_Ap ~ N(0, sigma^2) drawn once per sweep (ES and GRPO change different problems), clipped to
+  [0.01, 0.99] and re-centred so that the mean over problems stays that of p;
 - per-sample noise: correct counts ~ Binomial(n, p_rp);
 - GRPO's Pass@1 curve (claim 6's saturation check): an evaluation at half its budget with
   p = p_p + (g_GRPO + u_r - climb + v_r) / (1 - unsolvable), v_r ~ N(0, sigma_step^2) (the
@@ -78,6 +81,7 @@ class Components:
     s0: float = 0.006
     s_random: float = 0.3
     sigma_step: float = 0.005
+    sigma_problem_algo: float = 0.0        # per-problem, per-algorithm offset of p (shared by its seeds)
     grpo_climb: float = 0.0                # GRPO's mean Pass@1 gain over the second half of its budget
     params: tuple = (3e4, 1.7e6)           # the family's smallest and largest size (geometric between)
     es_gain: float | None = None           # ES's Pass@1 gain where claim 1 is not under test (None: STRONG[1])
@@ -154,16 +158,27 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
                 "samples": n, "base_counts": base if model == "cell" else extra.pop("base"), "final_counts": final,
                 "tokens_generated": 1000, **extra}
 
+    solv = p > 0  # problem x algorithm: each algorithm moves each solvable problem by its own offset
+    p_algo = {}
+    for algo in ("es", "grpo", "es_grpo", "grpo_es"):
+        pa = p.copy()
+        if c.sigma_problem_algo > 0 and not nothing_trains:
+            q = np.clip(p[solv] + rng.normal(0, c.sigma_problem_algo, int(solv.sum())), 0.01, 0.99)
+            for _ in range(3):  # re-centred: the clipping must not move the mean (no gain of its own)
+                q = np.clip(q - (q.mean() - p[solv].mean()), 0.01, 0.99)
+            pa[solv] = q
+        p_algo[algo] = pa
     for seed in range(R):
         recs.append(rec("none", seed, base, pop=None))
         for algo in ("es", "grpo", "es_grpo", "grpo_es"):
             u = rng.normal(0, c.sigma_seed)
             g = kn["g"][algo] + u
-            final = _counts(p, g, n, c, rng)
+            pa = p_algo[algo]
+            final = _counts(pa, g, n, c, rng)
             extra = {"base_pass@1": float(base.mean() / n), "final_pass@1": float(final.mean() / n)}
             if algo == "grpo":
                 climb = 0.0 if nothing_trains else c.grpo_climb
-                mid = _counts(p, g - climb + rng.normal(0, c.sigma_step), n, c, rng)
+                mid = _counts(pa, g - climb + rng.normal(0, c.sigma_step), n, c, rng)
                 extra["pass1_curve"] = [[0, extra["base_pass@1"]], [ITERATIONS // 2, float(mid.mean() / n)],
                                         [ITERATIONS, extra["final_pass@1"]]]
             if algo in ("es", "grpo"):
@@ -172,8 +187,8 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
                           "final_ood_entropy": h0 * (1 + kn["q"][algo] * g + rng.normal(0, c.sigma_entropy))}
             if algo == "es":
                 extra["sparsity"] = {"samples": n, "base_counts": base, "trained_counts": final, "curves": [
-                    {"mode": "global", "keep": 0.22, "correct_counts": _counts(p, kn["s_keep"] * g, n, c, rng)},
-                    {"mode": "random", "keep": 0.22, "correct_counts": _counts(p, kn["s_random"] * g, n, c, rng)}]}
+                    {"mode": "global", "keep": 0.22, "correct_counts": _counts(pa, kn["s_keep"] * g, n, c, rng)},
+                    {"mode": "random", "keep": 0.22, "correct_counts": _counts(pa, kn["s_random"] * g, n, c, rng)}]}
             recs.append(rec(algo, seed, final, pop=None if algo == "grpo" else 16, **extra))
     # the family: sizes x pops x seeds of ES
     sizes = np.geomspace(c.params[0], c.params[1], d.sizes)
@@ -279,6 +294,8 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
       ab / ((a+b)^2 (a+b+1)) (binomial noise removed);
     - ``sigma_seed``^2 = pooled within-algorithm variance of the runs' Pass@1 gains - the mean
       binomial variance of a final Pass@1 (every run scores the same problems);
+    - ``sigma_problem_algo``^2 = (Var over the problems the base solves of mean_ES q_p - mean_GRPO q_p
+      - its binomial part) / 2;
     - ``sigma_entropy``^2 = pooled residual variance of rel = h_final / h_base - 1 on the gain,
       within ES and within GRPO (the simulator's rel = Q g + N(0, sigma_entropy^2)); ``grpo_per_gain``
       = GRPO's mean rel / its mean gain; ``es_gain`` = ES's mean gain (the operating point of the
@@ -298,7 +315,8 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     from esopt.study.claims import select_cell
 
     est: dict = {}
-    how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "es_gain", "sigma_entropy", "grpo_per_gain",
+    how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "sigma_problem_algo", "es_gain",
+                                  "sigma_entropy", "grpo_per_gain",
                                   "grpo_climb", "sigma_step", "s_random", "s0", "sigma_size", "params")}
     cell = select_cell(cell_records)["algos"]
     runs = [r for rs in cell.values() for r in rs if r.get("final_counts") is not None and r.get("samples")]
@@ -328,6 +346,18 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         est["sigma_seed"] = math.sqrt(max(0.0, var - noise))
         how["sigma_seed"] = (f"within-algorithm spread of {sum(map(len, with_base.values()))} runs' Pass@1 gains "
                              f"({df} df; sd {math.sqrt(var):.4f}, binomial part {math.sqrt(noise):.4f})")
+    es_r, grpo_r = with_base.get("es", []), with_base.get("grpo", [])
+    if len(es_r) >= 2 and len(grpo_r) >= 2 and base is not None:  # spread of the per-problem ES - GRPO gap
+        P = min(len(r["final_counts"]) for r in es_r + grpo_r)
+        mean_q = {a: np.array([np.asarray(r["final_counts"][:P], dtype=np.float64) / r["samples"] for r in rs])
+                  for a, rs in (("es", es_r), ("grpo", grpo_r))}
+        keep = np.asarray(base["base_counts"][:P]) > 0
+        d = mean_q["es"].mean(0)[keep] - mean_q["grpo"].mean(0)[keep]
+        noise = sum(float(np.mean(q.mean(0)[keep] * (1 - q.mean(0)[keep]))) / (int(base["samples"]) * q.shape[0])
+                    for q in mean_q.values())
+        est["sigma_problem_algo"] = math.sqrt(max(0.0, (float(d.var(ddof=1)) - noise) / 2))
+        how["sigma_problem_algo"] = (f"per-problem ES - GRPO Pass@1 difference over {int(keep.sum())} problems the base "
+                                     f"solves (sd {float(d.std(ddof=1)):.3f}, binomial part {math.sqrt(noise):.3f}) / sqrt(2)")
     es_gains = [gain(r) for r in with_base.get("es", [])]
     if len(es_gains) >= 2:
         est["es_gain"] = float(np.mean(es_gains))
