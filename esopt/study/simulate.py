@@ -265,15 +265,15 @@ def table(rates: dict) -> list[str]:
 
 # ---------------------------------------------------------------------------------------
 # variance components estimated from real runs
-def _pool(groups: list[np.ndarray], ddof: int = 1) -> tuple[float | None, int]:
-    """Pooled within-group variance sum((x - mean_g)^2) / sum(n_g - ddof) over groups with more
-    than ``ddof`` members; (None, 0) when none has."""
+def _pool(groups: list[np.ndarray]) -> tuple[float | None, int]:
+    """Pooled within-group variance sum((x - mean_g)^2) / sum(n_g - 1) over groups of two or more;
+    (None, 0) when there is none."""
     ss, df = 0.0, 0
     for g in groups:
         g = np.asarray(g, dtype=np.float64)
-        if g.size > ddof:
-            ss += float(((g - g.mean()) ** 2).sum()) if ddof == 1 else float(g @ g)
-            df += g.size - ddof
+        if g.size > 1:
+            ss += float(((g - g.mean()) ** 2).sum())
+            df += g.size - 1
     return (ss / df, df) if df else (None, 0)
 
 
@@ -311,7 +311,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     """
     from dataclasses import replace
 
-    from esopt.study.claim_rules import _size_cells, ols_slope
+    from esopt.study.claim_rules import _num, _size_cells, ols_slope
     from esopt.study.claims import select_cell
 
     est: dict = {}
@@ -426,14 +426,6 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
             est["params"] = (float(min(params)), float(max(params)))
             how["params"] = f"{len(cells)} sizes"
     return replace(start, **est), how
-
-
-def _num(v):
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def components_from_sweeps(cell_dir, family_dir=None) -> tuple[Components, dict]:
