@@ -27,6 +27,7 @@ problems x samples (the others at ``--problems`` x ``--samples``).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,11 @@ def main(argv=None) -> int:
                     help="estimate the variance components from these sweeps (cell, then family)")
     ap.add_argument("--family-design", default=None, metavar="PxN", help="claims 4 and 7 at P problems x N samples")
     args = ap.parse_args(argv)
+    if args.family_design and not re.fullmatch(r"[1-9]\d*x[1-9]\d*", args.family_design):
+        ap.error(f"--family-design must be PROBLEMSxSAMPLES, e.g. 200x16, got {args.family_design!r}")
+    missing = [d for d in args.from_sweeps or [] if not (Path(d) / "runs.parquet").exists()]
+    if missing:
+        ap.error(f"--from-sweeps: no aggregated sweep (runs.parquet) in {', '.join(missing)}")
     sims = args.sims or (200 if args.quick else 1000)
     design = Design(seeds=args.seeds, problems=args.problems, samples=args.samples)
     t0 = time.time()
