@@ -319,7 +319,8 @@ def contrast(arms: Sequence[tuple[np.ndarray, float]]) -> dict:
         df = se^4 / (sum_a V_a^2 / (R_a - 1) + V_P^2 / (P - 1))   (Welch-Satterthwaite)
     (the two-way random-effects ANOVA's var(mean) = (MS_runs + MS_problems - MS_error) / (R P),
     one arm.) Needs R_a >= 2 in every arm; P = 1 (run-level values) gives Welch's t.
-    Returns {"effect", "se", "df", "runs": [R_a], "problems": P}."""
+    Returns {"effect", "se", "df", "runs": [R_a], "problems": P, "var_runs": sum_a V_a,
+    "var_problems": V_P} (the split says what more data would shrink: ``claims.data_needed``)."""
     xs = [np.atleast_2d(np.asarray(x, dtype=np.float64)) for x, _ in arms]
     ws = [float(w) for _, w in arms]
     P = {x.shape[1] for x in xs}
@@ -344,7 +345,7 @@ def contrast(arms: Sequence[tuple[np.ndarray, float]]) -> dict:
     den = sum(v * v / (x.shape[0] - 1) for v, x in zip(v_runs, xs)) + (v_p * v_p / (P - 1) if P > 1 else 0.0)
     df = se2 * se2 / den if den > 0 else float("inf")
     return {"effect": float(sum(w * x.mean() for x, w in zip(xs, ws))), "se": math.sqrt(se2), "df": float(df),
-            "runs": [x.shape[0] for x in xs], "problems": P}
+            "runs": [x.shape[0] for x in xs], "problems": P, "var_runs": float(sum(v_runs)), "var_problems": v_p}
 
 
 def ratio_influence(num, den) -> tuple[float, np.ndarray]:

@@ -426,7 +426,7 @@ def sequence(data, s):
                   "p_no": min(1.0, 2 * min(p_above(-x["effect"], x["se"], x["df"], -top) for x in (d1, dk))),
                   "pass@1": float(one[o].mean()), f"pass@{K}": float(atK[o].mean())}
     best = min(orders, key=lambda o: per[o]["p_yes"])
-    t = {k: per[best][k] for k in ("effect", "se", "df")}
+    t = {k: per[best][k] for k in ("effect", "se", "df", "var_problems")}
     t["p_yes"] = min(1.0, len(orders) * per[best]["p_yes"])
     t["p_no"] = max(per[o]["p_no"] for o in orders)
     means = {a: {"pass@1": float(one[a].mean()), f"pass@{K}": float(atK[a].mean())} for a in got}

@@ -18,7 +18,9 @@ cell, runs every claim and decides:
              effect of interest (m = claims tested; Holm's first step), and
              data_needed = ((z_{1-alpha/m} + z_0.8) se / delta)^2 is about how many times the
              test's units (the claim's ``units``: seeds; claim 4 ES runs; claim 7 model sizes)
-             80% power needs; "data": what the sweep lacks, named.
+             80% power needs; where problems share the variance (claims 1, 3, 6), also what
+             the units alone and the problems alone would need (``data_needed``); "data":
+             what the sweep lacks, named.
 The calibration of these rules (false yes, false no, power, by simulation through this code):
 ``python benchmarks/bench_claims_calibration.py`` (docs/results/claims_calibration.md).
 
@@ -107,13 +109,42 @@ def select_cell(records: list[dict]) -> dict:
 
 # ---------------------------------------------------------------------------------------
 # the decision
-def data_needed(se: float, delta: float, alpha: float, power: float = 0.80) -> float | None:
-    """About how many times the runs a test needs for ``power`` at the smallest effect of
-    interest: se shrinks as 1/sqrt(runs), so ((z_{1-alpha} + z_power) se / delta)^2."""
+def data_needed(se: float, delta: float, alpha: float, power: float = 0.80,
+                var_problems: float = 0.0) -> dict | None:
+    """About how many times the data a test needs for ``power`` at the smallest effect of
+    interest. The variance that power needs is V* = (delta / (z_{1-alpha} + z_power))^2; the
+    test's se^2 = V_R + V_P splits into runs (seeds) and problems (``metrics.contrast``), and
+    scaling the runs by x leaves V_R / x + V_P. So
+        both (runs and problems x times):  se^2 / V*
+        runs alone:                        V_R / (V* - V_P)    (inf when V_P >= V*)
+        problems alone:                    V_P / (V* - V_R)    (inf when V_R >= V*)
+    Returns {"both", "runs", "problems"} (a run-level test, V_P = 0: "problems" is None), or
+    None without a usable se."""
     if not se or not math.isfinite(se) or delta <= 0:
         return None
     z = NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(power)
-    return float((z * se / delta) ** 2)
+    target, total = (delta / z) ** 2, se * se
+    v_p = min(max(float(var_problems or 0.0), 0.0), total)
+    v_r = total - v_p
+
+    def alone(v_this: float, v_other: float) -> float:
+        return v_this / (target - v_other) if target > v_other else math.inf
+
+    return {"both": total / target, "runs": alone(v_r, v_p), "problems": alone(v_p, v_r) if v_p > 0 else None}
+
+
+def _need_text(need: dict | None, units: str) -> str:
+    """", 80% needs about 3.8x the seeds" (a run-level test); with problems in the variance,
+    what each of runs and problems alone would need, e.g. ", 80% needs about 7.8x the seeds
+    and problems together (the seeds alone: never; the problems alone: 12x)"."""
+    if need is None:
+        return ""
+    times = lambda x: (f"{x:.2g}x" if x <= MAX_DATA_NEEDED else f"more than {MAX_DATA_NEEDED}x") \
+        if math.isfinite(x) else "never"
+    if need["problems"] is None:
+        return f", 80% needs about {times(need['both'])} the {units}"
+    return (f", 80% needs about {times(need['both'])} the {units} and problems together (the {units} alone: "
+            f"{times(need['runs'])}; the problems alone: {times(need['problems'])})")
 
 
 def decide_all(measures: dict[int, dict], s: Mapping) -> dict[int, dict]:
@@ -137,7 +168,8 @@ def decide_all(measures: dict[int, dict], s: Mapping) -> dict[int, dict]:
             delta, se, df = m.get("power_at", (c.sesoi, m["se"], m["df"]))
             row.update(p_yes_holm=yes[cid][1], p_no_holm=no[cid][1],
                        power=power_at(delta, se, df, alpha / m_tests),
-                       data_needed=data_needed(se, delta, alpha / m_tests, float(s["power"])))
+                       data_needed=data_needed(se, delta, alpha / m_tests, float(s["power"]),
+                                               m.get("var_problems", 0.0) if "power_at" not in m else 0.0))
             if yes[cid][0]:
                 row["verdict"] = "yes"
                 row["why"] += f"; yes (Holm p {yes[cid][1]:.2g})"
@@ -147,12 +179,9 @@ def decide_all(measures: dict[int, dict], s: Mapping) -> dict[int, dict]:
                 row["verdict"] = "no"
                 row["why"] += f"; no: below {c.boundary + c.sesoi:+g} (Holm p {no[cid][1]:.2g})"
             else:
-                need = row["data_needed"]
                 row["unclear"] = "power"
                 row["why"] = (f"unclear: power {row['power']:.0%} at {c.boundary + c.sesoi:+g}"
-                              + ("" if need is None else f", 80% needs about {need:.2g}x the {c.units}"
-                                 if need <= MAX_DATA_NEEDED else f", 80% needs more than {MAX_DATA_NEEDED}x the "
-                                 f"{c.units}")
+                              + _need_text(row["data_needed"], c.units)
                               + f" (Holm p yes {yes[cid][1]:.2g}, no {no[cid][1]:.2g}); {m['why']}")
         out[cid] = row
     for cid, c in REGISTRY.items():                    # preconditions: claim 1 first

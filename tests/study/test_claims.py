@@ -14,6 +14,7 @@
 import json
 import math
 import re
+from statistics import NormalDist
 import zlib
 
 import numpy as np
@@ -201,6 +202,34 @@ def test_claim3_coverage_yes_no_needs_claim1_and_4k_samples():
     row, _ = decided(3, es=few, grpo=[dict(r, samples=16, final_counts=[min(c, 16) for c in r["final_counts"]])
                                       for r in grpo])
     assert row["unclear"] == "data" and "Pass@8 needs >= 32 samples per problem" in row["why"]
+
+
+def test_data_needed_splits_runs_and_problems():
+    """More seeds shrink only the runs' share of the variance: with the problems' share above
+    what 80% power allows, no number of seeds is enough, and the message says so."""
+    z = NormalDist().inv_cdf(1 - 0.05) + NormalDist().inv_cdf(0.8)
+    target = (0.01 / z) ** 2                                    # the variance 80% power needs
+    need = C.data_needed(math.sqrt(3 * target), 0.01, 0.05, 0.8, var_problems=2.5 * target)
+    assert need["both"] == pytest.approx(3.0)
+    assert need["runs"] == math.inf                             # V_P = 2.5 V* > V*: seeds never suffice
+    assert need["problems"] == pytest.approx(5.0)               # 0.5 V* + 2.5 V* / 5 = V*
+    need = C.data_needed(math.sqrt(3 * target), 0.01, 0.05, 0.8, var_problems=0.5 * target)
+    assert need["runs"] == pytest.approx(5.0) and need["problems"] == math.inf
+    run_level = C.data_needed(math.sqrt(3 * target), 0.01, 0.05, 0.8)
+    assert run_level["both"] == pytest.approx(3.0) and run_level["problems"] is None
+
+
+def test_claim3_unclear_names_problems_where_they_dominate():
+    """ES and GRPO change different problems (same mean, independent per-problem shifts): the
+    problems dominate claim 3's error, so its message says the seeds alone cannot reach 80%."""
+    rng = np.random.default_rng(5)
+    p_es, p_grpo = (np.clip(0.25 + 0.2 * rng.normal(size=P), 0.01, 0.99) for _ in range(2))
+    es = [rec("es", s, 0.1, p_es) for s in range(4)]
+    grpo = [rec("grpo", s, final_p=p_grpo) for s in range(4)]
+    row, m = decided(3, es=es, grpo=grpo)
+    assert row["verdict"] == "unclear" and row["unclear"] == "power", row
+    assert m["var_problems"] > 10 * m["var_runs"]
+    assert "the seeds alone: never" in row["why"] and "the problems alone: " in row["why"], row["why"]
 
 
 # --- claim 4 ---------------------------------------------------------------------------
