@@ -9,7 +9,7 @@ directory unless ``--root``), prints the wall time against the goal (60 minutes 
 issue 14), the per-algorithm run time from the summaries, and the claims table from claims.json.
 ``--confirm`` is the confirmatory run (issue 27): a fresh draw of test problems and seeds the
 rules were never tuned on (``task.test_draw=1``, seeds the preset does not run: 16-31 for
-paper_cpu, 8-15 for the others), in a sweep named
+paper_cpu, 10-19 for paper_cpu_family, 8-15 for paper_cpu_quick), in a sweep named
 ``<preset>_confirm1``. ``--report-only --wall-s S``: no sweep; read the finished one under
 ``--root`` and report it with the wall time an earlier run of this script printed. Not run by the tests. Exit code 1 if the
 sweep failed or the goal was missed. ``--write-docs`` writes the wall time and the claims table
@@ -50,7 +50,7 @@ def main() -> int:
     preset, goal = (("paper_cpu_quick", 300) if a.quick else ("paper_cpu_family", 5400) if a.family
                     else ("paper_cpu", 3600))
     name = f"{preset}_confirm1" if a.confirm else preset
-    fresh = {"paper_cpu": "range(16,32)"}.get(preset, "range(8,16)")  # seeds the preset itself never runs
+    fresh = {"paper_cpu": "range(16,32)", "paper_cpu_family": "range(10,20)"}.get(preset, "range(8,16)")  # not run by the preset
     confirm = ["task.test_draw=1", f"seed={fresh}", f"sweep.name={name}"] if a.confirm else []
     root = Path(a.root) if a.root else Path(tempfile.mkdtemp(prefix="bench_paper_cpu_"))
     cmd = [sys.executable, "-m", "esopt.sweep", "-m", f"+experiment={preset}", f"sweep.root={root}", *confirm,

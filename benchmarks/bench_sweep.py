@@ -20,6 +20,11 @@ samples; Slurm with array_parallelism=1 so the runs follow each other). A run's 
 Rows: local (in process), slurm (one array task per run), slurm_packed (runs_per_job = N/2:
 two array tasks, so the gap mixes in-process and new-task starts).
 
+``--preset quickstart [--pairs 2]``: instead, a CPU preset's whole sweep (runs + aggregation)
+with ``hydra/launcher=local`` (one run after another) and ``joblib`` (one warm worker per core,
+what the CPU presets use), alternating, each into its own fresh root; the wall times, their
+ratio, and whether every run's final Pass@1 is the same under both (it must be: same configs).
+
 In process, per run (median of --reps): compose + validate + run id, the store's writes, and
 the Optuna journal (attach, 3 reports + should_prune, finish). Prints tables; writes nothing
 outside a temporary directory (or --root).
@@ -96,6 +101,33 @@ def end_to_end(root: Path, launchers: list[str], n: int, bookkeeping_s: float = 
     return rows
 
 
+def preset_by_launcher(root: Path, preset: str, pairs: int) -> list[dict]:
+    """Wall time of one preset's sweep under the local and the joblib launcher (alternating)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    walls: dict[str, list[float]] = {"local": [], "joblib": []}
+    scores: dict[str, dict] = {}
+    for i in range(pairs):
+        for launcher in ("local", "joblib"):
+            out = root / f"{launcher}{i}"
+            cmd = [sys.executable, "-m", "esopt.sweep", "-m", f"+experiment={preset}", f"hydra/launcher={launcher}",
+                   f"sweep.root={out}"]
+            t0 = time.time()
+            r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+            walls[launcher].append(time.time() - t0)
+            if r.returncode != 0:
+                sys.exit(f"bench: {preset} failed under {launcher}:\n{r.stderr[-2000:]}")
+            for d in out.glob("*/runs/*"):
+                final = json.loads((d / "summary.json").read_text()).get("final") or {}
+                scores.setdefault(launcher, {})[d.name] = (final.get("pass@k") or {}).get("1")
+            print(f"{preset} {launcher} #{i}: {walls[launcher][-1]:.1f} s", flush=True)
+    same = scores.get("local") == scores.get("joblib") and bool(scores.get("local"))
+    local, pool = statistics.median(walls["local"]), statistics.median(walls["joblib"])
+    return [{"preset": preset, "runs": len(scores.get("local", {})), "pairs": pairs,
+             "local_s": " / ".join(f"{w:.1f}" for w in walls["local"]),
+             "joblib_s": " / ".join(f"{w:.1f}" for w in walls["joblib"]),
+             "local / joblib (medians)": round(local / pool, 2), "same final Pass@1": "yes" if same else "NO"}]
+
+
 def components(root: Path, reps: int):
     """Median in-process seconds per run of each piece of bookkeeping."""
     from hydra import compose, initialize_config_dir
@@ -149,13 +181,28 @@ def main(argv=None) -> int:
     ap.add_argument("--no-slurm", action="store_true", help="only the local launcher")
     ap.add_argument("--root", default=None, help="keep results here (default: a temporary dir)")
     ap.add_argument("--write-docs", action="store_true", help="write the tables to docs/results/sweep.md")
+    ap.add_argument("--preset", default=None, help="a CPU preset's wall time under local vs joblib instead")
+    ap.add_argument("--pairs", type=int, default=1, help="with --preset: (local, joblib) pairs (default 1)")
     args = ap.parse_args(argv)
     if args.runs < 2:
         sys.exit("bench: --runs must be >= 2")
+    if args.pairs < 1:
+        sys.exit("bench: --pairs must be >= 1")
     import pandas as pd
 
     root = Path(args.root or tempfile.mkdtemp(prefix="bench_sweep_")).resolve()
     try:
+        if args.preset:
+            rows = preset_by_launcher(root, args.preset, args.pairs)
+            print(pd.DataFrame(rows).to_string(index=False))
+            if args.write_docs:
+                from _results import write_table
+
+                write_table("sweep", "A CPU preset's wall time by launcher", None, list(rows[0]),
+                            [list(r.values()) for r in rows],
+                            notes=f"2-core machine, OMP_NUM_THREADS=1; load average {os.getloadavg()[0]:.1f} "
+                                  "at the end.")
+            return 0
         comp = components(root, args.reps)
         print(pd.DataFrame(comp).to_string(index=False))
         inside = next(r["median_s"] for r in comp if r["part (in process)"] == "total")
