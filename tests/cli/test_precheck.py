@@ -18,7 +18,7 @@ configs.register()
     (["-m", "seed=0,1", "++iteration=5"], "unknown key 'iteration' (did you mean 'iterations'?)"),
     (["eval.sampels=4"], "unknown key 'eval.sampels' (did you mean 'samples'?); known keys in eval:"),
     (["+experiment=nope"], "no config 'experiment/nope' (available: es_vs_grpo_countdown_gpu, es_vs_grpo_gpu"),
-    (["hydra/launcher=nope"], "no config 'hydra/launcher/nope' (available: basic, local"),
+    (["hydra/launcher=nope"], "no config 'hydra/launcher/nope' (available: basic, joblib, local"),
     (["pop=[1,"], "cannot parse the overrides"),
     (["sweep.name=.."], "sweep.name must be a plain directory name"),
     (["sweep.name=."], "sweep.name must be a plain directory name"),
