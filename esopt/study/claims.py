@@ -116,10 +116,10 @@ def data_needed(se: float, delta: float, alpha: float, power: float = 0.80,
     test's se^2 = V_R + V_P splits into runs (seeds) and problems (``metrics.contrast``), and
     scaling the runs by x leaves V_R / x + V_P. So
         both (runs and problems x times):  se^2 / V*
-        runs alone:                        V_R / (V* - V_P)    (inf when V_P >= V*)
-        problems alone:                    V_P / (V* - V_R)    (inf when V_R >= V*)
-    Returns {"both", "runs", "problems"} (a run-level test, V_P = 0: "problems" is None), or
-    None without a usable se."""
+        runs alone:                        V_R / (V* - V_P)    (None, never, when V_P >= V*)
+        problems alone:                    V_P / (V* - V_R)    (None, never, when V_R >= V*)
+    Returns {"both", "runs", "problems"} ("problems" only where V_P > 0: not for a run-level
+    test), or None without a usable se. (None, not inf: claims.json has no infinity.)"""
     if not se or not math.isfinite(se) or delta <= 0:
         return None
     z = NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(power)
@@ -127,10 +127,10 @@ def data_needed(se: float, delta: float, alpha: float, power: float = 0.80,
     v_p = min(max(float(var_problems or 0.0), 0.0), total)
     v_r = total - v_p
 
-    def alone(v_this: float, v_other: float) -> float:
-        return v_this / (target - v_other) if target > v_other else math.inf
+    def alone(v_this: float, v_other: float) -> float | None:
+        return v_this / (target - v_other) if target > v_other else None
 
-    return {"both": total / target, "runs": alone(v_r, v_p), "problems": alone(v_p, v_r) if v_p > 0 else None}
+    return {"both": total / target, "runs": alone(v_r, v_p)} | ({"problems": alone(v_p, v_r)} if v_p > 0 else {})
 
 
 def _need_text(need: dict | None, units: str) -> str:
@@ -139,9 +139,9 @@ def _need_text(need: dict | None, units: str) -> str:
     and problems together (the seeds alone: never; the problems alone: 12x)"."""
     if need is None:
         return ""
-    times = lambda x: (f"{x:.2g}x" if x <= MAX_DATA_NEEDED else f"more than {MAX_DATA_NEEDED}x") \
-        if math.isfinite(x) else "never"
-    if need["problems"] is None:
+    times = lambda x: "never" if x is None else f"{x:.2g}x" if x <= MAX_DATA_NEEDED else \
+        f"more than {MAX_DATA_NEEDED}x"
+    if "problems" not in need:
         return f", 80% needs about {times(need['both'])} the {units}"
     return (f", 80% needs about {times(need['both'])} the {units} and problems together (the {units} alone: "
             f"{times(need['runs'])}; the problems alone: {times(need['problems'])})")
