@@ -234,7 +234,7 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
               if a != "none"}
     ref = tokens.get("es") or None
     return {
-        "version": 3,
+        "version": 4,  # 4: data_needed is {"both", "runs"[, "problems"]}, was a number
         "settings": s,
         "cell": {"model": cell["model"], "settings": cell["settings"],
                  "runs": {a: [r["run_id"] for r in rs] for a, rs in A.items()},
