@@ -64,14 +64,18 @@ def launcher_overrides(launcher: str, n: int) -> list[str]:
             "hydra.launcher.timeout_min=10", f"hydra.launcher.runs_per_job={k}"]
 
 
+def sweep_env() -> dict:
+    """The environment every benchmarked sweep runs in: this checkout, one thread, offline."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
 def sweep(root: Path, name: str, n: int, launcher: str) -> dict:
     """Run one sweep; return its timestamps and its runs' (start, end, wall_s)."""
     extra = launcher_overrides(launcher, n)
     cmd = [sys.executable, "-m", "esopt.sweep", "-m", *TINY, *extra, f"sweep.root={root}",
            f"sweep.name={name}", "seed=" + ",".join(str(i) for i in range(n))]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     t0 = time.time()
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    r = subprocess.run(cmd, cwd=REPO, env=sweep_env(), capture_output=True, text=True)
     t1 = time.time()
     if r.returncode != 0:
         sys.exit(f"bench: sweep failed ({launcher}, {n} runs):\n{r.stderr[-2000:]}")
@@ -103,7 +107,8 @@ def end_to_end(root: Path, launchers: list[str], n: int, bookkeeping_s: float = 
 
 def preset_by_launcher(root: Path, preset: str, pairs: int) -> list[dict]:
     """Wall time of one preset's sweep under the local and the joblib launcher (alternating)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    from esopt.runtime.tuning import metric_value
+
     walls: dict[str, list[float]] = {"local": [], "joblib": []}
     scores: dict[str, dict] = {}
     for i in range(pairs):
@@ -112,13 +117,13 @@ def preset_by_launcher(root: Path, preset: str, pairs: int) -> list[dict]:
             cmd = [sys.executable, "-m", "esopt.sweep", "-m", f"+experiment={preset}", f"hydra/launcher={launcher}",
                    f"sweep.root={out}"]
             t0 = time.time()
-            r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+            r = subprocess.run(cmd, cwd=REPO, env=sweep_env(), capture_output=True, text=True)
             walls[launcher].append(time.time() - t0)
             if r.returncode != 0:
                 sys.exit(f"bench: {preset} failed under {launcher}:\n{r.stderr[-2000:]}")
             for d in out.glob("*/runs/*"):
-                final = json.loads((d / "summary.json").read_text()).get("final") or {}
-                scores.setdefault(launcher, {})[d.name] = (final.get("pass@k") or {}).get("1")
+                final = json.loads((d / "summary.json").read_text()).get("final")
+                scores.setdefault(launcher, {})[d.name] = metric_value(final, "pass@1")
             print(f"{preset} {launcher} #{i}: {walls[launcher][-1]:.1f} s", flush=True)
     same = scores.get("local") == scores.get("joblib") and bool(scores.get("local"))
     local, pool = statistics.median(walls["local"]), statistics.median(walls["joblib"])
@@ -188,6 +193,8 @@ def main(argv=None) -> int:
         sys.exit("bench: --runs must be >= 2")
     if args.pairs < 1:
         sys.exit("bench: --pairs must be >= 1")
+    if args.preset and not (REPO / "sweeps" / f"{args.preset}.yaml").is_file():
+        sys.exit(f"bench: no preset {args.preset!r} (the files in sweeps/, e.g. quickstart)")
     import pandas as pd
 
     root = Path(args.root or tempfile.mkdtemp(prefix="bench_sweep_")).resolve()
@@ -200,7 +207,7 @@ def main(argv=None) -> int:
 
                 write_table("sweep", "A CPU preset's wall time by launcher", None, list(rows[0]),
                             [list(r.values()) for r in rows],
-                            notes=f"2-core machine, OMP_NUM_THREADS=1; load average {os.getloadavg()[0]:.1f} "
+                            notes=f"OMP_NUM_THREADS=1; load average {os.getloadavg()[0]:.1f} "
                                   "at the end.")
             return 0
         comp = components(root, args.reps)
