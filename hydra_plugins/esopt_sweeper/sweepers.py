@@ -259,6 +259,7 @@ class EsoptSweeper(Sweeper):
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):
         import pandas as pd
+        from esopt import engines
         from esopt.runtime import tuning
         from esopt.runtime.layout import layout
 
@@ -279,6 +280,7 @@ class EsoptSweeper(Sweeper):
                 row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
                 row["max_tokens"] = estimate_tokens(job.rc)
                 row["engine"] = job.rc.engine["name"]  # what engine=auto picked, or the forced one
+                row["engine_version"] = engines.library_version(job.rc.engine) or "not installed"
             else:
                 s = job.summary or {}
                 metric = tuning.settings(job.rc.tuning)["metric"]

@@ -5,7 +5,7 @@ one-line errors with exit 2."""
 import re
 
 import pytest
-from helpers import run_cli
+from helpers import cli
 
 from esopt.cli import configs
 from esopt.cli.common import prepare_argv
@@ -15,12 +15,12 @@ ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def test_a_block_key_of_another_algorithm_is_a_note_and_applied_where_read(tmp_path):
-    r = run_cli("esopt.sweep", "-m", "model=tiny-s", "algo=none,es", "seed=3", "es.batch_size=32",
+    r = cli("esopt.sweep", "-m", "model=tiny-s", "algo=none,es", "seed=3", "es.batch_size=32",
                 "sweep.dry_run=true", f"sweep.root={tmp_path}", env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stderr.splitlines().count("esopt: note: es.batch_size has no effect with algo=none") == 1
     assert "error" not in r.stderr and "dry run: 2 runs" in r.stdout
-    rows = dict(re.findall(r"^\s*\d+\s+[0-9a-f]{12}\s+(\w+)\s+new\s+run\s+(\d+)\s+hf\s*$", r.stdout, flags=re.M))
+    rows = dict(re.findall(r"^\s*\d+\s+[0-9a-f]{12}\s+(\w+)\s+new\s+run\s+(\d+)\s+hf\s+transformers==\S+\s*$", r.stdout, flags=re.M))
     from helpers import run_config
 
     from hydra_plugins.esopt_sweeper.sweepers import estimate_tokens

