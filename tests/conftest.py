@@ -33,3 +33,26 @@ def _environment_as_it_was():
 @pytest.fixture
 def results_root(tmp_path):
     return tmp_path / "results"
+
+
+# pytest-xdist (pyproject's addopts: ``-n auto --dist loadgroup``) sends each group of tests to one
+# worker and spreads the rest one test at a time. The tests of a file that share a module-scoped
+# fixture (a trained model, a built wheel) are one group, so it is made once; files that share an
+# outside service are one group, so that they never use it at once.
+SHARED_SERVICE_GROUPS = {"test_slurm.py": "slurm", "test_slurm_faults.py": "slurm",
+                         "test_postgres_storage.py": "postgres"}
+
+
+def _module_scoped(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope in ("module", "class", "package") for fixturedefs in defs for d in fixturedefs)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        group = SHARED_SERVICE_GROUPS.get(item.path.name) or (str(item.path) if _module_scoped(item) else None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))

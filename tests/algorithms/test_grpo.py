@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from helpers import Preempted, grpo_context, run_cli, run_config
+from helpers import cli, grpo_context, Preempted, run_config
 
 from esopt.algorithms import grpo
 from esopt.core import store
@@ -118,7 +118,7 @@ def test_bad_grpo_config_is_one_clear_line(results_root, override, message):
 
 
 def test_bad_group_size_from_the_command_line(results_root):
-    res = run_cli("esopt.sweep", "algo=grpo", "grpo.num_generations=1", f"sweep.root={results_root}")
+    res = cli("esopt.sweep", "algo=grpo", "grpo.num_generations=1", f"sweep.root={results_root}")
     assert res.returncode == 2
     assert res.stderr.strip().splitlines()[-1].startswith("esopt: error: grpo.num_generations")
     assert "Traceback" not in res.stderr

@@ -5,7 +5,7 @@ the sizes the run uses (es.batch_size clamped to the train split, like ``es.prom
 import re
 
 import pytest
-from helpers import run_cli, run_config
+from helpers import cli, run_config
 
 from esopt.cli import configs
 from esopt.cli.common import prepare_argv
@@ -55,7 +55,7 @@ def test_dry_run_estimate_uses_the_clamped_batch(tmp_path):
     assert es.prompts_per_iteration(10**7, rows) == len(es.prompt_batch(0, 1, rows, 10**7)) == rows
     assert estimate_tokens(run_config("model=tiny-xs", "es.batch_size=10", check_data=False)) \
         < estimate_tokens(clamped)  # below the split's size nothing is clamped
-    r = run_cli("esopt.sweep", "-m", "model=tiny-xs", "es.batch_size=60000", "sweep.dry_run=true",
+    r = cli("esopt.sweep", "-m", "model=tiny-xs", "es.batch_size=60000", "sweep.dry_run=true",
                 f"sweep.root={tmp_path}", env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     shown = int(re.search(r"max generated tokens \(upper bound\): ([\d,]+) to run", r.stdout).group(1)

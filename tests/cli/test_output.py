@@ -4,13 +4,13 @@ filtered unless asked for with -v / ESOPT_VERBOSE=1)."""
 
 import re
 
-from helpers import run_cli
+from helpers import cli, run_cli
 
 ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def test_the_headline_command_makes_six_es_runs(tmp_path):
-    r = run_cli("esopt.sweep", "-m", "model=qwen1.5b,qwen7b", "pop=8,16,32", "sweep.dry_run=true",
+    r = cli("esopt.sweep", "-m", "model=qwen1.5b,qwen7b", "pop=8,16,32", "sweep.dry_run=true",
                 f"sweep.root={tmp_path}", env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "dry run: 6 runs" in r.stdout
@@ -21,7 +21,7 @@ def test_the_headline_command_makes_six_es_runs(tmp_path):
 
 
 def test_a_key_the_algorithm_ignores_is_reported_before_launch(tmp_path):
-    r = run_cli("esopt.sweep", "-m", "algo=grpo,es", "pop=8,16,32", "model=tiny-xs", "sweep.dry_run=true",
+    r = cli("esopt.sweep", "-m", "algo=grpo,es", "pop=8,16,32", "model=tiny-xs", "sweep.dry_run=true",
                 f"sweep.root={tmp_path}", env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "esopt: note: pop has no effect with algo=grpo: 3 points are 1 run" in r.stderr
@@ -54,7 +54,7 @@ def test_verbose_shows_what_quiet_hides(tmp_path):
 
 
 def test_help_names_presets_models_tasks_and_algorithms():
-    r = run_cli("esopt.sweep", "--help", env=ENV)
+    r = cli("esopt.sweep", "--help", env=ENV)
     assert r.returncode == 0
     for needle in ("experiment: ", "quickstart", "paper_cpu", "model: ", "tiny-s", "qwen7b", "task: ", "gsm8k",
                    "algo: ", "es_grpo", "engine: auto, hf, vllm", "python -m esopt.sweep -m +experiment=quickstart"):

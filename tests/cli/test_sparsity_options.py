@@ -4,7 +4,7 @@
 import json
 
 import pytest
-from helpers import rejected, run_cli, run_config
+from helpers import cli, rejected, run_config
 
 from esopt.core.config import SparsityConfig
 from esopt.study import sparsity as SP
@@ -49,7 +49,7 @@ def test_bad_options_are_one_line_and_exit_2(capsys, bad, needle):
 
 
 def test_a_grid_with_one_bad_point_is_refused_before_any_run(tmp_path):
-    r = run_cli("esopt.sweep", "-m", "model=tiny-xs", "algo=es", "analysis=[sparsity]",
+    r = cli("esopt.sweep", "-m", "model=tiny-xs", "algo=es", "analysis=[sparsity]",
                 "sparsity.fractions=[0.22],[2]", f"sweep.root={tmp_path}", env={"OMP_NUM_THREADS": "1"})
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import REPO, local_data_overrides, model_copy, run_cli
+from helpers import cli, local_data_overrides, model_copy, REPO
 
 TINY = ["model=tiny-xs", "algo=none", "eval.problems=8", "eval.samples=4", "task.n_train=32",
         "task.n_test=16", "task.n_heldout=16", "sweep.aggregate=false", "hydra/sweeper=esopt"]
@@ -34,11 +34,11 @@ def summaries(root, name):
 
 
 def test_dry_run_lists_grid_completed_ids_and_tokens(tmp_path):
-    single = run_cli(*sweep_args(tmp_path, "dry", "pop=8", "seed=0", multirun=False), env=ENV)
+    single = cli(*sweep_args(tmp_path, "dry", "pop=8", "seed=0", multirun=False), env=ENV)
     assert single.returncode == 0, single.stderr[-2000:]
     (done_id,) = summaries(tmp_path, "dry")
 
-    r = run_cli(*sweep_args(tmp_path, "dry", "pop=8", "seed=0,1,2", "sweep.dry_run=true"), env=ENV)
+    r = cli(*sweep_args(tmp_path, "dry", "pop=8", "seed=0,1,2", "sweep.dry_run=true"), env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
     assert "dry run: 3 runs" in out
@@ -58,7 +58,7 @@ def test_dry_run_lists_grid_completed_ids_and_tokens(tmp_path):
     ("model=tiny-xs,nosuchmodel", "nosuchmodel"),
 ])
 def test_invalid_values_rejected_before_dispatch(tmp_path, bad, needle):
-    r = run_cli(*sweep_args(tmp_path, "bad", "seed=0,1", bad), env=ENV)
+    r = cli(*sweep_args(tmp_path, "bad", "seed=0,1", bad), env=ENV)
     assert r.returncode == 2
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("esopt: error:")]
     assert len(errors) == 1 and needle in errors[0], r.stderr[-2000:]
@@ -89,7 +89,7 @@ def test_sigkill_mid_grid_then_rerun_completes_each_run_once(tmp_path):
                 for k, v in before.items() if v["status"] == "completed"}
     assert 1 <= len(finished) < 4
 
-    r = run_cli(*args, env=ENV)
+    r = cli(*args, env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     after = summaries(tmp_path, "kill")
     assert len(after) == 4 and all(v["status"] == "completed" for v in after.values())
@@ -106,7 +106,7 @@ def test_sigkill_mid_grid_then_rerun_completes_each_run_once(tmp_path):
 def test_failing_run_is_recorded_and_the_rest_complete(tmp_path):
     bad = model_copy(tmp_path / "ckpt", mismatched=True)  # passes the checks, fails to load
     args = sweep_args(tmp_path, "fail", f"model.path=null,{bad}")
-    r = run_cli(*args, env=ENV)
+    r = cli(*args, env=ENV)
     assert r.returncode == 1
     s = summaries(tmp_path, "fail")
     statuses = sorted(v["status"] for v in s.values())
@@ -116,10 +116,10 @@ def test_failing_run_is_recorded_and_the_rest_complete(tmp_path):
     assert "2 runs: 1 completed, 1 failed" in r.stdout
     assert "1 of 2 runs did not complete (1 failed" in r.stderr
 
-    again = run_cli(*args, env=ENV)  # failed runs are kept unless retry_failed
+    again = cli(*args, env=ENV)  # failed runs are kept unless retry_failed
     assert again.returncode == 1
     assert summaries(tmp_path, "fail") == s
-    retry = run_cli(*args, "sweep.retry_failed=true", env=ENV)
+    retry = cli(*args, "sweep.retry_failed=true", env=ENV)
     assert retry.returncode == 1
     s2 = summaries(tmp_path, "fail")
     assert next(v for v in s2.values() if v["status"] == "failed")["attempts"] == 2
@@ -139,7 +139,7 @@ def test_unreadable_summary_is_listed_and_never_blocks_the_sweep(tmp_path):
     bad = tmp_path / "unread" / "runs" / run_id(rc)
     bad.mkdir(parents=True)
     (bad / "summary.json").write_bytes(b'\xff\xfe{"status": "completed"\x80')
-    r = run_cli(*args, env=ENV)
+    r = cli(*args, env=ENV)
     assert r.returncode == 1, r.stderr[-2000:]
     assert "3 runs: 2 completed, 1 unreadable" in r.stdout
     assert re.search(rf"{run_id(rc)}\s+1\s+unreadable \(kept\)", r.stdout), r.stdout
@@ -160,7 +160,7 @@ def test_optuna_search_mode_runs_trials_and_prints_best(tmp_path):
 
     args = sweep_args(tmp_path, "search", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
                       "hydra.sweeper.n_jobs=2", "seed=choice(0,1)", "eval.temperature=interval(0.2,1.0)")
-    r = run_cli(*args, env=ENV)
+    r = cli(*args, env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     assert re.search(r"best trial #\d: 0\.\d+ \(pass@1\)", r.stdout), r.stdout
     study = optuna.load_study(study_name="esopt:search:search",

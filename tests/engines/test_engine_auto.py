@@ -13,7 +13,7 @@ from esopt import engines
 from esopt.core.errors import ConfigError
 from esopt.runtime.validate import run_id
 from hydra_plugins.esopt_sweeper.sweepers import remote_cuda
-from tests.helpers import require_vllm, run_cli, run_config
+from tests.helpers import cli, require_vllm, run_config
 
 
 @pytest.fixture
@@ -87,13 +87,18 @@ def test_vllm_venv_auto_picks_hf_on_cpu_and_vllm_for_a_gpu_job():
 def test_picked_engine_in_dry_run_table_config_and_summary(tmp_path):
     common = ["model=tiny-xs", "algo=none", "eval.problems=2", "eval.samples=1",
               f"sweep.root={tmp_path}", "sweep.name=auto"]
-    dry = run_cli("esopt.sweep", "-m", *common, "seed=0,1", "sweep.dry_run=true", cwd=tmp_path)
+    dry = cli("esopt.sweep", "-m", *common, "seed=0,1", "sweep.dry_run=true", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     header, *rows = [line.split() for line in dry.stdout.splitlines() if line.split()[:1] in (["#"], ["0"], ["1"])]
     col = header.index("engine")
     assert [r[col] for r in rows] == ["hf", "hf"]
-    one = run_cli("esopt.sweep", *common, cwd=tmp_path)
+    import transformers
+
+    version = f"transformers=={transformers.__version__}"  # the library the runs' engine runs on
+    assert [r[header.index("engine_version")] for r in rows] == [version, version]
+    one = cli("esopt.sweep", *common, cwd=tmp_path)
     assert one.returncode == 0, one.stderr
     (run,) = (tmp_path / "auto" / "runs").iterdir()
     assert yaml.safe_load((run / "config.yaml").read_text())["engine"]["name"] == "hf"
-    assert json.loads((run / "summary.json").read_text())["engine"] == "hf"
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["engine"], summary["engine_version"]) == ("hf", version)

@@ -3,7 +3,7 @@
 import importlib.util
 
 import pytest
-from helpers import random_model, run_cli
+from helpers import cli, random_model
 
 from esopt import engines
 from esopt.core.errors import ConfigError
@@ -36,7 +36,7 @@ def _one_line_exit_2(proc, needle):
 
 def test_head_size_vllm_cannot_serve_on_cpu_is_refused(tmp_path, results_root):
     path = _model_dir(tmp_path, 8)
-    proc = run_cli("esopt.sweep", "engine=vllm", "model=tiny-s", f"model.path={path}", "iterations=1",
+    proc = cli("esopt.sweep", "engine=vllm", "model=tiny-s", f"model.path={path}", "iterations=1",
                    f"sweep.root={results_root}")
     _one_line_exit_2(proc, "attention head size is 8")
     assert "scripts/install_vllm.sh" not in proc.stderr
@@ -48,7 +48,7 @@ def test_engine_vllm_without_vllm_says_how_to_install(tmp_path, results_root):
         pytest.skip("vLLM is installed here")
     path = _model_dir(tmp_path, 32)
     for module in ("esopt.sweep", "esopt.evaluate"):
-        proc = run_cli(module, "engine=vllm", "model=tiny-s", f"model.path={path}", "eval.problems=4",
+        proc = cli(module, "engine=vllm", "model=tiny-s", f"model.path={path}", "eval.problems=4",
                        f"sweep.root={results_root}")
         _one_line_exit_2(proc, "bash scripts/install_vllm.sh")
     assert not (results_root / "default" / "runs").exists()
@@ -65,6 +65,6 @@ def test_vllm_engine_settings_are_checked():
 
 
 def test_batched_population_with_vllm_is_refused_before_running(results_root):
-    proc = run_cli("esopt.sweep", "engine=vllm", "algo=es", "es.batched=true", f"sweep.root={results_root}")
+    proc = cli("esopt.sweep", "engine=vllm", "algo=es", "es.batched=true", f"sweep.root={results_root}")
     _one_line_exit_2(proc, "es.batched needs an engine that batches a population; engine=vllm")
     assert not (results_root / "default" / "runs").exists()

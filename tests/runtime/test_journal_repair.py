@@ -8,7 +8,7 @@ import os
 
 import optuna
 import pytest
-from helpers import run_cli
+from helpers import cli, run_cli
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
@@ -73,10 +73,12 @@ def test_a_damaged_journal_tail_is_set_aside_and_the_study_goes_on(tmp_path, cap
 
 def test_the_issue_repro_completes_with_every_record(tmp_path):
     """``seed=0,1``, ``truncate -s -40`` the journal, then ``seed=0,1,2``: the first two are
-    kept, the third runs, and the journal holds a COMPLETE record for every run."""
+    kept, the third runs, and the journal holds a COMPLETE record for every run. The rerun is a
+    new interpreter, as a user's is: this process's storage would still hold the journal as it
+    read it before the truncation."""
     args = ["esopt.sweep", "-m", "model=tiny-xs", "pop=4", "iterations=4", "eval.problems=10", "eval.samples=2",
             f"sweep.root={tmp_path}", "sweep.name=j"]
-    r = run_cli(*args, "seed=0,1", env=ENV)
+    r = cli(*args, "seed=0,1", env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     journal = tmp_path / "j" / "optuna.journal"
     os.truncate(journal, journal.stat().st_size - 40)

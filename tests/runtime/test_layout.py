@@ -2,7 +2,7 @@
 requests that no layout fills refused before submission; the dry run shows the layout."""
 
 import pytest
-from helpers import run_cli, run_config
+from helpers import cli, run_config
 
 from esopt.core.errors import ConfigError
 from esopt.runtime.layout import launcher_request, layout
@@ -52,7 +52,7 @@ def test_requests_no_layout_fills_are_refused(over, message):
 
 
 def test_dry_run_shows_gpus_requested_and_used(tmp_path):
-    r = run_cli("esopt.sweep", "-m", "model=qwen7b", "algo=es,grpo", "sweep.dry_run=true", f"sweep.root={tmp_path}",
+    r = cli("esopt.sweep", "-m", "model=qwen7b", "algo=es,grpo", "sweep.dry_run=true", f"sweep.root={tmp_path}",
                 env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     header = next(line for line in r.stdout.splitlines() if "run_id" in line).split()
@@ -60,6 +60,6 @@ def test_dry_run_shows_gpus_requested_and_used(tmp_path):
     cols = {name: [row[header.index(name)] for row in rows] for name in ("algo", "ranks", "gpus_req", "gpus_used")}
     assert cols == {"algo": ["es", "grpo"], "ranks": ["4", "1"], "gpus_req": ["4", "4"], "gpus_used": ["4", "1"]}
     assert "esopt: note: algo=grpo runs as one process" in r.stderr
-    bad = run_cli("esopt.sweep", "-m", "model=qwen7b", "model.resources.ranks=3", "sweep.dry_run=true",
+    bad = cli("esopt.sweep", "-m", "model=qwen7b", "model.resources.ranks=3", "sweep.dry_run=true",
                   f"sweep.root={tmp_path}", env={"OMP_NUM_THREADS": "1"})
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("esopt: error: model.resources.gpus=4")

@@ -21,6 +21,7 @@ import uuid
 import numpy as np
 import optuna
 import pytest
+from helpers import cli, require
 from optuna.trial import TrialState
 
 from esopt.core.errors import ConfigError
@@ -39,9 +40,7 @@ def _driver_reason() -> str | None:
 
 
 def _skip(reason: str):
-    if os.environ.get("ESOPT_REQUIRE_POSTGRES", "") not in ("", "0"):
-        pytest.fail(f"ESOPT_REQUIRE_POSTGRES is set but {reason}")
-    pytest.skip(reason)
+    require("postgres", reason)
 
 
 def _postgres_url() -> str:
@@ -284,9 +283,9 @@ def test_unreachable_server_fails_before_dispatch_within_the_timeout():
 def test_unreachable_server_is_one_line_exit_2_from_the_sweep(tmp_path):
     if _driver_reason():
         _skip(_driver_reason())
-    from helpers import REPO, run_cli
+    from helpers import REPO, cli
 
-    r = run_cli("esopt.sweep", "-m", "model=tiny-xs", "algo=es", "iterations=2", "seed=0,1",
+    r = cli("esopt.sweep", "-m", "model=tiny-xs", "algo=es", "iterations=2", "seed=0,1",
                 f"tuning.storage=postgresql://esopt@127.0.0.1:{_closed_port()}/esopt",
                 f"sweep.root={tmp_path}", "sweep.name=pgdown", env={"PYTHONPATH": str(REPO)})
     assert r.returncode == 2, r.stderr[-2000:]

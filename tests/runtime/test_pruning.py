@@ -193,9 +193,9 @@ def test_good_tuning_passes():
 
 
 def test_bad_tuning_exits_2_before_dispatch(tmp_path):
-    from helpers import REPO, run_cli
+    from helpers import REPO, cli
 
-    r = run_cli("esopt.sweep", "-m", *BASE, "seed=0,1", "tuning.pruner=auto", "tuning.n_warmup_steps=6",
+    r = cli("esopt.sweep", "-m", *BASE, "seed=0,1", "tuning.pruner=auto", "tuning.n_warmup_steps=6",
                 f"sweep.root={tmp_path}", "sweep.name=bad", env={"PYTHONPATH": str(REPO)})
     assert r.returncode == 2
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("esopt: error:")]
@@ -211,11 +211,11 @@ def test_sweep_prunes_planted_lr_not_equal_seeds_and_records_why(tmp_path):
     really compared with each other): no default-lr run is pruned (null control), every
     lr 1.0 run is, at its first evaluation (planted effect); each pruned summary says why and
     the report's pruning figure shows the statistic below its threshold."""
-    from helpers import REPO, run_cli
+    from helpers import REPO, cli
 
     from esopt.study import report
 
-    r = run_cli("esopt.sweep", "-m", "model=tiny-s", "algo=es", "pop=4", "iterations=4", "eval.every=2",
+    r = cli("esopt.sweep", "-m", "model=tiny-s", "algo=es", "pop=4", "iterations=4", "eval.every=2",
                 "es.batch_size=16", "eval.problems=40", "eval.samples=4", "seed=0,1,2", "lr=0.005,1.0",
                 "tuning.pruner=auto", "tuning.pool_seeds=false", f"sweep.root={tmp_path}", "sweep.name=p",
                 env={"PYTHONPATH": str(REPO), "TQDM_DISABLE": "1"})

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import REPO, run_cli, run_config
+from helpers import cli, REPO, run_config
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
@@ -245,7 +245,7 @@ def test_a_dead_mlflow_server_is_one_warning_and_the_run_completes_with_the_othe
 
 
 def test_bad_logger_input_is_one_line_before_dispatch_and_the_run_id_ignores_the_logger(tmp_path, monkeypatch):
-    r = run_cli("esopt.sweep", *ES, "iterations=1", f"sweep.root={tmp_path}", "logger=[tensorboard,wandbb]")
+    r = cli("esopt.sweep", *ES, "iterations=1", f"sweep.root={tmp_path}", "logger=[tensorboard,wandbb]")
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "esopt: error: unknown logger 'wandbb' (known: tensorboard, wandb, mlflow; e.g. logger=[tensorboard])"]

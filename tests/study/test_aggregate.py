@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import fill_disk, run_cli, small_disk, write_synthetic_sweep
+from helpers import cli, fill_disk, run_cli, small_disk, write_synthetic_sweep
 
 from esopt.cli.aggregate import main as aggregate_main
 from esopt.study import tables
@@ -123,7 +123,7 @@ def test_corrupt_runs_are_skipped_and_listed(tmp_path):
         assert reasons["nosummary"].startswith("no summary.json")
         assert sorted(agg.runs["run_id"]) == sorted(ids)
         assert any(ids[1] in n and "unparseable metrics line" in n for n in agg.notes)
-    r = run_cli("esopt.aggregate", str(root), "--bootstrap", "50", "--no-html")
+    r = cli("esopt.aggregate", str(root), "--bootstrap", "50", "--no-html")
     assert r.returncode == 0, r.stderr
     assert "5 skipped" not in r.stdout and "6 skipped" in r.stdout
     assert "skipped trunc: corrupt summary.json" in r.stdout
@@ -182,20 +182,20 @@ def test_cli_exit_codes_and_outputs(tmp_path):
     r = run_cli("esopt.aggregate", str(tmp_path / "empty"))
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("esopt: error: no runs in")
-    r = run_cli("esopt.aggregate", str(tmp_path / "nope"))
+    r = cli("esopt.aggregate", str(tmp_path / "nope"))
     assert r.returncode == 2 and "no such directory" in r.stderr
     # only corrupt runs: nothing readable
     (tmp_path / "allbad" / "runs" / "x").mkdir(parents=True)
     (tmp_path / "allbad" / "runs" / "x" / "summary.json").write_text("{")
-    r = run_cli("esopt.aggregate", str(tmp_path / "allbad"))
+    r = cli("esopt.aggregate", str(tmp_path / "allbad"))
     assert r.returncode == 2 and "no readable runs" in r.stderr and "x: corrupt summary.json" in r.stderr
 
     root, _ = make_sweep(tmp_path)
-    r = run_cli("esopt.aggregate", str(root), "--metric", "pass@99")
+    r = cli("esopt.aggregate", str(root), "--metric", "pass@99")
     assert r.returncode == 2 and "metric 'pass@99' not found" in r.stderr
-    r = run_cli("esopt.aggregate", str(root), "--bootstrap", "-1")
+    r = cli("esopt.aggregate", str(root), "--bootstrap", "-1")
     assert r.returncode == 2 and "--bootstrap must be >= 0" in r.stderr
-    r = run_cli("esopt.aggregate", str(root), "--metric", "pass@2", "--bootstrap", "100",
+    r = cli("esopt.aggregate", str(root), "--metric", "pass@2", "--bootstrap", "100",
                 "--tolerance", "0.02", "--seed", "3", "--out", str(tmp_path / "o"))
     assert r.returncode == 0, r.stderr
     assert "18 runs (18 completed)" in r.stdout and "trend (final_pass@2, 3 sizes)" in r.stdout
@@ -257,7 +257,7 @@ def test_full_disk_never_leaves_a_truncated_output(tmp_path):
             aggregate(root, bootstrap=20)
         assert err.value.errno == 28                                 # ENOSPC, for real
         assert _outputs(root) == before                              # every previous file intact
-        r = run_cli("esopt.aggregate", str(root))
+        r = cli("esopt.aggregate", str(root))
         assert r.returncode == 1 and r.stderr.strip().startswith("esopt: error: cannot write")
         assert len(r.stderr.strip().splitlines()) == 1 and "No space left" in r.stderr
         assert _outputs(root) == before

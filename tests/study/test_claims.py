@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 import pytest
 
-from helpers import run_cli, write_planted_sweep
+from helpers import cli, write_planted_sweep
 
 from esopt.core import metrics
 from esopt.study import claim_rules as R
@@ -105,7 +105,7 @@ def test_a_confirmatory_draw_enters_the_run_id_and_claims_json(tmp_path):
     rc0, rc1 = run_config("model=tiny-xs"), run_config("model=tiny-xs", "task.test_draw=1")
     assert "test_draw" not in identity(rc0)["task"] and identity(rc1)["task"]["test_draw"] == 1
     assert run_id(rc0) != run_id(rc1) and rc1.to_dict()["task"]["test_draw"] == 1   # summary.json's config
-    r = run_cli("esopt.sweep", "model=tiny-xs", "task.test_draw=-1", f"sweep.root={tmp_path}", "sweep.dry_run=true",
+    r = cli("esopt.sweep", "model=tiny-xs", "task.test_draw=-1", f"sweep.root={tmp_path}", "sweep.dry_run=true",
                 env=ENV)
     assert r.returncode == 2 and r.stderr.strip() == "esopt: error: task countdown: test_draw must be an integer " \
                                                      ">= 0, got -1", r.stderr
@@ -456,7 +456,7 @@ def test_compute_picks_the_cell_and_reports_all_seven():
 
 # --- the sweeper's sub-grids (hydra.sweeper.grids) --------------------------------------
 def test_quick_preset_grid_union_dedupes_and_command_line_wins(tmp_path):
-    r = run_cli("esopt.sweep", "-m", "+experiment=paper_cpu_quick", f"sweep.root={tmp_path}", "sweep.dry_run=true",
+    r = cli("esopt.sweep", "-m", "+experiment=paper_cpu_quick", f"sweep.root={tmp_path}", "sweep.dry_run=true",
                 env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     # grids: 2 ES (+sparsity) + 4 algos x 2 seeds + 3 models x 2 pops x 2 seeds = 22 jobs; the
@@ -465,7 +465,7 @@ def test_quick_preset_grid_union_dedupes_and_command_line_wins(tmp_path):
     ids = re.findall(r"^\s*\d+\s+([0-9a-f]{12})\s", r.stdout, flags=re.M)
     assert len(ids) == len(set(ids)) == 20
     # a key on the command line replaces that key in every grid: seed=0 -> 1 + 4 + 6 - 1 = 10
-    r = run_cli("esopt.sweep", "-m", "+experiment=paper_cpu_quick", f"sweep.root={tmp_path}", "sweep.dry_run=true",
+    r = cli("esopt.sweep", "-m", "+experiment=paper_cpu_quick", f"sweep.root={tmp_path}", "sweep.dry_run=true",
                 "seed=0", env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "dry run: 10 runs" in r.stdout
@@ -475,7 +475,7 @@ def test_quick_preset_grid_union_dedupes_and_command_line_wins(tmp_path):
 def test_null_control_end_to_end(tmp_path):
     """The user's own null control: the quick claims preset with step sizes ~0 (nothing trains)
     runs every stage, writes claims.json and the page's claims section, and says "yes" nowhere."""
-    r = run_cli("esopt.sweep", "-m", "+experiment=paper_cpu_quick", f"sweep.root={tmp_path}",
+    r = cli("esopt.sweep", "-m", "+experiment=paper_cpu_quick", f"sweep.root={tmp_path}",
                 "++es.lr=1e-12", "++grpo.lr=1e-12", env=ENV, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     sweep = tmp_path / "paper_cpu_quick"

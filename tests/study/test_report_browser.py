@@ -4,7 +4,8 @@ console error occurs. Planted failures (a script error, a figure emptied, a dead
 the same check fail, so the check can fail.
 
 Skipped with a reason where chromium, chromedriver or selenium is missing; .ci/run installs
-them (apt-get install chromium chromium-driver; pip install -e ".[test]")."""
+them (apt-get install chromium chromium-driver; pip install -e ".[test]") and sets
+ESOPT_REQUIRE_BROWSER=1, under which their absence fails instead."""
 
 import os
 import re
@@ -12,9 +13,12 @@ import shutil
 
 import pytest
 
-from helpers import write_synthetic_sweep
+from helpers import require, write_synthetic_sweep
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
+try:
+    from selenium import webdriver
+except ImportError:
+    require("browser", "selenium is not installed (pip install -e '.[test]')")
 from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -56,7 +60,7 @@ return {visible: el._fullData.map(t => t.visible), active: el._fullLayout.update
 @pytest.fixture(scope="module")
 def driver():
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+        require("browser", "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
     opts = Options()
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",

@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from helpers import REPO, run_cli, write_synthetic_sweep
+from helpers import cli, REPO, write_synthetic_sweep
 
 from esopt.study import report
 from esopt.study.aggregate import aggregate
@@ -148,7 +148,7 @@ def test_page_builds_for_every_kind_of_sweep(tmp_path, kind):
 
 def test_real_base_only_sweep_ends_with_a_page(tmp_path):
     """The issue's reproduction: a sweep of base evaluations only aggregated at its end."""
-    r = run_cli("esopt.sweep", "-m", "model=tiny-xs", "algo=none", "seed=0,1", "eval.problems=4",
+    r = cli("esopt.sweep", "-m", "model=tiny-xs", "algo=none", "seed=0,1", "eval.problems=4",
                 "eval.samples=2", "task.n_train=16", "task.n_test=8", "task.n_heldout=8",
                 f"sweep.root={tmp_path}", "sweep.name=base", env={"PYTHONPATH": str(REPO)})
     assert r.returncode == 0, r.stderr[-2000:]

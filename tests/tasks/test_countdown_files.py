@@ -9,7 +9,7 @@ copied from it); ``helpers.write_countdown_es_file`` pads it to the published fi
 import json
 
 import pytest
-from helpers import COUNTDOWN_ES_SAMPLE, run_cli, run_config, write_countdown_es_file
+from helpers import cli, COUNTDOWN_ES_SAMPLE, run_config, write_countdown_es_file
 
 from esopt.core.errors import ConfigError
 from esopt.tasks import Verdict, get
@@ -118,7 +118,7 @@ def test_cli_non_number_target_exits_2(tmp_path):
     rows[5]["target"] = "12a"
     path = tmp_path / "countdown.json"
     path.write_text(json.dumps(rows))
-    p = run_cli("esopt.sweep", "model=tiny-xs", f"task.source={path}", "task.n_train=8",
+    p = cli("esopt.sweep", "model=tiny-xs", f"task.source={path}", "task.n_train=8",
                 f"sweep.root={tmp_path / 'results'}", timeout=300)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [

@@ -9,7 +9,7 @@ import json
 import time
 
 import pytest
-from helpers import REPO, SHARED_DATA, run_cli
+from helpers import cli, REPO, SHARED_DATA
 
 from esopt.core.errors import ConfigError
 from esopt.tasks import Verdict, get
@@ -242,7 +242,7 @@ def test_cli_bad_row_exits_2_before_any_run(tmp_path):
     good = lines(SAMPLE / "train.jsonl")[:12]
     d = _folder(tmp_path, good, good[:4] + [{"question": "q?", "answer": "#### x"}])
     root = tmp_path / "results"
-    p = run_cli("esopt.sweep", "model=tiny-xs", "task=gsm8k", f"task.source={d}",
+    p = cli("esopt.sweep", "model=tiny-xs", "task=gsm8k", f"task.source={d}",
                 f"sweep.root={root}", "algo=es", timeout=300)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().splitlines() == [

@@ -10,7 +10,7 @@ data) and their offline error are tested here."""
 import json
 
 import pytest
-from helpers import REPO, run_cli, run_config
+from helpers import cli, REPO, run_cli, run_config
 
 from esopt.core.errors import ConfigError
 from esopt.tasks import get, gsm8k, resolved
@@ -305,14 +305,14 @@ def test_cli_bad_input_exits_2_before_any_run(tmp_path):
     rows[7]["solution"] = "we stop here without an answer"
     f = write_jsonl(tmp_path / "math.jsonl", rows)
     root = tmp_path / "results"
-    p = run_cli("esopt.sweep", "model=tiny-xs", "task=math", f"task.source={f}", "task.n_train=10",
+    p = cli("esopt.sweep", "model=tiny-xs", "task=math", f"task.source={f}", "task.n_train=10",
                 f"sweep.root={root}", "algo=es", timeout=300)
     assert p.returncode == 2, p.stderr
     assert p.stderr.strip().splitlines() == [
         f"esopt: error: {f}: row 7: no 'answer' field (or 'Answer', 'final_answer') and no "
         "'solution' with a \\boxed{} answer; fields: problem, level, type, solution"]
     assert not root.exists() or not any(root.rglob("summary.json"))
-    p = run_cli("esopt.evaluate", "model=tiny-xs", "task=math", "task.source=amc22", timeout=300)
+    p = cli("esopt.evaluate", "model=tiny-xs", "task=math", "task.source=amc22", timeout=300)
     assert p.returncode == 2 and p.stderr.strip().splitlines() == [
         "esopt: error: task math: unknown benchmark 'amc22' (known: math500, math, math_l3_5, "
         "aime24, aime25, amc23; or a .jsonl / .json / .parquet file, a folder, or a hub dataset "
