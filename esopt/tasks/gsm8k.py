@@ -400,7 +400,9 @@ class GSM8KTask(Task):
     # -- data
     def _rows(self, split: str) -> tuple[list[dict], str]:
         c = self.cfg
-        ds, where = load_split(str(c["source"]), "gsm8k", split, c["hub_config"])
+        layout = (f"a folder holding {c['train_split']}.jsonl and {c['test_split']}.jsonl (or .json / .parquet), "
+                  "one row per problem with a 'question' and an 'answer' ending in '#### <number>'")
+        ds, where = load_split(str(c["source"]), "gsm8k", split, c["hub_config"], layout=layout)
         rows = []
         for i, row in enumerate(ds.to_list()):
             q, ans = row.get("question"), row.get("answer")

@@ -266,3 +266,48 @@ def test_empty_split_after_carving_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="the heldout split is empty"):
         run_config("model=tiny-xs", "task=gsm8k", f"task.source={d}", "task.n_heldout=0",
                    "eval.split=heldout")
+
+
+# ------------------------------------------------------------------------------ offline first
+
+
+def _no_cache(monkeypatch, tmp_path):
+    import datasets
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+
+
+def test_an_unreachable_hub_fails_validation_in_seconds_naming_task_source(monkeypatch, tmp_path):
+    """task=gsm8k without task.source where the hub cannot be reached: one line at validation,
+    in seconds (datasets alone retries for about 25 s), naming task.source= and the files."""
+    import datasets
+    import huggingface_hub
+
+    from helpers import run_config
+
+    _no_cache(monkeypatch, tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "https://esopt-unreachable.invalid")  # RFC 2606
+    t = time.perf_counter()
+    with pytest.raises(ConfigError) as e:
+        run_config("model=tiny-xs", "task=gsm8k", "algo=none")
+    assert time.perf_counter() - t < 10
+    msg = str(e.value)
+    assert msg.startswith("task gsm8k: cannot fetch 'openai/gsm8k' from the hub (https://esopt-unreachable.invalid: ")
+    assert "task.source=<path> (a folder holding train.jsonl and test.jsonl" in msg and "'#### <number>'" in msg
+    assert "\n" not in msg
+
+
+def test_offline_mode_names_task_source_too(monkeypatch, tmp_path):
+    import datasets
+
+    _no_cache(monkeypatch, tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigError, match=r"^task gsm8k: cannot load 'openai/gsm8k' \(split 'test'\): .*; give "
+                                          r"the data as a local copy: task\.source=<path> \(a folder holding "
+                                          r"train\.jsonl and test\.jsonl"):
+        get({"name": "gsm8k"}).split("test")
+
