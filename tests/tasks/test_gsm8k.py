@@ -311,3 +311,34 @@ def test_offline_mode_names_task_source_too(monkeypatch, tmp_path):
                                           r"train\.jsonl and test\.jsonl"):
         get({"name": "gsm8k"}).split("test")
 
+
+# ------------------------------------------------------------------------------ math-verify's parser
+
+
+@needs_mv
+def test_math_verify_latex_parser_is_importable_and_parses():
+    """What `pip install -e ".[math]"` must bring: math-verify with an antlr4 runtime its LaTeX
+    parser (latex2sympy2_extended) supports, so LaTeX answers are read, not silently skipped."""
+    import sympy
+    from latex2sympy2_extended import latex2sympy
+    from math_verify import parse, verify
+
+    assert g8.math_verify_problem() is None
+    assert latex2sympy(r"\frac{3}{4}") == sympy.Rational(3, 4)
+    assert verify(parse("$\\frac{1}{2}$"), parse("The answer is $\\boxed{0.5}$"))
+
+
+def test_math_verify_missing_or_broken_is_one_warning_not_silence(monkeypatch, capsys):
+    monkeypatch.setattr(g8, "_MV_PROBLEM", ["math-verify is installed but cannot load its LaTeX parser "
+                                            "(ImportError: Unsupported ANTLR version 4.7.2)"])
+    monkeypatch.setattr(g8, "_MV_WARNED", [])
+    with pytest.raises(ConfigError, match=r"math_verify=true needs the math-verify package .*: math-verify is "
+                                          r"installed but cannot load its LaTeX parser \(ImportError"):
+        get(cfg(math_verify=True))
+    tasks = [get(cfg(), style="chat") for _ in range(2)]  # auto: the fallback decides, said once
+    assert not any(t.math_verify for t in tasks)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["esopt: warning: math-verify is installed but cannot load its LaTeX parser (ImportError: "
+                   "Unsupported ANTLR version 4.7.2); task gsm8k checks answers with its fallback extraction "
+                   "only (pip install 'esopt[math]'; task.math_verify=false silences this)"]
+    assert not get(cfg(math_verify=False)).math_verify and capsys.readouterr().err == ""
