@@ -125,12 +125,16 @@ def sweep_disk(rcs: list, at_once: int = 1) -> dict | None:
             "run_model": max(m for m, _ in sizes), "run_checkpoint": ckpts[0], "runs": len(sizes)}
 
 
-def free_bytes(path) -> tuple[int, Path]:
-    """Free bytes on the filesystem that will hold ``path`` (its nearest existing parent)."""
+def free_bytes(path) -> tuple[float, Path]:
+    """Free bytes on the filesystem that will hold ``path`` (its nearest existing parent);
+    infinity when the filesystem does not say."""
     p = Path(os.path.abspath(path))
     while not p.exists() and p != p.parent:
         p = p.parent
-    return shutil.disk_usage(p).free, p
+    try:
+        return shutil.disk_usage(p).free, p
+    except OSError:
+        return float("inf"), p
 
 
 def disk_line(need: dict, where) -> str:

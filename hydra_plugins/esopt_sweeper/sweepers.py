@@ -12,6 +12,7 @@ imported lazily (plugin discovery stays fast).
 import copy
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,6 +326,7 @@ class EsoptSweeper(Sweeper):
         if not todo:
             return
         at_once = max(int(j.launcher.get("n_jobs") or j.launcher.get("array_parallelism") or 1) for j in todo)
+        at_once = (os.cpu_count() or 1) if at_once < 1 else at_once  # joblib's n_jobs=-1: every core
         need = budget.sweep_disk([j.rc for j in todo], at_once=min(at_once, len(todo)))
         where = self.sweep_dir(todo)
         if dry:

@@ -76,3 +76,28 @@ def test_the_dry_run_states_tokens_and_disk(tmp_path, monkeypatch, capsys):
     assert ("per run up to 0.988 GB of trained weights (model/) and 5.93 GB of resume checkpoint while it runs; "
             "1 run(s) need about 6.92 GB at the peak") in out
     assert err.count("esopt: warning: this run may take about") == 1
+
+
+def test_a_sweep_states_its_disk_and_warns_once_for_its_longest_cpu_run(tmp_path, monkeypatch, capsys):
+    """The multirun dry run: the disk line for the grid and one CPU-time warning, for the
+    largest model's run, counting the others."""
+    from esopt.cli import sweep
+
+    monkeypatch.setattr(sys, "argv", ["esopt.sweep", "-m", "model=qwen0.5b,qwen1.5b", "algo=es", "engine=hf",
+                                      "engine.device=cpu", "sweep.dry_run=true", f"sweep.root={tmp_path}", *GSM8K])
+    GlobalHydra.instance().clear()
+    try:
+        sweep.main()
+    finally:
+        GlobalHydra.instance().clear()
+    out, err = capsys.readouterr()
+    w05, w15 = 494_032_768 * 2, 1_543_714_304 * 2  # bfloat16
+    peak = (w05 + w15 + 2 * w15) / 1e9             # both model/ + the larger checkpoint, twice while swapping
+    assert f"2 run(s) need about {peak:.3g} GB at the peak" in out
+    big = run_config("model=qwen1.5b", "algo=es", "engine=hf", "engine.device=cpu", f"sweep.root={tmp_path}",
+                     *GSM8K, check_data=False)
+    from esopt.runtime.validate import run_id
+
+    warnings = [x for x in err.splitlines() if x.startswith("esopt: warning: this run may take")]
+    assert len(warnings) == 1 and warnings[0].endswith(f"(2 of 2 runs over an hour; the longest, run {run_id(big)})")
+    assert "1544M parameters" in warnings[0]
