@@ -6,6 +6,7 @@ no Hydra output folder (``hydra.output_subdir=null``, run dir ``.``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def evaluate_model(cfg) -> dict:
         rc = validate(cfg)
     except ConfigError as e:
         fail(str(e))
-    line = budget.cpu_time_warning(rc, budget.estimate_tokens(rc))
+    once = dataclasses.replace(rc, algo="none")  # one evaluation, whatever algo says
+    line = budget.cpu_time_warning(once, budget.estimate_tokens(once))
     if line:
         print(f"esopt: warning: {line}", file=sys.stderr)
     try:
