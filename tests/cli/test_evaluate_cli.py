@@ -59,14 +59,19 @@ def test_a_budget_a_cpu_cannot_pay_is_one_warning_before_it_starts(tmp_path, mon
     """The GSM8K chat defaults (2,048 new tokens) for a 0.5B model on a CPU: one warning
     naming the estimate and eval.problems / eval.samples / eval.max_new_tokens, before the
     model is loaded (here it cannot be: no hub, so the run stops at loading)."""
+    import huggingface_hub
+
     from helpers import REPO
 
     monkeypatch.chdir(tmp_path)
+    # an empty hub cache (tests run offline): the 0.5B model is never found, so never run here
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
     data = REPO / "tests" / "data" / "gsm8k"
     code, out, err = evaluate_in_process(monkeypatch, capsys, "model=qwen0.5b", "task=gsm8k",
                                          f"task.source={data}", "task.n_heldout=10", "engine=hf",
                                          "engine.device=cpu", "eval.problems=20")
     lines = [x for x in err.splitlines() if x.startswith("esopt: warning: this run may take")]
     assert len(lines) == 1, err
+    assert code == 2 and "cannot load model 'qwen0.5b'" in err  # warned before loading
     assert "eval.problems=20 x (eval.samples=32 + 1 greedy) x eval.max_new_tokens=2048" in lines[0]
     assert "docs/results/smollm2.md" in lines[0] and "1,351,680 generated tokens" in lines[0]
