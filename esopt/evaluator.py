@@ -10,6 +10,10 @@ by ``ood_task``) and adds its token entropy and Pass@K to the result as ``ood_*`
 One sampled generate() call covers problems x samples (the engine chunks it), one greedy call
 covers the problems. Every headline number carries a 95% percentile-bootstrap interval over
 problems (metrics.bootstrap_ci, seeded, 1000 replicates).
+
+What the model wrote: pass ``completions=[]`` and it receives one record per problem (each
+completion's text, extracted answer, reward, verdict, token count, truncation);
+``write_samples`` stores them bounded (``eval.save_samples``), ``format_samples`` prints some.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import time
 import numpy as np
 
 from esopt import tasks
-from esopt.core import metrics
+from esopt.core import metrics, store
 from esopt.core.errors import ConfigError
+from esopt.engines.base import truncated
 
 
 def k_values(samples: int) -> list[int]:
@@ -46,6 +51,7 @@ def evaluate(
     seed: int = 0,
     greedy: bool = True,
     entropy: bool = True,
+    completions: list | None = None,
 ) -> dict:
     """Evaluate engine's model on the first `problems` rows of task.split(split) (None: all).
 
@@ -55,6 +61,9 @@ def evaluate(
     entropy: token-mean entropy (nats) over all sampled completion tokens at `temperature`
     (ratio of sums; its CI resamples problems); None if entropy=False.
     format: mean format reward of the sampled completions.
+    truncated: share of the sampled completions cut at the token budget (``max_new_tokens``)
+    before they ended (no EOS, no stop string): their answers were never written.
+    completions: a list that receives one record per problem (:func:`problem_records`).
     """
     if samples < 1:
         raise ConfigError(f"eval.samples must be >= 1, got {samples}")
@@ -81,17 +90,20 @@ def evaluate(
 
     result: dict = {
         "task": task.name, "split": split, "n_problems": len(rows), "samples": samples,
-        "temperature": float(temperature),
+        "temperature": float(temperature), "max_new_tokens": budget,
     }
     if getattr(task, "verifier", None):
         result["verifier"] = task.verifier
     result.update(_sampled_scores(samples, counts, verdicts))
+    cut = truncated(gen, budget, stop)
+    result["truncated"] = float(np.mean(cut))
 
-    greedy_correct = None
+    greedy_correct, g, g_verdicts = None, None, None
     result["greedy"], result["greedy_ci"] = None, None
     if greedy:
         g = engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=budget, seed=seed, stop=stop)
-        greedy_correct = [int(v.correct) for v in task.verdicts([comps[0] for comps in g.completions], rows)]
+        g_verdicts = task.verdicts([comps[0] for comps in g.completions], rows)
+        greedy_correct = [int(v.correct) for v in g_verdicts]
         tokens += g.n_tokens
         result["greedy"] = float(np.mean(greedy_correct))
         result["greedy_ci"] = _ci(np.array(greedy_correct, dtype=float))
@@ -102,7 +114,75 @@ def evaluate(
     result["wall_s"] = round(time.perf_counter() - t0, 3)
     result["correct_counts"] = [int(c) for c in counts]
     result["greedy_correct"] = greedy_correct
+    if completions is not None:
+        completions += problem_records(rows, gen, verdicts, cut, g, g_verdicts,
+                                       truncated(g, budget, stop) if g is not None else None)
     return result
+
+
+def problem_records(rows, gen, verdicts, cut, g=None, g_verdicts=None, g_cut=None) -> list[dict]:
+    """One record per problem: its id, prompt and gold answer (``gold``, else ``answer`` /
+    ``target``, as the task's rows hold it), then per sampled completion (and the greedy one)
+    its text, extracted answer, reward, verdict, token count (EOS included) and whether it was
+    cut at the budget."""
+    def one(text, v, n, was_cut) -> dict:
+        return {"text": text, "extracted": v.extracted, "reward": float(v.reward), "correct": bool(v.correct),
+                "tokens": int(n), "truncated": bool(was_cut)}
+
+    out = []
+    for p, row in enumerate(rows):
+        gold = next((row[k] for k in ("gold", "answer", "target") if row.get(k) is not None), None)
+        rec = {"id": row.get("id", str(p)), "prompt": row["prompt"], "gold": gold,
+               "completions": [one(t, v, n, c) for t, v, n, c in
+                               zip(gen.completions[p], verdicts[p], gen.lengths[p], cut[p])]}
+        if g is not None:
+            rec["greedy"] = one(g.completions[p][0], g_verdicts[p], g.lengths[p][0], g_cut[p][0])
+        out.append(rec)
+    return out
+
+
+SAVE_SAMPLES_ALL = "all"
+
+
+SAMPLES_META = ("task", "split", "n_problems", "samples", "temperature", "max_new_tokens", "verifier", "truncated")
+
+
+def write_samples(path, records: list[dict], limit, result: dict | None = None, **meta) -> None:
+    """Write ``records`` (``problem_records``) to ``path`` as one JSON object, atomically
+    (``esopt.core.store.atomic_write_json``): the evaluation's settings (``SAMPLES_META`` of its
+    ``result``) and ``meta``, then ``problems``: the first ``limit`` problems in full
+    (``"all"``: every one; 0 writes nothing), then ``counts``: for the other problems only
+    their id, correct and truncated counts and generated tokens."""
+    if not limit:
+        return
+    n = len(records) if limit == SAVE_SAMPLES_ALL else int(limit)
+    counts = [{"id": r["id"], "correct": sum(c["correct"] for c in r["completions"]),
+               "truncated": sum(c["truncated"] for c in r["completions"]),
+               "tokens": sum(c["tokens"] for c in r["completions"])} for r in records[n:]]
+    head = {k: (result or {}).get(k) for k in SAMPLES_META if k in (result or {})}
+    store.atomic_write_json(path, {**head, **meta, "problems": records[:n], "counts": counts})
+
+
+SAMPLE_CHARS = 2000  # format_samples: a printed completion's first this many characters
+
+
+def format_samples(records: list[dict], problems: int, per_problem: int = 2) -> str:
+    """The first ``problems`` records as text: the prompt's last line, the gold answer, then
+    ``per_problem`` sampled completions (and the greedy one) with their extracted answer,
+    verdict, tokens and truncation (``esopt.evaluate eval.print_samples=N``)."""
+    lines = []
+    for r in records[:problems]:
+        tail = (r["prompt"].rstrip().splitlines() or [""])[-1]
+        lines += [f"--- {r['id']} (gold {r['gold']!r}); prompt ends: {tail[-200:]!r}"]
+        shown = [(f"sample {i}", c) for i, c in enumerate(r["completions"][:per_problem])]
+        shown += [("greedy", r["greedy"])] if r.get("greedy") else []
+        for name, c in shown:
+            verdict = "correct" if c["correct"] else "wrong"
+            cut = ", truncated" if c["truncated"] else ""
+            text = c["text"] if len(c["text"]) <= SAMPLE_CHARS else c["text"][:SAMPLE_CHARS] + " [...]"
+            lines += [f"[{name}] {verdict}, answer {c['extracted']!r}, reward {c['reward']:g}, "
+                      f"{c['tokens']} tokens{cut}:", text]
+    return "\n".join(lines)
 
 
 def _verdicts(task, completions, rows) -> list:
@@ -143,7 +223,9 @@ def _token_entropy(gen) -> tuple:
 
 
 def format_table(result: dict) -> str:
-    """A small aligned text table of an evaluate() result."""
+    """A small aligned text table of an evaluate() result. ``truncated``: the share of sampled
+    completions cut at the token budget. Maj@K is shown from k = 2: maj@1 (a vote over the first
+    sample alone) is that one sample's accuracy, a noisier Pass@1; it stays in the result."""
 
     def row(name, value, ci=None):
         v = "-" if value is None else f"{value:.4f}"
@@ -157,8 +239,11 @@ def format_table(result: dict) -> str:
     ]
     for k, v in result["pass@k"].items():
         lines.append(row(f"pass@{k}", v, result["pass@k_ci"][k]))
+    if result.get("truncated") is not None:
+        lines.append(row("truncated", result["truncated"]))
     for k, v in result["maj@k"].items():
-        lines.append(row(f"maj@{k}", v, result["maj@k_ci"][k]))
+        if k != "1":  # maj@1 only asks whether the first sample is right: pass@1 says it better
+            lines.append(row(f"maj@{k}", v, result["maj@k_ci"][k]))
     lines.append(row("greedy", result["greedy"], result["greedy_ci"]))
     lines.append(row("entropy", result["entropy"], result["entropy_ci"]))
     lines.append(row("format", result["format"]))
@@ -183,7 +268,7 @@ def ood_task(ev, tokenizer=None, style: str | None = None):
     return tasks.get(ev.ood_task, tokenizer=tokenizer, style=ev.ood_task.get("style") or style)
 
 
-def evaluate_config(ev, engine, task, ood=None) -> dict:
+def evaluate_config(ev, engine, task, ood=None, completions: list | None = None) -> dict:
     """``evaluate`` with the settings of an ``eval:`` block (``esopt.core.config.EvalConfig``):
     how every run, sweep and ``esopt.evaluate`` call evaluates.
 
@@ -192,12 +277,13 @@ def evaluate_config(ev, engine, task, ood=None) -> dict:
     and seed, its own completion budget and no greedy pass; the result gains ``ood_task``,
     ``ood_split`` and ``ood_<key>`` for ``OOD_KEYS`` (``ood_entropy``: token-mean entropy in nats
     of the sampled completions, with ``ood_entropy_ci``; ``ood_pass@k``), and its tokens and
-    time are added to ``tokens_generated`` and ``wall_s``.
+    time are added to ``tokens_generated`` and ``wall_s``. ``completions``: as in ``evaluate``
+    (the in-domain task's records).
     """
     result = evaluate(
         engine, task, split=ev.split, problems=ev.problems, samples=ev.samples,
         temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=ev.max_new_tokens,
-        seed=ev.seed, greedy=ev.greedy,
+        seed=ev.seed, greedy=ev.greedy, completions=completions,
     )
     if getattr(ev, "ood_task", None):
         if ood is None:

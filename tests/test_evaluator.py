@@ -62,8 +62,8 @@ def test_evaluate_schema_and_identities(setup):
     engine, task = setup
     r = evaluate(engine, task, problems=10, samples=6, temperature=1.0, seed=0)
     assert set(r) == {
-        "task", "split", "n_problems", "samples", "temperature", "pass@k", "pass@k_ci", "maj@k",
-        "maj@k_ci", "greedy", "greedy_ci", "entropy", "entropy_ci", "format", "tokens_generated",
+        "task", "split", "n_problems", "samples", "temperature", "max_new_tokens", "pass@k", "pass@k_ci",
+        "maj@k", "maj@k_ci", "truncated", "greedy", "greedy_ci", "entropy", "entropy_ci", "format", "tokens_generated",
         "wall_s", "correct_counts", "greedy_correct",
     }
     json.dumps(r)  # JSON-serialisable
@@ -164,3 +164,55 @@ def test_out_of_domain_entropy_and_pass_at_k(setup):
     with pytest.raises(ValueError, match="no out-of-domain task was given"):
         evaluate_config(ev, engine, task)
     assert evaluate(engine, task, problems=None, samples=1, greedy=False)["n_problems"] == 12
+
+
+def test_truncated_reads_eos_stop_strings_and_the_budget():
+    """A completion is truncated only when it used the whole budget without an EOS (lengths
+    count it, token_ids drop it) or a stop string."""
+    from esopt.engines.base import Generation, truncated
+
+    gen = Generation(completions=[["abcd", "abc", "ab\nQ:", "ab"]], token_ids=[[[1] * 4, [1] * 3, [1] * 4, [1] * 2]],
+                     lengths=[[4, 4, 4, 2]], entropy=None, n_tokens=14)
+    assert truncated(gen, 4, ("\nQ:",)) == [[True, False, False, False]]
+    assert truncated(gen, 4) == [[True, False, True, False]]
+
+
+def test_completions_are_recorded_bounded_and_truncation_reported(setup, tmp_path):
+    """evaluate(completions=[]) records every completion with its extracted answer, reward,
+    verdict, tokens and truncation, consistent with the result's numbers; write_samples keeps
+    the first N problems in full and counts for the rest; the table shows truncation, not maj@1."""
+    from esopt.evaluator import format_samples, write_samples
+
+    engine, task = setup
+    records: list = []
+    r = evaluate(engine, task, problems=6, samples=3, temperature=1.0, seed=1, completions=records)
+    assert [x["id"] for x in records] == [str(i) for i in range(6)]
+    rows = task.split("test").to_list()[:6]
+    for rec, row, c in zip(records, rows, r["correct_counts"]):
+        assert rec["prompt"] == row["prompt"] and rec["gold"] == row["gold"] and len(rec["completions"]) == 3
+        assert sum(x["correct"] for x in rec["completions"]) == c
+        for x in rec["completions"]:
+            assert x["correct"] == task.verify(x["text"], row).correct and x["extracted"] == (x["text"][:1] or None)
+            assert 1 <= x["tokens"] <= 4 and (not x["truncated"] or x["tokens"] == 4)
+        assert rec["greedy"]["correct"] == bool(r["greedy_correct"][int(rec["id"])])
+    flags = [x["truncated"] for rec in records for x in rec["completions"]]
+    assert r["truncated"] == pytest.approx(np.mean(flags)) and 0 < r["truncated"] < 1
+    assert sum(x["tokens"] for rec in records for x in rec["completions"]) + \
+        sum(rec["greedy"]["tokens"] for rec in records) == r["tokens_generated"]
+
+    write_samples(tmp_path / "s.json", records, 2, r, iteration=3)
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert saved["iteration"] == 3 and saved["max_new_tokens"] == 4 and saved["truncated"] == r["truncated"]
+    assert saved["problems"] == records[:2]
+    assert [c["correct"] for c in saved["counts"]] == r["correct_counts"][2:]
+    assert [c["truncated"] for c in saved["counts"]] == [sum(x["truncated"] for x in rec["completions"])
+                                                          for rec in records[2:]]
+    write_samples(tmp_path / "all.json", records, "all", r)
+    assert len(json.loads((tmp_path / "all.json").read_text())["problems"]) == 6
+    write_samples(tmp_path / "none.json", records, 0, r)
+    assert not (tmp_path / "none.json").exists()
+
+    table = format_table(r)
+    assert "truncated" in table and "maj@2" in table and "maj@1 " not in table
+    shown = format_samples(records, 1)
+    assert shown.startswith("--- 0 (gold ") and shown.count("[sample ") == 2 and "[greedy]" in shown

@@ -97,6 +97,9 @@ class Algorithm:
     #                                    weights (vLLM) may take while this algorithm trains the model
     #                                    by gradients beside it, on the same GPU (GRPO); None = the
     #                                    model is only the engine's host copy and stays on the CPU
+    checkpoint_copies: float = 0.0     # its resume checkpoint's size in copies of the weights (the
+    #                                    sweep's disk estimate, esopt.runtime.budget): ES 1 (the weights),
+    #                                    GRPO 3 (the weights and AdamW's two moments)
     color: str = "#7f7f7f"             # its colour in the report
     order: int = 99                    # its place in the report's legends and tables
 
@@ -194,7 +197,8 @@ def sequence_of(name: str, summary: str, *phases: str, **entry: Any) -> Algorith
     return Algorithm(
         name, summary, "esopt.algorithms.sequence", blocks=tuple({b.name: b for b in own}.values()),
         reads=tuple(k for k in AXES if any(k in a.reads for a in parts)), phases=tuple(phases),
-        gpu_share=next((a.gpu_share for a in parts if a.gpu_share), None), **entry)
+        gpu_share=next((a.gpu_share for a in parts if a.gpu_share), None),
+        checkpoint_copies=sum(a.checkpoint_copies for a in parts), **entry)
 
 
 def get(name: str) -> Algorithm:
@@ -209,8 +213,8 @@ SEQUENCE = Block("sequence", "esopt.algorithms.sequence:SequenceConfig")
 
 register(Algorithm("none", "evaluate the base model only", color="#7f7f7f", order=0))
 register(Algorithm("es", "evolution strategies", "esopt.algorithms.es", (ES,), AXES, multi_rank=True,
-                   color="#1f77b4", order=1))
+                   checkpoint_copies=1.0, color="#1f77b4", order=1))
 register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
-                   gpu_share="grpo.vllm_gpu_memory_utilization", color="#d62728", order=2))
+                   gpu_share="grpo.vllm_gpu_memory_utilization", checkpoint_copies=3.0, color="#d62728", order=2))
 register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", color="#9467bd", order=3))
 register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", color="#2ca02c", order=4))

@@ -1,14 +1,20 @@
 """``python -m esopt.evaluate model=... task=... [eval.out=FILE.json]``: evaluate one model
-(a name or a checkpoint directory) on a task split with the shared evaluator; print a table."""
+(a name or a checkpoint directory) on a task split with the shared evaluator; print a table.
+With ``eval.out``, the completions go beside it (``FILE.samples.json``, ``eval.save_samples``);
+``eval.print_samples=N`` prints N problems' completions after the table. It writes nothing else:
+no Hydra output folder (``hydra.output_subdir=null``, run dir ``.``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from pathlib import Path
 
 from esopt.cli.common import fail, hydra_app
 from esopt.core import store
 from esopt.core.errors import ConfigError
-from esopt.evaluator import evaluate_config, format_table, ood_task
+from esopt.evaluator import evaluate_config, format_samples, format_table, ood_task, write_samples
+from esopt.runtime import budget
 from esopt.runtime.run import load_components
 from esopt.runtime.validate import validate
 
@@ -19,6 +25,10 @@ def evaluate_model(cfg) -> dict:
         rc = validate(cfg)
     except ConfigError as e:
         fail(str(e))
+    once = dataclasses.replace(rc, algo="none")  # one evaluation, whatever algo says
+    line = budget.cpu_time_warning(once, budget.estimate_tokens(once))
+    if line:
+        print(f"esopt: warning: {line}", file=sys.stderr)
     try:
         model, tokenizer, engine, task = load_components(rc)
         ood = ood_task(rc.eval, tokenizer, rc.model.get("prompt_style"))
@@ -28,14 +38,30 @@ def evaluate_model(cfg) -> dict:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         fail(f"cannot load model {rc.model['name']!r}"
              + (f" from {rc.model['path']}" if rc.model.get("path") else "") + f": {type(e).__name__}: {first}")
-    result = evaluate_config(rc.eval, engine, task, ood)
+    records: list = []
+    result = evaluate_config(rc.eval, engine, task, ood, completions=records)
     result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
     result["engine"] = rc.engine["name"]
     print(format_table(result))
+    if rc.eval.print_samples:
+        print(format_samples(records, rc.eval.print_samples))
     if rc.eval.out:
         store.atomic_write_json(rc.eval.out, result)
         print(f"wrote {rc.eval.out}")
+        if rc.eval.save_samples:
+            write_samples(samples_file(rc.eval.out), records, rc.eval.save_samples, result, model=result["model"])
+            print(f"wrote {samples_file(rc.eval.out)} (completions)")
     return result
+
+
+def samples_file(out: str) -> Path:
+    """Where ``esopt.evaluate eval.out=FILE.json`` keeps the completions: ``FILE.samples.json``."""
+    p = Path(out)
+    return p.with_name((p.stem if p.suffix == ".json" else p.name) + ".samples.json")
+
+
+# esopt.evaluate records nothing of Hydra's: no .hydra/ copy of the config, no run folder
+NO_HYDRA_OUTPUT = ("hydra.output_subdir=null", "hydra.run.dir=.")
 
 
 def main() -> None:
@@ -43,6 +69,8 @@ def main() -> None:
     # evaluated whole (no train rows, e.g. task=math's default) passes the data checks
     if not any(a.split("=", 1)[0].lstrip("+~") == "algo" for a in sys.argv[1:]):
         sys.argv.append("algo=none")
+    given = {a.split("=", 1)[0] for a in sys.argv[1:]}
+    sys.argv += [o for o in NO_HYDRA_OUTPUT if o.split("=", 1)[0] not in given]
     hydra_app(evaluate_model)
 
 

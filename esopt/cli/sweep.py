@@ -40,8 +40,10 @@ def analyses(cfg: RunConfig, summary: dict) -> dict:
     return summary
 
 
-def main_run(cfg) -> dict:
-    """The Hydra task function: validate, run, analyse, report."""
+def main_run(cfg, single: bool = False) -> dict:
+    """The Hydra task function: validate, run, analyse, report. ``single``: a run started on
+    its own (not a multirun's job, whose sweeper has already said this): first one warning
+    when it would not fit the disk or would take over an hour on this CPU (:func:`budget_notes`)."""
     from esopt.algorithms import distributed
 
     quiet()  # also in launcher workers (submitit, Slurm), which start from this function
@@ -53,6 +55,8 @@ def main_run(cfg) -> dict:
         return run_worker(rc)
     if rc.sweep.dry_run:  # one run (no -m; a multirun's dry run is the sweeper's table)
         return dry_run(rc)
+    if single:
+        budget_notes(rc)
     summary = analyses(rc, run(rc))
     print_summary(summary, store.RunDir.for_run(rc.sweep.root, rc.sweep.name, summary.get("run_id", "")).path)
     return summary
@@ -66,14 +70,32 @@ def dry_run(rc: RunConfig) -> dict:
     status = (rd.read_summary() or {}).get("status") or "not started"
     print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']}): {status}; "
           f"nothing launched\n  {rd.path}")
+    budget_notes(rc, dry=True)
     return {"status": "dry_run", "run_id": rid}
+
+
+def budget_notes(rc: RunConfig, dry: bool = False) -> None:
+    """What the run will cost (``esopt.runtime.budget``): in a dry run its token bound and disk;
+    always a warning when its disk estimate exceeds the free space or, on a CPU, its tokens
+    would take over an hour."""
+    from esopt.runtime import budget
+
+    tokens = budget.estimate_tokens(rc)
+    need = budget.sweep_disk([rc])
+    where = store.sweep_dir(rc.sweep.root, rc.sweep.name)
+    if dry:
+        print(f"  max generated tokens (upper bound): {tokens:,}")
+        print("  " + (budget.disk_line(need, where) if need else "disk (estimate): unknown (the model's size is not known here)"))
+    for line in (budget.disk_warning(need, where), budget.cpu_time_warning(rc, tokens)):
+        if line:
+            print(f"esopt: warning: {line}", file=sys.stderr)
 
 
 def _task(cfg):
     from hydra.core.hydra_config import HydraConfig
 
-    summary = main_run(cfg)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
+    summary = main_run(cfg, single=not multirun)
     if not multirun and summary.get("status") == "failed":
         if summary.get("error_type") == "ConfigError":  # bad input found while loading
             fail(summary["error"].removeprefix("ConfigError: "))

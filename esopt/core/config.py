@@ -40,6 +40,12 @@ class EvalConfig:
     every: int = 10                      # evaluate every N iterations while training (and at the end)
     greedy: bool = True                  # also measure greedy accuracy
     out: Optional[str] = None            # esopt.evaluate only: write the evaluation JSON here
+    # Completions on record (esopt.evaluator.write_samples; not part of the run id): every
+    # evaluation of a run writes <run>/samples/iteration_<i>.json (esopt.evaluate: beside
+    # eval.out, <out>.samples.json) with each completion's text, extracted answer, reward,
+    # verdict, token count and truncation for the first N problems, per-problem counts for the rest.
+    save_samples: Any = 4                # N problems in full | all | 0 (no file)
+    print_samples: int = 0               # esopt.evaluate only: print this many problems' completions
     # Out-of-domain set (the study: token entropy on GPQA): at every evaluation the evaluator also
     # samples `samples` completions per problem of this task's split and records their token
     # entropy and Pass@K under ood_* keys (ood_entropy, ood_pass@k, ...; esopt.evaluator).
@@ -59,6 +65,8 @@ class SweepConfig:
     retry_failed: bool = False   # rerun runs recorded as failed
     aggregate: bool = True       # aggregate the sweep (report.html) when a multirun ends
     save_model: bool = True      # keep the trained weights in <run>/model/ (HF format) for analyses
+    keep_checkpoints: bool = False  # keep <run>/checkpoint/ (resume state) after the run completes;
+    #                                 false frees it (for a 0.5B model 5-10 GB per run) once model/ is saved
 
 
 @dataclass(frozen=True)
@@ -204,6 +212,13 @@ def _eval_config(raw: Mapping) -> EvalConfig:
         raise ConfigError(f"eval.top_p must be in (0, 1], got {ev.top_p}")
     if ev.max_new_tokens is not None and number(raw, "max_new_tokens", int, where="eval.") < 1:
         raise ConfigError(f"eval.max_new_tokens must be >= 1, got {ev.max_new_tokens}")
+    if ev.save_samples != "all":
+        if isinstance(ev.save_samples, str) and ev.save_samples.strip().isdigit():
+            ev = replace(ev, save_samples=int(ev.save_samples))
+        if isinstance(ev.save_samples, bool) or not isinstance(ev.save_samples, int) or ev.save_samples < 0:
+            raise ConfigError(f"eval.save_samples must be all or a number of problems >= 0, got {ev.save_samples!r}")
+    if number(raw, "print_samples", int, where="eval.") < 0:
+        raise ConfigError(f"eval.print_samples must be >= 0, got {ev.print_samples}")
     return ev
 
 

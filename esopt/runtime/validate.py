@@ -195,7 +195,8 @@ def identity(rc: RunConfig) -> dict:
     d = rc.to_dict()
     for key in ("sweep", "tuning", *ANALYSIS_KEYS, "logger", "logger_opts"):  # read the result, never change it
         d.pop(key, None)
-    d["eval"].pop("out", None)
+    for key in ("out", "save_samples", "print_samples"):  # what is recorded or shown, not what is measured
+        d["eval"].pop(key, None)
     d["task"] = tasks.id_knobs(d["task"])  # a knob at its id-neutral value: the id it had before the knob
     if d["eval"].get("ood_task") is None:  # runs without an OOD set keep their earlier ids
         for key in ("ood_task", "ood_split", "ood_problems"):

@@ -22,7 +22,8 @@ Figures (stable ids):
     fig-drift / fig-drift-top   relative drift and top-1% update share by module type, per
                      algorithm (only when runs have drift.json)
     fig-optuna-<i>-intermediate / fig-optuna-<i>-importance   Optuna's own plots per study
-Tables: table-problems (pruned / failed / running runs), table-skipped (unreadable runs).
+Tables: table-samples (base against final completions of each best configuration's run,
+esopt.study.samples), table-problems (pruned / failed / running runs), table-skipped (unreadable runs).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from esopt.study.analysis_figures import fig_drift, fig_sparsity
 from esopt.study.figures import (best_groups, fig_curves, fig_entropy, fig_heatmap, fig_parcoords, fig_passk,
                                  fig_pruning, fig_status, fig_trend, optuna_figures)
 from esopt.study.plotting import algo_key, fmt_params
+from esopt.study.samples import samples_html
 
 __all__ = ["best_groups", "build", "claims_html", "fig_curves", "fig_drift", "fig_entropy", "fig_heatmap",
            "fig_parcoords", "fig_passk", "fig_pruning", "fig_sparsity", "fig_status", "fig_trend", "figure_data",
@@ -233,6 +235,9 @@ def build(agg, sweep_dir: Path | None = None) -> str:
                           f'{_html.escape(note)}</p></section>')
         else:
             blocks.append(_figure_block(fig_id, title, fig))
+    completions = samples_html(runs, groups, runs_dir)  # base against final, escaped
+    if completions:
+        blocks.append(completions)
     problems = runs[runs["status"] != "completed"]
     last_it = curves.groupby("run_id")["iteration"].max() if "iteration" in curves else pd.Series(dtype=float)
     prow = [{**r, "last iteration": last_it.get(r["run_id"])} for r in

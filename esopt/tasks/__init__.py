@@ -395,7 +395,56 @@ def check_json_rows(path: str, task: str) -> None:
         return  # unreadable or not JSON: datasets' own error (one line) follows
 
 
-def load_split(source: str, task: str, split: str = "train", hub_config: str | None = None):
+HUB_PROBE_S = 3.0  # seconds to reach the hub before a dataset not in the local cache is given up
+
+
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face hub (``HF_ENDPOINT``) cannot be reached from here, in at most
+    ``HUB_PROBE_S`` seconds (name lookup and TCP connect in a thread), else None. ``datasets``
+    itself would retry for about 25 s before failing the same way."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    why: list = ["no answer within %.0f s" % HUB_PROBE_S]
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=HUB_PROBE_S).close()
+            why[0] = None
+        except OSError as e:
+            why[0] = str(e) or type(e).__name__
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(HUB_PROBE_S + 0.5)
+    return None if why[0] is None else f"{constants.ENDPOINT}: {why[0]}"
+
+
+def hub_cached(source: str) -> bool:
+    """Whether hub dataset ``source`` has been downloaded to this machine's caches (the hub's
+    file cache or ``datasets``' prepared one), so ``datasets`` can load it without the hub."""
+    import datasets
+    from huggingface_hub import constants
+
+    hub = Path(constants.HF_HUB_CACHE) / ("datasets--" + source.replace("/", "--"))
+    prepared = Path(datasets.config.HF_DATASETS_CACHE) / source.replace("/", "___")
+    return hub.is_dir() or prepared.is_dir()
+
+
+def local_data_hint(task: str, split: str, layout: str | None) -> str:
+    """How to give a task its data locally instead: ``task.source=`` and the expected layout."""
+    files = layout or (f"a folder holding <split>.jsonl (or .json / .parquet; {split}.jsonl for this "
+                       "split) or a save_to_disk folder, or a .json / .jsonl / .parquet file")
+    return f"give the data as a local copy: task.source=<path> ({files})"
+
+
+def load_split(source: str, task: str, split: str = "train", hub_config: str | None = None,
+               layout: str | None = None):
     """``(rows, where)``: one split of a dataset through ``datasets``, and how to name it in an
     error message (``where``: the file path, or the folder / hub name with the split).
 
@@ -403,7 +452,10 @@ def load_split(source: str, task: str, split: str = "train", hub_config: str | N
     ignored); a folder holding ``<split>.jsonl`` (or ``.json`` / ``.parquet``), e.g.
     ``../shared/data/gsm8k``; a folder written by ``save_to_disk`` (a ``DatasetDict``'s
     ``split``, or a single ``Dataset``); anything else is a hub dataset name (needs network)
-    loaded with config ``hub_config``. Every failure is one ConfigError line.
+    loaded with config ``hub_config``. Every failure is one ConfigError line. Offline first: a
+    hub dataset that is not in the local cache while the hub cannot be reached
+    (:func:`hub_unreachable`, a few seconds) or while ``HF_HUB_OFFLINE`` is set fails at once,
+    naming ``task.source=`` and the expected files (``layout``: the task's own description).
     """
     import os
 
@@ -440,12 +492,19 @@ def load_split(source: str, task: str, split: str = "train", hub_config: str | N
         if os.path.sep in path and (path.startswith((".", "/", "~")) or os.path.exists(path)):
             raise ConfigError(f"task {task}: data file not found: {path}")
         where = f"{source} ({hub_config + ', ' if hub_config else ''}{split})"
+        if not datasets.config.HF_HUB_OFFLINE and not hub_cached(source):
+            unreachable = hub_unreachable()
+            if unreachable:
+                raise ConfigError(f"task {task}: cannot fetch {source!r} from the hub ({unreachable}) and it "
+                                  f"is not in the local cache; {local_data_hint(task, split, layout)}")
         return datasets.load_dataset(source, hub_config, split=split), where
     except ConfigError:
         raise
     except Exception as e:  # datasets raises many types; give the user one line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"task {task}: cannot load {source!r} (split {split!r}): {msg}") from e
+        hub = not os.path.exists(path) and kind is None
+        raise ConfigError(f"task {task}: cannot load {source!r} (split {split!r}): {msg}"
+                          + (f"; {local_data_hint(task, split, layout)}" if hub else "")) from e
 
 
 def load_rows(source: str, task: str, hub_config: str | None = None, hub_split: str = "train"):

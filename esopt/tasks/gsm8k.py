@@ -274,8 +274,47 @@ print(json.dumps(out))
 """
 
 
+_MV_PROBLEM: list = []   # math_verify_problem's answer, found once per process
+_MV_WARNED: list = []    # whether the fallback warning was printed in this process
+
+
+def math_verify_problem() -> str | None:
+    """Why math-verify cannot check answers in this environment, else None: not installed, or
+    its import fails (its LaTeX parser, latex2sympy2_extended, needs an antlr4 runtime it
+    supports: 4.9.3, 4.11 or 4.13.2; ``pip install 'esopt[math]'`` brings 4.9.3). Imported once
+    per process (about 0.4 s), on the first task that would use it."""
+    if not _MV_PROBLEM:
+        if importlib.util.find_spec("math_verify") is None:
+            _MV_PROBLEM.append("math-verify is not installed")
+        else:
+            try:
+                importlib.import_module("math_verify")
+                _MV_PROBLEM.append(None)
+            except Exception as e:  # noqa: BLE001 - ImportError of the parser, or anything it raises
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                _MV_PROBLEM.append(f"math-verify is installed but cannot load its LaTeX parser "
+                                   f"({type(e).__name__}: {first})")
+    return _MV_PROBLEM[0]
+
+
 def math_verify_available() -> bool:
-    return importlib.util.find_spec("math_verify") is not None
+    return math_verify_problem() is None
+
+
+def use_math_verify(task: str, setting, available: bool) -> bool:
+    """Whether a task's evaluation uses math-verify (``math_verify``: true, false or auto) given
+    whether it is ``available`` here: true without it is a ConfigError naming why; auto without
+    it prints one warning per process (the evaluation falls back to the task's own extraction,
+    which accepts fewer equivalent answers), never silently."""
+    if setting is True and not available:
+        raise ConfigError(f"task {task}: math_verify=true needs the math-verify package "
+                          f"(pip install 'esopt[math]'): {math_verify_problem() or 'not available'}")
+    if setting == "auto" and not available and not _MV_WARNED:
+        _MV_WARNED.append(True)
+        print(f"esopt: warning: {math_verify_problem() or 'math-verify is not available'}; "
+              f"task {task} checks answers with its fallback extraction only "
+              "(pip install 'esopt[math]'; task.math_verify=false silences this)", file=sys.stderr)
+    return setting is True or (setting == "auto" and available)
 
 
 def math_verify_batch(
@@ -380,17 +419,11 @@ class GSM8KTask(Task):
             raise ConfigError(
                 f"task gsm8k: math_verify must be auto, true or false, got {c['math_verify']!r}"
             )
-        if c["math_verify"] is True and not math_verify_available():
-            raise ConfigError(
-                "task gsm8k: math_verify=true needs the math-verify package "
-                "(pip install 'esopt[math]')"
-            )
         t = c["math_verify_timeout"]
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
             raise ConfigError(f"task gsm8k: math_verify_timeout must be > 0, got {t!r}")
-        self.math_verify = c["math_verify"] is True or (
-            c["math_verify"] == "auto" and math_verify_available()
-        )
+        self.math_verify = use_math_verify("gsm8k", c["math_verify"],
+                                           c["math_verify"] is not False and math_verify_available())
         # which check decides Verdict.correct in an evaluation (recorded with every result)
         self.verifier = ("math-verify + " if self.math_verify else "") + (
             "####/boxed/answer-is fallback" if c["answer_format"] == "boxed"
@@ -400,7 +433,9 @@ class GSM8KTask(Task):
     # -- data
     def _rows(self, split: str) -> tuple[list[dict], str]:
         c = self.cfg
-        ds, where = load_split(str(c["source"]), "gsm8k", split, c["hub_config"])
+        layout = (f"a folder holding {c['train_split']}.jsonl and {c['test_split']}.jsonl (or .json / .parquet), "
+                  "one row per problem with a 'question' and an 'answer' ending in '#### <number>'")
+        ds, where = load_split(str(c["source"]), "gsm8k", split, c["hub_config"], layout=layout)
         rows = []
         for i, row in enumerate(ds.to_list()):
             q, ans = row.get("question"), row.get("answer")

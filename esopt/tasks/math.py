@@ -72,6 +72,7 @@ from esopt.tasks.gsm8k import (
     math_verify_available,
     math_verify_batch,
     same_number,
+    use_math_verify,
 )
 
 
@@ -300,12 +301,9 @@ class MathTask(Task):
         mv, t = c["math_verify"], c["math_verify_timeout"]
         if mv not in ("auto", True, False):
             raise ConfigError(f"task math: math_verify must be auto, true or false, got {mv!r}")
-        if mv is True and not math_verify_available():
-            raise ConfigError("task math: math_verify=true needs the math-verify package "
-                              "(pip install 'esopt[math]')")
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
             raise ConfigError(f"task math: math_verify_timeout must be > 0, got {t!r}")
-        self.math_verify = mv is True or (mv == "auto" and math_verify_available())
+        self.math_verify = use_math_verify("math", mv, mv is not False and math_verify_available())
         self.verifier = ("math-verify + " if self.math_verify else "") + "last-boxed exact fallback"
 
     # -- data

@@ -12,6 +12,7 @@ imported lazily (plugin discovery stays fast).
 import copy
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from esopt.runtime.budget import _budget, _rows, estimate_tokens  # noqa: F401 (their home; light imports)
 from hydra_plugins.esopt_sweeper.output import (SweepProgress, aggregate_sweep, first_line, layout_notes,
                                                 quiet_sacct, unread_notes, varying_keys, wide)
 
@@ -315,6 +317,33 @@ class EsoptSweeper(Sweeper):
         print(f"to run: {len(todo)}; max generated tokens (upper bound): "
               f"{sum(estimate_tokens(j.rc) for j in todo):,} to run, "
               f"{sum(estimate_tokens(j.rc) for j in whole):,} for the whole grid")
+        self.budget_notes(todo, dry=True)
+
+    def budget_notes(self, todo: List[Job], dry: bool = False) -> None:
+        """Before launching (and in the dry run): the disk the runs to run need against the
+        free space, and one warning when a run on a CPU would take over an hour
+        (``esopt.runtime.budget``)."""
+        from esopt.runtime import budget
+
+        if not todo:
+            return
+        at_once = max(int(j.launcher.get("n_jobs") or j.launcher.get("array_parallelism") or 1) for j in todo)
+        at_once = (os.cpu_count() or 1) if at_once < 1 else at_once  # joblib's n_jobs=-1: every core
+        need = budget.sweep_disk([j.rc for j in todo], at_once=min(at_once, len(todo)))
+        where = self.sweep_dir(todo)
+        if dry:
+            print(budget.disk_line(need, where) if need else "disk (estimate): unknown (a model's size is not known here)")
+        warn = budget.disk_warning(need, where)
+        if warn:
+            print(f"esopt: warning: {warn}", file=sys.stderr)
+        cuda = {j.rid: remote_cuda(j.launcher, {"model": j.rc.model}) for j in todo}
+        secs = {j.rid: budget.cpu_seconds(j.rc, estimate_tokens(j.rc), cuda[j.rid]) or 0.0 for j in todo}
+        slow = [j for j in todo if secs[j.rid] > budget.CPU_WARN_S]
+        if slow:
+            job = max(slow, key=lambda j: secs[j.rid])
+            more = f" ({len(slow)} of {len(todo)} runs over an hour; the longest, run {job.rid})" if len(slow) > 1 else ""
+            line = budget.cpu_time_warning(job.rc, estimate_tokens(job.rc), cuda[job.rid])
+            print(f"esopt: warning: {line}{more}", file=sys.stderr)
 
     def finish(self, jobs: List[Job], title: str = "runs") -> int:
         """Print the table and sweep dir, aggregate, and return the exit code (1 if any failed)."""
@@ -365,6 +394,7 @@ class EsoptSweeper(Sweeper):
             print(f"esopt: {kept} of {len(jobs)} runs already recorded; not launched again "
                   "(sweep.retry_failed=true reruns failed and unreadable ones)")
         self.rereport(jobs)
+        self.budget_notes(list({j.rid: j for j in jobs if not self.skipped(j)}.values()))
         self.launch(jobs)
         code = self.finish(jobs)
         if code:
@@ -379,52 +409,3 @@ def remote_cuda(launcher: dict, cfg) -> Optional[bool]:
     gpus = ((cfg.get("model") or {}).get("resources") or {}).get("gpus") or 0
     return True if slurm and int(gpus) > 0 else None
 
-
-def estimate_tokens(rc) -> int:
-    """Upper bound on generated tokens of one run (every sample uses its whole budget).
-
-    evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
-    eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
-    ood budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
-    both phases of a sequence, its per-iteration sizes clamped to the train split as the run
-    clamps them). ``problems`` null (the whole split) counts the split's rows.
-    """
-    from esopt import algorithms
-
-    budget = _budget(rc, rc.task)
-    ev = rc.eval
-    trains = algorithms.get(rc.algo).trains
-    n_evals = 0 if not trains else rc.iterations // ev.every + (1 if rc.iterations % ev.every else 0)
-    per_eval = _rows(rc, rc.task, ev.split, ev.problems) * (ev.samples + (1 if ev.greedy else 0)) \
-        * (ev.max_new_tokens or budget)
-    if ev.ood_task:
-        per_eval += (_rows(rc, ev.ood_task, ev.ood_split, ev.ood_problems) * ev.samples
-                     * _budget(rc, ev.ood_task))
-    train_rows = _rows(rc, rc.task, "train", None) if trains else None  # the run clamps to it
-    train = algorithms.get(rc.algo).estimate_tokens(rc, budget, train_rows=train_rows)
-    return int((1 + n_evals) * per_eval + train)
-
-
-def _task(rc, task_cfg: dict):
-    from esopt import models, tasks
-
-    style = tasks.prompt_style(task_cfg, models.local_dir(rc.model), rc.model.get("prompt_style"))
-    return tasks.get(task_cfg, style=style)
-
-
-def _budget(rc, task_cfg: dict) -> int:
-    """The task's default completion budget for this model's prompt style."""
-    return int(_task(rc, task_cfg).max_new_tokens)
-
-
-_ROWS: dict[str, int] = {}
-
-
-def _rows(rc, task_cfg: dict, split: str, problems) -> int:
-    """Problems an evaluation covers: ``problems``, or (None) the split's length (cached)."""
-    if problems is not None:
-        return int(problems)
-    key = json.dumps([task_cfg, split], sort_keys=True, default=str)
-    if key not in _ROWS:
-        _ROWS[key] = len(_task(rc, task_cfg).split(split))
-    return _ROWS[key]

@@ -38,7 +38,7 @@ def test_grpo_learns_and_records_train_and_eval_lines(results_root):
     every step is a train line with TRL's entropy, KL (beta > 0) and token counts."""
     rc = config(results_root, "iterations=12", "eval.every=6", "task.n_train=8", "eval.split=train",
                 "eval.samples=16", "grpo.num_generations=8", "grpo.prompts_per_step=8", "lr=3e-4",
-                "grpo.beta=0.04")
+                "grpo.beta=0.04", "sweep.keep_checkpoints=true")  # its checkpoint is looked at below
     summary = run(rc)
     assert summary["status"] == "completed", summary["error"]
     path = run_dir(rc)

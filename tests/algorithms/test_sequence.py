@@ -46,7 +46,7 @@ def test_split_iterations_rejects_bad_input():
 
 @pytest.mark.parametrize("algo, first, second", [("grpo_es", "grpo", "es"), ("es_grpo", "es", "grpo")])
 def test_sequence_runs_both_phases_and_records_both_evaluations(results_root, algo, first, second):
-    rc = config(results_root, f"algo={algo}")
+    rc = config(results_root, f"algo={algo}", "sweep.keep_checkpoints=true")  # the phases' checkpoints are read
     summary = run(rc)
     assert summary["status"] == "completed", summary["error"]
     path = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, run_id(rc)).path

@@ -13,7 +13,7 @@ from helpers import REPO
 
 ARGS = ["algo=es", "model=tiny-xs", "pop=4", "iterations=6", "eval.every=2", "es.batch_size=4",
         "es.checkpoint_every=2", "eval.problems=4", "eval.samples=2", "task.n_train=32", "task.n_test=8",
-        "task.n_heldout=8"]
+        "task.n_heldout=8", "sweep.keep_checkpoints=true"]  # the checkpoint's file modes are checked too
 
 
 def start(root):

@@ -266,3 +266,79 @@ def test_empty_split_after_carving_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="the heldout split is empty"):
         run_config("model=tiny-xs", "task=gsm8k", f"task.source={d}", "task.n_heldout=0",
                    "eval.split=heldout")
+
+
+# ------------------------------------------------------------------------------ offline first
+
+
+def _no_cache(monkeypatch, tmp_path):
+    import datasets
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+
+
+def test_an_unreachable_hub_fails_validation_in_seconds_naming_task_source(monkeypatch, tmp_path):
+    """task=gsm8k without task.source where the hub cannot be reached: one line at validation,
+    in seconds (datasets alone retries for about 25 s), naming task.source= and the files."""
+    import datasets
+    import huggingface_hub
+
+    from helpers import run_config
+
+    _no_cache(monkeypatch, tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "https://esopt-unreachable.invalid")  # RFC 2606
+    t = time.perf_counter()
+    with pytest.raises(ConfigError) as e:
+        run_config("model=tiny-xs", "task=gsm8k", "algo=none")
+    assert time.perf_counter() - t < 10
+    msg = str(e.value)
+    assert msg.startswith("task gsm8k: cannot fetch 'openai/gsm8k' from the hub (https://esopt-unreachable.invalid: ")
+    assert "task.source=<path> (a folder holding train.jsonl and test.jsonl" in msg and "'#### <number>'" in msg
+    assert "\n" not in msg
+
+
+def test_offline_mode_names_task_source_too(monkeypatch, tmp_path):
+    import datasets
+
+    _no_cache(monkeypatch, tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ConfigError, match=r"^task gsm8k: cannot load 'openai/gsm8k' \(split 'test'\): .*; give "
+                                          r"the data as a local copy: task\.source=<path> \(a folder holding "
+                                          r"train\.jsonl and test\.jsonl"):
+        get({"name": "gsm8k"}).split("test")
+
+
+# ------------------------------------------------------------------------------ math-verify's parser
+
+
+@needs_mv
+def test_math_verify_latex_parser_is_importable_and_parses():
+    """What `pip install -e ".[math]"` must bring: math-verify with an antlr4 runtime its LaTeX
+    parser (latex2sympy2_extended) supports, so LaTeX answers are read, not silently skipped."""
+    import sympy
+    from latex2sympy2_extended import latex2sympy
+    from math_verify import parse, verify
+
+    assert g8.math_verify_problem() is None
+    assert latex2sympy(r"\frac{3}{4}") == sympy.Rational(3, 4)
+    assert verify(parse("$\\frac{1}{2}$"), parse("The answer is $\\boxed{0.5}$"))
+
+
+def test_math_verify_missing_or_broken_is_one_warning_not_silence(monkeypatch, capsys):
+    monkeypatch.setattr(g8, "_MV_PROBLEM", ["math-verify is installed but cannot load its LaTeX parser "
+                                            "(ImportError: Unsupported ANTLR version 4.7.2)"])
+    monkeypatch.setattr(g8, "_MV_WARNED", [])
+    with pytest.raises(ConfigError, match=r"math_verify=true needs the math-verify package .*: math-verify is "
+                                          r"installed but cannot load its LaTeX parser \(ImportError"):
+        get(cfg(math_verify=True))
+    tasks = [get(cfg(), style="chat") for _ in range(2)]  # auto: the fallback decides, said once
+    assert not any(t.math_verify for t in tasks)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["esopt: warning: math-verify is installed but cannot load its LaTeX parser (ImportError: "
+                   "Unsupported ANTLR version 4.7.2); task gsm8k checks answers with its fallback extraction "
+                   "only (pip install 'esopt[math]'; task.math_verify=false silences this)"]
+    assert not get(cfg(math_verify=False)).math_verify and capsys.readouterr().err == ""

@@ -1,0 +1,224 @@
+"""What a run will cost, known before it starts: generated tokens, disk, and time on a CPU.
+
+    tokens = estimate_tokens(rc)          # upper bound on generated tokens (the dry run's max_tokens)
+    disk = run_disk(rc)                   # bytes of model/ and of the resume checkpoint, or None
+    line = cpu_time_warning(rc, tokens)   # one warning when a CPU would need over an hour
+
+The sweeper prints these in its dry run and checks the disk before launching
+(hydra_plugins/esopt_sweeper); a single run and ``esopt.evaluate`` print the time warning.
+Only light imports at module level: the sweeper plugin imports this module at every start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+# --- generated tokens ------------------------------------------------------------------------
+
+
+def estimate_tokens(rc) -> int:
+    """Upper bound on generated tokens of one run (every sample uses its whole budget).
+
+    evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
+    eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
+    ood budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
+    both phases of a sequence, its per-iteration sizes clamped to the train split as the run
+    clamps them). ``problems`` null (the whole split) counts the split's rows.
+    """
+    from esopt import algorithms
+
+    budget = _budget(rc, rc.task)
+    ev = rc.eval
+    trains = algorithms.get(rc.algo).trains
+    per_eval = eval_rows(rc) * (ev.samples + (1 if ev.greedy else 0)) * (ev.max_new_tokens or budget)
+    if ev.ood_task:
+        per_eval += (_rows(rc, ev.ood_task, ev.ood_split, ev.ood_problems) * ev.samples
+                     * _budget(rc, ev.ood_task))
+    train_rows = _rows(rc, rc.task, "train", None) if trains else None  # the run clamps to it
+    train = algorithms.get(rc.algo).estimate_tokens(rc, budget, train_rows=train_rows)
+    return int((1 + n_evaluations(rc)) * per_eval + train)
+
+
+def n_evaluations(rc) -> int:
+    """Evaluations after the base one: every ``eval.every`` iterations and at the end (0 for
+    an algorithm that trains nothing)."""
+    from esopt import algorithms
+
+    if not algorithms.get(rc.algo).trains:
+        return 0
+    every = rc.eval.every
+    return rc.iterations // every + (1 if rc.iterations % every else 0)
+
+
+def eval_rows(rc) -> int:
+    """Problems one evaluation of the run covers (``eval.problems``, or its split's rows)."""
+    return _rows(rc, rc.task, rc.eval.split, rc.eval.problems)
+
+
+def _task(rc, task_cfg: dict):
+    from esopt import models, tasks
+
+    style = tasks.prompt_style(task_cfg, models.local_dir(rc.model), rc.model.get("prompt_style"))
+    return tasks.get(task_cfg, style=style)
+
+
+def _budget(rc, task_cfg: dict) -> int:
+    """The task's default completion budget for this model's prompt style."""
+    return int(_task(rc, task_cfg).max_new_tokens)
+
+
+_ROWS: dict[str, int] = {}
+
+
+def _rows(rc, task_cfg: dict, split: str, problems) -> int:
+    """Problems an evaluation covers: ``problems``, or (None) the split's length (cached)."""
+    if problems is not None:
+        return int(problems)
+    key = json.dumps([task_cfg, split], sort_keys=True, default=str)
+    if key not in _ROWS:
+        _ROWS[key] = len(_task(rc, task_cfg).split(split))
+    return _ROWS[key]
+
+
+# --- disk --------------------------------------------------------------------------------------
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+GB = 1e9
+
+
+def run_disk(rc) -> tuple[int, int] | None:
+    """``(model bytes, checkpoint bytes)`` of one run, from the model's parameter count
+    (``esopt.models.param_count``) and ``model.dtype``: ``model/`` holds the weights once (when
+    the algorithm trains and ``sweep.save_model``); the resume checkpoint holds
+    ``Algorithm.checkpoint_copies`` copies of them (ES 1, GRPO 3: with AdamW's moments), and
+    while a new one is written the previous one stays (x2). None when the size is unknown.
+    Measured for a 0.5B fp32 model (issue 44): ES left 4.8 GB after one iteration, GRPO 9.5 GB
+    (a 5.0 GB optimizer.pt); this estimate gives 4.0 and 8.0 GB (tokenizer and optimizer
+    bookkeeping not counted)."""
+    from esopt import algorithms, models
+
+    params = models.param_count(rc.model)
+    if params is None:
+        return None
+    weights = params * DTYPE_BYTES.get(str(rc.model.get("dtype", "float32")), 4)
+    algo = algorithms.get(rc.algo)
+    kept = weights if algo.trains and rc.sweep.save_model else 0
+    return kept, int(2 * weights * algo.checkpoint_copies)
+
+
+def sweep_disk(rcs: list, at_once: int = 1) -> dict | None:
+    """The disk a sweep of runs ``rcs`` needs at its peak: every run's ``model/``, plus the
+    checkpoints: all of them with ``sweep.keep_checkpoints``, else only those of the runs in
+    flight (the ``at_once`` largest; a completed run frees its own). None when a run's size is
+    unknown."""
+    sizes = [run_disk(rc) for rc in rcs]
+    if not sizes or any(s is None for s in sizes):
+        return None
+    keep = any(rc.sweep.keep_checkpoints for rc in rcs)
+    ckpts = sorted((c for _, c in sizes), reverse=True)
+    models_b = sum(m for m, _ in sizes)
+    ckpt_b = sum(ckpts) if keep else sum(ckpts[:max(1, at_once)])
+    return {"models": models_b, "checkpoints": ckpt_b, "peak": models_b + ckpt_b, "keep_checkpoints": keep,
+            "run_model": max(m for m, _ in sizes), "run_checkpoint": ckpts[0], "runs": len(sizes)}
+
+
+def free_bytes(path) -> tuple[float, Path]:
+    """Free bytes on the filesystem that will hold ``path`` (its nearest existing parent);
+    infinity when the filesystem does not say."""
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free, p
+    except OSError:
+        return float("inf"), p
+
+
+def disk_line(need: dict, where) -> str:
+    """The dry run's disk line: what the sweep needs at its peak, of which model weights and
+    checkpoints, and the free space where it writes."""
+    free, at = free_bytes(where)
+    ckpt = ("all runs' checkpoints, kept (sweep.keep_checkpoints=true)" if need["keep_checkpoints"]
+            else "the running runs' checkpoints, each removed when its run completes")
+    return (f"disk (estimate, from each model's parameters and dtype): per run up to {need['run_model'] / GB:.3g} GB "
+            f"of trained weights (model/) and {need['run_checkpoint'] / GB:.3g} GB of resume checkpoint while it "
+            f"runs; {need['runs']} run(s) need about {need['peak'] / GB:.3g} GB at the peak: "
+            f"{need['models'] / GB:.3g} GB of weights + {need['checkpoints'] / GB:.3g} GB for {ckpt}; "
+            f"{free / GB:.1f} GB free in {at}")
+
+
+def disk_warning(need: dict | None, where) -> str | None:
+    """One warning line when the sweep's estimated peak exceeds the free space, else None."""
+    if need is None:
+        return None
+    free, at = free_bytes(where)
+    if need["peak"] <= free:
+        return None
+    return (f"this sweep needs about {need['peak'] / GB:.1f} GB on disk at its peak (model/ of every run "
+            f"+ checkpoints) but {at} has {free / GB:.1f} GB free; free space, or lower it with "
+            "sweep.save_model=false (no model/ for analyses) or fewer runs")
+
+
+# --- time on a CPU -----------------------------------------------------------------------------
+
+CPU_WARN_S = 3600.0   # a run whose generated tokens alone would take longer on a CPU is warned about
+
+
+def cpu_tokens_per_s(rc, params: int) -> tuple[float, str]:
+    """Generated tokens per second of the run's engine on a CPU for a model of ``params``
+    parameters, and where that number comes from: the engine's measured rate
+    (``EngineConfig.cpu_param_tokens_per_s``: tokens/s x parameters of a measured model,
+    docs/results/smollm2.md) scaled by parameters (each token costs ~2 x params FLOPs)."""
+    from esopt import engines
+
+    cfg = engines.ENGINES[rc.engine["name"]]
+    rate = float(cfg.cpu_param_tokens_per_s)
+    return rate / params, cfg.cpu_throughput_source
+
+
+def cpu_seconds(rc, tokens: int, cuda: bool | None = None) -> float | None:
+    """Seconds ``tokens`` generated tokens take at the engine's CPU rate (:func:`cpu_tokens_per_s`)
+    when the run goes to a CPU (``cuda``: whether it will see a GPU, None = this process's
+    answer); None for a GPU run or a model of unknown size."""
+    from esopt import models
+    from esopt.engines import cuda_visible
+
+    device = str(rc.engine.get("device", "auto"))
+    on_cpu = device == "cpu" or (device == "auto" and not (cuda_visible() if cuda is None else cuda))
+    params = models.param_count(rc.model)
+    if not on_cpu or not params:
+        return None
+    return tokens / cpu_tokens_per_s(rc, params)[0]
+
+
+def cpu_time_warning(rc, tokens: int, cuda: bool | None = None) -> str | None:
+    """One warning line when the run goes to a CPU and ``tokens`` (its :func:`estimate_tokens`)
+    at that engine's measured CPU throughput would take longer than ``CPU_WARN_S``, naming the
+    estimate and the keys that set it; None otherwise (a GPU run, an unknown size, a short run)."""
+    from esopt import models
+
+    seconds = cpu_seconds(rc, tokens, cuda)
+    if seconds is None or seconds <= CPU_WARN_S:
+        return None
+    params = models.param_count(rc.model)
+    rate, source = cpu_tokens_per_s(rc, params)
+    ev = rc.eval
+    budget = ev.max_new_tokens or _budget(rc, rc.task)
+    per_eval = (f"eval.problems={eval_rows(rc)} x (eval.samples={ev.samples}" + (" + 1 greedy" if ev.greedy else "")
+                + f") x eval.max_new_tokens={budget}")
+    evals = 1 + n_evaluations(rc)
+    return (f"this run may take about {_duration(seconds)} on this CPU: up to {tokens:,} generated tokens "
+            f"({per_eval} per evaluation, {evals} evaluation(s)"
+            + (", plus training" if n_evaluations(rc) else "") + f") at about {rate:.3g} tokens/s "
+            f"({rc.engine['name']} engine, {params / 1e6:.0f}M parameters; {source}); lower eval.problems, "
+            "eval.samples or eval.max_new_tokens")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"

@@ -1,0 +1,103 @@
+"""What a run will cost, said before it starts (issue 44): the disk of its weights and
+checkpoints from the model's parameter count and dtype, against the free space, and a warning
+when its generated tokens at the engine's measured CPU rate would take over an hour."""
+
+import sys
+
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+from helpers import REPO, run_config
+
+from esopt.runtime import budget
+
+GSM8K = ["task=gsm8k", f"task.source={REPO / 'tests' / 'data' / 'gsm8k'}", "task.n_heldout=10"]
+TINY_2XL = 3_043_840  # parameters of the shipped tiny-2xl
+
+
+def test_disk_of_a_run_from_its_parameters_dtype_and_algorithm(tmp_path):
+    w = TINY_2XL * 4  # float32
+    root = f"sweep.root={tmp_path}"
+    es, grpo, none = (run_config("model=tiny-2xl", f"algo={a}", root, check_data=False) for a in ("es", "grpo", "none"))
+    assert budget.run_disk(es) == (w, 2 * w)        # model/ + one weights checkpoint, twice while swapping
+    assert budget.run_disk(grpo) == (w, 6 * w)      # + AdamW's two moments
+    assert budget.run_disk(none) == (0, 0)
+    assert budget.run_disk(run_config("model=tiny-2xl", "algo=es", "sweep.save_model=false", root,
+                                      check_data=False)) == (0, 2 * w)
+    seq = run_config("model=tiny-2xl", "algo=grpo_es", root, check_data=False)
+    assert budget.run_disk(seq) == (w, 8 * w)
+    need = budget.sweep_disk([es, grpo])
+    assert need["peak"] == 2 * w + 6 * w and need["checkpoints"] == 6 * w and not need["keep_checkpoints"]
+    assert budget.sweep_disk([es, grpo], at_once=2)["peak"] == 2 * w + 8 * w
+    kept = [run_config("model=tiny-2xl", f"algo={a}", "sweep.keep_checkpoints=true", root, check_data=False)
+            for a in ("es", "grpo")]
+    assert budget.sweep_disk(kept)["peak"] == 2 * w + 8 * w
+    qwen = run_config("model=qwen0.5b", "algo=es", root, *GSM8K, check_data=False)
+    assert budget.run_disk(qwen) == (494_032_768 * 2, 494_032_768 * 4)  # bfloat16, before any download
+
+    assert budget.disk_warning(need, tmp_path) is None
+    free, _ = budget.free_bytes(tmp_path / "not" / "yet")
+    line = budget.disk_warning({**need, "peak": free + 10**12}, tmp_path / "not" / "yet")
+    assert line.startswith(f"this sweep needs about {(free + 10**12) / 1e9:.1f} GB on disk") and str(tmp_path) in line
+
+
+def test_a_run_a_cpu_cannot_finish_in_an_hour_is_warned_about(tmp_path):
+    root = f"sweep.root={tmp_path}"
+    rc = run_config("model=qwen0.5b", "algo=none", "engine=hf", "engine.device=cpu", "eval.problems=10",
+                    root, *GSM8K)
+    tokens = budget.estimate_tokens(rc)
+    assert tokens == 10 * 33 * 2048
+    rate = 83.4 * 134.5e6 / 494_032_768        # docs/results/smollm2.md's rate, scaled by parameters
+    assert budget.cpu_seconds(rc, tokens) == pytest.approx(tokens / rate)
+    line = budget.cpu_time_warning(rc, tokens)
+    assert line.startswith(f"this run may take about {tokens / rate / 3600:.1f} hours on this CPU: up to 675,840 ")
+    for key in ("eval.problems=10", "eval.samples=32", "eval.max_new_tokens=2048"):
+        assert key in line
+    small = run_config("model=qwen0.5b", "algo=none", "engine=hf", "engine.device=cpu", "eval.problems=2",
+                       "eval.samples=1", "eval.max_new_tokens=64", root, *GSM8K)
+    assert budget.cpu_time_warning(small, budget.estimate_tokens(small)) is None
+    gpu = run_config("model=qwen0.5b", "algo=none", "engine=hf", "engine.device=cuda", root, *GSM8K,
+                     check_data=False)
+    assert budget.cpu_time_warning(gpu, tokens) is None
+
+
+def test_the_dry_run_states_tokens_and_disk(tmp_path, monkeypatch, capsys):
+    from esopt.cli import sweep
+
+    monkeypatch.setattr(sys, "argv", ["esopt.sweep", "model=qwen0.5b", "algo=grpo", "engine=hf",
+                                      "engine.device=cpu", "sweep.dry_run=true", f"sweep.root={tmp_path}", *GSM8K])
+    GlobalHydra.instance().clear()
+    try:
+        sweep.main()
+    finally:
+        GlobalHydra.instance().clear()
+    out, err = capsys.readouterr()
+    assert "max generated tokens (upper bound):" in out
+    assert ("per run up to 0.988 GB of trained weights (model/) and 5.93 GB of resume checkpoint while it runs; "
+            "1 run(s) need about 6.92 GB at the peak") in out
+    assert err.count("esopt: warning: this run may take about") == 1
+
+
+def test_a_sweep_states_its_disk_and_warns_once_for_its_longest_cpu_run(tmp_path, monkeypatch, capsys):
+    """The multirun dry run: the disk line for the grid and one CPU-time warning, for the
+    largest model's run, counting the others."""
+    from esopt.cli import sweep
+
+    monkeypatch.setattr(sys, "argv", ["esopt.sweep", "-m", "model=qwen0.5b,qwen1.5b", "algo=es", "engine=hf",
+                                      "engine.device=cpu", "sweep.dry_run=true", f"sweep.root={tmp_path}", *GSM8K])
+    GlobalHydra.instance().clear()
+    try:
+        sweep.main()
+    finally:
+        GlobalHydra.instance().clear()
+    out, err = capsys.readouterr()
+    w05, w15 = 494_032_768 * 2, 1_543_714_304 * 2  # bfloat16
+    peak = (w05 + w15 + 2 * w15) / 1e9             # both model/ + the larger checkpoint, twice while swapping
+    assert f"2 run(s) need about {peak:.3g} GB at the peak" in out
+    big = run_config("model=qwen1.5b", "algo=es", "engine=hf", "engine.device=cpu", f"sweep.root={tmp_path}",
+                     *GSM8K, check_data=False)
+    from esopt.runtime.validate import run_id
+
+    warnings = [x for x in err.splitlines() if x.startswith("esopt: warning: this run may take")]
+    assert len(warnings) == 1 and warnings[0].endswith(f"(2 of 2 runs over an hour; the longest, run {run_id(big)})")
+    assert "1544M parameters" in warnings[0]
