@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-from esopt.core.config import block
+from esopt.core.config import at_least, block
 from esopt.core.errors import ConfigError
 from esopt.engines.base import Engine, Generation, WeightOps
 
@@ -63,8 +63,7 @@ class EngineConfig:
         threads = self.threads
         if threads not in (None, "auto") and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"engine.threads must be an integer >= 1 or auto, got {threads!r}")
-        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
-            raise ConfigError(f"engine.max_batch must be >= 1, got {self.max_batch}")
+        at_least("engine.max_batch", self.max_batch, 1)
         if self.dtype not in DTYPES:
             raise ConfigError(f"engine.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 
@@ -120,9 +119,7 @@ class VLLMConfig(EngineConfig):
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         for knob in ("max_model_len", "kv_cache_mb"):
-            v = getattr(self, knob)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"engine.{knob} must be null or an integer >= 1, got {v!r}")
+            at_least(f"engine.{knob}", getattr(self, knob), 1, allow_none=True)
 
 
 ENGINES: dict[str, type[EngineConfig]] = {}

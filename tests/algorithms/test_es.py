@@ -80,7 +80,7 @@ def test_antithetic_update_is_the_mirrored_sum():
 @pytest.mark.parametrize("over,needle", [
     ({"pop": 1}, "pop must be >= 2"), ({"sigma": 0.0}, "sigma must be > 0"),
     ({"lr": -1.0}, "lr must be > 0"), ({"iterations": 0}, "iterations must be >= 1"),
-    ({"es": {"rank": 0}}, "es.rank must be >= 1"), ({"es": {"normalize": "x"}}, "es.normalize"),
+    ({"es": {"rank": 0}}, "es.rank must be an integer >= 1"), ({"es": {"normalize": "x"}}, "es.normalize"),
     ({"es": {"antithetic": True}, "pop": 5}, "even pop"), ({"es": {"bogus": 1}}, "unknown es key"),
 ])
 def test_config_errors_are_one_line(over, needle):
