@@ -377,7 +377,7 @@ def train(ctx) -> None:
         ctx.run.truncate_metrics(keep)
     # A kill between the checkpoint and the evaluation due at that iteration would lose that
     # curve point (and its Optuna report): evaluate it now, on the checkpoint's weights.
-    if lead and start > 0 and ((ctx.iteration_offset + start) % ctx.cfg.eval.every == 0 or start == es.iterations):
+    if lead and start > 0 and ctx.eval_due(start):
         ctx.evaluate(start)
 
     # progress bar per run (iteration, reward, ETA) on a terminal; silent in logs and on ranks > 0
@@ -397,7 +397,6 @@ def train(ctx) -> None:
                 and ctx.run is not None:
             save_checkpoint(ctx, {"algo": "es", "phase": ctx.phase, "iteration": it,
                                   "tokens_total": ctx.tokens_total, "config": asdict(es)})
-        # the eval schedule counts run iterations, so a sequence's curves line up with GRPO's
-        if lead and ((ctx.iteration_offset + it) % ctx.cfg.eval.every == 0 or it == es.iterations):
+        if lead and ctx.eval_due(it):
             ctx.evaluate(it)
         distributed.barrier()

@@ -246,11 +246,8 @@ _LOG_KEYS = {
 }
 
 
-def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings, max_steps: int):
+def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
     from transformers import TrainerCallback
-
-    every = int(ctx.cfg.eval.every)
-    offset = int(getattr(ctx, "iteration_offset", 0))  # a sequence's phase two counts on
 
     class Recorder(TrainerCallback):
         """One train line per optimizer step (on_log, logging_steps=1); evaluation after it."""
@@ -303,7 +300,7 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings, max_s
                 stats[k] = 0
             stats["rewards"].clear()
             ctx.log(**line)
-            if (offset + step) % every == 0 or step >= max_steps:
+            if ctx.eval_due(step):
                 self.evaluate(model if model is not None else trainer.model, step)
 
         def evaluate(self, model, step: int) -> dict:
@@ -524,7 +521,7 @@ def train(ctx) -> dict | None:
     stats = {"tokens_generated": 0, "n": 0, "correct": 0, "format": 0.0, "rewards": []}
     args = grpo_config(ctx, settings, out, lr, trl_vllm=bool(settings.use_vllm) and not engine_rollouts)
     trainer_ref: list = []
-    recorder = _recorder(ctx, trainer_ref, stats, settings, max_steps)
+    recorder = _recorder(ctx, trainer_ref, stats, settings)
     Trainer = _trainer_class()
     tokenizer = ctx.tokenizer
     trainer = Trainer(
