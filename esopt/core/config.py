@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Collection, Mapping, Optional
+from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from esopt.core.errors import ConfigError
 
@@ -73,6 +73,8 @@ class SparsityConfig:
     fractions: tuple = (1.0, 0.5, 0.22, 0.1, 0.05, 0.01)  # keep fractions of the |delta| modes, in [0, 1]
     modes: tuple = ("global", "per_tensor", "smallest", "random", "equal_norm")  # any of these (all known)
     control_fractions: tuple = (0.22,)   # keep fractions of the random-mask controls (random, equal_norm)
+    control_modes: ClassVar[tuple] = ("random", "equal_norm")  # the modes that are controls (random masks of the
+    #                                      top-k's size, at control_fractions; claim 5's comparison)
 
 
 @dataclass(frozen=True, init=False)

@@ -31,7 +31,6 @@ from typing import Any
 from esopt.core.config import SPLITS, at_least
 from esopt.core.errors import ConfigError
 
-TASK_NAMES: tuple[str, ...] = ("countdown", "gsm8k", "addition", "compare", "reverse", "math", "arith")
 STYLES: tuple[str, ...] = ("compact", "chat")
 
 # task name -> (module, class name); modules are imported on first use.
@@ -44,6 +43,7 @@ _CLASSES = {
     "math": ("esopt.tasks.math", "MathTask"),
     "arith": ("esopt.tasks.arith", "ArithTask"),
 }
+TASK_NAMES: tuple[str, ...] = tuple(_CLASSES)
 
 
 @dataclass(frozen=True)
