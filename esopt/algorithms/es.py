@@ -1,6 +1,6 @@
 """Evolution strategies for LLM post-training, readable top to bottom.
 
-Algorithm (Qiu et al. 2025; Ba et al. 2026; REFERENCE.md sections 1-3)::
+Algorithm (Qiu et al. 2025, arXiv 2509.24372; Ba et al. 2026, arXiv 2608.27351)::
 
     for t = 1..T:
         draw N member seeds s_i (antithetic: members 2j, 2j+1 share s_j with signs +, -)

