@@ -497,7 +497,7 @@ def train(ctx) -> dict | None:
     import datasets
 
     settings = GRPOSettings.from_config(ctx.cfg.grpo)
-    engine_rollouts = bool(settings.use_vllm) and hasattr(ctx.engine, "rollouts")  # engine=vllm
+    engine_rollouts = bool(settings.use_vllm) and ctx.engine.serves_rollouts  # engine=vllm
     if settings.use_vllm and not engine_rollouts and next(ctx.model.parameters()).device.type != "cuda":
         raise ConfigError("grpo.use_vllm=true needs engine=vllm, or the model on a GPU (engine.device=cuda) "
                           "for TRL's colocated vLLM")

