@@ -351,9 +351,9 @@ def train(ctx) -> None:
     es = ESRun.from_run(ctx.cfg)
     es.iterations = int(ctx.iterations)
     es.validate()
-    # the summary's sigma/lr are ES's only for algo=es; in a sequence GRPO's lr is its own
+    # the summary's lr is ES's only when ES is the whole run; in a sequence GRPO's lr is its own
     ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr,
-                      **({"lr": es.lr} if ctx.cfg.algo == "es" else {}))
+                      **({"lr": es.lr} if ctx.phase == ctx.cfg.algo else {}))
     distributed.init()
     lead = distributed.rank() == 0
     train_rows = list(ctx.task.split("train"))
