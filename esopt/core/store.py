@@ -25,7 +25,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 # atomic writes and file hashes live in esopt.core.files; fingerprints of a run's inputs
 # (part of the run id) in esopt.core.fingerprint
@@ -285,26 +285,15 @@ def worker_info() -> dict:
             "slurm_job_id": _slurm_job_id(), "slurm_restart": int(restart) if (restart or "").isdigit() else 0}
 
 
-def _squeue_state(job: str) -> str | None:
-    """Slurm's state of ``job`` (lower case, "" when Slurm no longer lists it), None when
-    squeue cannot be asked."""
-    import subprocess
-
-    try:
-        r = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True,
-                           text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if r.returncode != 0 and "Invalid job id" not in r.stderr:
-        return None
-    return r.stdout.strip().splitlines()[0].lower() if r.stdout.strip() else ""
-
-
-def worker_alive(worker: dict | None, heartbeat_age: float | None = None) -> str | None:
+def worker_alive(worker: dict | None, heartbeat_age: float | None = None,
+                 job_state: Callable[[str], str | None] | None = None) -> str | None:
     """Where a run is still being run by another live process: ``"Slurm job J (running)"`` or
     ``"pid P on HOST"``; None when that worker is gone or is this very process.
 
-    - Another Slurm job: alive while squeue lists it running / pending / completing.
+    - Another Slurm job: alive while ``job_state(job)`` (the scheduler's state of the job, lower
+      case; "" = no longer listed; None = cannot be asked) says running / pending / completing
+      (``esopt.runtime.layout.slurm_job_state`` asks squeue; without ``job_state`` Slurm is not
+      asked and the job's process is judged as below).
     - The same Slurm job: a requeued incarnation (a higher ``SLURM_RESTART_COUNT``) takes over
       its own run; a sibling process of the same allocation is judged like any process.
     - A process on this host: alive while its pid exists with the same start time (a reused
@@ -321,8 +310,8 @@ def worker_alive(worker: dict | None, heartbeat_age: float | None = None) -> str
     if job and job == _slurm_job_id():
         if int(worker.get("slurm_restart") or 0) < worker_info()["slurm_restart"]:
             return None  # our own earlier incarnation, killed by the requeue
-    elif job:
-        state = _squeue_state(job)
+    elif job and job_state is not None:
+        state = job_state(job)
         if state is not None:
             return f"Slurm job {job} ({state})" if state in ("running", "pending", "completing",
                                                             "configuring", "suspended") else None
@@ -413,7 +402,8 @@ class Claim:
         self.release()
 
 
-def claim_run(run_dir: str | os.PathLike, retries: int = 50) -> tuple[Claim | None, str | None]:
+def claim_run(run_dir: str | os.PathLike, retries: int = 50,
+              job_state: Callable[[str], str | None] | None = None) -> tuple[Claim | None, str | None]:
     """Atomically become the one process that runs ``run_dir``: ``(Claim, None)``, or ``(None,
     where)`` when a live process owns it (``where`` as :func:`worker_alive` says it).
 
@@ -442,13 +432,13 @@ def claim_run(run_dir: str | os.PathLike, retries: int = 50) -> tuple[Claim | No
                 time.sleep(0.05)
                 continue
         else:
-            where = worker_alive(held, age)
+            where = worker_alive(held, age, job_state)
             if where:
                 return None, where
         marker = lock.with_name(f"{LOCK_NAME}.takeover-{held['nonce']}")
         if not _create_exclusive(marker, record):
             other, mage = _read_lock(marker)               # another taker, or a dead one
-            if other is not None and mage > _GRACE_S and (other.get("unreadable") or worker_alive(other, mage) is None):
+            if other is not None and mage > _GRACE_S and (other.get("unreadable") or worker_alive(other, mage, job_state) is None):
                 try:
                     os.unlink(marker)
                 except FileNotFoundError:
@@ -468,10 +458,11 @@ def claim_run(run_dir: str | os.PathLike, retries: int = 50) -> tuple[Claim | No
             except FileNotFoundError:
                 pass
     held, age = _read_lock(lock)
-    return None, (worker_alive(held, age) if held else None) or f"another process (lock {lock} keeps changing)"
+    return None, (worker_alive(held, age, job_state) if held else None) or f"another process (lock {lock} keeps changing)"
 
 
-def run_owner(run_dir: str | os.PathLike) -> str | None:
-    """Who owns ``run_dir`` right now (a live process holding its lock), else None."""
+def run_owner(run_dir: str | os.PathLike, job_state: Callable[[str], str | None] | None = None) -> str | None:
+    """Who owns ``run_dir`` right now (a live process holding its lock), else None
+    (``job_state``: as for :func:`worker_alive`)."""
     held, age = _read_lock(Path(run_dir) / LOCK_NAME)
-    return worker_alive(held, age) if held and not held.get("unreadable") else None
+    return worker_alive(held, age, job_state) if held and not held.get("unreadable") else None
