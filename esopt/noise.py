@@ -21,12 +21,13 @@ Perturb
     dtype. ``perturb`` writes it in place; ``perturbed`` returns it in new tensors (the same bits).
 
 Exact restore (sparse fix-up)
-    ``fl(w' - d)`` equals ``w`` for most entries but misses by about one ulp for a few percent of
-    them (REFERENCE.md s.2: ~4.6% at sigma 1e-3, ~22% at 1e-2). ``perturb`` evaluates that very
-    subtraction, compares bit patterns (so -0.0 vs +0.0 and NaN payloads count) and keeps
-    ``(flat index, original value)`` where it differs; ``restore`` = the subtraction + a write-back
-    of those entries. The ops are deterministic elementwise IEEE ops on one device, so restore
-    reproduces the check bit for bit: exactly ``w`` in fp32, bf16 and fp16.
+    ``fl(w' - d)`` equals ``w`` for most entries but misses by about one ulp for some of them
+    (weights ~ N(0, 0.02): several percent at sigma 1e-3, about a quarter at 1e-2, in fp32 and
+    bf16 alike). ``perturb`` evaluates that very subtraction, compares bit patterns (so -0.0 vs
+    +0.0 and NaN payloads count) and keeps ``(flat index, original value)`` where it differs;
+    ``restore`` = the subtraction + a write-back of those entries. The ops are deterministic
+    elementwise IEEE ops on one device, so restore reproduces the check bit for bit: exactly
+    ``w`` in fp32, bf16 and fp16.
     Memory: the transient is a few fp32 buffers of one chunk (~64 MiB) whatever the model size;
     held until restore: ``miss_rate * numel * (4 + itemsize)`` bytes (int32 index + value; int64
     index above 2**31 entries): bf16 ~0.28 bytes/param at sigma 1e-3 (14% of the weights' bytes),

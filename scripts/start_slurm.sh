@@ -5,7 +5,7 @@
 #   sudo scripts/start_slurm.sh            # or as root; CI (.ci/run) calls it
 #   ESOPT_SLURM_PARTITION=debug ESOPT_SLURM_WAIT=60 scripts/start_slurm.sh
 #
-# Layout (REFERENCE.md section 6): munge key /etc/munge/munge.key (1024 random bytes, munge:munge,
+# Layout: munge key /etc/munge/munge.key (1024 random bytes, munge:munge,
 # 0400), munged as user munge, /etc/slurm/slurm.conf with SlurmctldHost=$(hostname -s),
 # cons_tres + CR_Core, CPUs=$(nproc), RealMemory below the machine's, ReturnToService=2,
 # proctrack/linuxproc, task/none, SlurmUser=root, no accounting daemon (sacct is unavailable;

@@ -18,7 +18,7 @@ an algorithm its name:
 - ``phases``: for a sequence, the registered algorithms it runs one after another;
 - run time: ``multi_rank`` (several processes split its work), ``gpu_share`` (it trains the
   model by gradients on the GPU, beside an engine that holds its own weights);
-- the report: ``color`` and ``order``.
+- the study: ``family`` (what the claims count its runs as); the report: ``color`` and ``order``.
 
     algo = get("es")
     algo.validate(rc); algo.train(ctx); algo.estimate_tokens(rc, budget); algo.uses("pop")
@@ -67,6 +67,10 @@ class Block:
     config: Any              # the dataclass, or "module:Class" (imported when first needed)
     speed_only: Any = ()     # keys that change how fast a run goes, never its numbers (not in its
     #                          run id): a tuple, or "module:NAME" of one
+    sizes: tuple = ()        # (key, kind, what it counts) of its size-like keys, each bounded by the
+    #                          limit of its kind (esopt.runtime.limits.SIZE_LIMITS) before dispatch
+    budget: Optional[str] = None  # its generation-budget key (null = the task's default): the
+    #                          context check bounds the longest prompt plus the largest budget
 
     def dataclass(self) -> type:
         return _load(self.config)
@@ -100,6 +104,9 @@ class Algorithm:
     checkpoint_copies: float = 0.0     # its resume checkpoint's size in copies of the weights (the
     #                                    sweep's disk estimate, esopt.runtime.budget): ES 1 (the weights),
     #                                    GRPO 3 (the weights and AdamW's two moments)
+    family: Optional[str] = None       # what the study's claims count it as: "es" (a population
+    #                                    strategy: its runs feed the population claims, sparsity and
+    #                                    member scoring), "grpo", "sequence"; None = outside the claims
     color: str = "#7f7f7f"             # its colour in the report
     order: int = 99                    # its place in the report's legends and tables
 
@@ -207,14 +214,39 @@ def get(name: str) -> Algorithm:
     return ALGORITHMS[name]
 
 
-ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es:SPEED_ONLY")
-GRPO = Block("grpo", "esopt.algorithms.grpo:GRPOSettings")
+def trains(name: Any) -> bool:
+    """Whether runs of algorithm ``name`` train (a name no entry has, e.g. in results written by
+    another version, counts as training: only the registry's ``none`` is the base model)."""
+    entry = ALGORITHMS.get(name)
+    return entry.trains if entry is not None else True
+
+
+def family(name: Any) -> Optional[str]:
+    """The claims family of algorithm ``name`` (its entry's ``family``; None for unknown names)."""
+    entry = ALGORITHMS.get(name)
+    return entry.family if entry is not None else None
+
+
+ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es:SPEED_ONLY",
+           sizes=(("batch_size", "batch", "training prompts per iteration"),
+                  ("samples", "samples", "completions per prompt per member"),
+                  ("rank", "rank", "perturbation rank"), ("max_new_tokens", "new_tokens", "generation budget")),
+           budget="max_new_tokens")
+GRPO = Block("grpo", "esopt.algorithms.grpo:GRPOSettings",
+             sizes=(("num_generations", "generations", "group size"),
+                    ("prompts_per_step", "batch", "prompts per optimizer step"),
+                    ("grad_accum", "grad_accum", "micro-batches per step"),
+                    ("max_completion_length", "new_tokens", "generation budget")),
+             budget="max_completion_length")
 SEQUENCE = Block("sequence", "esopt.algorithms.sequence:SequenceConfig")
 
 register(Algorithm("none", "evaluate the base model only", color="#7f7f7f", order=0))
 register(Algorithm("es", "evolution strategies", "esopt.algorithms.es", (ES,), AXES, multi_rank=True,
-                   checkpoint_copies=1.0, color="#1f77b4", order=1))
+                   family="es", checkpoint_copies=1.0, color="#1f77b4", order=1))
 register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
-                   gpu_share="grpo.vllm_gpu_memory_utilization", checkpoint_copies=3.0, color="#d62728", order=2))
-register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", color="#9467bd", order=3))
-register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", color="#2ca02c", order=4))
+                   gpu_share="grpo.vllm_gpu_memory_utilization", family="grpo", checkpoint_copies=3.0,
+                   color="#d62728", order=2))
+register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", family="sequence",
+                     color="#9467bd", order=3))
+register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", family="sequence",
+                     color="#2ca02c", order=4))

@@ -1,6 +1,6 @@
 """Evolution strategies for LLM post-training, readable top to bottom.
 
-Algorithm (Qiu et al. 2025; Ba et al. 2026; REFERENCE.md sections 1-3)::
+Algorithm (Qiu et al. 2025, arXiv 2509.24372; Ba et al. 2026, arXiv 2608.27351)::
 
     for t = 1..T:
         draw N member seeds s_i (antithetic: members 2j, 2j+1 share s_j with signs +, -)
@@ -21,7 +21,6 @@ The weight arithmetic lives in ``esopt.noise``; population-batched generation in
 from __future__ import annotations
 
 import json
-import math
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -34,7 +33,7 @@ from tqdm.auto import tqdm
 from esopt import engines, models
 from esopt.algorithms import distributed
 from esopt.core import metrics, store
-from esopt.core.config import block, model_default
+from esopt.core.config import at_least, block, check_axes, model_default
 from esopt.core.errors import ConfigError, NonFinite
 
 
@@ -98,26 +97,16 @@ class ESRun(ESConfig):
 
     def validate(self) -> "ESRun":
         """Raise ConfigError (one line) on the first bad value."""
-        checks = [
-            (self.pop >= 2, f"pop must be >= 2 (ES needs at least two members), got {self.pop}"),
-            (self.sigma > 0 and math.isfinite(self.sigma), f"sigma must be > 0, got {self.sigma}"),
-            (self.lr > 0 and math.isfinite(self.lr), f"lr must be > 0, got {self.lr}"),
-            (self.iterations >= 1, f"iterations must be >= 1, got {self.iterations}"),
-            (self.rank >= 1, f"es.rank must be >= 1, got {self.rank}"),
-            (self.batch_size >= 1, f"es.batch_size must be >= 1, got {self.batch_size}"),
-            (self.samples >= 1, f"es.samples must be >= 1, got {self.samples}"),
-            (self.temperature >= 0, f"es.temperature must be >= 0, got {self.temperature}"),
-            (self.normalize in NORMALIZE,
-             f"es.normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}"),
-            (not self.antithetic or self.pop % 2 == 0, f"es.antithetic needs an even pop, got {self.pop}"),
-            (self.max_new_tokens is None or self.max_new_tokens >= 1,
-             f"es.max_new_tokens must be >= 1, got {self.max_new_tokens}"),
-            (self.checkpoint_every >= 0, f"es.checkpoint_every must be >= 0, got {self.checkpoint_every}"),
-            (self.checksum_every >= 0, f"es.checksum_every must be >= 0, got {self.checksum_every}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(message)
+        check_axes(self.pop, self.sigma, self.lr, self.iterations)
+        for key, lo, allow_none in (("rank", 1, False), ("batch_size", 1, False), ("samples", 1, False),
+                                    ("max_new_tokens", 1, True), ("checkpoint_every", 0, False),
+                                    ("checksum_every", 0, False)):
+            at_least(f"es.{key}", getattr(self, key), lo, allow_none=allow_none)
+        at_least("es.temperature", self.temperature, 0, kind=float)
+        if self.normalize not in NORMALIZE:
+            raise ConfigError(f"es.normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}")
+        if self.antithetic and self.pop % 2:
+            raise ConfigError(f"es.antithetic needs an even pop, got {self.pop}")
         return self
 
     @property
@@ -362,9 +351,9 @@ def train(ctx) -> None:
     es = ESRun.from_run(ctx.cfg)
     es.iterations = int(ctx.iterations)
     es.validate()
-    # the summary's sigma/lr are ES's only for algo=es; in a sequence GRPO's lr is its own
+    # the summary's lr is ES's only when ES is the whole run; in a sequence GRPO's lr is its own
     ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr,
-                      **({"lr": es.lr} if ctx.cfg.algo == "es" else {}))
+                      **({"lr": es.lr} if ctx.phase == ctx.cfg.algo else {}))
     distributed.init()
     lead = distributed.rank() == 0
     train_rows = list(ctx.task.split("train"))
@@ -388,7 +377,7 @@ def train(ctx) -> None:
         ctx.run.truncate_metrics(keep)
     # A kill between the checkpoint and the evaluation due at that iteration would lose that
     # curve point (and its Optuna report): evaluate it now, on the checkpoint's weights.
-    if lead and start > 0 and ((ctx.iteration_offset + start) % ctx.cfg.eval.every == 0 or start == es.iterations):
+    if lead and start > 0 and ctx.eval_due(start):
         ctx.evaluate(start)
 
     # progress bar per run (iteration, reward, ETA) on a terminal; silent in logs and on ranks > 0
@@ -408,7 +397,6 @@ def train(ctx) -> None:
                 and ctx.run is not None:
             save_checkpoint(ctx, {"algo": "es", "phase": ctx.phase, "iteration": it,
                                   "tokens_total": ctx.tokens_total, "config": asdict(es)})
-        # the eval schedule counts run iterations, so a sequence's curves line up with GRPO's
-        if lead and ((ctx.iteration_offset + it) % ctx.cfg.eval.every == 0 or it == es.iterations):
+        if lead and ctx.eval_due(it):
             ctx.evaluate(it)
         distributed.barrier()

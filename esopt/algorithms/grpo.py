@@ -36,7 +36,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from esopt.core.config import model_default
+from esopt.core.config import at_least, block, model_default
 from esopt.core.errors import ConfigError
 from esopt.core import store
 from esopt.core.store import apply_umask
@@ -90,27 +90,17 @@ class GRPOSettings:
     @classmethod
     def from_config(cls, raw: Mapping | None) -> "GRPOSettings":
         """Build and check the settings; raise ConfigError (one line) on bad input."""
-        raw = dict(raw or {})
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(raw) - set(known))
-        if unknown:
-            raise ConfigError(f"unknown grpo key(s): {', '.join(unknown)} (known: {', '.join(known)})")
         nullable = ("epsilon_high", "max_completion_length", "save_every")
-        raw = {k: v for k, v in raw.items() if v is not None or k in nullable}
-        try:
-            s = cls(**raw)
-        except TypeError as exc:  # pragma: no cover - dataclass signature errors
-            raise ConfigError(f"grpo: {exc}") from None
+        known = {f.name for f in fields(cls)}
+        s = block(cls, {k: v for k, v in dict(raw or {}).items()
+                        if v is not None or k in nullable or k not in known}, "grpo")
         s.validate()
         return s
 
     def validate(self) -> None:
         """One clear line for every input TRL would reject mid-run (or silently misuse)."""
         def integer(name: str, lo: int) -> int:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ConfigError(f"grpo.{name} must be an integer >= {lo}, got {v!r}")
-            return v
+            return at_least(f"grpo.{name}", getattr(self, name), lo)
 
         g = integer("num_generations", 1)
         if g < 2:
@@ -128,14 +118,9 @@ class GRPOSettings:
             integer("max_completion_length", 1)
         if self.save_every is not None:
             integer("save_every", 1)
-        for name, lo in (("beta", 0.0), ("epsilon", 0.0), ("weight_decay", 0.0), ("max_grad_norm", 0.0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
-                raise ConfigError(f"grpo.{name} must be a number >= {lo}, got {v!r}")
-        if self.epsilon_high is not None and (
-            not isinstance(self.epsilon_high, (int, float)) or self.epsilon_high < 0
-        ):
-            raise ConfigError(f"grpo.epsilon_high must be null or a number >= 0, got {self.epsilon_high!r}")
+        for name in ("beta", "epsilon", "weight_decay", "max_grad_norm"):
+            at_least(f"grpo.{name}", getattr(self, name), 0.0, kind=float)
+        at_least("grpo.epsilon_high", self.epsilon_high, 0, kind=float, allow_none=True)
         if not isinstance(self.temperature, (int, float)) or self.temperature <= 0:
             raise ConfigError(f"grpo.temperature must be > 0 (GRPO samples), got {self.temperature!r}")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
@@ -146,9 +131,7 @@ class GRPOSettings:
             raise ConfigError(
                 f"grpo.scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {self.scale_rewards!r}"
             )
-        if self.lr is not None and (isinstance(self.lr, bool) or not isinstance(self.lr, (int, float))
-                                    or not self.lr > 0):
-            raise ConfigError(f"grpo.lr must be null or a number > 0, got {self.lr!r}")
+        at_least("grpo.lr", self.lr, 0, kind=float, above=True, allow_none=True)
         from transformers import SchedulerType
 
         if self.lr_scheduler not in {t.value for t in SchedulerType}:
@@ -263,11 +246,8 @@ _LOG_KEYS = {
 }
 
 
-def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings, max_steps: int):
+def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
     from transformers import TrainerCallback
-
-    every = int(ctx.cfg.eval.every)
-    offset = int(getattr(ctx, "iteration_offset", 0))  # a sequence's phase two counts on
 
     class Recorder(TrainerCallback):
         """One train line per optimizer step (on_log, logging_steps=1); evaluation after it."""
@@ -320,7 +300,7 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings, max_s
                 stats[k] = 0
             stats["rewards"].clear()
             ctx.log(**line)
-            if (offset + step) % every == 0 or step >= max_steps:
+            if ctx.eval_due(step):
                 self.evaluate(model if model is not None else trainer.model, step)
 
         def evaluate(self, model, step: int) -> dict:
@@ -517,7 +497,7 @@ def train(ctx) -> dict | None:
     import datasets
 
     settings = GRPOSettings.from_config(ctx.cfg.grpo)
-    engine_rollouts = bool(settings.use_vllm) and hasattr(ctx.engine, "rollouts")  # engine=vllm
+    engine_rollouts = bool(settings.use_vllm) and ctx.engine.serves_rollouts  # engine=vllm
     if settings.use_vllm and not engine_rollouts and next(ctx.model.parameters()).device.type != "cuda":
         raise ConfigError("grpo.use_vllm=true needs engine=vllm, or the model on a GPU (engine.device=cuda) "
                           "for TRL's colocated vLLM")
@@ -541,7 +521,7 @@ def train(ctx) -> dict | None:
     stats = {"tokens_generated": 0, "n": 0, "correct": 0, "format": 0.0, "rewards": []}
     args = grpo_config(ctx, settings, out, lr, trl_vllm=bool(settings.use_vllm) and not engine_rollouts)
     trainer_ref: list = []
-    recorder = _recorder(ctx, trainer_ref, stats, settings, max_steps)
+    recorder = _recorder(ctx, trainer_ref, stats, settings)
     Trainer = _trainer_class()
     tokenizer = ctx.tokenizer
     trainer = Trainer(

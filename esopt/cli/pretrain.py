@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from esopt.core.store import atomic_path
 from esopt.models.tiny import ARCH, EOS_ID, TINY, TINY_DIR, char_tokenizer, tiny_config
 
 # batch: sequences per step; lr: peak AdamW learning rate (smaller for wider models).
@@ -295,10 +296,9 @@ def _resume(d: Path, model, opt, batches) -> dict:
 
 def _save_state(d: Path, model, opt, batches, history: list, step: int, wall_s: float, best) -> None:
     """``last.pt`` (atomically): everything :func:`_resume` needs to continue bitwise."""
-    d.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "rng": batches.rng.getstate(),
-                "history": history, "step": step, "wall_s": wall_s, "best": best}, d / "last.pt.tmp")
-    Path(d / "last.pt.tmp").replace(d / "last.pt")
+    with atomic_path(d / "last.pt") as tmp:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "rng": batches.rng.getstate(),
+                    "history": history, "step": step, "wall_s": wall_s, "best": best}, tmp)
 
 
 def _curve_point(model, step: int, wall_s: float, losses: list[float], vbatch, probe_rows: dict | None) -> dict:

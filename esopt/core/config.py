@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Collection, Mapping, Optional
+from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from esopt.core.errors import ConfigError
 
@@ -81,6 +81,8 @@ class SparsityConfig:
     fractions: tuple = (1.0, 0.5, 0.22, 0.1, 0.05, 0.01)  # keep fractions of the |delta| modes, in [0, 1]
     modes: tuple = ("global", "per_tensor", "smallest", "random", "equal_norm")  # any of these (all known)
     control_fractions: tuple = (0.22,)   # keep fractions of the random-mask controls (random, equal_norm)
+    control_modes: ClassVar[tuple] = ("random", "equal_norm")  # the modes that are controls (random masks of the
+    #                                      top-k's size, at control_fractions; claim 5's comparison)
 
 
 @dataclass(frozen=True, init=False)
@@ -179,6 +181,40 @@ def number(cfg: Mapping, key: str, kind: type, *, allow_none: bool = False, wher
     return out
 
 
+def at_least(name: str, value: Any, lo: float, *, kind: type = int, above: bool = False,
+             allow_none: bool = False):
+    """The one range check of a block's value: ``value`` is an int (``kind=int``) or a finite
+    number (``kind=float``) >= ``lo`` (> ``lo`` with ``above``), or None with ``allow_none``;
+    returns it. Else one ConfigError line: ``<name> must be [null or ]an integer >= <lo>, got
+    <value>`` (``a number`` for floats)."""
+    if value is None and allow_none:
+        return None
+    ok = not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else int)
+    if ok:
+        ok = math.isfinite(value) and (value > lo if above else value >= lo)
+    if not ok:
+        what = "an integer" if kind is int else "a number"
+        raise ConfigError(f"{name} must be {'null or ' if allow_none else ''}{what} {'>' if above else '>='} "
+                          f"{lo}, got {value!r}")
+    return value
+
+
+def check_axes(pop: int, sigma: float | None, lr: float | None, iterations: int, seed: int = 0) -> None:
+    """The grid axes' ranges (after :func:`number` made them numbers): pop >= 2, sigma and lr
+    > 0 and finite when set, iterations >= 1, seed >= 0. One ConfigError line on the first bad
+    one; :func:`parse` checks the given values, ES the ones it resolved."""
+    if pop < 2:
+        raise ConfigError(f"pop must be >= 2 (ES needs at least two members), got {pop}")
+    if sigma is not None and not (sigma > 0 and math.isfinite(sigma)):
+        raise ConfigError(f"sigma must be > 0, got {sigma}")
+    if lr is not None and not (lr > 0 and math.isfinite(lr)):
+        raise ConfigError(f"lr must be > 0, got {lr}")
+    if iterations < 1:
+        raise ConfigError(f"iterations must be >= 1, got {iterations}")
+    if seed < 0:
+        raise ConfigError(f"seed must be >= 0, got {seed}")
+
+
 def block(cls, raw: Mapping | None, name: str):
     """Build dataclass ``cls`` from config block ``raw``; unknown keys are one ConfigError."""
     raw = dict(raw or {})
@@ -273,16 +309,7 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     lr = number(raw, "lr", float, allow_none=True)
     seed = number(raw, "seed", int)
     iterations = number(raw, "iterations", int)
-    if pop < 2:
-        raise ConfigError(f"pop must be >= 2 (ES needs at least two members), got {pop}")
-    if sigma is not None and sigma <= 0:
-        raise ConfigError(f"sigma must be > 0, got {sigma}")
-    if lr is not None and lr <= 0:
-        raise ConfigError(f"lr must be > 0, got {lr}")
-    if iterations < 1:
-        raise ConfigError(f"iterations must be >= 1, got {iterations}")
-    if seed < 0:
-        raise ConfigError(f"seed must be >= 0, got {seed}")
+    check_axes(pop, sigma, lr, iterations, seed)
 
     sweep = block(SweepConfig, raw.get("sweep"), "sweep")
     check_sweep_location(sweep.name, sweep.root)

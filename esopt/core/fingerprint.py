@@ -9,8 +9,10 @@ import json
 import os
 from pathlib import Path
 
+from esopt.core.files import HASH_BLOCK, atomic_path, file_sha256
+
 # --- fingerprints of a run's inputs (part of the run id) ------------------------------------
-FP_BLOCK = 1 << 20          # bytes read at a time while hashing
+FP_BLOCK = HASH_BLOCK       # bytes read at a time while hashing
 FP_WHOLE = 16 * FP_BLOCK    # larger files: their digest is kept in the digest cache (FP_CACHE_FILE)
 FP_MAX_FILES = 10_000       # a directory with more files is fingerprinted by its first ones
 FP_CACHE_FILE = "fingerprints.json"  # under $XDG_CACHE_HOME/esopt (~/.cache/esopt)
@@ -44,10 +46,8 @@ def _remember_digest(key: str, digest: str) -> None:
         cache.pop(key, None)
         cache[key] = digest
         keep = dict(list(cache.items())[-FP_CACHE_ENTRIES:])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(keep))
-        tmp.replace(path)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(keep))
     except OSError:
         pass
 
@@ -63,11 +63,7 @@ def _file_digest(path: str, size: int) -> str:
         cached = _read_digest_cache().get(key)
         if isinstance(cached, str) and len(cached) == 64:
             return cached
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(FP_BLOCK), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
+    digest = file_sha256(path)
     if key is not None:
         _remember_digest(key, digest)
     return digest

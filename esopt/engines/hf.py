@@ -124,6 +124,7 @@ class HFEngine:
 
     batches_population = True   # generate_population: esopt.engines.population
     holds_weights = False       # generates with the caller's model object
+    serves_rollouts = False     # GRPO samples its rollouts through TRL's own generate
 
     def __init__(self, model, tokenizer, device="auto", max_batch: int = 256, dtype: str = "auto"):
         if max_batch < 1:

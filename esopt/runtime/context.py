@@ -91,6 +91,13 @@ class RunContext:
         self.shared.effective.update(values)
 
     # --- evaluation --------------------------------------------------------------------
+    def eval_due(self, iteration: int) -> bool:
+        """The one evaluation schedule of every algorithm: after phase iteration ``iteration``
+        when the run's count (``iteration_offset + iteration``: a sequence's second phase
+        counts on, so its curves line up with a single algorithm's) is a multiple of
+        ``eval.every``, and at the phase's end."""
+        return (self.iteration_offset + int(iteration)) % self.cfg.eval.every == 0 or int(iteration) >= self.iterations
+
     def evaluate(self, iteration: int) -> dict:
         """Shared held-out evaluation: log an eval line, report to Optuna, maybe prune."""
         step = int(iteration) + self.iteration_offset

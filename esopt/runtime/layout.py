@@ -86,3 +86,19 @@ def launcher_request(rc: RunConfig, launcher: dict) -> dict:
     if "gpus_per_node" in out:
         out["gpus_per_node"] = None if per_task else lay.gpus_used
     return out
+
+
+def slurm_job_state(job: str) -> str | None:
+    """Slurm's state of ``job`` (lower case, "" when Slurm no longer lists it), None when squeue
+    cannot be asked: how the run store tells a live Slurm owner of a run from a dead one
+    (``esopt.core.store.claim_run(..., job_state=slurm_job_state)``)."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True,
+                           text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0 and "Invalid job id" not in r.stderr:
+        return None
+    return r.stdout.strip().splitlines()[0].lower() if r.stdout.strip() else ""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from esopt import algorithms
 from esopt.core.errors import ConfigError
 
 MAX_POP = 4096               # ES members per iteration (the study: <= 32; 4096 seeds x batch fits a node)
@@ -32,6 +33,10 @@ CONTEXT_SLACK = 2048        # prompt + generation <= the model's context + this 
 #                            context a RoPE model runs but degrades (the tiny models, 128 positions,
 #                            are evaluated out of domain on GSM8K / MATH prompts of up to ~300 tokens);
 #                            the bound stops what would exhaust memory (1e6 numbers, a 10 MB chat)
+SIZE_LIMITS = {               # the limit of each kind of size-like key an algorithm's block declares
+    "batch": MAX_BATCH, "samples": MAX_SAMPLES, "rank": MAX_RANK, "new_tokens": MAX_NEW_TOKENS,
+    "generations": MAX_GENERATIONS, "grad_accum": MAX_GRAD_ACCUM,
+}
 LONGEST_PROMPTS = 4          # prompts tokenized per split by check_context (the longest by characters)
 CHARS_PER_TOKEN_MAX = 8      # no tokenizer here: a prompt of more than the limit * this many characters is refused
 
@@ -53,18 +58,10 @@ def check_sizes(rc) -> None:
     _bound("eval.problems", ev.problems, MAX_PROBLEMS, "problems evaluated")
     _bound("eval.ood_problems", ev.ood_problems, MAX_PROBLEMS, "problems evaluated")
     _bound("eval.max_new_tokens", ev.max_new_tokens, MAX_NEW_TOKENS, "generation budget")
-    es = rc.blocks.get("es") or {}
-    grpo = rc.blocks.get("grpo") or {}
-    for name, limit, why in (("batch_size", MAX_BATCH, "training prompts per iteration"),
-                             ("samples", MAX_SAMPLES, "completions per prompt per member"),
-                             ("rank", MAX_RANK, "perturbation rank"),
-                             ("max_new_tokens", MAX_NEW_TOKENS, "generation budget")):
-        _bound(f"es.{name}", _int(es.get(name)), limit, why)
-    for name, limit, why in (("num_generations", MAX_GENERATIONS, "group size"),
-                             ("prompts_per_step", MAX_BATCH, "prompts per optimizer step"),
-                             ("grad_accum", MAX_GRAD_ACCUM, "micro-batches per step"),
-                             ("max_completion_length", MAX_NEW_TOKENS, "generation budget")):
-        _bound(f"grpo.{name}", _int(grpo.get(name)), limit, why)
+    for block in algorithms.blocks().values():  # each block's size-like keys, as it declares them
+        values = rc.blocks.get(block.name) or {}
+        for name, kind, why in block.sizes:
+            _bound(f"{block.name}.{name}", _int(values.get(name)), SIZE_LIMITS[kind], why)
 
 
 def _int(value):
@@ -85,22 +82,27 @@ def context_length(model_cfg: Mapping) -> int | None:
 
 def budget(rc, task) -> int:
     """The longest generation the run asks for: eval.max_new_tokens (or the task's default)
-    and the training budgets (es.max_new_tokens, grpo.max_completion_length) of its blocks."""
+    and the training budget of each of its blocks (``Block.budget``: es.max_new_tokens,
+    grpo.max_completion_length)."""
     out = [rc.eval.max_new_tokens or task.max_new_tokens]
-    es, grpo = rc.blocks.get("es"), rc.blocks.get("grpo")
-    if es is not None:
-        out.append(_int(es.get("max_new_tokens")) or task.max_new_tokens)
-    if grpo is not None:
-        out.append(_int(grpo.get("max_completion_length")) or task.max_new_tokens)
+    for name, key, values in _budgets(rc):
+        if values is not None:
+            out.append(_int(values.get(key)) or task.max_new_tokens)
     return max(out)
+
+
+def _budgets(rc) -> list[tuple]:
+    """``(block, its budget key, the run's block or None)`` for every block that has a budget."""
+    return [(b.name, b.budget, rc.blocks.get(b.name)) for b in algorithms.blocks().values() if b.budget]
 
 
 def context_key(rc) -> list:
     """What :func:`check_context` depends on besides the task's rows (validation checks a
     task's data once per distinct key): the model and the configured generation budgets."""
-    es, grpo = rc.blocks.get("es") or {}, rc.blocks.get("grpo") or {}
-    return [rc.model.get("path") or rc.model["name"], rc.eval.max_new_tokens, "es" in rc.blocks,
-            es.get("max_new_tokens"), "grpo" in rc.blocks, grpo.get("max_completion_length")]
+    key = [rc.model.get("path") or rc.model["name"], rc.eval.max_new_tokens]
+    for name, budget_key, values in _budgets(rc):
+        key += [values is not None, (values or {}).get(budget_key)]
+    return key
 
 
 def _tokenizer(model_dir):

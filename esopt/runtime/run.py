@@ -25,6 +25,7 @@ from esopt.engines.base import resolve_device
 from esopt.evaluator import ood_task
 from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line, evaluate_recorded
+from esopt.runtime.layout import slurm_job_state
 from esopt.runtime.validate import config_id, input_fingerprints, run_id, uses
 
 
@@ -96,7 +97,7 @@ def run(cfg: RunConfig) -> dict:
     kept = _kept(cfg, rd, rid)
     if kept is not None:
         return kept
-    claim, owner = store.claim_run(rd.path)
+    claim, owner = store.claim_run(rd.path, job_state=slurm_job_state)
     if claim is None:
         print(f"esopt: run {rid} is being run by {owner}; not started twice ({rd.path})", file=sys.stderr)
         return rd.read_summary() or _stub(cfg, rid, "running")
@@ -195,7 +196,7 @@ def record_ended(cfg: RunConfig, rid: str, error: BaseException | str) -> bool:
     the run is recorded (completed, pruned, failed) or a live process still owns it. Returns
     whether it wrote; ``sweep.retry_failed=true`` reruns the run later (it resumes)."""
     rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
-    if rd.status not in (None, "running") or store.run_owner(rd.path) is not None:
+    if rd.status not in (None, "running") or store.run_owner(rd.path, slurm_job_state) is not None:
         return False
     summary = rd.read_summary() or dict(_stub(cfg, rid, "failed"), config=cfg.to_dict(), seed=cfg.seed)
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"

@@ -42,6 +42,7 @@ from typing import Any, Mapping, Optional
 
 from esopt.core.config import block
 from esopt.core.errors import ConfigError
+from esopt.core.store import atomic_path
 
 @dataclass
 class TuningConfig:
@@ -375,12 +376,8 @@ def repair_journal(path: str) -> int:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        tmp = f"{path}.repair-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(b"".join(kept))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(b"".join(kept))
     print(f"esopt: warning: Optuna journal {path}: {bad + recovered} torn or garbage line(s) set aside "
           f"({recovered} record(s) recovered from them); the original is kept as {copy}", file=sys.stderr)
     return bad + recovered

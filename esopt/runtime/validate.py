@@ -129,7 +129,7 @@ def check_remote_code(model_cfg: dict) -> None:
 _CHECKED_TASKS: set[str] = set()
 
 
-def _task_style(task_cfg: dict, rc: RunConfig) -> str:
+def task_style(task_cfg: dict, rc: RunConfig) -> str:
     """The style the run will build this task with (``tasks.prompt_style``; before the
     tokenizer is loaded, the model's local directory tells whether it has a chat template)."""
     return tasks.prompt_style(task_cfg, models.local_dir(rc.model), rc.model.get("prompt_style"))
@@ -147,11 +147,11 @@ def _check_task_data(rc: RunConfig) -> None:
     fp = input_fingerprints(rc).get("task.source")
     for cfg, split in uses:
         problems = rc.eval.problems if (cfg is rc.task and split == rc.eval.split) else None
-        key = json.dumps([cfg, _task_style(cfg, rc), split, problems, fp, limits.context_key(rc)],
+        key = json.dumps([cfg, task_style(cfg, rc), split, problems, fp, limits.context_key(rc)],
                          sort_keys=True, default=str)
         if key in _CHECKED_TASKS:
             continue
-        task = tasks.get(cfg, tokenizer=None, style=_task_style(cfg, rc))
+        task = tasks.get(cfg, tokenizer=None, style=task_style(cfg, rc))
         rows = task.split(split)
         n = len(rows)
         if n == 0:

@@ -34,6 +34,7 @@ from typing import Callable
 
 import numpy as np
 
+from esopt.core.config import SparsityConfig
 from esopt.core.metrics import contrast, p_above, pass_at_k, ratio_influence, t_interval
 
 VERDICTS = ("yes", "no", "unclear")
@@ -296,7 +297,7 @@ def diversity(data, s):
 
 # ---------------------------------------------------------------------------------------
 # 5. functional sparsity
-CONTROL_MODES = ("random", "equal_norm")     # sparsity.json modes accepted as the control mask
+CONTROL_MODES = SparsityConfig.control_modes  # sparsity.json modes accepted as the control mask
 KEEP_MATCH = 5e-3
 
 

@@ -52,7 +52,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from esopt.algorithms import ALGORITHMS
+from esopt.algorithms import ALGORITHMS, family, trains
 from esopt.core.metrics import holm, p_above, power_at, t_interval
 from esopt.study import fit, tables
 from esopt.study.claim_rules import CLAIMS, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
@@ -207,7 +207,7 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
     cell = select_cell(records)
     A = cell["algos"]
     done = [r for r in records if r.get("status", "completed") == "completed"]
-    sweep = {"cell": A, "es": [r for r in done if r.get("algo") == "es"]}
+    sweep = {"cell": A, "es": [r for r in done if family(r.get("algo")) == "es"]}
     measures = {cid: c.rule(c.select(sweep), s) for cid, c in sorted(REGISTRY.items())}
     decided = decide_all(measures, s)
     out = []
@@ -231,7 +231,7 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
             "reproduced": d["verdict"], "unclear": d["unclear"] if d["verdict"] == "unclear" else None,
             "reason": d["why"], "n": m.get("n") or {}, "details": details})
     tokens = {a: float(np.mean([_num(r.get("tokens_generated")) or 0 for r in rs])) for a, rs in A.items()
-              if a != "none"}
+              if trains(a)}
     ref = tokens.get("es") or None
     return {
         "version": 4,  # 4: data_needed is {"both", "runs"[, "problems"]}, was a number
@@ -262,7 +262,7 @@ def records_from_tables(runs, curves) -> list[dict]:
     if curves is not None and len(curves) and "js_succ" in curves:
         tl = curves[(curves.get("kind") == "train") & curves["js_succ"].notna()]
         if "phase" in tl:
-            tl = tl[tl["phase"] == "es"]
+            tl = tl[tl["phase"].map(family) == "es"]
         js = tl.groupby("run_id")[[c for c in ("js_succ", "p_pop", "reward_mean") if c in tl]].mean()
     curve = {}
     if curves is not None and len(curves) and {"kind", "iteration", "pass@1"} <= set(curves.columns):
@@ -289,7 +289,7 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
     after sparsity is known: it breaks ties between runs)."""
     for r in records:
         sp = Path(runs_dir) / str(r["run_id"]) / "sparsity.json"
-        if r.get("algo") == "es" and sp.exists():
+        if family(r.get("algo")) == "es" and sp.exists():
             try:
                 r["sparsity"] = json.loads(sp.read_text())
             except (OSError, ValueError):
@@ -297,7 +297,7 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
     cell = select_cell(records)
     wanted_ids = {id(r) for rs in cell["algos"].values() for r in rs}
     for r in records:
-        if id(r) not in wanted_ids and r.get("algo") != "es":
+        if id(r) not in wanted_ids and family(r.get("algo")) != "es":
             continue
         try:
             s = json.loads((Path(runs_dir) / str(r["run_id"]) / "summary.json").read_text())
@@ -339,7 +339,8 @@ def wanted(agg) -> bool:
     runs = agg.runs
     name = Path(agg.sweep_dir).name
     algos = set(runs["algo"].dropna()) if len(runs) else set()
-    return name.startswith("paper") or ("es" in algos and bool((algos & set(ALGORITHMS)) - {"es"}))
+    es = {a for a in algos if family(a) == "es"}
+    return name.startswith("paper") or (bool(es) and bool((algos & set(ALGORITHMS)) - es))
 
 
 def _fmt(v, ci=None) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from esopt.algorithms import trains
 from esopt.core.metrics import pass_at_k, percentile_interval, resample_indices
 from esopt.study.plotting import (BASE, algo_color, band_trace, close_group, facet_groups, facet_order, figure_dict,
                                   fmt_params, layout_dict, menu_figure, reads, run_label, trace_dict)
@@ -158,7 +159,7 @@ def fig_passk(runs: pd.DataFrame, metric: str, runs_dir: Path | None, seed: int 
         entries = facets[facet]
         base_ids = [r for algo, g in entries for r in g["run_ids"]]
         series = [(BASE, base_ids, "base", "base model")]
-        series += [(algo, g["run_ids"], "final", _cfg_text(algo, g)) for algo, g in entries if algo != "none"]
+        series += [(algo, g["run_ids"], "final", _cfg_text(algo, g)) for algo, g in entries if trains(algo)]
         for algo, ids, which, desc in series:
             got = [_read_counts(runs_dir, r, which) for r in ids[:PASSK_RUNS]]
             got = [g for g in got if g is not None]
@@ -216,7 +217,7 @@ def fig_entropy(runs: pd.DataFrame, curves: pd.DataFrame, metric: str, groups=No
         return None, "no held-out entropy in metrics.jsonl"
     col = "ood_entropy" if "ood_entropy" in curves and curves["ood_entropy"].notna().any() else "entropy"
     groups = {k: g for k, g in (best_groups(runs, metric) if groups is None else groups).items()
-              if k[2] != "none"}
+              if trains(k[2])}
     ev = curves[(curves["kind"] == "eval") & curves[col].notna()]
     facets = facet_groups(groups, runs)
     traces, counts, labels = [], [], []

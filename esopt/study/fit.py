@@ -1,6 +1,6 @@
 """Population size versus model size: best pop per model and a log-log trend with bootstrap CIs.
 
-The question (Ba et al. 2026, REFERENCE.md section 1): do larger models need smaller ES
+The question (Ba et al. 2026, arXiv 2608.27351): do larger models need smaller ES
 populations? For each model size m we find the best population N*_m by a final metric, then fit
 
     log N*_m = a + b * log P_m          (natural logs, ordinary least squares over models)

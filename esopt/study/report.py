@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from esopt.algorithms import ALGORITHMS
+from esopt.algorithms import ALGORITHMS, trains
 from esopt.core.store import jsonable
 from esopt.study import fit, tables
 from esopt.study.analysis_figures import fig_drift, fig_sparsity
@@ -70,7 +70,7 @@ def _summary_lines(agg, trend: dict, notes: list[str]) -> list[str]:
              + (f"; {len(agg.skipped)} unreadable run directories skipped" if agg.skipped else "") + "."]
     algos = runs["algo"].value_counts()
     models = runs.groupby("model")["params"].median().sort_values()
-    pops = sorted(pd.to_numeric(runs.loc[runs["algo"] != "none", "pop"], errors="coerce").dropna().unique())
+    pops = sorted(pd.to_numeric(runs.loc[runs["algo"].map(trains), "pop"], errors="coerce").dropna().unique())
     lines.append("Algorithms: " + ", ".join(f"{_esc(k)} ({v})" for k, v in algos.items())
                  + "; models: " + ", ".join(f"{_esc(m)} ({fmt_params(p)})" if pd.notna(p) else _esc(m)
                                            for m, p in models.items())

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from esopt.algorithms import family, trains
 from esopt.study.claim_rules import REGISTRY
 
 STRONG = {1: 0.05, 2: 2.0, 3: 0.02, 4: 0.6, 5: 0.01, 6: 0.02, 7: 0.003}
@@ -338,7 +339,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         return float(np.mean(r["final_counts"]) - np.mean(r["base_counts"])) / float(r["samples"])
 
     with_base = {a: [r for r in rs if r.get("final_counts") is not None and r.get("base_counts") is not None
-                     and r.get("samples")] for a, rs in cell.items() if a != "none"}
+                     and r.get("samples")] for a, rs in cell.items() if trains(a)}
     var, df = _pool([np.array([gain(r) for r in rs]) for rs in with_base.values()])
     if var is not None:
         noise = float(np.mean([_noise_var(r["final_counts"], int(r["samples"])) for rs in with_base.values()
@@ -403,7 +404,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     if den > 0:
         est["s_random"] = num / den
         how["s_random"] = "random-mask gain / trained gain, summed over the cell's ES runs"
-    cells = _size_cells([r for r in (family_records or []) if r.get("algo") == "es"])
+    cells = _size_cells([r for r in (family_records or []) if family(r.get("algo")) == "es"])
     if len(cells) >= 2:
         slopes, ses, params = [], [], []
         for pops in cells.values():

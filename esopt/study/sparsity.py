@@ -56,7 +56,7 @@ from esopt.study.delta import (Rule, apply_rule, count_nonzero, kept_norm, load_
 # the defaults, stated once with the run config's sparsity: block (analysis=[sparsity])
 DEFAULT_FRACTIONS = SparsityConfig.fractions
 MODES = SparsityConfig.modes            # every mode, in the order they are evaluated and written
-CONTROL_MODES = ("random", "equal_norm")   # random masks of the top-k's size, at control_fractions
+CONTROL_MODES = SparsityConfig.control_modes  # random masks of the top-k's size, at control_fractions
 CONTROL_FRACTIONS = SparsityConfig.control_fractions
 HEADLINE_KEEP = 0.22      # the study's headline point: 78% of the update zeroed
 assert set(CONTROL_MODES) <= set(MODES)

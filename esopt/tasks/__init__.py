@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from esopt.core.config import SPLITS
+from esopt.core.config import SPLITS, at_least
 from esopt.core.errors import ConfigError
 
-TASK_NAMES: tuple[str, ...] = ("countdown", "gsm8k", "addition", "compare", "reverse", "math", "arith")
 STYLES: tuple[str, ...] = ("compact", "chat")
 
 # task name -> (module, class name); modules are imported on first use.
@@ -44,6 +43,7 @@ _CLASSES = {
     "math": ("esopt.tasks.math", "MathTask"),
     "arith": ("esopt.tasks.arith", "ArithTask"),
 }
+TASK_NAMES: tuple[str, ...] = tuple(_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -238,11 +238,7 @@ def resolve_knobs(name: str, cfg: Mapping, defaults: Mapping[str, Any]) -> dict[
 
 def check_int(task: str, key: str, value: Any, minimum: int = 0, allow_none: bool = False):
     """``value`` as an int >= minimum (or None if allowed); ConfigError otherwise."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"task {task}: {key} must be an integer >= {minimum}, got {value!r}")
-    return value
+    return at_least(f"task {task}: {key}", value, minimum, allow_none=allow_none)
 
 
 def check_counts(task: str, value: Any) -> list[int]:

@@ -1,6 +1,6 @@
 """GSM8K: grade-school math word problems; the gold final answer follows ``#### `` in ``answer``.
 
-Protocol (the study's public setting, REFERENCE §1): train on the train split, evaluate on the
+Protocol (the study's public setting, Ba et al. 2026): train on the train split, evaluate on the
 whole test split. Data (``source``): the hub dataset ``openai/gsm8k`` (config ``hub_config``), a
 local folder holding ``<train_split>.jsonl`` and ``<test_split>.jsonl`` (or ``.json`` /
 ``.parquet``; e.g. ``../shared/data/gsm8k``), or a ``save_to_disk`` DatasetDict folder. Rows need

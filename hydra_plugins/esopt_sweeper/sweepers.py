@@ -183,8 +183,10 @@ class EsoptSweeper(Sweeper):
         if self.skipped(job):
             return None
         from esopt.core import store
+        from esopt.runtime.layout import slurm_job_state
 
-        return store.run_owner(store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
+        return store.run_owner(store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path,
+                               slurm_job_state)
 
     def rereport(self, jobs: List[Job]) -> None:
         """Before dispatch, in this process only: open each run group's Optuna storage (a torn

@@ -80,7 +80,7 @@ def test_antithetic_update_is_the_mirrored_sum():
 @pytest.mark.parametrize("over,needle", [
     ({"pop": 1}, "pop must be >= 2"), ({"sigma": 0.0}, "sigma must be > 0"),
     ({"lr": -1.0}, "lr must be > 0"), ({"iterations": 0}, "iterations must be >= 1"),
-    ({"es": {"rank": 0}}, "es.rank must be >= 1"), ({"es": {"normalize": "x"}}, "es.normalize"),
+    ({"es": {"rank": 0}}, "es.rank must be an integer >= 1"), ({"es": {"normalize": "x"}}, "es.normalize"),
     ({"es": {"antithetic": True}, "pop": 5}, "even pop"), ({"es": {"bogus": 1}}, "unknown es key"),
 ])
 def test_config_errors_are_one_line(over, needle):
@@ -95,10 +95,14 @@ def test_null_sigma_lr_take_block_then_model_defaults():
     assert (c.sigma, c.lr) == (0.03, 0.004)
     from helpers import run_config as composed
 
-    tiny = es.ESRun.from_run(composed("algo=es", "model=tiny-s"))
-    hub = es.ESRun.from_run(composed("algo=es", "model=qwen1.5b", check_data=False))
-    assert (tiny.sigma, tiny.lr) == (tiny.sigma, tiny.lr) and tiny.sigma != hub.sigma
-    assert (hub.sigma, hub.lr) == (1.5e-3, 2.5e-4)  # the study's setting
+    got = {}
+    for model in ("tiny-s", "qwen1.5b"):  # each model's own conf/model hparams, not another's
+        cfg = composed("algo=es", f"model={model}", check_data=False)
+        got[model] = es.ESRun.from_run(cfg)
+        assert (cfg.sigma, cfg.lr) == (None, None)
+        assert (got[model].sigma, got[model].lr) == (cfg.model["hparams"]["es_sigma"], cfg.model["hparams"]["es_lr"])
+    assert got["tiny-s"].sigma != got["qwen1.5b"].sigma
+    assert (got["qwen1.5b"].sigma, got["qwen1.5b"].lr) == (1.5e-3, 2.5e-4)  # the study's setting
     assert es.ESRun.from_run(composed("algo=es", "sigma=0.3")).sigma == 0.3
     assert es.ESRun.from_run(composed("algo=es", "es.lr=0.02")).lr == 0.02
     with pytest.raises(ConfigError, match="no default for es_sigma"):

@@ -40,7 +40,7 @@ def train(ctx):
                 p.mul_(1.0 + toy.step)
         ctx.engine.sync_from(ctx.model)
         ctx.log(kind="train", iteration=it, scale=(1.0 + toy.step) ** it)
-        if (ctx.iteration_offset + it) % ctx.cfg.eval.every == 0 or it == ctx.iterations:
+        if ctx.eval_due(it):
             result = ctx.evaluate(it)
     return result
 

@@ -45,6 +45,28 @@ def test_atomic_write_never_leaves_half_a_file(tmp_path):
     assert all(p.startswith(".summary.json.") for p in leftovers)
 
 
+def test_atomic_dir_swaps_whole_folders_or_keeps_the_first(tmp_path):
+    """replace=True: a failed write leaves the previous folder and no temporary; a good one
+    replaces it. replace=False: a folder that appeared meanwhile is kept, the new one dropped."""
+    path = tmp_path / "model"
+    with store.atomic_dir(path) as d:
+        (d / "w").write_text("1")
+    with pytest.raises(OSError):
+        with store.atomic_dir(path) as d:
+            (d / "w").write_text("2")
+            raise OSError("disk full")
+    assert (path / "w").read_text() == "1" and sorted(os.listdir(tmp_path)) == ["model"]
+    with store.atomic_dir(path) as d:
+        (d / "w").write_text("3")
+    assert (path / "w").read_text() == "3" and sorted(os.listdir(tmp_path)) == ["model"]
+    once = tmp_path / "once"
+    with store.atomic_dir(once, replace=False) as d:
+        (d / "w").write_text("first")
+        with store.atomic_dir(once, replace=False) as d2:  # a racing writer finishes first
+            (d2 / "w").write_text("racer")
+    assert (once / "w").read_text() == "racer" and sorted(os.listdir(tmp_path)) == ["model", "once"]
+
+
 def test_rundir_log_and_torn_line(tmp_path):
     rd = store.RunDir(tmp_path / "r")
     rd.create({"a": 1})

@@ -63,6 +63,9 @@ def test_shared_engine_keys_are_spelled_and_checked_alike(tok):
     assert len(eng.generate(PROMPTS, max_new_tokens=3).completions) == len(PROMPTS)
     assert engines.engine_class({"name": "hf"}).batches_population
     assert not engines.engine_class({"name": "vllm"}).batches_population  # no vLLM import needed
+    # GRPO's rollouts through the run's engine (grpo.use_vllm): vLLM serves them, hf leaves them to TRL
+    assert engines.engine_class({"name": "vllm"}).serves_rollouts
+    assert not engines.engine_class({"name": "hf"}).serves_rollouts
 
 
 def test_shapes_and_counts(engine):

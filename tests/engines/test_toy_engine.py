@@ -28,6 +28,7 @@ class ToyEngine:
 
     batches_population = False
     holds_weights = False
+    serves_rollouts = False
 
     def __init__(self, model, tokenizer, device: str = "cpu", max_batch: int = 1):
         self.device = torch.device(resolve_device(device))

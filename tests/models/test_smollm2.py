@@ -29,6 +29,7 @@ from helpers import REPO, run_cli
 from helpers import require_smollm2 as require
 
 from esopt.core.errors import ConfigError
+from esopt.core.store import file_sha256
 from esopt.models import smollm2
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -365,7 +366,7 @@ def test_package_gguf_matches_its_record():
     require("gguf", package=True)
     path, recorded = smollm2.package_gguf()
     assert path.as_posix().endswith(smollm2.MEMBER) and path.stat().st_size == 98362432
-    assert recorded is not None and smollm2.sha256(path) == recorded
+    assert recorded is not None and file_sha256(path) == recorded
 
 
 @pytest.mark.smollm2
@@ -374,7 +375,7 @@ def test_real_conversion_is_the_gguf_model(real_cache, monkeypatch):
 
     root, out = real_cache
     path, _ = smollm2.package_gguf()
-    assert out.parent == root / "models" and out.name == f"smollm2-135m-{smollm2.sha256(path)[:12]}"
+    assert out.parent == root / "models" and out.name == f"smollm2-135m-{file_sha256(path)[:12]}"
     monkeypatch.setenv("ESOPT_CACHE", str(root))
     model, tok = models.load("smollm2-135m")
     c = model.config

@@ -510,3 +510,15 @@ def test_claim5_is_decided_with_the_default_sparsity_controls(tmp_path):
     assert row["details"]["control"]["effect"] is not None
     row = claim5(strip=True)
     assert row["unclear"] == "data" and "random-mask or equal-norm control" in row["reason"], row
+
+
+def test_compare_drift_ratio_reads_the_registry_family():
+    """ES / GRPO drift: the first run of each claims family (registry ``family``), whatever the
+    labels; a sequence (family "sequence") and a second ES run do not change it."""
+    def res(algo, rel):
+        return {"algo": algo, "run_dir": f"/r/{algo}", "relative": rel, "top_module": None, "modules": {}}
+
+    cmp = analyze.compare_drift([res("es_grpo", 9.0), res("es", 4.0), res("grpo", 0.1), res("es", 8.0)])
+    assert cmp["es_over_grpo"] == pytest.approx(40.0)
+    assert [r["label"] for r in cmp["runs"]] == ["es_grpo", "es", "grpo", "es#2"]
+    assert "es_over_grpo" not in analyze.compare_drift([res("es", 4.0), res("none", 0.0)])

@@ -225,7 +225,7 @@ def test_bad_input_names_file_row_and_field(tmp_path, monkeypatch):
         get({"name": "gsm8k", "source": str(d)}).split("test")
     with pytest.raises(ConfigError, match="answer_format must be boxed or hash"):
         get(cfg(answer_format="latex"))
-    with pytest.raises(ConfigError, match="n_test must be an integer >= 1"):
+    with pytest.raises(ConfigError, match="n_test must be null or an integer >= 1"):
         get(cfg(n_test=0))
 
     import datasets
