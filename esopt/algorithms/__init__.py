@@ -31,6 +31,7 @@ call; tests/algorithms/test_toy_algorithm.py does it).
 - ``es``: evolution strategies (``esopt.algorithms.es``; noise in ``esopt.noise``).
 - ``grpo``: GRPO through TRL's GRPOTrainer (``esopt.algorithms.grpo``).
 - ``grpo_es`` / ``es_grpo``: one after the other (``esopt.algorithms.sequence``).
+- ``random_search``: ES's perturbations, moving to the best one (``esopt.algorithms.random_search``).
 """
 
 from __future__ import annotations
@@ -250,3 +251,5 @@ register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", 
                      color="#9467bd", order=3))
 register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", family="sequence",
                      color="#2ca02c", order=4))
+register(Algorithm("random_search", "random search over ES's perturbations (a baseline)",
+                   "esopt.algorithms.random_search", (ES,), ("pop", "sigma", "iterations"), color="#ff7f0e", order=5))

@@ -21,8 +21,10 @@ LAYOUT = dict(margin=dict(l=60, r=30, t=70, b=50), plot_bgcolor="#fafafa",
 
 
 def algo_color(algo) -> str:
-    """The algorithm's colour on the page (its registry entry's ``color``; base = none's)."""
-    entry = ALGORITHMS.get("none" if algo == BASE else algo)
+    """The algorithm's colour on the page (its registry entry's ``color``; base = the colour of
+    the entry that trains nothing, which evaluates the base model)."""
+    entry = (next((a for a in ALGORITHMS.values() if not a.trains), None) if algo == BASE
+             else ALGORITHMS.get(algo))
     return entry.color if entry is not None else UNKNOWN_COLOR
 
 

@@ -86,7 +86,7 @@ def _summary_lines(agg, trend: dict, notes: list[str]) -> list[str]:
                      f"({_esc(trend['verdict_reason'])}).")
     else:
         lines.append(f"Trend: <b>{_esc(trend['verdict'])}</b> ({_esc(trend['verdict_reason'])}).")
-    missing = [a for a in sorted(ALGORITHMS, key=algo_key) if ALGORITHMS[a].trains and a not in algos]
+    missing = [a for a in sorted(ALGORITHMS, key=algo_key) if ALGORITHMS[a].family and a not in algos]  # the study's
     if missing:
         notes = [f"no {', '.join(missing)} runs"] + notes
     if 0 < trend.get("n_model_sizes", 0) < 3:
