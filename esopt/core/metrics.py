@@ -8,6 +8,7 @@ works on logits, lives with the engines (``esopt.engines.base``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
@@ -45,8 +46,15 @@ def pass_at_k(n: int, c, k: int):
     if counts.size and (counts.min() < 0 or counts.max() > n):
         raise ValueError(f"pass_at_k needs 0 <= c <= n, got n={n} and counts in "
                          f"[{counts.min()}, {counts.max()}]")
+    return _pass_at_k_table(n, k)[counts.astype(np.int64)]
+
+
+@functools.lru_cache(maxsize=256)
+def _pass_at_k_table(n: int, k: int) -> np.ndarray:
+    """pass@k for c = 0..n (read-only: it is shared by every call with this n and k)."""
     table = np.array([_pass_at_k_one(n, j, k) for j in range(n + 1)], dtype=np.float64)
-    return table[counts.astype(np.int64)]
+    table.flags.writeable = False
+    return table
 
 
 def maj_at_k(answers: Sequence[Hashable | None], correct: Sequence[bool], k: int) -> float:

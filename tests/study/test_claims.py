@@ -514,6 +514,62 @@ def test_holm_p_values_and_intervals():
     assert q == 2.0 and u.tolist() == [-1.0, 0.0, 1.0]
 
 
+def test_holm_over_a_fixed_family_counts_untested_hypotheses():
+    """m is fixed: one p-value among 14 hypotheses is adjusted by 14, not by 1; a claim measured
+    alone at p 0.004 is not a yes in the family of the 7 claims' 14 yes and no hypotheses."""
+    assert metrics.holm({1: 0.01}, 0.05, m=14) == {1: (False, 0.14)}
+    got = metrics.holm({1: 0.001, 2: 0.004}, 0.05, m=14)      # thresholds 0.05/14, then 0.05/13
+    assert got[1] == (True, pytest.approx(0.014)) and got[2] == (False, pytest.approx(0.052))
+    m = {i: R.unclear("data", "not part of this test") for i in R.REGISTRY}
+    m[1] = R.measured({"effect": 0.0265, "se": 0.01, "df": math.inf}, "planted")   # p_yes 0.004
+    row = C.decide_all(m, S)[1]
+    assert row["p_yes_holm"] == pytest.approx(14 * metrics.p_above(0.0265, 0.01, math.inf, 0.0))
+    assert row["verdict"] == "unclear" and "m 14" in row["why"]
+    assert C.family_size() == 14 and "14 yes and no hypotheses" in C.compute([rec("es", 0)])["claims"][0]["decision"]
+
+
+def test_data_needed_uses_the_t_of_power():
+    """At the design data_needed says is 1x, power_at (t) is 80% (z before: 0.74 at 5 df)."""
+    need = C.data_needed(0.004, 0.01, 0.05, 0.8, df=5.0)
+    se_at_80 = 0.004 / math.sqrt(need["both"])
+    assert metrics.power_at(0.01, se_at_80, 5.0, 0.05) == pytest.approx(0.80, abs=1e-6)
+
+
+def test_a_registered_design_is_confirmatory_once(tmp_path):
+    """The registration (written before the runs) makes a verdict confirmatory when the data are
+    the registered runs; a registered run missing, or a design changed after verdicts were
+    computed (a second look at the same draw), makes it exploratory and out of the headline."""
+    from helpers import run_config
+
+    sweep = tmp_path / "paper_reg"
+    write_planted_sweep(sweep, {}, seeds=(0, 1, 2, 3))
+    ids = sorted(p.name for p in (sweep / "runs").iterdir())
+    rc = run_config("model=tiny-xs")
+    reg = C.register(sweep, [(i, rc) for i in ids], now="2026-12-03T00:00:00Z")
+    assert reg["design"]["run_ids"] == ids and reg["family_size"] == 14 and reg["amendments"] == []
+    assert C.register(sweep, [(i, rc) for i in ids]) == reg               # the same design: nothing changes
+    out = C.claims(sweep)
+    assert out["look"] == {"confirmatory": True, "why": "the registered design, first look"}
+    assert out["headline"] == out["summary"] and not any(c["exploratory"] for c in out["claims"])
+    assert C.table_lines(out)[0].startswith("# confirmatory")
+    (sweep / "claims.json").write_text(json.dumps(out))                      # as the aggregator writes it
+    missing = C.compute([r for r in C.records_from_tables(*_tables(sweep)) if r["run_id"] != ids[0]],
+                        registration=reg)
+    assert not missing["look"]["confirmatory"] and "1 registered runs missing" in missing["look"]["why"]
+    C.register(sweep, [(i, rc) for i in ids + ["es-extra-seed"]])          # extended after a look
+    again = C.claims(sweep)
+    assert not again["look"]["confirmatory"] and "second look" in again["look"]["why"]
+    assert again["headline"] == {"yes": [], "no": [], "unclear": []} and len(again["looks"]) == 2
+    assert all(c["exploratory"] for c in again["claims"]) and "exploratory" in C.table_lines(again)[0]
+
+
+def _tables(sweep):
+    from esopt.study import tables
+
+    agg = tables.load(sweep)
+    return agg.runs, agg.curves
+
+
 # --- the registry ------------------------------------------------------------------------
 def test_an_eighth_claim_is_one_registered_function():
     @R.claim(8, "always_half", "A test claim.", estimand="0.5", boundary=0.0, sesoi=0.1, statistic="t",
@@ -584,6 +640,9 @@ def test_null_control_end_to_end(tmp_path):
     out = json.loads((sweep / "claims.json").read_text())
     assert [c["id"] for c in out["claims"]] == list(range(1, 8))
     assert out["summary"]["yes"] == [], C.table_lines(out)
+    reg = out["registration"]                          # written by the sweep before any run started
+    assert len(reg["design"]["run_ids"]) == 20 and reg["design"]["algos"]["es"]["seeds"] == [0, 1]
+    assert out["look"]["confirmatory"] is True and out["family_size"] == 14, out["look"]
     for c in out["claims"]:
         assert c["reproduced"] in ("no", "unclear") and c["reason"]
     assert out["cell"]["model"] == "tiny-xs"
