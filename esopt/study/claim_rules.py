@@ -9,15 +9,16 @@ error and degrees of freedom, or why it cannot be measured). Adding a claim is o
 The decision, the same for every claim (``esopt.study.claims.decide_all``):
     p_yes = P-value of H0: theta <= b          (one-sided t, ``metrics.p_above``)
     p_no  = P-value of H0: theta >= b + delta  (the effect is at least the smallest of interest)
-    yes: p_yes rejected by Holm's step-down over the claims tested (family-wise alpha = 0.05);
-    no:  p_no rejected by Holm over the claims tested, and not yes;
+    one Holm step-down over a family fixed at registration: every registered claim's yes and no
+    hypotheses (14 for 7 claims; untested or gated ones count with p = 1), family-wise alpha 0.05;
+    yes: its p_yes rejected; no: its p_no rejected, and not yes;
     unclear: neither; it says "power" (the test's power at theta = b + delta, and about how
-    many times the runs a power of 80% needs) or "data" (what the sweep lacks, named).
+    many times the runs a power of 80% needs, on the same t) or "data" (what the sweep lacks).
 So at theta = b + delta "no" happens at most alpha of the time (the false-no rate) and "yes" at
-the design's power; at theta = b "yes" at most alpha. Claims 3 and 6 (about what ES's training
-gives) also need claim 1's yes (``needs``): nothing trained never says yes. Claim 6 is tested
-only against a GRPO that has saturated (``grpo_saturation``: its second-half Pass@1 gain clearly
-below 0.01), else "unclear: data".
+the design's power; at theta = b "yes" at most alpha. Claims 3, 4 and 6 (about what ES's
+training gives) also need claim 1's yes (``needs``): nothing trained never says yes. Claim 6 is
+tested only against a GRPO that has saturated (``grpo_saturation``: its second-half Pass@1 gain
+clearly below 0.01), else "unclear: data".
 
 Variance models (``esopt.core.metrics.contrast``): per-problem scores of the runs of each arm
 on the same problems (paired across arms), seeds and problems as variance components of a

@@ -11,16 +11,21 @@ is ``esopt.study.report.claims_html``. This module reads the sweep, chooses the 
 cell, runs every claim and decides:
 
     p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim)
-    yes   = Holm's step-down rejects p_yes among the claims tested, at family-wise alpha
-    no    = Holm rejects p_no among the claims tested (and not yes)
-    a claim with ``needs`` (3, 6: about what ES's training gives) is unclear unless claim 1 is yes
+    one Holm family of fixed size m = 2 x the registered claims (14): every claim's yes and no
+    hypothesis, an untested or gated one at p = 1 (``decide_all``)
+    yes   = Holm rejects p_yes; no = Holm rejects p_no (and not yes)
+    a claim with ``needs`` (3, 4, 6: about what ES's training gives) is unclear unless claim 1 is yes
     unclear: "power": power_at(delta, se, df, alpha / m) is the test's power at the smallest
-             effect of interest (m = claims tested; Holm's first step), and
-             data_needed = ((z_{1-alpha/m} + z_0.8) se / delta)^2 is about how many times the
-             test's units (the claim's ``units``: seeds; claim 4 ES runs; claim 7 model sizes)
-             80% power needs; where problems share the variance (claims 1, 3, 6), also what
-             the units alone and the problems alone would need (``data_needed``); "data":
+             effect of interest (Holm's first step), and data_needed (on the same t) is about
+             how many times the test's units (the claim's ``units``: seeds; claim 4 ES runs;
+             claim 7 model sizes) 80% power needs; where problems share the variance (claims 1,
+             3, 5, 6), also what the units alone and the problems alone would need; "data":
              what the sweep lacks, named.
+One registered look: a claims sweep writes its design (run ids, seeds, problems, samples, test
+draw, iterations) into claims.json before any run (``register``, called by the sweeper); the
+verdicts are confirmatory only on exactly the registered runs and when the design was not
+changed after verdicts had been computed (``judge_look``); else every verdict is labelled
+exploratory and the headline (claims.json "headline", the benchmark's table) leaves them out.
 The calibration of these rules (false yes, false no, power, by simulation through this code):
 ``python benchmarks/bench_claims_calibration.py`` (docs/results/claims_calibration.md).
 
