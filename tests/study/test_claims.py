@@ -685,6 +685,7 @@ def test_claims_from_a_sweep_directory_and_the_aggregator(tmp_path):
     page = (sweep / "report.html").read_text()
     assert page.index('id="claims"') < page.index('id="summary"')
     assert 'id="table-claim7"' in page and "<th>power</th>" in page and "Holm" in page
+    assert re.search(r'<p id="claims-look"><b>exploratory: no registration', page)   # never registered
     # not a paper sweep and ES alone: no claims unless asked
     es_only = tmp_path / "es_only"
     write_synthetic_sweep(es_only, models={"a": 1e4, "b": 1e5}, pops=(4, 8), problems=10, samples=4)
