@@ -277,9 +277,9 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
     reg = old.get("registration")
     design = design_of(runs)
     stamp = now or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    if reg is None:
+    if reg is None:       # verdicts computed before any registration (claims.json before version 5): too late
         reg = {"design": design, "family_size": family_size(), "claims": sorted(REGISTRY), "at": stamp,
-               "amendments": []}
+               "amendments": [], "after_look": bool(old.get("claims") or old.get("looks"))}
     elif current_design(reg) == design:
         return reg
     else:
@@ -313,6 +313,8 @@ def judge_look(reg: Mapping | None, records: list[dict]) -> dict:
                    f"completed, {len(have - want)} runs not registered)")
     if any(a.get("after_look") for a in reg.get("amendments") or []):
         why.append("the design was changed after verdicts had been computed: a second look at the same draw")
+    if reg.get("after_look"):
+        why.append("registered after verdicts had been computed on this sweep: not a first look")
     return {"confirmatory": not why, "why": "; ".join(why) or "the registered design, first look"}
 
 

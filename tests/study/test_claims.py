@@ -561,6 +561,11 @@ def test_a_registered_design_is_confirmatory_once(tmp_path):
     assert not again["look"]["confirmatory"] and "second look" in again["look"]["why"]
     assert again["headline"] == {"yes": [], "no": [], "unclear": []} and len(again["looks"]) == 2
     assert all(c["exploratory"] for c in again["claims"]) and "exploratory" in C.table_lines(again)[0]
+    late = tmp_path / "paper_late"                           # verdicts first, the registration after them
+    write_planted_sweep(late, {}, seeds=(0, 1, 2, 3))
+    (late / "claims.json").write_text(json.dumps(C.claims(late)))
+    C.register(late, [(i, rc) for i in sorted(p.name for p in (late / "runs").iterdir())])
+    assert "registered after verdicts" in C.claims(late)["look"]["why"]
 
 
 def _tables(sweep):
