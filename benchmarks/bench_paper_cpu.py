@@ -1,6 +1,6 @@
 """Wall time of the whole paper_cpu preset (runs + aggregate + claims) against its goal.
 
-    python benchmarks/bench_paper_cpu.py [--quick | --family] [--confirm] [--root DIR] [--keep] [--threads 1]
+    python benchmarks/bench_paper_cpu.py [--quick | --family] [--confirm [--draw D]] [--root DIR] [--keep] [--threads 1]
                                          [--write-docs] [overrides ...]
 
 Runs ``python -m esopt.sweep -m +experiment=paper_cpu`` (``--quick``: paper_cpu_quick, goal 5
@@ -8,9 +8,14 @@ minutes; ``--family``: paper_cpu_family, goal 90 minutes) into a fresh results r
 directory unless ``--root``), prints the wall time against the goal (60 minutes on a 2-core CPU,
 issue 14), the per-algorithm run time from the summaries, and the claims table from claims.json.
 ``--confirm`` is the confirmatory run (issue 27): a fresh draw of test problems and seeds the
-rules were never tuned on (``task.test_draw=1``, seeds the preset does not run: 16-31 for
-paper_cpu, 10-19 for paper_cpu_family, 8-15 for paper_cpu_quick), in a sweep named
-``<preset>_confirm1``. ``--report-only --wall-s S``: no sweep; read the finished one under
+rules were never tuned on (``task.test_draw=D``, ``--draw D`` default 1, and seeds the preset
+does not run: for draw D, 16D..16D+15 for paper_cpu, 10D..10D+9 for paper_cpu_family, 8D..8D+7
+for paper_cpu_quick), in a sweep named ``<preset>_confirm<D>``. One look per draw: draw 1 was
+looked at twice (issue 39), so the next confirmatory run is ``--draw 2``. The sweep writes its
+design into claims.json before any run (the registration); a claims table whose verdicts are
+exploratory (data not the registered design, or a second look at one draw)
+is written to its own "(exploratory)" section, never the preset's headline one.
+``--report-only --wall-s S``: no sweep; read the finished one under
 ``--root`` and report it with the wall time an earlier run of this script printed. Not run by the tests. Exit code 1 if the
 sweep failed or the goal was missed. ``--write-docs`` writes the wall time and the claims table
 to docs/results/claims_paper_cpu.md (benchmarks/_results.py).
@@ -36,7 +41,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="the paper_cpu_quick preset (goal 5 minutes)")
     ap.add_argument("--family", action="store_true", help="the paper_cpu_family preset (goal 90 minutes)")
     ap.add_argument("--confirm", action="store_true",
-                    help="confirmatory run: task.test_draw=1, fresh seeds, sweep <preset>_confirm1")
+                    help="confirmatory run: task.test_draw=D, fresh seeds, sweep <preset>_confirm<D>")
+    ap.add_argument("--draw", type=int, default=1,
+                    help="with --confirm: the test draw D >= 1 (one look per draw: a draw already looked at is "
+                         "spent; draw 1 was, issue 27)")
     ap.add_argument("--root", default=None, help="results root (default: a fresh temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary results root")
     ap.add_argument("--threads", default="1",
@@ -49,9 +57,12 @@ def main() -> int:
     a = ap.parse_args()
     preset, goal = (("paper_cpu_quick", 300) if a.quick else ("paper_cpu_family", 5400) if a.family
                     else ("paper_cpu", 3600))
-    name = f"{preset}_confirm1" if a.confirm else preset
-    fresh = {"paper_cpu": "range(16,32)", "paper_cpu_family": "range(10,20)"}.get(preset, "range(8,16)")  # not run by the preset
-    confirm = ["task.test_draw=1", f"seed={fresh}", f"sweep.name={name}"] if a.confirm else []
+    if a.draw < 1:
+        ap.error(f"--draw must be >= 1, got {a.draw}")
+    name = f"{preset}_confirm{a.draw}" if a.confirm else preset
+    first, per = {"paper_cpu": (16, 16), "paper_cpu_family": (10, 10)}.get(preset, (8, 8))  # seeds the preset never runs
+    fresh = f"range({first + per * (a.draw - 1)},{first + per * a.draw})"
+    confirm = [f"task.test_draw={a.draw}", f"seed={fresh}", f"sweep.name={name}"] if a.confirm else []
     root = Path(a.root) if a.root else Path(tempfile.mkdtemp(prefix="bench_paper_cpu_"))
     cmd = [sys.executable, "-m", "esopt.sweep", "-m", f"+experiment={preset}", f"sweep.root={root}", *confirm,
            *a.overrides]
@@ -117,13 +128,17 @@ def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: di
                   "generated tokens against ES: " + ", ".join(
                       f"{k} {v:.2f}" for k, v in (cell.get("tokens_vs_es") or {}).items() if v is not None) + "."
                   if seeds else "")
-        write_table("claims_paper_cpu", f"{preset}: claims", command,
+        from esopt.study.claims import look_line
+
+        # one registered look: an exploratory verdict goes to a section of its own, never the headline
+        exploratory = not (result.get("look") or {}).get("confirmatory")
+        write_table("claims_paper_cpu", f"{preset}: claims" + (" (exploratory)" if exploratory else ""), command,
                     ["#", "claim", "effect [95% CI]", "power at the smallest effect", "verdict", "reason"],
                     [[c["id"], c["key"], num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]"
                                                              if c.get("ci") else ""),
                       "-" if c.get("power") is None else f"{c['power']:.0%}",
                       c["reproduced"] + (f": {c['unclear']}" if c.get("unclear") else ""), c["reason"]]
-                     for c in claims], notes=design)
+                     for c in claims], notes=f"{look_line(result)[0].upper()}{look_line(result)[1:]}. {design}")
 
 
 if __name__ == "__main__":

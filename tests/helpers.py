@@ -491,7 +491,8 @@ PLANTED_DEFAULTS = {
     "sequence": "combine",   # "combine": Pass@1 of the better single and ES's coverage;
     #                          "neither": below both singles; "base": the base model's; None: none
     "sparsity": 1.0,         # share of ES's gain kept by the largest 22% of its update
-    "random_share": 0.3,     # share kept by a random mask of the same size (the control)
+    "random_share": 0.3,     # share kept by a random mask of the same size, and by the equal-norm
+    #                          control (the same mask scaled to the kept part's norm: claim 5's test)
     "grpo_climb": 0.0,       # GRPO's Pass@1 gain from its mid-budget evaluation to its end (0: saturated)
     "slope": -0.5,           # planted d ln N* / d ln params
     "curvature": 0.02,       # Pass@1 loss per squared octave away from a size's best population
@@ -512,7 +513,7 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
     comparison cell) at the pop nearest its best. Entropies are written for the eval split and
     the out-of-domain set alike (``entropy``, ``ood_entropy``); ES members are scored by sampling
     (es.temperature 1.0, es.samples 4); sparsity.json has the global top-|delta| point at keep 0.22
-    and a random-mask control keeping ``random_share`` of the gain; every run's config names
+    and random-mask and equal-norm controls keeping ``random_share`` of the gain; every run's config names
     ``task.test_draw`` (the test split's draw). Returns the planted settings."""
     p = {**PLANTED_DEFAULTS, **(planted or {})}
     rng = np.random.default_rng(rng_seed)
@@ -611,7 +612,8 @@ def write_planted_sweep(root, planted: dict | None = None, *, models: dict | Non
                 "samples": samples, "base_counts": base["correct_counts"],
                 "trained_counts": trained["correct_counts"],
                 "curves": [{"mode": "global", "keep": 0.22, "correct_counts": pruned["correct_counts"]},
-                           {"mode": "random", "keep": 0.22, "correct_counts": control["correct_counts"]}]}))
+                           {"mode": "random", "keep": 0.22, "correct_counts": control["correct_counts"]},
+                           {"mode": "equal_norm", "keep": 0.22, "correct_counts": control["correct_counts"]}]}))
     return {**p, "cell_model": cell_model}
 
 

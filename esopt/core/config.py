@@ -75,8 +75,9 @@ class SparsityConfig:
     which defines the modes; ``python -m esopt.analyze sparsity`` has the same defaults). Each
     point is one full evaluation (the run's eval.problems x eval.samples on the heldout split),
     besides the trained and the base model: the defaults are 6 fractions x 3 |delta| modes + 2
-    controls + 2 = 22 evaluations; claim 5 reads global and random at 0.22 (``fractions: [0.22]``,
-    ``modes: [global, random]``: 4). Like ``analysis``, not part of the run id."""
+    controls + 2 = 22 evaluations; claim 5 reads global and equal_norm at 0.22, and random beside
+    them (``fractions: [0.22]``, ``modes: [global, random, equal_norm]``: 5). Like ``analysis``,
+    not part of the run id."""
 
     fractions: tuple = (1.0, 0.5, 0.22, 0.1, 0.05, 0.01)  # keep fractions of the |delta| modes, in [0, 1]
     modes: tuple = ("global", "per_tensor", "smallest", "random", "equal_norm")  # any of these (all known)

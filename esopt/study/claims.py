@@ -11,16 +11,21 @@ is ``esopt.study.report.claims_html``. This module reads the sweep, chooses the 
 cell, runs every claim and decides:
 
     p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim)
-    yes   = Holm's step-down rejects p_yes among the claims tested, at family-wise alpha
-    no    = Holm rejects p_no among the claims tested (and not yes)
-    a claim with ``needs`` (3, 6: about what ES's training gives) is unclear unless claim 1 is yes
+    one Holm family of fixed size m = 2 x the registered claims (14): every claim's yes and no
+    hypothesis, an untested or gated one at p = 1 (``decide_all``)
+    yes   = Holm rejects p_yes; no = Holm rejects p_no (and not yes)
+    a claim with ``needs`` (3, 4, 6: about what ES's training gives) is unclear unless claim 1 is yes
     unclear: "power": power_at(delta, se, df, alpha / m) is the test's power at the smallest
-             effect of interest (m = claims tested; Holm's first step), and
-             data_needed = ((z_{1-alpha/m} + z_0.8) se / delta)^2 is about how many times the
-             test's units (the claim's ``units``: seeds; claim 4 ES runs; claim 7 model sizes)
-             80% power needs; where problems share the variance (claims 1, 3, 6), also what
-             the units alone and the problems alone would need (``data_needed``); "data":
+             effect of interest (Holm's first step), and data_needed (on the same t) is about
+             how many times the test's units (the claim's ``units``: seeds; claim 4 ES runs;
+             claim 7 model sizes) 80% power needs; where problems share the variance (claims 1,
+             3, 5, 6), also what the units alone and the problems alone would need; "data":
              what the sweep lacks, named.
+One registered look: a claims sweep writes its design (run ids, seeds, problems, samples, test
+draw, iterations) into claims.json before any run (``register``, called by the sweeper); the
+verdicts are confirmatory only on exactly the registered runs and when the design was not
+changed after verdicts had been computed (``judge_look``); else every verdict is labelled
+exploratory and the headline (claims.json "headline", the benchmark's table) leaves them out.
 The calibration of these rules (false yes, false no, power, by simulation through this code):
 ``python benchmarks/bench_claims_calibration.py`` (docs/results/claims_calibration.md).
 
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Mapping
@@ -58,11 +64,15 @@ from esopt.study import fit, tables
 from esopt.study.claim_rules import CLAIMS, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
 __all__ = ["ALGOS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "attach_details", "claims",
-           "compute", "decide_all", "records_from_tables", "select_cell", "table_lines", "wanted"]
+           "claims_sweep", "compute", "decide_all", "family_size", "judge_look", "records_from_tables", "register",
+           "select_cell", "table_lines", "wanted"]
 ALGOS = tuple(ALGORITHMS)
 DEFAULTS = {"alpha": 0.05, "level": 0.95, "power": 0.80, "k": 8, "samples_per_k": 4, "min_runs": 3,
             "keep": 0.22, "keep_share": 0.90, "min_sizes": 5}
 MAX_DATA_NEEDED = 100
+# 5: one Holm family of fixed size (family_size), the registration written before the runs
+#    (registration, looks, look, headline; claims' "exploratory"); 4: data_needed a mapping
+VERSION = 5
 
 
 # ---------------------------------------------------------------------------------------
@@ -109,20 +119,31 @@ def select_cell(records: list[dict]) -> dict:
 
 # ---------------------------------------------------------------------------------------
 # the decision
+def family_size() -> int:
+    """m of the one Holm family: every registered claim's yes and no hypotheses (14 for 7 claims)."""
+    return 2 * len(REGISTRY)
+
+
 def data_needed(se: float, delta: float, alpha: float, power: float = 0.80,
-                var_problems: float = 0.0) -> dict | None:
+                var_problems: float = 0.0, df: float = math.inf) -> dict | None:
     """About how many times the data a test needs for ``power`` at the smallest effect of
-    interest. The variance that power needs is V* = (delta / (z_{1-alpha} + z_power))^2; the
-    test's se^2 = V_R + V_P splits into runs (seeds) and problems (``metrics.contrast``), and
-    scaling the runs by x leaves V_R / x + V_P. So
+    interest, on the same t distribution as ``metrics.power_at`` (df = the test's own; the
+    df more data would bring are not counted: slightly conservative). The variance that power
+    needs is V* = (delta / (t_{1-alpha, df} + t_{power, df}))^2; the test's se^2 = V_R + V_P
+    splits into runs (seeds) and problems (``metrics.contrast``), and scaling the runs by x
+    leaves V_R / x + V_P. So
         both (runs and problems x times):  se^2 / V*
         runs alone:                        V_R / (V* - V_P)    (None, never, when V_P >= V*)
         problems alone:                    V_P / (V* - V_R)    (None, never, when V_R >= V*)
     Returns {"both", "runs", "problems"} ("problems" only where V_P > 0: not for a run-level
     test), or None without a usable se. (None, not inf: claims.json has no infinity.)"""
+    from scipy.stats import t as student_t
+
     if not se or not math.isfinite(se) or delta <= 0:
         return None
-    z = NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(power)
+    dof = df if df and math.isfinite(df) else math.inf
+    z = float(student_t.isf(alpha, dof) + student_t.ppf(power, dof)) if math.isfinite(dof) else \
+        NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(power)
     target, total = (delta / z) ** 2, se * se
     v_p = min(max(float(var_problems or 0.0), 0.0), total)
     v_r = total - v_p
@@ -147,69 +168,172 @@ def _need_text(need: dict | None, units: str) -> str:
             f"{times(need['runs'])}; the problems alone: {times(need['problems'])})")
 
 
-def decide_all(measures: dict[int, dict], s: Mapping) -> dict[int, dict]:
+def _holm_family(measures: dict[int, dict], alpha: float, m: int, gated: set) -> dict:
+    """Holm over the fixed family: (claim, "yes") and (claim, "no") for every registered claim,
+    p = 1 where the claim was not measured or is ``gated`` (its precondition not met)."""
+    p = {}
+    for cid in REGISTRY:
+        m_ = measures[cid]
+        on = "unclear" not in m_ and cid not in gated
+        p[(cid, "yes")] = m_["p_yes"] if on else 1.0
+        p[(cid, "no")] = m_["p_no"] if on else 1.0
+    return holm(p, alpha, m)
+
+
+def decide_all(measures: dict[int, dict], s: Mapping, m: int | None = None) -> dict[int, dict]:
     """Verdicts of the registry's claims from their rules' answers (see module docstring); fills
-    each measured answer's p_yes, p_no and ci where its rule did not set them."""
+    each measured answer's p_yes, p_no and ci where its rule did not set them. ``m``: the
+    family's size fixed at registration (default ``family_size()``).
+
+    Gates (``needs``): a first Holm with every gated claim at p = 1; if a claim's needs then say
+    yes, a second Holm with its p-values (its rejections contain the first's: the p-values only
+    fell), else the claim stays at p = 1 and unclear. Either way the reported rejections are a
+    subset of Holm's on the measured p-values: family-wise error <= alpha."""
     alpha = float(s["alpha"])
-    tested = {cid: m for cid, m in measures.items() if "unclear" not in m}
-    for cid, m in tested.items():
+    m = max(int(m or 0), family_size())
+    tested = {cid: m_ for cid, m_ in measures.items() if "unclear" not in m_}
+    for cid, m_ in tested.items():
         c = REGISTRY[cid]
-        m.setdefault("p_yes", p_above(m["effect"], m["se"], m["df"], c.boundary))
-        m.setdefault("p_no", p_above(-m["effect"], m["se"], m["df"], -(c.boundary + c.sesoi)))
-        m.setdefault("ci", t_interval(m["effect"], m["se"], m["df"], float(s["level"])))
-    yes = holm({cid: m["p_yes"] for cid, m in tested.items()}, alpha)
-    no = holm({cid: m["p_no"] for cid, m in tested.items()}, alpha)
-    m_tests = max(len(tested), 1)
+        m_.setdefault("p_yes", p_above(m_["effect"], m_["se"], m_["df"], c.boundary))
+        m_.setdefault("p_no", p_above(-m_["effect"], m_["se"], m_["df"], -(c.boundary + c.sesoi)))
+        m_.setdefault("ci", t_interval(m_["effect"], m_["se"], m_["df"], float(s["level"])))
+    with_needs = {cid for cid, c in REGISTRY.items() if c.needs}
+    first = _holm_family(measures, alpha, m, with_needs)
+    met = {cid for cid in with_needs if all(first[(n, "yes")][0] for n in REGISTRY[cid].needs)}
+    h = _holm_family(measures, alpha, m, with_needs - met) if met else first
     out = {}
     for cid, c in sorted(REGISTRY.items()):
-        m = measures[cid]
-        row = {"verdict": "unclear", "unclear": m.get("unclear"), "why": m["why"]}
+        m_ = measures[cid]
+        row = {"verdict": "unclear", "unclear": m_.get("unclear"), "why": m_["why"]}
         if cid in tested:
-            delta, se, df = m.get("power_at", (c.sesoi, m["se"], m["df"]))
-            row.update(p_yes_holm=yes[cid][1], p_no_holm=no[cid][1],
-                       power=power_at(delta, se, df, alpha / m_tests),
-                       data_needed=data_needed(se, delta, alpha / m_tests, float(s["power"]),
-                                               m.get("var_problems", 0.0) if "power_at" not in m else 0.0))
-            if yes[cid][0]:
+            delta, se, df = m_.get("power_at", (c.sesoi, m_["se"], m_["df"]))
+            yes, no = h[(cid, "yes")], h[(cid, "no")]
+            row.update(p_yes_holm=yes[1], p_no_holm=no[1], power=power_at(delta, se, df, alpha / m),
+                       data_needed=data_needed(se, delta, alpha / m, float(s["power"]),
+                                               m_.get("var_problems", 0.0) if "power_at" not in m_ else 0.0, df))
+            if cid in with_needs - met:
+                pass                                    # gated: decided below
+            elif yes[0]:
                 row["verdict"] = "yes"
-                row["why"] += f"; yes (Holm p {yes[cid][1]:.2g})"
-                if no[cid][0]:
+                row["why"] += f"; yes (Holm p {yes[1]:.2g}, m {m})"
+                if no[0]:
                     row["why"] += f", but below the smallest effect of interest {c.boundary + c.sesoi:+g}"
-            elif no[cid][0]:
+            elif no[0]:
                 row["verdict"] = "no"
-                row["why"] += f"; no: below {c.boundary + c.sesoi:+g} (Holm p {no[cid][1]:.2g})"
+                row["why"] += f"; no: below {c.boundary + c.sesoi:+g} (Holm p {no[1]:.2g}, m {m})"
             else:
                 row["unclear"] = "power"
                 row["why"] = (f"unclear: power {row['power']:.0%} at {c.boundary + c.sesoi:+g}"
                               + _need_text(row["data_needed"], c.units)
-                              + f" (Holm p yes {yes[cid][1]:.2g}, no {no[cid][1]:.2g}); {m['why']}")
+                              + f" (Holm p yes {yes[1]:.2g}, no {no[1]:.2g}, m {m}); {m_['why']}")
         out[cid] = row
-    for cid, c in REGISTRY.items():                    # preconditions: claim 1 first
+    for cid in sorted(with_needs - met):                # preconditions: claim 1 first
+        c = REGISTRY[cid]
         failed = [n for n in c.needs if out[n]["verdict"] != "yes"]
-        if failed:
-            kinds = {out[n]["unclear"] or "data" for n in failed}
-            kind = "power" if kinds == {"power"} else "data"
-            was = "" if out[cid]["verdict"] == "unclear" else f" (would be {out[cid]['verdict']})"
-            out[cid].update(verdict="unclear", unclear=kind, why=(
-                f"unclear: {kind}: ES did not learn (claim " + ", ".join(f"{n} is {out[n]['verdict']}" for n in failed)
-                + f"){was}; {measures[cid]['why']}"))
+        kinds = {out[n]["unclear"] or "data" for n in failed}
+        kind = "power" if kinds == {"power"} else "data"
+        would = ("yes" if m * measures[cid]["p_yes"] <= alpha else "no" if m * measures[cid]["p_no"] <= alpha
+                 else None) if cid in tested else None
+        was = f" (would be {would})" if would else ""
+        out[cid].update(verdict="unclear", unclear=kind, why=(
+            f"unclear: {kind}: ES did not learn (claim " + ", ".join(f"{n} is {out[n]['verdict']}" for n in failed)
+            + f"){was}; {measures[cid]['why']}"))
     for row in out.values():
         if row["verdict"] == "unclear" and not row["why"].startswith("unclear"):
             row["why"] = f"unclear: {row['unclear']}: {row['why']}"
     return out
 
 
-def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) -> dict:
+# ---------------------------------------------------------------------------------------
+# one registered look
+def design_of(runs: list[tuple[str, Any]]) -> dict:
+    """A sweep's design from its runs' (run id, RunConfig): the run ids (they hash the whole
+    result-defining config) and, readable, per algorithm its models, seeds, populations and
+    iterations, and the evaluation's problems, samples and test draw."""
+    per: dict = {}
+    for _, rc in runs:
+        a = per.setdefault(rc.algo, {"models": set(), "seeds": set(), "pops": set(), "iterations": set()})
+        a["models"].add(str(rc.model.get("name")))
+        a["seeds"].add(int(rc.seed))
+        a["pops"].add(int(rc.pop) if rc.pop is not None else None)
+        a["iterations"].add(int(rc.iterations))
+    one = lambda xs: sorted(xs, key=lambda x: (x is None, str(x) if not isinstance(x, int) else x))
+    return {"run_ids": sorted({rid for rid, _ in runs}),
+            "algos": {a: {k: one(v) for k, v in d.items()} for a, d in sorted(per.items())},
+            "problems": one({rc.eval.problems for _, rc in runs}), "samples": one({rc.eval.samples for _, rc in runs}),
+            "test_draw": one({(rc.task or {}).get("test_draw") for _, rc in runs})}
+
+
+def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> dict:
+    """Write the sweep's design into ``<sweep_dir>/claims.json`` as its registration, before any
+    run starts (the sweeper calls this). The first registration stays; a later sweep of the
+    same name with another design is recorded as an amendment (``after_look``: verdicts had been
+    computed before it, so a verdict on the amended design is a second look at the same draw).
+    Returns the registration."""
+    import time
+
+    path = Path(sweep_dir) / "claims.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    reg = old.get("registration")
+    design = design_of(runs)
+    stamp = now or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if reg is None:       # verdicts computed before any registration (claims.json before version 5): too late
+        reg = {"design": design, "family_size": family_size(), "claims": sorted(REGISTRY), "at": stamp,
+               "amendments": [], "after_look": bool(old.get("claims") or old.get("looks"))}
+    elif current_design(reg) == design:
+        return reg
+    else:
+        reg["amendments"].append({"design": design, "at": stamp, "after_look": bool(old.get("looks"))})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({**old, "version": VERSION, "registration": reg, "looks": old.get("looks") or []},
+                              indent=1))
+    tmp.replace(path)
+    return reg
+
+
+def current_design(reg: Mapping) -> dict:
+    """The registered design in force: the last amendment's, else the first."""
+    return (reg.get("amendments") or [reg])[-1]["design"]
+
+
+def judge_look(reg: Mapping | None, records: list[dict]) -> dict:
+    """Whether verdicts on ``records`` are confirmatory: {"confirmatory", "why"}. Exploratory when
+    the sweep has no registration, when its completed runs differ from the registered ones (a
+    run missing, failed or added), or when the registration was changed after verdicts had been
+    computed (a second look at the same draw)."""
+    if not reg:
+        return {"confirmatory": False, "why": "no registration: the design was not written into claims.json before "
+                                              "the runs (python -m esopt.sweep writes it for a claims sweep)"}
+    why = []
+    want = set(current_design(reg)["run_ids"])
+    have = {str(r["run_id"]) for r in records if r.get("status", "completed") == "completed"}
+    if want != have:
+        why.append(f"the data differ from the registration ({len(want - have)} registered runs missing or not "
+                   f"completed, {len(have - want)} runs not registered)")
+    if any(a.get("after_look") for a in reg.get("amendments") or []):
+        why.append("the design was changed after verdicts had been computed: a second look at the same draw")
+    if reg.get("after_look"):
+        why.append("registered after verdicts had been computed on this sweep: not a first look")
+    return {"confirmatory": not why, "why": "; ".join(why) or "the registered design, first look"}
+
+
+def compute(records: list[dict], trend: Mapping | None = None, registration: Mapping | None = None,
+            looks: list | None = None, **settings: Any) -> dict:
     """claims.json's content from run records (see module docstring). ``trend`` (trend.json, the
-    aggregator's fit) is reported beside claim 7. Unknown settings (e.g. the aggregator's
-    n_boot, seed) are recorded and ignored."""
+    aggregator's fit) is reported beside claim 7. ``registration`` (claims.json's, written by
+    ``register`` before the runs) fixes the Holm family's size and decides whether the verdicts
+    are confirmatory (``judge_look``); ``looks``: the earlier computations, to which this one is
+    appended. Unknown settings (e.g. the aggregator's n_boot, seed) are recorded and ignored."""
     s = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
     cell = select_cell(records)
     A = cell["algos"]
     done = [r for r in records if r.get("status", "completed") == "completed"]
     sweep = {"cell": A, "es": [r for r in done if family(r.get("algo")) == "es"]}
     measures = {cid: c.rule(c.select(sweep), s) for cid, c in sorted(REGISTRY.items())}
-    decided = decide_all(measures, s)
+    m_family = int((registration or {}).get("family_size") or family_size())
+    decided = decide_all(measures, s, m_family)
+    look = judge_look(registration, records)
     out = []
     for cid, c in sorted(REGISTRY.items()):
         m, d = measures[cid], decided[cid]
@@ -221,7 +345,8 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
             "id": cid, "key": c.key, "claim": c.text, "estimand": c.estimand, "boundary": c.boundary,
             "sesoi": c.sesoi, "statistic": c.statistic, "variance": c.variance,
             "decision": (f"yes if Holm rejects theta <= {c.boundary:+g}; no if Holm rejects theta >= "
-                         f"{c.boundary + c.sesoi:+g}; family-wise alpha {s['alpha']:g} over the claims tested"
+                         f"{c.boundary + c.sesoi:+g}; family-wise alpha {s['alpha']:g} over the {m_family} yes and "
+                         "no hypotheses of the registered claims (untested: p = 1)"
                          + ("; needs claim " + ", ".join(map(str, c.needs)) + " yes" if c.needs else "")),
             "effect": float(m["effect"]) if tested else None, "ci": m.get("ci") if tested else None,
             "se": float(m["se"]) if tested else None,
@@ -229,20 +354,30 @@ def compute(records: list[dict], trend: Mapping | None = None, **settings: Any) 
             "p_yes": m.get("p_yes"), "p_no": m.get("p_no"), "p_yes_holm": d.get("p_yes_holm"),
             "p_no_holm": d.get("p_no_holm"), "power": d.get("power"), "data_needed": d.get("data_needed"),
             "reproduced": d["verdict"], "unclear": d["unclear"] if d["verdict"] == "unclear" else None,
+            "exploratory": not look["confirmatory"],
             "reason": d["why"], "n": m.get("n") or {}, "details": details})
     tokens = {a: float(np.mean([_num(r.get("tokens_generated")) or 0 for r in rs])) for a, rs in A.items()
               if trains(a)}
     ref = tokens.get("es") or None
+    runs_key = sorted(str(r["run_id"]) for r in done)
+    this_look = {"runs": len(runs_key), "runs_hash": zlib.crc32(" ".join(runs_key).encode()),
+                 "confirmatory": look["confirmatory"]}
+    summary = {v: [c["id"] for c in out if c["reproduced"] == v] for v in VERDICTS}
     return {
-        "version": 4,  # 4: data_needed is {"both", "runs"[, "problems"]}, was a number
+        "version": VERSION,
         "settings": s,
+        "family_size": m_family,
+        "registration": dict(registration) if registration else None,
+        "look": look,
+        "looks": [*(looks or []), this_look],
         "cell": {"model": cell["model"], "settings": cell["settings"],
                  "runs": {a: [r["run_id"] for r in rs] for a, rs in A.items()},
                  "seeds": {a: [r.get("seed") for r in rs] for a, rs in A.items()},
                  "test_draw": sorted({r.get("test_draw") for rs in A.values() for r in rs}, key=str),
                  "tokens_generated_mean": tokens,
                  "tokens_vs_es": {a: (t / ref if ref else None) for a, t in tokens.items()}},
-        "summary": {v: [c["id"] for c in out if c["reproduced"] == v] for v in VERDICTS},
+        "summary": summary,
+        "headline": summary if look["confirmatory"] else {v: [] for v in VERDICTS},
         "claims": out,
     }
 
@@ -263,7 +398,14 @@ def records_from_tables(runs, curves) -> list[dict]:
         tl = curves[(curves.get("kind") == "train") & curves["js_succ"].notna()]
         if "phase" in tl:
             tl = tl[tl["phase"].map(family) == "es"]
-        js = tl.groupby("run_id")[[c for c in ("js_succ", "p_pop", "reward_mean") if c in tl]].mean()
+        cols = [c for c in ("js_succ", "p_pop", "reward_mean") if c in tl]
+        grouped = tl.groupby("run_id")[cols]
+        js = grouped.mean()
+        # the variance of each run-level mean over its train lines (claim 4's reliability)
+        spread = grouped.var(ddof=1) / grouped.count()
+        for c in ("js_succ", "p_pop"):
+            if c in spread:
+                js[f"{c}_var"] = spread[c]
     curve = {}
     if curves is not None and len(curves) and {"kind", "iteration", "pass@1"} <= set(curves.columns):
         ev = curves[(curves["kind"] == "eval") & curves["pass@1"].notna()]
@@ -329,7 +471,13 @@ def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:
                              seed=int(settings.get("seed") or 0))
     records = records_from_tables(agg.runs, agg.curves)
     attach_details(records, tables.find_runs_dir(sweep_dir))
-    out = compute(records, trend, **settings)
+    before = {}
+    if (sweep_dir / "claims.json").exists():
+        try:
+            before = json.loads((sweep_dir / "claims.json").read_text())
+        except ValueError:
+            before = {}
+    out = compute(records, trend, before.get("registration"), before.get("looks"), **settings)
     out["sweep_dir"] = str(sweep_dir)
     return out
 
@@ -337,10 +485,14 @@ def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:
 def wanted(agg) -> bool:
     """Whether the aggregator computes claims: a paper preset sweep, or ES runs beside others."""
     runs = agg.runs
-    name = Path(agg.sweep_dir).name
-    algos = set(runs["algo"].dropna()) if len(runs) else set()
+    return claims_sweep(Path(agg.sweep_dir).name, set(runs["algo"].dropna()) if len(runs) else set())
+
+
+def claims_sweep(name: str, algos: set) -> bool:
+    """A sweep whose claims are decided (and registered before it runs): a paper preset, or an ES
+    family algorithm beside another registered algorithm."""
     es = {a for a in algos if family(a) == "es"}
-    return name.startswith("paper") or (bool(es) and bool((algos & set(ALGORITHMS)) - es))
+    return name.startswith("paper") or (bool(es) and bool((set(algos) & set(ALGORITHMS)) - es))
 
 
 def _fmt(v, ci=None) -> str:
@@ -348,9 +500,17 @@ def _fmt(v, ci=None) -> str:
     return s + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
 
 
+def look_line(result: dict) -> str:
+    """"confirmatory: ..." or "exploratory: ..." (claims.json's look; none before version 5)."""
+    look = result.get("look") or {"confirmatory": False, "why": "no registration (claims.json before version 5)"}
+    return f"{'confirmatory' if look['confirmatory'] else 'exploratory'}: {look['why']}"
+
+
 def table_lines(result: dict) -> list[str]:
-    """Plain-text table: id, claim key, effect [95% CI], power at the smallest effect, verdict, reason."""
-    lines = [f"{'#':<2} {'claim':<18} {'effect [95% CI]':<28} {'power':<6} {'verdict':<8} reason"]
+    """Plain-text table: id, claim key, effect [95% CI], power at the smallest effect, verdict,
+    reason; the first line says whether the verdicts are confirmatory or exploratory."""
+    lines = [f"# {look_line(result)}",
+             f"{'#':<2} {'claim':<18} {'effect [95% CI]':<28} {'power':<6} {'verdict':<8} reason"]
     for c in result["claims"]:
         pw = "n/a" if c.get("power") is None else f"{c['power']:.0%}"
         lines.append(f"{c['id']:<2} {c['key']:<18} {_fmt(c['effect'], c['ci']):<28} {pw:<6} "

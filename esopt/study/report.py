@@ -43,6 +43,7 @@ from esopt.algorithms import ALGORITHMS, trains
 from esopt.core.store import jsonable
 from esopt.study import fit, tables
 from esopt.study.analysis_figures import fig_drift, fig_sparsity
+from esopt.study.claims import look_line
 from esopt.study.figures import (best_groups, fig_curves, fig_entropy, fig_heatmap, fig_parcoords, fig_passk,
                                  fig_pruning, fig_status, fig_trend, optuna_figures)
 from esopt.study.plotting import algo_key, fmt_params
@@ -188,10 +189,12 @@ def claims_html(result: dict | None) -> str:
         '<section id="claims"><h2>Claims of the study, tested on this sweep</h2>'
         f'<p>Comparison cell: model <b>{cell(info.get("model"))}</b>; generated training tokens relative '
         f'to ES: {cell(ratio or "-")}. Each claim is a pre-registered one-sided test (t over seeds and '
-        f'problems, problems paired); yes and no are decided by Holm\'s step-down over the claims tested '
-        f'(family-wise error {cell(s.get("alpha"))}); power is the test\'s power at the smallest effect of '
+        f'problems, problems paired); yes and no are decided by Holm\'s step-down over the yes and no '
+        f'hypotheses of every registered claim ({cell(result.get("family_size") or "all")} of them, family-wise '
+        f'error {cell(s.get("alpha"))}); power is the test\'s power at the smallest effect of '
         'interest; "unclear: power" or "unclear: data" says which is missing. Calibration: '
         'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claim_rules.py.</p>'
+        f'<p id="claims-look"><b>{cell(look_line(result))}</b></p>'
         '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>test</th><th>effect [95% CI]</th>'
         '<th>power</th><th>n</th><th>verdict</th><th>reason</th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table>{sizes}</section>\n')

@@ -368,6 +368,14 @@ class EsoptSweeper(Sweeper):
                   file=sys.stderr)
         return 1 if bad else 0
 
+    def register_claims(self, jobs: List[Job]) -> None:
+        """A claims sweep's design goes into its claims.json before any run starts: the
+        registration its verdicts are judged against (esopt.study.claims.register)."""
+        from esopt.study import claims
+
+        if jobs and claims.claims_sweep(jobs[0].rc.sweep.name, {j.rc.algo for j in jobs}):
+            claims.register(self.sweep_dir(jobs), [(j.rid, j.rc) for j in jobs])
+
     def _pin_time(self) -> None:
         """Resolve ``hydra.sweep.dir`` (``${now:...}``) once in the master config: every job
         composed later copies its cache, so all jobs share one sweep dir and launcher request."""
@@ -395,6 +403,7 @@ class EsoptSweeper(Sweeper):
         if kept:
             print(f"esopt: {kept} of {len(jobs)} runs already recorded; not launched again "
                   "(sweep.retry_failed=true reruns failed and unreadable ones)")
+        self.register_claims(jobs)
         self.rereport(jobs)
         self.budget_notes(list({j.rid: j for j in jobs if not self.skipped(j)}.values()))
         self.launch(jobs)
