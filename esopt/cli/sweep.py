@@ -64,7 +64,8 @@ def dry_run(rc: RunConfig) -> dict:
     rid = run_id(rc)
     rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
     status = (rd.read_summary() or {}).get("status") or "not started"
-    print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']}): {status}; "
+    print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']} "
+          f"engine={rc.engine['name']}): {status}; "
           f"nothing launched\n  {rd.path}")
     return {"status": "dry_run", "run_id": rid}
 
