@@ -152,6 +152,11 @@ def _hydra_error(e: BaseException, overrides: list[str]) -> str:
                 avail.append(ln.strip())
         return f"no config {m.group(1)!r}" + (f" (available: {', '.join(avail)})" if avail else "")
     if type(e).__name__ == "OverrideParseException":
+        odd = [o for o in overrides if not o.isascii() and "=" in o and "'" not in o and '"' not in o]
+        if odd and "LexerNoViableAlt" in first:   # Hydra's grammar reads non-ASCII only in quotes
+            key, _, value = odd[0].partition("=")
+            return (f"cannot parse the override {odd[0]!r}: Hydra reads a value with non-ASCII characters "
+                    f"only in quotes; write \"{key}='{value}'\"")
         return f"cannot parse the overrides: {first}"
     return first
 
