@@ -337,8 +337,16 @@ class EsoptSweeper(Sweeper):
 
     def _pin_time(self) -> None:
         """Resolve ``hydra.sweep.dir`` (``${now:...}``) once in the master config: every job
-        composed later copies its cache, so all jobs share one sweep dir and launcher request."""
+        composed later copies its cache, so all jobs share one sweep dir and launcher request.
+        Also stamp when this sweep began (``esopt.runtime.trackers.SWEEP_START``, inherited by
+        the launchers' workers): a tracker that missed a deadline in it stays off until it ends."""
+        import os
+        import time
+
+        from esopt.runtime.trackers import SWEEP_START
+
         str(self.config.hydra.sweep.dir)
+        os.environ[SWEEP_START] = repr(time.time())
 
     def sweep(self, arguments: List[str]) -> Any:
         self._pin_time()
