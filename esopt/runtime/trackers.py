@@ -61,6 +61,7 @@ from esopt.core import store
 from esopt.core.config import block
 from esopt.core.errors import ConfigError
 from esopt.runtime.context import eval_line
+from esopt.runtime.tuning import SWEEP_START
 
 LINE_LABELS = ("kind", "iteration", "phase")   # a metrics line's labels, not its values
 
@@ -214,7 +215,6 @@ def wandb_logged_in() -> bool:
 
 WANDB_MODES = ("online", "offline", "disabled")
 DEADLINE_S = 10.0          # default deadline of one call to a network tracker (logger_opts.<name>.timeout_s)
-SWEEP_START = "ESOPT_SWEEP_START"   # set by the sweeper: when this sweep began (time.time())
 OFF_DIR = ".trackers"      # <sweep>/.trackers/<name>.off: the tracker missed a deadline in this sweep
 
 

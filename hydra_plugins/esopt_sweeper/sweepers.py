@@ -184,29 +184,39 @@ class EsoptSweeper(Sweeper):
 
         return store.run_owner(store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
 
-    def rereport(self, jobs: List[Job]) -> None:
+    def rereport(self, jobs: List[Job], launched: bool = False) -> None:
         """Before dispatch, in this process only: open each run group's Optuna storage (a torn
         journal is repaired here, ``tuning.repair_journal``) and re-report every kept run whose
-        trial lost its record, from its own summary.json (``tuning.rereport``)."""
+        trial lost its record, from its own summary.json (``tuning.rereport``). ``launched``:
+        after dispatch, the runs of this sweep that ended while the storage did not answer
+        (``<run>/.optuna-pending``); a storage still down leaves them to the next sweep."""
         from esopt.core import store
         from esopt.runtime import tuning
         from esopt.runtime.validate import config_id
 
-        n = 0
-        for job in {j.rid: j for j in jobs if self.skipped(j)}.values():
-            summary = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
+        n, down = 0, 0
+        for job in {j.rid: j for j in jobs if self.skipped(j) != launched}.values():
             rc = job.rc
+            if launched and not tuning.pending_path(rc.sweep.root, rc.sweep.name, job.rid).exists():
+                continue
+            summary = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, job.rid).read_summary() or {}
             params = {"model": rc.model["name"], "params": (summary.get("model") or {}).get("params"),
                       "pop": rc.pop, "sigma": rc.sigma, "lr": rc.lr, "seed": rc.seed, "algo": rc.algo,
                       "config_id": config_id(rc)}
             try:
-                n += tuning.rereport(rc, job.rid, summary, params)
+                n += tuning.retrying(tuning.rereport, rc, job.rid, summary, params) if launched else \
+                    tuning.rereport(rc, job.rid, summary, params)
             except Exception as e:  # noqa: BLE001 - bookkeeping; never takes the sweep down
+                down += 1
                 print(f"esopt: warning: run {job.rid}: its Optuna trial cannot be re-reported: "
                       f"{first_line(e)}"[:WARNING_CHARS], file=sys.stderr)
         if n:
-            print(f"esopt: note: {n} kept run(s) re-reported to Optuna from their summary.json "
-                  "(their trial had lost its record)", file=sys.stderr)
+            print(f"esopt: note: {n} {'finished' if launched else 'kept'} run(s) re-reported to Optuna from "
+                  "their summary.json (their trial had " + ("not reached the storage)" if launched else
+                                                           "lost its record)"), file=sys.stderr)
+        if down and launched:
+            print(f"esopt: note: the next run of this sweep reports the {down} trial(s) the storage did not "
+                  "take (nothing is rerun)", file=sys.stderr)
 
     def launch(self, jobs: List[Job]) -> None:
         """Run the jobs not already done (one per run id), grouped by launcher request."""
@@ -222,6 +232,7 @@ class EsoptSweeper(Sweeper):
             if not self.skipped(job) and job.rid not in seen:
                 seen.add(job.rid)
                 todo.append(job)
+        self._mark_start()
         groups: Dict[str, List[Job]] = {}
         for job in todo:
             groups.setdefault(json.dumps(job.launcher, sort_keys=True, default=str), []).append(job)
@@ -337,16 +348,22 @@ class EsoptSweeper(Sweeper):
 
     def _pin_time(self) -> None:
         """Resolve ``hydra.sweep.dir`` (``${now:...}``) once in the master config: every job
-        composed later copies its cache, so all jobs share one sweep dir and launcher request.
-        Also stamp when this sweep began (``esopt.runtime.trackers.SWEEP_START``, inherited by
-        the launchers' workers): a tracker that missed a deadline in it stays off until it ends."""
+        composed later copies its cache, so all jobs share one sweep dir and launcher request."""
+        str(self.config.hydra.sweep.dir)
+
+    def _mark_start(self) -> None:
+        """Once, as the first runs are launched (after every job was validated here): stamp
+        when this sweep began (``esopt.runtime.tuning.SWEEP_START``, inherited by the launchers'
+        workers): a tracker that missed a deadline in it stays off until it ends, and a worker
+        rides out a storage outage instead of failing its validation."""
         import os
         import time
 
-        from esopt.runtime.trackers import SWEEP_START
+        from esopt.runtime.tuning import SWEEP_START
 
-        str(self.config.hydra.sweep.dir)
-        os.environ[SWEEP_START] = repr(time.time())
+        if not getattr(self, "_started", False):
+            self._started = True
+            os.environ[SWEEP_START] = repr(time.time())
 
     def sweep(self, arguments: List[str]) -> Any:
         self._pin_time()
@@ -372,6 +389,7 @@ class EsoptSweeper(Sweeper):
                   "(sweep.retry_failed=true reruns failed and unreadable ones)")
         self.rereport(jobs)
         self.launch(jobs)
+        self.rereport(jobs, launched=True)
         code = self.finish(jobs)
         if code:
             sys.exit(code)
