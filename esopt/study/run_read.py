@@ -209,6 +209,12 @@ def summary_row(run_id: str, raw: bytes | None) -> tuple[dict | None, str | None
     return row, None
 
 
+def no_metrics_note(run_id: str) -> str:
+    """The note for a run recorded past its start whose metrics.jsonl is gone (its curves would
+    silently be missing from the page)."""
+    return f"run {run_id}: no metrics.jsonl (deleted?): its curves are missing from the tables and the page"
+
+
 def _number_or_null(v) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
@@ -225,6 +231,8 @@ def read_run(path: Path, root: str | None = None) -> RunRead:
         rr.row.update(analysis_columns(path, names, rr.notes, root))
         rr.lines, rr.bad_lines = parse_jsonl(metr)
         rr.row["n_lines"] = len(rr.lines)
+        if "metrics.jsonl" not in names and rr.row.get("status") != "running":
+            rr.notes.append(no_metrics_note(rr.run_id))
     return rr
 
 

@@ -403,6 +403,48 @@ def test_a_deeply_nested_line_is_an_unreadable_line_not_a_crash(tmp_path, capsys
     assert f"{len(ids)} runs" in capsys.readouterr().out
 
 
+def test_a_killed_aggregation_leaves_no_staging_folder_behind(tmp_path):
+    """Issue 42: ``kill -9`` of the aggregator left ``.aggregate-*`` staging folders forever.
+    The next aggregation removes those of dead processes on this host (and old unnamed ones);
+    a live process's stage and anything else in the sweep are left alone. The killed one is a
+    real process (a child that exits before its stage is removed, as a kill -9 leaves it)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from esopt.study.aggregate import STAGE, STALE_STAGE_S
+
+    root, ids = make_sweep(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    killed = root / f"{STAGE}{host}-{int(dead.stdout)}-abc123"
+    live = root / f"{STAGE}{host}-{os.getpid()}-live0000"
+    old = root / f"{STAGE}q1w2e3r4"                                 # the earlier naming
+    for d in (killed, live, old):
+        d.mkdir()
+        (d / "runs.parquet").write_bytes(b"half")
+    os.utime(old, (time.time() - STALE_STAGE_S - 60,) * 2)
+    aggregate(root, bootstrap=20, html=False)
+    assert not killed.exists() and not old.exists() and live.exists()
+    assert sorted(p.name for p in root.glob(f"{STAGE}*")) == [live.name]
+    assert (root / "runs.parquet").exists() and sorted(p.name for p in (root / "runs").iterdir()) == sorted(ids)
+
+
+def test_a_deleted_metrics_file_is_a_note_not_a_silently_missing_curve(tmp_path):
+    """Issue 42: a run whose metrics.jsonl was deleted dropped out of the curves with no word."""
+    running = "es-tiny-s-p8-s1"
+    root, ids = make_sweep(tmp_path, statuses={running: "running"})
+    (root / "runs" / ids[0] / "metrics.jsonl").unlink()
+    (root / "runs" / running / "metrics.jsonl").unlink()            # running: no line yet is normal
+    for fast in (True, False):
+        agg = tables.load(root, fast=fast)
+        assert sorted(agg.runs["run_id"]) == sorted(ids)
+        assert [n for n in agg.notes if "metrics.jsonl" in n] == [
+            f"run {ids[0]}: no metrics.jsonl (deleted?): its curves are missing from the tables and the page"]
+
+
 def test_runs_with_keys_of_their_own_fold_into_one_json_column(tmp_path, monkeypatch):
     """Each run carrying keys no other run has (a later version's knobs, a tracker's fields)
     would make one column per key (2,000 runs: 20,000 mostly empty columns): past MAX_COLUMNS
