@@ -169,9 +169,31 @@ class EsoptSweeper(Sweeper):
         return self._launchers[key]
 
     def skipped(self, job: Job) -> bool:
+        """Kept as recorded: not launched. A completed run that asks for an analysis it has not
+        got (``analysis=[drift]`` added to a finished grid) is launched again: it trains
+        nothing, its worker computes the analysis from ``<run>/model/``."""
         from esopt.core import store
 
-        return store.keep_recorded(job.before, job.rc.sweep.retry_failed, job.before_error)
+        kept = store.keep_recorded(job.before, job.rc.sweep.retry_failed, job.before_error)
+        return kept and not (job.before == "completed" and self.analyses_due(job))
+
+    def analyses_due(self, job: Job) -> bool:
+        """Whether a completed run lacks an analysis it asks for and can compute it (its
+        ``model/`` is there; else one warning, once)."""
+        from esopt.cli.sweep import missing_analyses, no_model_warning
+        from esopt.core import store
+
+        missing = missing_analyses(job.rc, job.rid)
+        if not missing:
+            return False
+        model = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).model_dir
+        if model.is_dir():
+            return True
+        warned = self.__dict__.setdefault("_no_model", set())
+        if job.rid not in warned:
+            warned.add(job.rid)
+            print(no_model_warning(job.rid, missing, model), file=sys.stderr)
+        return False
 
     def live_elsewhere(self, job: Job) -> Optional[str]:
         """Who runs this run right now (the live owner of its lock: a Slurm job of a killed
