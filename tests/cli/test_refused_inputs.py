@@ -76,11 +76,13 @@ def test_countdown_numbers_past_int64_are_refused_with_the_row(capsys, tmp_path,
 
 def test_eval_out_is_checked_before_evaluating(capsys, tmp_path):
     """``esopt.evaluate eval.out=<file>/x.json`` evaluated the whole split, then crashed on the
-    write and lost it; now it stops before loading the model."""
+    write and lost it; now the command line is refused before Hydra runs, and a config's value
+    before the model is loaded."""
     from esopt.cli.evaluate import evaluate_model
 
     afile = tmp_path / "afile"
     afile.write_text("x")
+    assert f"{afile} is a file, not a directory" in rejected(capsys, "model=tiny-xs", f"eval.out={afile}/x.json")
     for out, needle in ((afile / "x.json", f"{afile} is a file, not a directory"), (tmp_path, "is a directory")):
         with pytest.raises(SystemExit) as e:
             evaluate_model(compose(*SMALL[:1], "algo=none", "eval.problems=4", "eval.samples=2", f"eval.out={out}"))
