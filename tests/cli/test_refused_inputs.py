@@ -74,6 +74,16 @@ def test_countdown_numbers_past_int64_are_refused_with_the_row(capsys, tmp_path,
     assert f"{data}: row 0: malformed countdown row: field {field}, past the int64 range" in err
 
 
+def test_a_data_row_that_is_not_json_is_named(capsys, tmp_path):
+    """bench_bad_inputs: a JSON Lines row that is not JSON gave datasets' logged error plus a line
+    naming no row (two stderr lines); now one line names the file and the row."""
+    data = tmp_path / "c.jsonl"
+    data.write_text("{not json\n" + "".join(json.dumps({"nums": [i, 2, 3], "target": i + 5}) + "\n"
+                                           for i in range(1, 31)))
+    err = refused(capsys, tmp_path, f"task.source={data}", "task.n_train=16", "task.n_heldout=4")
+    assert f"{data}: row 0: not a JSON object (Expecting property name" in err
+
+
 def test_eval_out_is_checked_before_evaluating(capsys, tmp_path):
     """``esopt.evaluate eval.out=<file>/x.json`` evaluated the whole split, then crashed on the
     write and lost it; now the command line is refused before Hydra runs, and a config's value
