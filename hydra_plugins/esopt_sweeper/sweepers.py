@@ -348,7 +348,14 @@ class EsoptSweeper(Sweeper):
               f"{sum(estimate_tokens(j.rc) for j in whole):,} for the whole grid")
 
     def finish(self, jobs: List[Job], title: str = "runs") -> int:
-        """Print the table and sweep dir, aggregate, and return the exit code (1 if any failed)."""
+        """Print the table and sweep dir, aggregate, and return the exit code (1 if any failed).
+        The sweep has ended: its start stamp goes (a later sweep in this process stamps its own)."""
+        import os
+
+        from esopt.runtime.tuning import SWEEP_START
+
+        os.environ.pop(SWEEP_START, None)
+        self._started = False
         df = self.table(jobs)
         sdir = self.sweep_dir(jobs)
         statuses = [(j.summary or {}).get("status", "missing") for j in jobs]
