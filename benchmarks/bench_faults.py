@@ -36,6 +36,24 @@ Faults (the mechanisms of the tests named, in real runs):
                  recorded failed; ``sweep.retry_failed=true`` resumes it [tests/cli/test_slurm_faults.py]
                  (skipped, with the reason, unless ``sinfo`` shows a node up: scripts/start_slurm.sh)
 
+Issue 42's classes:
+
+  dup_folder     on a copy of the reference sweep, ``cp -r runs/<id> runs/<id>.bak`` and ``ln -s <id>
+                 runs/alias``; esopt.aggregate: each run counted once, both folders listed skipped
+                 [tests/study/test_aggregate.py]
+  deep_line      a metrics line nested 20,000 deep appended to one run; esopt.aggregate and the
+                 sweep rerun (its end-of-sweep aggregation) exit 0, the line counted unparseable
+  pg_outage      a 3-run ES sweep on PostgreSQL (a private server, scripts/start_postgres.sh);
+                 ``pg_ctl stop`` for 10 s after a drawn iteration: every run equals the reference
+                 with one COMPLETE trial [tests/runtime/test_postgres_storage.py]
+                 (skipped, with the reason, where PostgreSQL cannot be started)
+  concurrent     two identical ``hydra/sweeper=optuna`` searches on one study started together:
+                 both exit 0, every trial COMPLETE with a run of its own [tests/cli/test_concurrent_search.py]
+  dead_tracker   the reference sweep again with ``logger=[mlflow]`` pointed at a server that accepts
+                 connections and never answers: the runs equal the reference, one warning, and
+                 the time lost per sweep (its wall time minus the reference's; goal < 15 s)
+                 [tests/runtime/test_trackers.py]
+
 Kill and cancel times (a drawn iteration plus a uniform fraction of one, uniform over the
 reference run's wall time for scancel, or just after a drawn checkpoint) and the damage come from a seeded RNG (``--seed``); a kill that lands after the run
 completed is drawn again. Exit status 1 when any attempt was not
@@ -77,8 +95,10 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_T
 # a cancelled job runs on until Slurm's KillWait (30 s; submitit bypasses the SIGTERM): an ES
 # run long enough to outlast it, cancelled in its first 30 iterations
 ES_SLURM = ["algo=es", "pop=4", "iterations=300", "es.batch_size=4", "es.checkpoint_every=10", "eval.every=300"]
+PG = ["algo=es", "pop=4", "iterations=8", "es.batch_size=4", "eval.every=2"]   # reports at 2, 4, 6, 8
 REFERENCES = {"es": (ES, False), "grpo": (GRPO, False), "journal": ([*JOURNAL, "seed=0,1,2,3"], True),
-              "es_slurm": (ES_SLURM, False)}
+              "es_slurm": (ES_SLURM, False),
+              "pg": ([*PG, "seed=0,1,2"], True)}
 BAD_FIELDS = [("model.params", "1.5B"), ("pop", "8"), ("seed", [0]), ("seed", True)]  # cycled
 
 
@@ -122,8 +142,8 @@ def metrics_lines(run: Path) -> list[dict]:
     for raw in path.read_text().splitlines() if path.exists() else []:
         try:
             out.append(json.loads(raw))
-        except ValueError:
-            out.append({"unreadable": raw})
+        except (ValueError, RecursionError):
+            out.append({"unreadable": raw[:80]})
     return out
 
 
@@ -171,15 +191,19 @@ def differences(ref: dict, got: dict) -> list[str]:
     return out
 
 
-def trials(journal: Path) -> dict[str, list]:
-    """``{run_id: [(state, value), ...]}`` of every trial in the journal, read afresh."""
+def trials(journal: Path | str) -> dict[str, list]:
+    """``{run_id: [(state, value), ...]}`` of every trial in the journal (or the database URL),
+    read afresh."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    if not journal.exists():
+    if "://" in str(journal):
+        storage = optuna.storages.RDBStorage(str(journal))
+    elif not Path(journal).exists():
         return {}
-    storage = JournalStorage(JournalFileBackend(str(journal)))
+    else:
+        storage = JournalStorage(JournalFileBackend(str(journal)))
     out: dict[str, list] = {}
     for study in optuna.get_all_study_summaries(storage):
         for t in optuna.load_study(study_name=study.study_name, storage=storage).trials:
@@ -187,13 +211,13 @@ def trials(journal: Path) -> dict[str, list]:
     return out
 
 
-def check(refs: dict[str, dict], root: Path) -> tuple[list[str], int]:
+def check(refs: dict[str, dict], root: Path, storage: str | None = None) -> tuple[list[str], int]:
     """Compare the sweep under ``root`` with the reference runs ``{run_id: fingerprint}``:
     (what is wrong, records lost). A reference run contributes its run directory, its Optuna
     trial and its metrics lines; each one missing afterwards is a record lost."""
     from esopt.runtime.tuning import metric_value
 
-    got, by_run = runs(root), trials(root / "f" / "optuna.journal")
+    got, by_run = runs(root), trials(storage or root / "f" / "optuna.journal")
     wrong, lost = [], 0
     for rid, ref in refs.items():
         if rid not in got or summary(got[rid]) is None:
@@ -236,6 +260,8 @@ class Bench:
     work: Path
     refs: dict = field(default_factory=dict)  # config name -> {run_id: fingerprint}
     sweeps: dict = field(default_factory=dict)  # config name -> the reference sweep root
+    walls: dict = field(default_factory=dict)   # config name -> the reference command's seconds
+    postgres: str | None = None                 # the private server's URL (pg_outage), once started
 
     def reference(self, name: str) -> dict:
         """The uninterrupted run(s) of config ``name`` (of REFERENCES), made once."""
@@ -246,6 +272,7 @@ class Bench:
             r = esopt(root, overrides, multirun)
             if r.returncode != 0:
                 sys.exit(f"bench: reference run {name} failed:\n{r.stderr[-3000:]}")
+            self.walls[name] = time.perf_counter() - t
             self.refs[name] = {rid: fingerprint(p) for rid, p in runs(root).items()}
             self.sweeps[name] = root
             print(f"  reference {name}: {len(self.refs[name])} run(s), {time.perf_counter() - t:.1f} s",
@@ -536,6 +563,196 @@ def slurm_cancel(bench, rng, attempt, tries: int = 4):
     raise RuntimeError(f"no scancel landed mid-run in {tries} draws")
 
 
+# ------------------------------------------------------------------- issue 42's classes
+def copy_of_reference(bench, label: str) -> Path:
+    """A fresh copy of the reference sweep of ``journal`` (4 runs): the sweep folder ``f``."""
+    bench.reference("journal")
+    root = bench.fresh(label)
+    shutil.copytree(bench.sweeps["journal"] / "f", root / "f", symlinks=True)
+    return root
+
+
+def table_ids(sweep: Path) -> list[str]:
+    import pandas as pd
+
+    return sorted(pd.read_csv(sweep / "runs.csv", dtype={"run_id": str})["run_id"])
+
+
+def dup_folder(bench, rng, attempt):
+    """A copied run folder and a symlink to one: the aggregated table holds each reference run
+    once; both extra folders are listed skipped, one line each."""
+    refs = bench.reference("journal")
+    root = copy_of_reference(bench, "dup")
+    sweep = root / "f"
+    rid = rng.choice(sorted(refs))
+    shutil.copytree(sweep / "runs" / rid, sweep / "runs" / f"{rid}.bak")
+    (sweep / "runs" / "alias").symlink_to(rid, target_is_directory=True)
+    r, wrong = aggregate_cmd(sweep), []
+    ids = table_ids(sweep) if r.returncode == 0 else []
+    if r.returncode != 0:
+        wrong.append(f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    if ids != sorted(refs):
+        wrong.append(f"table rows {ids} != the reference's {len(refs)} runs")
+    for folder in (f"{rid}.bak", "alias"):
+        if sum(line.startswith(f"  skipped {folder}:") for line in r.stdout.splitlines()) != 1:
+            wrong.append(f"{folder} not listed skipped once")
+    return Outcome(wrong, len(set(refs) - set(ids)), rid)
+
+
+DEEP = 20000    # nesting depth of the planted line (Arrow's reader overflowed its stack on it)
+
+
+def deep_line(bench, rng, attempt):
+    """A metrics line nested DEEP deep appended to a drawn run: esopt.aggregate and the sweep's
+    rerun (every run kept; its end-of-sweep aggregation) exit 0; the table holds every run and
+    that run's line is counted unparseable (one note)."""
+    refs = bench.reference("journal")
+    root = copy_of_reference(bench, "deep")
+    sweep = root / "f"
+    rid = rng.choice(sorted(refs))
+    with open(sweep / "runs" / rid / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "iteration": 99, "x": ' + "[" * DEEP + "]" * DEEP + "}\n")
+    wrong = []
+    r = aggregate_cmd(sweep)
+    if r.returncode != 0:
+        wrong.append(f"esopt.aggregate exit {r.returncode}")
+    if f"note: run {rid}: 1 unparseable metrics line(s)" not in r.stdout:
+        wrong.append("the deep line is not noted unparseable")
+    again = esopt(root, [*JOURNAL, "seed=0,1,2,3"], multirun=True)
+    if again.returncode != 0:
+        wrong.append(f"sweep rerun exit {again.returncode}")
+    ids = table_ids(sweep) if (sweep / "runs.csv").exists() else []
+    if ids != sorted(refs):
+        wrong.append(f"table rows {ids}")
+    return Outcome(wrong, len(set(refs) - set(ids)), rid)
+
+
+def postgres_url(bench) -> str:
+    """The bench's private PostgreSQL server (scripts/start_postgres.sh on a port of its own)."""
+    if bench.postgres is None:
+        env = {**os.environ, "ESOPT_POSTGRES_PORT": str(PG_PORT), "ESOPT_POSTGRES_DIR": str(PG_DIR)}
+        r = subprocess.run(["bash", str(REPO / "scripts" / "start_postgres.sh")], env=env, capture_output=True,
+                           text=True, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.strip().splitlines()[-1])
+        bench.postgres = r.stdout.strip()
+    return bench.postgres
+
+
+PG_PORT, PG_DIR = 5471, Path(tempfile.gettempdir()) / "esopt-bench-faults-pg"
+PG_OUTAGE_S = 10.0
+
+
+def pg_ctl(action: str) -> None:
+    """Stop the bench's server (``pg_ctl stop -m fast``) or start it again (the script)."""
+    if action == "start":
+        bench_env = {**os.environ, "ESOPT_POSTGRES_PORT": str(PG_PORT), "ESOPT_POSTGRES_DIR": str(PG_DIR)}
+        subprocess.run(["bash", str(REPO / "scripts" / "start_postgres.sh")], env=bench_env, capture_output=True,
+                       timeout=600, check=True)
+        return
+    binary = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")) or [Path(shutil.which("pg_ctl"))]
+    cmd = [str(binary[-1]), "-D", str(PG_DIR), "stop", "-m", "fast", "-w"]
+    if os.geteuid() == 0:
+        cmd = ["runuser", "-u", "postgres", "--", *cmd]
+    subprocess.run(cmd, capture_output=True, timeout=120, check=True)
+
+
+def pg_outage(bench, rng, attempt):
+    """A 3-run ES sweep (seed=0,1,2) on a fresh PostgreSQL schema; after a drawn train iteration
+    of its first run the server is stopped for PG_OUTAGE_S and started again: the sweep exits
+    0, every run equals the reference, each with one COMPLETE trial valued as its summary."""
+    import sqlalchemy
+
+    base = postgres_url(bench)
+    refs = bench.reference("pg")
+    root = bench.fresh("pg")
+    schema = f"bench_{os.getpid()}_{attempt}_{rng.randrange(10**6)}"
+    engine = sqlalchemy.create_engine(base, poolclass=sqlalchemy.pool.NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    url = f"{base}?options=-csearch_path%3D{schema}"
+    k = rng.randrange(1, 5)
+    p = start(root, [*PG, "seed=0,1,2", f"tuning.storage='{url}'"], multirun=True)   # quoted: '=' inside
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline and p.poll() is None:
+            first = next(iter(runs(root).values()), None)
+            if first is not None and trained(first) >= k:
+                break
+            time.sleep(0.05)
+        pg_ctl("stop")
+        time.sleep(PG_OUTAGE_S)
+        pg_ctl("start")
+        out, err = p.communicate(timeout=900)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    wrong, lost = check(refs, root, storage=url)
+    if p.returncode != 0:
+        wrong.insert(0, f"exit {p.returncode}: {err.strip().splitlines()[-1:]}")
+    return Outcome(wrong, lost, str(k))
+
+
+SEARCH = ["algo=es", "iterations=2", "es.batch_size=4", "eval.every=2", "hydra/sweeper=optuna",
+          "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "sigma=tag(log,interval(0.001,0.1))", "pop=choice(2,4)"]
+
+
+def concurrent(bench, rng, attempt):
+    """Two identical optuna searches on one study, started together: both exit 0; the study
+    holds 4 trials, each COMPLETE, each with a run of its own, valued as its summary."""
+    from esopt.runtime.tuning import metric_value
+
+    root = bench.fresh("search")
+    procs = [start(root, [*SEARCH, f"hydra.sweeper.seed={attempt}"], multirun=True) for _ in range(2)]
+    codes = [(p.communicate(timeout=1200), p.returncode)[1] for p in procs]
+    wrong = [f"search {i} exit {c}" for i, c in enumerate(codes) if c]
+    got = trials(root / "f" / "optuna.journal")
+    recorded = [(rid, st, v) for rid, ts in got.items() for st, v in ts]
+    if len(recorded) != 4:
+        wrong.append(f"{len(recorded)} trials, not 4")
+    if len(got) != len(recorded):
+        wrong.append(f"{len(recorded)} trials for {len(got)} runs")
+    not_done = [(rid, st) for rid, st, _ in recorded if st != "COMPLETE"]
+    if not_done:
+        wrong.append(f"trials not COMPLETE: {not_done}")
+    done = runs(root)
+    for rid, st, v in recorded:
+        s = summary(done[rid]) if rid in done else None
+        if s is None or s.get("status") != "completed" or (st == "COMPLETE" and v != metric_value(s["final"])):
+            wrong.append(f"{rid}: run {None if s is None else s.get('status')}, trial {st} {v}")
+    return Outcome(wrong, len(not_done), f"{len(got)} runs")
+
+
+def dead_tracker(bench, rng, attempt):
+    """The reference sweep (seed=0,1,2,3) again with logger=[mlflow] at a server that accepts
+    connections and never answers (a listening socket nobody reads): the runs equal the
+    reference, one warning; the detail is the time lost per sweep (goal: under 15 s)."""
+    import socket
+
+    refs = bench.reference("journal")
+    root = bench.fresh("tracker")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        t = time.perf_counter()
+        r = esopt(root, [*JOURNAL, "seed=0,1,2,3", "logger=[mlflow]",
+                         f"logger_opts.mlflow.tracking_uri=http://127.0.0.1:{server.getsockname()[1]}"], multirun=True)
+        lost_s = time.perf_counter() - t - bench.walls["journal"]
+    wrong, lost = check(refs, root)
+    if r.returncode != 0:
+        wrong.insert(0, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    w = [x for x in warnings(r.stderr) if "mlflow" in x]
+    if len(w) != 1:
+        wrong.append(f"{len(w)} mlflow warnings")
+    if lost_s >= TRACKER_GOAL_S:
+        wrong.append(f"{lost_s:.0f} s lost to the dead tracker (goal < {TRACKER_GOAL_S:.0f} s per sweep)")
+    return Outcome(wrong, lost, f"{lost_s:.1f} s lost per {len(refs)}-run sweep")
+
+
+TRACKER_GOAL_S = 15.0
+
+
 FAULTS = {  # name -> (row label, one attempt, the reference it is compared with, the note's legend)
     "es_kill": ("kill -9 of an ES run, rerun", es_kill, "es", "killed after iteration"),
     "grpo_kill": ("kill -9 of a GRPO run, rerun", grpo_kill, "grpo", "killed after step"),
@@ -548,13 +765,28 @@ FAULTS = {  # name -> (row label, one attempt, the reference it is compared with
     "aggregate": ("aggregator: a non-numeric summary field", aggregate, "journal", "planted"),
     "slurm_cancel": ("scancel of a running Slurm job, retried", slurm_cancel, "es_slurm",
                      "cancelled after iteration"),
+    "dup_folder": ("a copied and a symlinked run folder, aggregated", dup_folder, "journal", "copied"),
+    "deep_line": ("a metrics line nested 20,000 deep, aggregated and swept", deep_line, "journal", "in run"),
+    "pg_outage": ("PostgreSQL stopped 10 s mid-sweep", pg_outage, "pg", "stopped after iteration"),
+    "concurrent": ("two optuna searches on one study at once", concurrent, None, "trials of"),
+    "dead_tracker": ("an MLflow server that never answers, whole sweep", dead_tracker, "journal", "time"),
 }
+
+
+def postgres_reason(bench) -> str | None:
+    """Why pg_outage cannot run here (None: the private server is up)."""
+    try:
+        postgres_url(bench)
+    except Exception as e:  # noqa: BLE001 - the reason is the row's note
+        return f"no PostgreSQL server ({e})"
+    return None
 
 
 def run_fault(bench: Bench, name: str, attempts: int, seed: int) -> dict:
     """One row of the table: ``attempts`` injections of fault ``name``."""
     label, fn, ref, legend = FAULTS[name]
-    bench.reference(ref)  # made before the clock starts
+    if ref is not None:
+        bench.reference(ref)  # made before the clock starts
     rng = random.Random(f"{seed}-{name}")
     outcomes, walls = [], []
     for i in range(attempts):
@@ -596,7 +828,7 @@ def main(argv=None) -> int:
     bench, rows, t0 = Bench(work), [], time.time()
     try:
         for name in names:
-            reason = slurm_reason() if name == "slurm_cancel" else None
+            reason = slurm_reason() if name == "slurm_cancel" else postgres_reason(bench) if name == "pg_outage" else None
             if reason:
                 rows.append({"fault": FAULTS[name][0], "attempts": 0, "survived": "-", "lost": "-",
                              "wall s": "-", "note": f"skipped: {reason}"})

@@ -152,6 +152,11 @@ def _hydra_error(e: BaseException, overrides: list[str]) -> str:
                 avail.append(ln.strip())
         return f"no config {m.group(1)!r}" + (f" (available: {', '.join(avail)})" if avail else "")
     if type(e).__name__ == "OverrideParseException":
+        odd = [o for o in overrides if not o.isascii() and "=" in o and "'" not in o and '"' not in o]
+        if odd and "LexerNoViableAlt" in first:   # Hydra's grammar reads non-ASCII only in quotes
+            key, _, value = odd[0].partition("=")
+            return (f"cannot parse the override {odd[0]!r}: Hydra reads a value with non-ASCII characters "
+                    f"only in quotes; write \"{key}='{value}'\"")
         return f"cannot parse the overrides: {first}"
     return first
 
@@ -180,11 +185,11 @@ def precheck(argv: list[str]) -> None:
     """Before Hydra runs (and creates ``<sweep.root>/<sweep.name>/.hydra/``): compose the first
     run of the command line once and check what needs no data: Hydra's own errors (unknown key
     ``foo=1``, missing config, bad override syntax), top-level keys Hydra would accept but no
-    layer reads (``+popsize=8``), and ``sweep.name`` / ``sweep.root`` (every value given). Each
+    layer reads (``+popsize=8``), ``sweep.name`` / ``sweep.root`` and ``eval.out`` (every value given). Each
     problem is one line and exit 2 (:func:`fail`); the full validation of every run follows
     in the sweeper / the run's entry point."""
     from esopt import algorithms
-    from esopt.core.config import check_keys, check_plain_text, check_sweep_location, plain
+    from esopt.core.config import check_keys, check_output_file, check_plain_text, check_sweep_location, plain
     from esopt.core.errors import ConfigError
 
     overrides = _overrides(argv)
@@ -202,6 +207,9 @@ def precheck(argv: list[str]) -> None:
         for key in NAMED_KEYS:
             for value in values.get(key, []):
                 check_plain_text(key, value)
+        for value in values.get("eval.out", []):  # a file written after the whole evaluation
+            if value is not None:
+                check_output_file("eval.out", str(value))
     except ConfigError as e:
         fail(str(e))
     from hydra import compose, initialize_config_dir

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from esopt.cli.common import fail, hydra_app
 from esopt.core import store
+from esopt.core.config import check_output_file
 from esopt.core.errors import ConfigError
 from esopt.evaluator import evaluate_config, format_samples, format_table, ood_task, write_samples
 from esopt.runtime import budget
@@ -23,6 +24,8 @@ def evaluate_model(cfg) -> dict:
     """The Hydra task function: validate, load, evaluate, print, maybe save."""
     try:
         rc = validate(cfg)
+        if rc.eval.out:  # before the evaluation, not after it (the result would be lost)
+            check_output_file("eval.out", str(rc.eval.out))
     except ConfigError as e:
         fail(str(e))
     once = dataclasses.replace(rc, algo="none")  # one evaluation, whatever algo says

@@ -22,14 +22,28 @@ from esopt.runtime.run import print_summary, run, run_worker
 from esopt.runtime.validate import run_id, uses, validate
 
 
+def missing_analyses(cfg: RunConfig, rid: str) -> list[str]:
+    """The analyses of ``analysis=[...]`` a run asks for and has no ``<analysis>.json`` of."""
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
+    return [a for a in cfg.analysis if not (rd.path / f"{a}.json").exists()] if uses(cfg, "analysis") else []
+
+
+def no_model_warning(rid: str, missing: list[str], where) -> str:
+    return (f"esopt: warning: run {rid}: analysis=[{','.join(missing)}] not computed: {where} is missing "
+            "(deleted, or the run had sweep.save_model=false)")
+
+
 def analyses(cfg: RunConfig, summary: dict) -> dict:
     """Run the analyses of ``analysis=[...]`` still missing for a completed run (never raises);
     they read ``<run>/model/`` and write ``<analysis>.json`` beside it; sparsity evaluates the
-    points of the run's ``sparsity:`` block (fractions, modes, control_fractions)."""
-    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, summary.get("run_id") or run_id(cfg))
-    if summary.get("status") != "completed" or not uses(cfg, "analysis") or not rd.model_dir.is_dir():
+    points of the run's ``sparsity:`` block (fractions, modes, control_fractions). Without
+    ``<run>/model/`` they are not computed, and one warning says so."""
+    rid = summary.get("run_id") or run_id(cfg)
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
+    missing = missing_analyses(cfg, rid) if summary.get("status") == "completed" else []
+    if missing and not rd.model_dir.is_dir():
+        print(no_model_warning(rid, missing, rd.model_dir), file=sys.stderr)
         return summary
-    missing = [a for a in cfg.analysis if not (rd.path / f"{a}.json").exists()]
     if missing:
         from esopt.study import analyze
 
@@ -68,7 +82,8 @@ def dry_run(rc: RunConfig) -> dict:
     rid = run_id(rc)
     rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
     status = (rd.read_summary() or {}).get("status") or "not started"
-    print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']}): {status}; "
+    print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']} "
+          f"engine={rc.engine['name']}): {status}; "
           f"nothing launched\n  {rd.path}")
     budget_notes(rc, dry=True)
     return {"status": "dry_run", "run_id": rid}

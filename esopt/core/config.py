@@ -396,6 +396,37 @@ def check_sweep_location(name: Any, root: Any) -> None:
     base = os.path.abspath(root)
     if os.path.dirname(os.path.abspath(os.path.join(base, name))) != base:
         raise ConfigError(f"sweep.name {name!r} leaves sweep.root {root!r}")
+    if len(name.encode(errors="surrogateescape")) > MAX_NAME_BYTES:
+        raise ConfigError(f"sweep.name is {len(name.encode(errors='surrogateescape'))} bytes long; a directory "
+                          f"name holds at most {MAX_NAME_BYTES} (got {name[:24]!r}...)")
+    check_creatable_dir("sweep.root", root)
+
+
+def check_output_file(key: str, path: str) -> None:
+    """``path`` can be written as a file: not an existing directory, its folder creatable."""
+    import os
+
+    if os.path.isdir(os.path.expanduser(path)):
+        raise ConfigError(f"{key} {path!r} is a directory; give a file name")
+    check_creatable_dir(key, os.path.dirname(os.path.abspath(os.path.expanduser(path))))
+
+
+def check_creatable_dir(key: str, path: str) -> None:
+    """``path`` is a directory, or one can be made there: its deepest part that exists is a
+    writable directory (not a file, as ``sweep.root=<file>`` or ``eval.out=<file>/x.json``'s
+    parent would be). ConfigError naming ``key`` otherwise; checked before any work is done."""
+    import os
+
+    where = os.path.abspath(os.path.expanduser(path))
+    while not os.path.lexists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)                    # the deepest part that exists
+    if not os.path.isdir(where):
+        raise ConfigError(f"{key} {path!r}: {where} is a file, not a directory")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key} {path!r}: {where} is not writable")
+
+
+MAX_NAME_BYTES = 255    # one path component (NAME_MAX of Linux and macOS file systems)
 
 
 def model_default(cfg: RunConfig, key: str) -> float:

@@ -186,7 +186,7 @@ class RunDir:
                     continue
                 try:
                     yield json.loads(raw)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):   # RecursionError: nested too deep
                     continue
 
     def truncate_metrics(self, keep: "callable") -> None:

@@ -132,6 +132,15 @@ def check_dir(path: str | os.PathLike) -> None:
         raise ConfigError(f"model path {path}: config.json has no model_type")
     if not any((p / name).is_file() for name in TOKENIZER_FILES):
         raise ConfigError(f"model path {path} has no tokenizer ({', '.join(TOKENIZER_FILES)})")
+    for name in TOKENIZER_JSON:
+        if (p / name).is_file():
+            try:
+                tok = json.loads((p / name).read_bytes())
+            except (OSError, ValueError, RecursionError) as e:
+                raise ConfigError(f"model path {path}: {name} is unreadable ({type(e).__name__})") from None
+            if not isinstance(tok, dict):
+                raise ConfigError(f"model path {path}: {name} is not a JSON object")
+    check_config(p, cfg)
     shards = sorted(p.glob("*.safetensors"))
     index = p / "model.safetensors.index.json"
     if index.is_file():
@@ -153,6 +162,30 @@ def check_dir(path: str | os.PathLike) -> None:
                 raise ConfigError(f"model weights {b} are not a torch zip archive (corrupt)")
     if not bins:
         raise ConfigError(f"model path {path} has no weights (*.safetensors or pytorch_model*.bin)")
+
+
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "vocab.json")   # JSON objects when present
+
+
+def check_config(p: Path, cfg: dict) -> None:
+    """config.json loads as transformers' config class of its ``model_type`` (the field types it
+    checks: a non-numeric ``hidden_size`` is one line here, not a failed run). A model_type
+    transformers does not know is left to the remote-code check (nothing is imported from ``p``)."""
+    from transformers import CONFIG_MAPPING, AutoConfig
+
+    if cfg.get("model_type") not in CONFIG_MAPPING:
+        return
+    try:
+        AutoConfig.from_pretrained(str(p))
+    except Exception as e:  # noqa: BLE001 - transformers' validation errors have no common base
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]
+        raise ConfigError(f"model path {p}: config.json does not load: {' '.join(lines[:2])[:300]}") from None
+
+
+def check_dtype(dtype) -> None:
+    """``model.dtype`` is one the loader knows (checked before dispatch and at load)."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown model.dtype {dtype!r} (known: {', '.join(DTYPES)})")
 
 
 def local_dir(model_cfg: Mapping) -> Path | None:
@@ -223,8 +256,7 @@ def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-    if dtype not in DTYPES:
-        raise ConfigError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    check_dtype(dtype)
     if not path and name not in known_names():
         raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
     src = _source(name, path)

@@ -271,7 +271,8 @@ def _close(rd: store.RunDir, summary: dict, shared: Shared) -> None:
     summary["effective"] = dict(shared.effective)
     if summary["status"] == "running":
         return
-    _record_end(rd, summary)
+    if not _record_end(rd, summary):  # it stays 'running' and resumes: its trial stays RUNNING for it
+        return
     if shared.trial is not None:
         try:
             shared.trial.finish(summary)
@@ -279,22 +280,26 @@ def _close(rd: store.RunDir, summary: dict, shared: Shared) -> None:
             print(f"esopt: warning: could not record trial: {e}", file=sys.stderr)
 
 
-def _record_end(rd: store.RunDir, summary: dict) -> None:
+def _record_end(rd: store.RunDir, summary: dict) -> bool:
     """Write the final summary. On a full disk, free this run's half-written temporaries
     (``checkpoint.tmp``, ``model.tmp``) and try once more; if even that fails the previous
-    summary (``running``) stays, so the next sweep resumes the run; never raises."""
+    summary (``running``) stays, so the next sweep resumes the run (and its Optuna trial is
+    left RUNNING for that attempt: a FAIL here gave the run a FAIL and a COMPLETE trial).
+    Returns whether the end was recorded; never raises."""
     try:
         rd.write_summary(summary)
-        return
+        return True
     except OSError as e:
         first = e
     for name in (rd.checkpoint_dir.name, rd.model_dir.name):
         shutil.rmtree(rd.path / f"{name}.tmp", ignore_errors=True)
     try:
         rd.write_summary(summary)
+        return True
     except OSError:
         print(f"esopt: warning: could not record the end of run {summary.get('run_id')} ({first}); "
               "it stays 'running' and resumes when the sweep is run again", file=sys.stderr)
+        return False
 
 
 def run_worker(cfg: RunConfig) -> dict:

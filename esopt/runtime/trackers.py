@@ -30,9 +30,14 @@ mlflow          experiment = sweep, run name = run id, tag ``esopt.run_id`` (a r
 ==============  =====================================================================================
 
 Failures never touch the run: a tracker that raises (server down, disk full, a library error)
-prints one ``esopt: warning:`` line and is dropped for the rest of that run. MLflow's HTTP
-retries are bounded (``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` 2, timeout 30 s, unless set), so a
-dead server costs seconds once, not minutes per line. Bad input is refused before dispatch
+prints one ``esopt: warning:`` line and is dropped for the rest of that run. A network
+tracker's every call has a deadline (``logger_opts.<name>.timeout_s``, 10 s): one that does not
+answer in time (a server that accepts and never replies) is left behind in a daemon thread and
+dropped, and when it fails to start or misses a deadline it is off for the rest of the sweep:
+a marker in ``<sweep>/.trackers/`` tells the sweep's later runs (those started after the
+sweep began: ``ESOPT_SWEEP_START``, set by the sweeper) to skip it without a word, so a dead
+server costs one deadline per sweep, not one per run; the next sweep tries again. MLflow's own
+HTTP retries are bounded too (``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` 2, timeout 30 s, unless set). Bad input is refused before dispatch
 (:func:`check`): an unknown tracker, a library not installed, a malformed MLflow URI.
 Adding a tracker: one class with ``name``, ``package``, ``Options``, the four methods, and one
 line in :data:`TRACKERS`.
@@ -45,6 +50,8 @@ import importlib.util
 import json
 import os
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -54,6 +61,7 @@ from esopt.core import store
 from esopt.core.config import block
 from esopt.core.errors import ConfigError
 from esopt.runtime.context import eval_line
+from esopt.runtime.tuning import SWEEP_START
 
 LINE_LABELS = ("kind", "iteration", "phase")   # a metrics line's labels, not its values
 
@@ -123,6 +131,12 @@ class Tracker:
 
     def check(self) -> None:
         """Checks of the options that need no connection (ConfigError, one line)."""
+
+    @property
+    def timeout_s(self) -> float | None:
+        """Each call's deadline when it talks to a server (a network tracker's ``timeout_s``
+        option); None = no deadline (local files: no server to wait for)."""
+        return None
 
 
 @dataclass
@@ -200,6 +214,14 @@ def wandb_logged_in() -> bool:
 
 
 WANDB_MODES = ("online", "offline", "disabled")
+DEADLINE_S = 10.0          # default deadline of one call to a network tracker (logger_opts.<name>.timeout_s)
+OFF_DIR = ".trackers"      # <sweep>/.trackers/<name>.off: the tracker missed a deadline in this sweep
+
+
+def check_timeout(t: Tracker) -> None:
+    v = t.opts.timeout_s
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise ConfigError(f"logger_opts.{t.name}.timeout_s must be a number of seconds > 0, got {v!r}")
 
 
 class Wandb(Tracker):
@@ -211,16 +233,25 @@ class Wandb(Tracker):
         entity: Optional[str] = None   # team or user; null = the account's default
         mode: Optional[str] = None     # online | offline | disabled; null = WANDB_MODE, else
         #                                online when logged in (WANDB_API_KEY / netrc), else offline
+        timeout_s: float = DEADLINE_S  # a call that takes longer turns wandb off for the rest of the sweep
 
     def check(self) -> None:
+        check_timeout(self)
         if self.opts.mode is not None and self.opts.mode not in WANDB_MODES:
             raise ConfigError(f"logger_opts.wandb.mode must be one of {', '.join(WANDB_MODES)} or null, "
                               f"got {self.opts.mode!r}")
 
+    def mode(self) -> str:
+        return self.opts.mode or os.environ.get("WANDB_MODE") or ("online" if wandb_logged_in() else "offline")
+
+    @property
+    def timeout_s(self) -> float | None:
+        return self.opts.timeout_s if self.mode() == "online" else None
+
     def start(self) -> None:
         import wandb
 
-        mode = self.opts.mode or os.environ.get("WANDB_MODE") or ("online" if wandb_logged_in() else "offline")
+        mode = self.mode()
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.run.sweep)[:48]
         quiet = os.environ.get("ESOPT_VERBOSE", "") in ("", "0")
         self.wb = wandb.init(
@@ -268,12 +299,19 @@ class MLflow(Tracker):
     class Options:
         tracking_uri: Optional[str] = None  # http(s)://host:port (a server), sqlite:///file.db,
         #                                     postgresql://..., file:/dir; null = sqlite:///<sweep dir>/mlflow.db
+        timeout_s: float = DEADLINE_S       # a call that takes longer turns MLflow off for the rest of the sweep
 
     @property
     def uri(self) -> str:
         return self.opts.tracking_uri or f"sqlite:///{(self.run.sweep_dir / 'mlflow.db').resolve()}"
 
+    @property
+    def timeout_s(self) -> float | None:
+        local = urlparse(self.uri).scheme.split("+")[0] in ("", "file", "sqlite")
+        return None if local else self.opts.timeout_s
+
     def check(self) -> None:
+        check_timeout(self)
         uri = self.opts.tracking_uri
         if uri is None:
             return
@@ -379,23 +417,37 @@ def check(rc) -> None:
 
 # --- the observer a run's store calls -------------------------------------------------------------
 class Trackers:
-    """The run's trackers behind the store's observer calls; a tracker that raises is dropped
-    after one warning line, and nothing it does reaches the run."""
+    """The run's trackers behind the store's observer calls; a tracker that raises or misses its
+    deadline is dropped after one warning line, and nothing it does reaches the run."""
 
     def __init__(self, trackers: list[Tracker]):
         self.trackers = []
         for t in trackers:
-            if self._call(t, "start"):
+            if off_in_this_sweep(t):
+                continue          # it missed a deadline earlier in this sweep: warned there
+            try:                  # seconds of imports (mlflow) are not the server's answer time
+                importlib.import_module(t.package)
+            except Exception:  # noqa: BLE001 - start() reports it
+                pass
+            if self._call(t, "start", sweep_wide=True):
                 self.trackers.append(t)
 
-    def _call(self, t: Tracker, method: str, *args) -> bool:
+    def _call(self, t: Tracker, method: str, *args, sweep_wide: bool = False) -> bool:
         try:
-            getattr(t, method)(*args)
+            if not bounded(getattr(t, method), args, t.timeout_s):
+                mark_off(t, f"no answer within {t.timeout_s:g} s")
+                print(f"esopt: warning: logger {t.name} did not answer within {t.timeout_s:g} s "
+                      f"(logger_opts.{t.name}.timeout_s) in run {t.run.run_id}; it is off for the rest of "
+                      "this sweep (metrics.jsonl has everything)", file=sys.stderr)
+                return False
             return True
         except Exception as e:  # noqa: BLE001 - a tracker never fails the run
             msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-            print(f"esopt: warning: logger {t.name} failed for run {t.run.run_id} ({msg}); "
-                  "it is off for the rest of this run (metrics.jsonl has everything)", file=sys.stderr)
+            if sweep_wide:        # it cannot start (server down): the sweep's other runs would not either
+                mark_off(t, msg)
+            print(f"esopt: warning: logger {t.name} failed for run {t.run.run_id} ({msg}); it is off for "
+                  f"the rest of this {'sweep' if sweep_wide else 'run'} (metrics.jsonl has everything)",
+                  file=sys.stderr)
             return False
 
     def _each(self, method: str, *args) -> None:
@@ -412,6 +464,52 @@ class Trackers:
         if summary.get("status") not in (None, "running"):  # the end: send it, close the runs
             self._each("finish", summary)
             self.trackers = []
+
+
+def bounded(fn, args: tuple, timeout: float | None) -> bool:
+    """``fn(*args)``; with a ``timeout``, in a daemon thread that is left behind (False) when it
+    has not returned by then. Its exception is raised here."""
+    if timeout is None:
+        fn(*args)
+        return True
+    box: dict = {}
+
+    def call() -> None:
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    th = threading.Thread(target=call, daemon=True, name="esopt-tracker")
+    th.start()
+    th.join(timeout)
+    if th.is_alive():
+        return False
+    if "error" in box:
+        raise box["error"]
+    return True
+
+
+def _off_path(t: Tracker) -> Path:
+    return t.run.sweep_dir / OFF_DIR / f"{t.name}.off"
+
+
+def mark_off(t: Tracker, why: str) -> None:
+    """Tell the sweep's later runs that ``t`` is down (best effort: a marker that cannot be
+    written costs each run one deadline, nothing more)."""
+    try:
+        store.atomic_write_json(_off_path(t), {"at": time.time(), "run_id": t.run.run_id, "why": why})
+    except OSError:
+        pass
+
+
+def off_in_this_sweep(t: Tracker) -> bool:
+    """Whether a run of this sweep (begun at ``ESOPT_SWEEP_START``) marked ``t`` down."""
+    try:
+        start = float(os.environ[SWEEP_START])
+        return float(json.loads(_off_path(t).read_bytes())["at"]) >= start
+    except (KeyError, ValueError, TypeError, OSError):
+        return False
 
 
 def attach(rc, rid: str, rd: store.RunDir) -> Trackers | None:

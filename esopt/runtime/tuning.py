@@ -35,7 +35,9 @@ Config: the ``tuning:`` block, :class:`TuningConfig` (every knob documented ther
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -83,6 +85,49 @@ class TuningConfig:
 
 
 JOURNAL_NAME = "optuna.journal"
+# Set by the sweepers as they launch (time.time()): a process that sees it is a run of a sweep
+# whose storage and trackers were checked before dispatch (esopt.runtime.trackers reads it too).
+SWEEP_START = "ESOPT_SWEEP_START"
+# Waits between tries of a storage call made during a run (a database that restarts, a network
+# blip): ~15 s in all, then the run goes on without its trial, which the sweep reports later.
+STORAGE_RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+class StorageDown(RuntimeError):
+    """The Optuna storage did not answer through every retry of :data:`STORAGE_RETRY_S`."""
+
+
+def storage_errors() -> tuple[type, ...]:
+    """What a storage that does not answer raises: the driver's connection errors (SQLAlchemy's
+    OperationalError / InterfaceError; Optuna wraps a failed commit in StorageInternalError,
+    saying "e.g. exceeding max length"), a journal's OSError."""
+    import optuna
+    import sqlalchemy.exc
+
+    return (optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError,
+            sqlalchemy.exc.InterfaceError, OSError)
+
+
+def cause(e: BaseException) -> str:
+    """The first line of the innermost cause (the driver's words, not Optuna's wrapper)."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    text = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def retrying(fn, *args, waits=None):
+    """``fn(*args)``, tried again after each wait of ``waits`` (:data:`STORAGE_RETRY_S`) while
+    the storage does not answer; then :class:`StorageDown` naming the cause."""
+    import time
+
+    for wait in (*(STORAGE_RETRY_S if waits is None else waits), None):
+        try:
+            return fn(*args)
+        except storage_errors() as e:
+            if wait is None:
+                raise StorageDown(cause(e)) from e
+            time.sleep(wait)
 
 
 def settings(tuning: Mapping | None) -> dict:
@@ -268,9 +313,13 @@ def check_storage(url: str, timeout: int = 5) -> None:
         raise ConfigError(f"tuning.storage {shown!r} needs the Python driver {dialect.driver!r}, which is not "
                           f"installed (pip install '{pkg}')") from None
     args = {} if backend == "sqlite" or "connect_timeout" in u.query else {"connect_timeout": int(timeout)}
+    # a worker of a sweep (its URL checked by the sweeper before dispatch) rides out an outage
+    waits = STORAGE_RETRY_S if os.environ.get(SWEEP_START) else ()
     try:  # log in and create Optuna's tables now, once, not in many workers at the same moment
-        _rdb(url, poolclass=sqlalchemy.pool.NullPool, connect_args=args).engine.dispose()
+        retrying(lambda: _rdb(url, poolclass=sqlalchemy.pool.NullPool, connect_args=args).engine.dispose(),
+                 waits=waits)
     except Exception as e:  # noqa: BLE001 - OperationalError, ProgrammingError (rights), schema version
+        e = e.__cause__ if isinstance(e, StorageDown) else e
         why = str(getattr(e, "orig", None) or e).strip().splitlines()
         raise ConfigError(f"cannot {'open' if backend == 'sqlite' else 'reach'} tuning.storage {shown!r}: "
                           f"{why[0] if why else type(e).__name__}") from None
@@ -405,32 +454,63 @@ def find_trial(study, run_id: str, states=None):
 
 
 class RunTrial:
-    """A run's handle on its Optuna trial: report / should_prune / finish."""
+    """A run's handle on its Optuna trial: report / should_prune / finish.
 
-    def __init__(self, study, trial, metric: str, pruning: bool, pruner: str | None = None):
+    Every storage call is retried (:func:`retrying`); a storage still down after that turns the
+    trial off for the rest of the run after one warning (no pruning; nothing trained is lost) and
+    :meth:`finish` tries once more, else leaves the trial to :func:`rereport`, which the sweep
+    calls when the storage answers again (from the run's summary.json: no FAIL for a completed
+    run, no second trial). ``trial`` None: the storage was down when the run attached."""
+
+    def __init__(self, study, trial, metric: str, pruning: bool, pruner: str | None = None, *,
+                 run_id: str | None = None, where: str = ""):
         self.study, self.trial, self.metric, self.pruning = study, trial, metric, pruning
         self.pruner = pruner
         self.reason: dict | None = None  # why should_prune() last said yes (pruners.explain)
+        self.run_id, self.where = run_id, where
+        self.down = trial is None        # the storage stopped answering: off for this run
+        self.reopen, self.params = None, None   # attach's: how to open the study later, the trial's attrs
+        self.pending: Path | None = None        # written when finish could not reach the storage
 
     @property
     def number(self) -> int:
         return self.trial.number
 
+    def _safe(self, fn, *args):
+        """``fn(*args)`` through :func:`retrying`; None (and the trial off, one warning) when
+        the storage stays down."""
+        if self.down:
+            return None
+        try:
+            return retrying(fn, *args)
+        except StorageDown as e:
+            self.off(e)
+            return None
+
+    def off(self, e: BaseException) -> None:
+        self.down = True
+        print(f"esopt: warning: Optuna storage {self.where} does not answer ({e}); run {self.run_id} goes on "
+              "without pruning, and its trial is reported when the sweep finds the storage again",
+              file=sys.stderr)
+
     def report(self, result: Mapping | float, step: int) -> None:
         """Report the tuning metric of an evaluation (dict or number) at ``step``; an evaluator
         dict's per-problem results are stored with the trial first (``evidence@<step>``)."""
-        from esopt.runtime.pruning import evidence, evidence_key
-
         v = metric_value(result, self.metric)
         if v is not None:
-            import warnings
+            self._safe(self._report, result, v, int(step))
 
-            ev = evidence(result) if isinstance(result, Mapping) else None
-            if ev is not None:
-                self.trial.set_user_attr(evidence_key(step), ev)
-            with warnings.catch_warnings():  # a resumed run re-reports a step: ignored
-                warnings.simplefilter("ignore")
-                self.trial.report(v, int(step))
+    def _report(self, result, v: float, step: int) -> None:
+        import warnings
+
+        from esopt.runtime.pruning import evidence, evidence_key
+
+        ev = evidence(result) if isinstance(result, Mapping) else None
+        if ev is not None:
+            self.trial.set_user_attr(evidence_key(step), ev)
+        with warnings.catch_warnings():  # a resumed run (or a retry) re-reports a step: ignored
+            warnings.simplefilter("ignore")
+            self.trial.report(v, step)
 
     def record_base(self, result: Mapping | None) -> None:
         """Store the per-problem results of the run's evaluation before training with its trial
@@ -439,14 +519,14 @@ class RunTrial:
 
         ev = evidence(result)
         if ev is not None:
-            self.trial.set_user_attr(BASE_KEY, ev)
+            self._safe(self.trial.set_user_attr, BASE_KEY, ev)
 
     def should_prune(self) -> bool:
         """Ask the study's pruner; when it says yes, :attr:`reason` says why (statistic,
         value, threshold, reference, step; ``esopt.runtime.pruners.explain``), also stored
         as the trial's user attribute ``pruned_because``."""
         self.reason = None
-        if not (self.pruning and self.trial.should_prune()):
+        if not (self.pruning and self._safe(self.trial.should_prune)):
             return False
         from esopt.runtime import pruners
 
@@ -460,21 +540,39 @@ class RunTrial:
 
     def finish(self, summary: Mapping | str, value: float | None = None) -> None:
         """Mark the trial from the run's summary (or a status string): completed -> COMPLETE
-        with the final metric; pruned -> PRUNED; anything else -> FAIL."""
-        from optuna.trial import TrialState
-
+        with the final metric; pruned -> PRUNED; anything else -> FAIL. A storage that stopped
+        answering during the run is tried again (retried); if it still does not answer, the
+        trial is left for :func:`rereport` (one warning), never marked from a guess."""
         if isinstance(summary, Mapping):
             status = summary.get("status")
             if value is None:
                 value = metric_value(summary.get("final"), self.metric)
         else:
             status = summary
+        if self.study is None and self.reopen is None:
+            return
+        self.down = False                 # the end: one more round of tries
+        if self._safe(self._tell, status, value) is None and self.pending is not None:
+            try:                          # tells the sweep to report it once the storage answers
+                self.pending.parent.mkdir(parents=True, exist_ok=True)
+                self.pending.write_text(str(status))
+            except OSError:
+                pass                      # the next sweep's rereport finds it anyway
+
+    def _tell(self, status, value) -> None:
+        from optuna.trial import TrialState
+
+        if self.study is None:            # attached while the storage was down: attach now
+            self.study = self.reopen()
+        if self.trial is None:
+            self.trial = start_trial(self.study, self.run_id, self.params)
         if status == "completed" and value is not None:
             self.study.tell(self.trial.number, value, skip_if_finished=True)
         elif status == "pruned":
             self.study.tell(self.trial.number, state=TrialState.PRUNED, skip_if_finished=True)
         else:
             self.study.tell(self.trial.number, state=TrialState.FAIL, skip_if_finished=True)
+        return True
 
 
 def start_trial(study, run_id: str, params: Mapping | None = None):
@@ -496,21 +594,41 @@ def start_trial(study, run_id: str, params: Mapping | None = None):
 
 
 def attach(cfg: Any, run_id: str, params: Mapping | None = None) -> RunTrial | None:
-    """The run's trial (:func:`start_trial` in the group's study) as a :class:`RunTrial`.
+    """The run's trial (:func:`start_trial` in the group's study) as a :class:`RunTrial`; a
+    storage that does not answer through the retries gives a RunTrial without a trial (the run
+    goes on; :meth:`RunTrial.finish` or the sweep's :func:`rereport` records it later).
 
     Returns None when ``tuning.enabled`` is false.
     """
     t = settings(_get(cfg, "tuning"))
     if not t["enabled"]:
         return None
-    try:
-        study = open_study(cfg)
-        trial = start_trial(study, run_id, params)
-    except (ValueError, AssertionError) as e:  # Optuna's own words never name the journal
-        raise JournalError(f"Optuna storage {storage_url(cfg)}: {type(e).__name__}: {e}") from e
     from esopt.runtime import pruners
 
-    return RunTrial(study, trial, str(t["metric"]), pruners.get(t["pruner"]).prunes, t["pruner"])
+    where = re.sub(r":[^:/@]*@", ":***@", storage_url(cfg))
+    handle = RunTrial(None, None, str(t["metric"]), pruners.get(t["pruner"]).prunes, t["pruner"],
+                      run_id=run_id, where=where)
+    handle.reopen, handle.params = (lambda: open_study(cfg)), params
+    root, sweep = _sweep(cfg)
+    handle.pending = pending_path(root, sweep, run_id)
+    try:
+        handle.study = retrying(open_study, cfg)
+        handle.trial = retrying(start_trial, handle.study, run_id, params)
+        handle.down = False
+    except StorageDown as e:
+        handle.off(e)
+    except (ValueError, AssertionError) as e:  # Optuna's own words never name the journal
+        raise JournalError(f"Optuna storage {storage_url(cfg)}: {type(e).__name__}: {e}") from e
+    return handle
+
+
+PENDING = ".optuna-pending"   # <run>/.optuna-pending: the run ended but its trial is not recorded yet
+
+
+def pending_path(root: str, sweep: str, run_id: str) -> Path:
+    from esopt.core.store import RunDir
+
+    return RunDir.for_run(root, sweep, run_id).path / PENDING
 
 
 def rereport(cfg: Any, run_id: str, summary: Mapping, params: Mapping | None = None) -> bool:
@@ -524,8 +642,11 @@ def rereport(cfg: Any, run_id: str, summary: Mapping, params: Mapping | None = N
         return False
     study = open_study(cfg)
     found = find_trial(study, run_id)
-    if found is not None and found.state.is_finished():
-        return False
-    trial = start_trial(study, run_id, params)
-    RunTrial(study, trial, str(t["metric"]), False, t["pruner"]).finish(summary)
-    return True
+    done = found is not None and found.state.is_finished()
+    if not done:
+        trial = start_trial(study, run_id, params)
+        RunTrial(study, trial, str(t["metric"]), False, t["pruner"])._tell(
+            summary.get("status"), metric_value(summary.get("final"), str(t["metric"])))
+    root, sweep = _sweep(cfg)
+    pending_path(root, sweep, run_id).unlink(missing_ok=True)
+    return not done

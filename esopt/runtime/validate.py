@@ -52,6 +52,7 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     if ood is not None and ood.get("name") not in tasks.TASK_NAMES:
         raise ConfigError(f"unknown eval.ood_task {ood.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
     rc = resolve_defaults(rc)
+    models.check_dtype(rc.model.get("dtype", "float32"))
     if rc.model.get("path"):
         models.check_dir(rc.model["path"])
     check_remote_code(rc.model)

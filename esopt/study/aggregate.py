@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +48,8 @@ def aggregate(sweep_dir: str | os.PathLike, *, metric: str = "pass@1", tolerance
         agg.notes.append(f"no run has a final evaluation yet: {agg.metric} is empty")
     out = Path(out) if out is not None else agg.sweep_dir
     out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".aggregate-", dir=out))
+    remove_stale_stages(out)
+    stage = Path(tempfile.mkdtemp(prefix=f"{STAGE}{socket.gethostname()}-{os.getpid()}-", dir=out))
     try:
         names = _write_outputs(agg, stage, algo=algo, tolerance=tolerance, bootstrap=bootstrap, seed=seed,
                                html=html, claims=claims, final=out)
@@ -55,6 +57,41 @@ def aggregate(sweep_dir: str | os.PathLike, *, metric: str = "pass@1", tolerance
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return agg
+
+
+STAGE = ".aggregate-"        # <out>/.aggregate-<host>-<pid>-<random>/: one aggregation's outputs, staged
+STALE_STAGE_S = 24 * 3600    # another host's stage older than this is left over (its pid cannot be asked)
+
+
+def remove_stale_stages(out: Path) -> list[str]:
+    """Remove the staging folders an aggregation killed mid-way (``kill -9``, a node lost) left
+    in ``out``: this host's whose process is gone, another host's after a day, older unnamed
+    ones (``.aggregate-<random>``) after a day. Returns their names."""
+    host, now, gone = socket.gethostname(), time.time(), []
+    for d in out.glob(f"{STAGE}*"):
+        parts = d.name[len(STAGE):].rsplit("-", 2)
+        try:
+            age = now - d.stat().st_mtime
+        except OSError:
+            continue
+        if len(parts) == 3 and parts[0] == host and parts[1].isdigit():
+            stale = not _alive(int(parts[1]))
+        else:
+            stale = age > STALE_STAGE_S
+        if stale and d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d.name)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _write_outputs(agg: Aggregate, stage: Path, *, algo, tolerance, bootstrap, seed, html, claims,

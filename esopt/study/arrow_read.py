@@ -77,6 +77,11 @@ def arrow_summaries(ids: list[str], raws: list[bytes]) -> pa.Table:
     if tab.num_rows != len(ids):
         raise ValueError("row count mismatch")
     cols = {c: tab.column(c) for c in tab.column_names}
+    named = cols.get("run_id")                           # a copied folder: the Python path names it
+    if named is not None and not pa.types.is_null(named.type):
+        if not pa.types.is_string(named.type) or not pc.all(
+                pc.or_kleene(pc.is_null(named), pc.equal(named, pa.array(ids, pa.string())))).as_py():
+            raise ValueError("a summary names another run")
     for k in REQUIRED:
         if k not in cols or cols[k].null_count:
             raise ValueError(f"missing {k}")

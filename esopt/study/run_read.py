@@ -35,6 +35,30 @@ def drop_lists(raw: bytes, which: slice = slice(None)) -> bytes:
 
 SUMMARY_LISTS, METRICS_LISTS = slice(0, 2), slice(2, 3)   # what each file kind carries
 
+# Arrow's JSON reader recurses on the C stack: a line nested ~20,000 deep kills the process
+# (SIGSEGV). Lines with more opening brackets than this go to the Python reader instead, which
+# counts a line too deep for it (RecursionError) as unreadable. esopt's own lines have ~20.
+MAX_BRACKETS = 1000
+
+
+def bracket_heavy(blob: bytes) -> bool:
+    """Whether a line of ``blob`` has more than MAX_BRACKETS opening brackets (two C-speed
+    counts over the whole blob decide for almost every file; only a heavy one is split)."""
+    if blob.count(b"[") + blob.count(b"{") <= MAX_BRACKETS:
+        return False
+    return any(ln.count(b"[") + ln.count(b"{") > MAX_BRACKETS for ln in blob.split(b"\n"))
+
+
+def copy_of(folder: str, s: dict) -> str | None:
+    """The run a summary names when that is not its folder's (a copied or renamed run folder,
+    counted once under its own run_id), else None. Summaries without a run_id are their folder's."""
+    rid = s.get("run_id")
+    return None if rid is None or rid == folder else str(rid)[:80]
+
+
+def copy_reason(rid: str) -> str:
+    return f"its summary.json names run {rid!r}: a copied or renamed run folder (counted once, as {rid!r})"
+
 
 # ---------------------------------------------------------------------------------------
 # flattening
@@ -92,13 +116,13 @@ def parse_jsonl(data: bytes) -> tuple[list, int]:
         objs = json.loads(b"[" + b",".join(lines) + b"]")
         if all(isinstance(o, dict) for o in objs):
             return objs, 0
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     objs, bad = [], 0
     for ln in lines:
         try:
             o = json.loads(ln)
-        except ValueError:
+        except (ValueError, RecursionError):   # RecursionError: a line nested too deep
             bad += 1
             continue
         if isinstance(o, dict):
@@ -162,6 +186,8 @@ def summary_row(run_id: str, raw: bytes | None) -> tuple[dict | None, str | None
         s = json.loads(drop_lists(raw))
     except ValueError as e:
         return None, f"corrupt summary.json: {str(e).splitlines()[0]}"
+    except RecursionError:
+        return None, "corrupt summary.json: nested too deep"
     if not isinstance(s, dict):
         return None, f"corrupt summary.json: a JSON {type(s).__name__}, not an object"
     missing = [k for k in REQUIRED if k not in s or s[k] is None]
@@ -169,6 +195,8 @@ def summary_row(run_id: str, raw: bytes | None) -> tuple[dict | None, str | None
         missing.append("model.name")
     if missing:
         return None, f"summary.json lacks {', '.join(missing)}"
+    if copy_of(run_id, s):
+        return None, copy_reason(copy_of(run_id, s))
     try:
         row = _summary_row(run_id, s)
     except (KeyError, TypeError, AttributeError) as e:
@@ -179,6 +207,12 @@ def summary_row(run_id: str, raw: bytes | None) -> tuple[dict | None, str | None
         return None, (f"summary.json: {'model.params' if k == 'params' else k} is not a number "
                       f"({str(row[k])[:40]!r})")
     return row, None
+
+
+def no_metrics_note(run_id: str) -> str:
+    """The note for a run recorded past its start whose metrics.jsonl is gone (its curves would
+    silently be missing from the page)."""
+    return f"run {run_id}: no metrics.jsonl (deleted?): its curves are missing from the tables and the page"
 
 
 def _number_or_null(v) -> bool:
@@ -197,6 +231,8 @@ def read_run(path: Path, root: str | None = None) -> RunRead:
         rr.row.update(analysis_columns(path, names, rr.notes, root))
         rr.lines, rr.bad_lines = parse_jsonl(metr)
         rr.row["n_lines"] = len(rr.lines)
+        if "metrics.jsonl" not in names and rr.row.get("status") != "running":
+            rr.notes.append(no_metrics_note(rr.run_id))
     return rr
 
 
@@ -211,6 +247,7 @@ def links_out(path: str, root: str | None) -> bool:
 
 
 OUTSIDE = "a symlink to {} outside the sweep directory (not followed)"
+ALIAS = "a symlink to {} (a run is counted once, from its own folder)"
 
 
 def read_raw(path: Path, root: str | None = None):
@@ -221,6 +258,8 @@ def read_raw(path: Path, root: str | None = None):
         d = str(path)
         if links_out(d, root):
             return None, OUTSIDE.format(os.path.realpath(d)), b""
+        if os.path.islink(d):
+            return None, ALIAS.format(os.readlink(d)), b""
         names = set(os.listdir(d))
         summ = metr = None
         for name in ("summary.json", "metrics.jsonl"):

@@ -39,8 +39,9 @@ from esopt.core.config import ANALYSES
 from esopt.core.errors import ConfigError
 from esopt.core.store import atomic_path, dumps
 from esopt.study.arrow_read import arrow_curves, arrow_summaries
-from esopt.study.run_read import (ID_COLUMNS, NUMERIC_ID_COLUMNS, REQUIRED, RunRead, analysis_columns, flatten,
-                                  parse_jsonl, read_raw, read_run, summary_row)
+from esopt.study.run_read import (ID_COLUMNS, NUMERIC_ID_COLUMNS, REQUIRED, RunRead, analysis_columns,
+                                  bracket_heavy, flatten, no_metrics_note, parse_jsonl, read_raw, read_run,
+                                  summary_row)
 
 __all__ = ["ID_COLUMNS", "MAX_COLUMNS", "NUMERIC_ID_COLUMNS", "OTHER_KEYS", "REQUIRED", "Aggregate", "RunRead", "find_runs_dir", "flatten",
            "load", "metric_column", "read_run", "rows_table", "sparse_table", "summary_row", "write_tables"]
@@ -204,6 +205,8 @@ def _read_chunk(paths: list[Path], raws: list, root: str | None = None
             raise ValueError("missing summaries")
         if distinct_keys(b"".join(raws[i][1] for i in idx)) > MAX_COLUMNS:
             raise ValueError("too many distinct keys for one column each")
+        if any(bracket_heavy(raws[i][1]) for i in idx):
+            raise ValueError("a summary nested too deep for Arrow's reader")
         runs = arrow_summaries([ids[i] for i in idx], [raws[i][1] for i in idx])
     except (ValueError, KeyError, TypeError, pa.ArrowException):
         _FALLBACKS.append("summaries")
@@ -223,6 +226,8 @@ def _read_chunk(paths: list[Path], raws: list, root: str | None = None
     try:
         if distinct_keys(b"".join(_ends(raws[i][2]) for i in idx)) > MAX_COLUMNS:
             raise ValueError("too many distinct keys for one column each")
+        if any(bracket_heavy(raws[i][2]) for i in idx):
+            raise ValueError("a metrics line nested too deep for Arrow's reader")
         curves, counts, bad = arrow_curves(good, [raws[i][2] for i in idx])
     except (ValueError, KeyError, TypeError, pa.ArrowException):
         _FALLBACKS.append("curves")
@@ -236,6 +241,9 @@ def _read_chunk(paths: list[Path], raws: list, root: str | None = None
         counts, bad = [len(r.lines) for r in reads], [r.bad_lines for r in reads]
     notes += [f"run {rid}: {b} unparseable metrics line(s) skipped (torn write?)"
               for rid, b in zip(good, bad) if b]
+    status = dict(zip(runs.column("run_id").to_pylist(), runs.column("status").to_pylist()))
+    notes += [no_metrics_note(ids[i]) for i in idx
+              if "metrics.jsonl" not in raws[i][0] and status.get(ids[i]) != "running"]
     if "n_lines" not in runs.column_names:
         runs = runs.append_column("n_lines", pa.array(counts, pa.int64()))
     extra = [{"run_id": ids[i], **analysis_columns(paths[i], raws[i][0], notes, root)} for i in idx

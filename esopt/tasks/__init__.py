@@ -350,6 +350,17 @@ def _coerced(text: str) -> bool:
     return not isinstance(value, str) and json.dumps(value) != text
 
 
+def _jsonl_row(line: str, path: str, i: int, hooks: dict):
+    """One row of a JSON Lines file; ConfigError naming the row when it is not JSON (datasets'
+    own error names no row and logs a second line)."""
+    try:
+        return json.loads(line, **hooks)
+    except ConfigError:
+        raise
+    except (ValueError, RecursionError) as e:
+        raise ConfigError(f"{path}: row {i}: not a JSON object ({str(e).splitlines()[0][:80]})") from None
+
+
 def check_json_rows(path: str, task: str) -> None:
     """Read a local ``.json`` / ``.jsonl`` data file as JSON says, before ``datasets`` does:
     its Arrow reader turns an integer past int64 or ``1e400`` into ``inf`` or an error naming
@@ -361,7 +372,8 @@ def check_json_rows(path: str, task: str) -> None:
     try:
         with open(path, encoding="utf-8") as f:
             if path.lower().endswith(".jsonl"):
-                parsed = enumerate(json.loads(line, **hooks) for line in f if line.strip())  # rows as datasets counts them
+                parsed = enumerate(_jsonl_row(line, path, i, hooks)   # rows as datasets counts them
+                                   for i, line in enumerate(ln for ln in f if ln.strip()))
             else:
                 data = json.load(f, **hooks)
                 parsed = enumerate(data) if isinstance(data, list) else iter(())

@@ -117,6 +117,9 @@ def _features(integer_targets: bool = True):
     }
 
 
+MAX_INT64 = 2 ** 63 - 1   # the dataset columns' int64: a number beyond is refused with the row's name
+
+
 def _as_int(v) -> int | None:
     if isinstance(v, bool):
         return None
@@ -148,6 +151,9 @@ def parse_row(row: Mapping, where: str) -> dict:
             f"{where}: malformed countdown row: field {field!r} must be a list of >= 2 "
             f"non-negative integers, got {nums!r:.80}"
         )
+    if max(ints) > MAX_INT64:
+        raise ConfigError(f"{where}: malformed countdown row: field {field!r} holds {max(ints):.3g}, past the "
+                          f"int64 range of the data's number column")
     if row.get("target") is None:
         raise ConfigError(f"{where}: malformed countdown row: field 'target' is missing")
     t = parse_target(row["target"])
@@ -156,6 +162,9 @@ def parse_row(row: Mapping, where: str) -> dict:
             f"{where}: malformed countdown row: field 'target' must be a number, "
             f"got {row['target']!r:.40}"
         )
+    if abs(t) > MAX_INT64:
+        raise ConfigError(f"{where}: malformed countdown row: field 'target' is {float(t):.3g}, past the "
+                          f"int64 range of the data's target column")
     solution, context = row.get("solution"), row.get("context")
     return {
         "numbers": ints,

@@ -42,11 +42,28 @@ class OptunaSweeper(EsoptSweeper):
         import optuna
 
         if self.sampler_name == "tpe":
-            return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials,
-                                              constant_liar=True)
+            return per_trial_seed(optuna.samplers.TPESampler(
+                seed=self.seed, n_startup_trials=self.n_startup_trials, constant_liar=True), self.seed)
         if self.sampler_name == "random":
-            return optuna.samplers.RandomSampler(seed=self.seed)
+            return per_trial_seed(optuna.samplers.RandomSampler(seed=self.seed), self.seed)
         fail(f"unknown hydra.sweeper.sampler {self.sampler_name!r} (known: tpe, random)")
+
+    def _wait_elsewhere(self, jobs: List[Job]) -> None:
+        """Runs of ``jobs`` that another process (a second search on this study) is running:
+        wait until they end, then take their summaries (their result, not a FAIL)."""
+        import time
+
+        from esopt.core import store
+
+        waiting = [j for j in jobs if (j.summary or {}).get("status") in (None, "running") and self.live_elsewhere(j)]
+        if waiting:
+            print(f"esopt: note: waiting for {len(waiting)} run(s) another process is running: "
+                  + ", ".join(j.rid for j in waiting), file=sys.stderr)
+        while waiting:
+            time.sleep(WAIT_S)
+            waiting = [j for j in waiting if self.live_elsewhere(j)]
+        for job in jobs:
+            job.summary = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary()
 
     def sweep(self, arguments: List[str]) -> Any:
         from optuna.trial import TrialState
@@ -84,6 +101,7 @@ class OptunaSweeper(EsoptSweeper):
                 trial.set_user_attr("run_id", job.rid)
                 batch.append(job)
             self.launch(batch)
+            self._wait_elsewhere(batch)
             for job in batch:  # workers tell their trial; tell here too for skipped / crashed runs
                 s = job.summary or {"status": "failed"}
                 tuning.RunTrial(study, _Number(job.trial), str(tuning.settings(job.rc.tuning)["metric"]),
@@ -101,6 +119,28 @@ class OptunaSweeper(EsoptSweeper):
         if code:
             sys.exit(code)
         return []
+
+
+WAIT_S = 2.0   # how often a search polls a run another process is running
+
+
+def per_trial_seed(sampler, seed: int):
+    """``sampler`` reseeded before each trial from (``seed``, the trial's number): the numbers are
+    unique within a study (the storage hands them out), so two searches on one study started
+    together draw distinct proposals, where one seeded stream each proposed the same ones
+    (issue 42); a single search stays reproducible."""
+    inner = sampler.before_trial
+
+    def before_trial(study, trial) -> None:
+        s = (int(seed) * 1_000_003 + int(trial.number)) % 2 ** 32
+        for part in (sampler, getattr(sampler, "_random_sampler", None)):
+            rng = getattr(part, "_rng", None)
+            if rng is not None:
+                rng.rng.seed(s)
+        inner(study, trial)
+
+    sampler.before_trial = before_trial
+    return sampler
 
 
 @dataclass

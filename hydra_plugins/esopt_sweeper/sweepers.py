@@ -171,9 +171,31 @@ class EsoptSweeper(Sweeper):
         return self._launchers[key]
 
     def skipped(self, job: Job) -> bool:
+        """Kept as recorded: not launched. A completed run that asks for an analysis it has not
+        got (``analysis=[drift]`` added to a finished grid) is launched again: it trains
+        nothing, its worker computes the analysis from ``<run>/model/``."""
         from esopt.core import store
 
-        return store.keep_recorded(job.before, job.rc.sweep.retry_failed, job.before_error)
+        kept = store.keep_recorded(job.before, job.rc.sweep.retry_failed, job.before_error)
+        return kept and not (job.before == "completed" and self.analyses_due(job))
+
+    def analyses_due(self, job: Job) -> bool:
+        """Whether a completed run lacks an analysis it asks for and can compute it (its
+        ``model/`` is there; else one warning, once)."""
+        from esopt.cli.sweep import missing_analyses, no_model_warning
+        from esopt.core import store
+
+        missing = missing_analyses(job.rc, job.rid)
+        if not missing:
+            return False
+        model = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).model_dir
+        if model.is_dir():
+            return True
+        warned = self.__dict__.setdefault("_no_model", set())
+        if job.rid not in warned:
+            warned.add(job.rid)
+            print(no_model_warning(job.rid, missing, model), file=sys.stderr)
+        return False
 
     def live_elsewhere(self, job: Job) -> Optional[str]:
         """Who runs this run right now (the live owner of its lock: a Slurm job of a killed
@@ -188,29 +210,39 @@ class EsoptSweeper(Sweeper):
         return store.run_owner(store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path,
                                slurm_job_state)
 
-    def rereport(self, jobs: List[Job]) -> None:
+    def rereport(self, jobs: List[Job], launched: bool = False) -> None:
         """Before dispatch, in this process only: open each run group's Optuna storage (a torn
         journal is repaired here, ``tuning.repair_journal``) and re-report every kept run whose
-        trial lost its record, from its own summary.json (``tuning.rereport``)."""
+        trial lost its record, from its own summary.json (``tuning.rereport``). ``launched``:
+        after dispatch, the runs of this sweep that ended while the storage did not answer
+        (``<run>/.optuna-pending``); a storage still down leaves them to the next sweep."""
         from esopt.core import store
         from esopt.runtime import tuning
         from esopt.runtime.validate import config_id
 
-        n = 0
-        for job in {j.rid: j for j in jobs if self.skipped(j)}.values():
-            summary = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
+        n, down = 0, 0
+        for job in {j.rid: j for j in jobs if self.skipped(j) != launched}.values():
             rc = job.rc
+            if launched and not tuning.pending_path(rc.sweep.root, rc.sweep.name, job.rid).exists():
+                continue
+            summary = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, job.rid).read_summary() or {}
             params = {"model": rc.model["name"], "params": (summary.get("model") or {}).get("params"),
                       "pop": rc.pop, "sigma": rc.sigma, "lr": rc.lr, "seed": rc.seed, "algo": rc.algo,
                       "config_id": config_id(rc)}
             try:
-                n += tuning.rereport(rc, job.rid, summary, params)
+                n += tuning.retrying(tuning.rereport, rc, job.rid, summary, params) if launched else \
+                    tuning.rereport(rc, job.rid, summary, params)
             except Exception as e:  # noqa: BLE001 - bookkeeping; never takes the sweep down
+                down += 1
                 print(f"esopt: warning: run {job.rid}: its Optuna trial cannot be re-reported: "
                       f"{first_line(e)}"[:WARNING_CHARS], file=sys.stderr)
         if n:
-            print(f"esopt: note: {n} kept run(s) re-reported to Optuna from their summary.json "
-                  "(their trial had lost its record)", file=sys.stderr)
+            print(f"esopt: note: {n} {'finished' if launched else 'kept'} run(s) re-reported to Optuna from "
+                  "their summary.json (their trial had " + ("not reached the storage)" if launched else
+                                                           "lost its record)"), file=sys.stderr)
+        if down and launched:
+            print(f"esopt: note: the next run of this sweep reports the {down} trial(s) the storage did not "
+                  "take (nothing is rerun)", file=sys.stderr)
 
     def launch(self, jobs: List[Job]) -> None:
         """Run the jobs not already done (one per run id), grouped by launcher request."""
@@ -226,6 +258,7 @@ class EsoptSweeper(Sweeper):
             if not self.skipped(job) and job.rid not in seen:
                 seen.add(job.rid)
                 todo.append(job)
+        self._mark_start()
         groups: Dict[str, List[Job]] = {}
         for job in todo:
             groups.setdefault(json.dumps(job.launcher, sort_keys=True, default=str), []).append(job)
@@ -348,7 +381,14 @@ class EsoptSweeper(Sweeper):
             print(f"esopt: warning: {line}{more}", file=sys.stderr)
 
     def finish(self, jobs: List[Job], title: str = "runs") -> int:
-        """Print the table and sweep dir, aggregate, and return the exit code (1 if any failed)."""
+        """Print the table and sweep dir, aggregate, and return the exit code (1 if any failed).
+        The sweep has ended: its start stamp goes (a later sweep in this process stamps its own)."""
+        import os
+
+        from esopt.runtime.tuning import SWEEP_START
+
+        os.environ.pop(SWEEP_START, None)
+        self._started = False
         df = self.table(jobs)
         sdir = self.sweep_dir(jobs)
         statuses = [(j.summary or {}).get("status", "missing") for j in jobs]
@@ -381,6 +421,20 @@ class EsoptSweeper(Sweeper):
         composed later copies its cache, so all jobs share one sweep dir and launcher request."""
         str(self.config.hydra.sweep.dir)
 
+    def _mark_start(self) -> None:
+        """Once, as the first runs are launched (after every job was validated here): stamp
+        when this sweep began (``esopt.runtime.tuning.SWEEP_START``, inherited by the launchers'
+        workers): a tracker that missed a deadline in it stays off until it ends, and a worker
+        rides out a storage outage instead of failing its validation."""
+        import os
+        import time
+
+        from esopt.runtime.tuning import SWEEP_START
+
+        if not getattr(self, "_started", False):
+            self._started = True
+            os.environ[SWEEP_START] = repr(time.time())
+
     def sweep(self, arguments: List[str]) -> Any:
         self._pin_time()
         quiet_sacct()
@@ -407,6 +461,7 @@ class EsoptSweeper(Sweeper):
         self.rereport(jobs)
         self.budget_notes(list({j.rid: j for j in jobs if not self.skipped(j)}.values()))
         self.launch(jobs)
+        self.rereport(jobs, launched=True)
         code = self.finish(jobs)
         if code:
             sys.exit(code)

@@ -317,3 +317,130 @@ def test_real_run_records_its_trial_in_postgres(tmp_path):
         assert {"evidence@1", "evidence@2"} <= set(trial.user_attrs)
     finally:
         optuna.delete_study(study_name=tuning.study_name(rc), storage=tuning.open_storage(url))
+
+
+# --- an outage: a TCP link to the real server that can be cut -------------------------------------
+class Link:
+    """A TCP proxy on a free port of 127.0.0.1 in front of the test server whose link can be cut
+    (every open connection closed, new ones closed as they arrive) and restored: a database
+    outage as the client sees it, on the real server, without stopping the one other tests use."""
+
+    def __init__(self, url: str):
+        import threading
+        from urllib.parse import urlparse
+
+        u = urlparse(url)
+        self.target, self.up, self.open = (u.hostname, u.port or 5432), True, []
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.url = url.replace(f"{u.hostname}:{u.port}", f"127.0.0.1:{self.lsock.getsockname()[1]}")
+        self._thread = threading.Thread
+        self._thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.lsock.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            server = socket.create_connection(self.target)
+            self.open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                self._thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self):
+        self.up = False
+        for s in self.open:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        self.open = []
+
+    def restore(self):
+        self.up = True
+
+    def close(self):
+        self.cut()
+        self.lsock.close()
+
+
+@contextlib.contextmanager
+def cuttable(tmp_path):
+    """(Link, cfg) on a fresh schema of the test server, the sweep under ``tmp_path``."""
+    with fresh_schema(_postgres_url()) as url:
+        link = Link(url)
+        try:
+            c = cfg(link.url, f"pg-{uuid.uuid4().hex[:8]}", pruner="none")
+            c["sweep"]["root"] = str(tmp_path)
+            yield link, c
+        finally:
+            link.close()
+
+
+def trials_of(c, rid):
+    study = optuna.load_study(study_name=tuning.study_name(c), storage=tuning.open_storage(c["tuning"]["storage"]))
+    return [t for t in study.get_trials() if t.user_attrs.get("run_id") == rid]
+
+
+def test_a_short_outage_mid_run_is_retried_and_the_trial_is_complete(tmp_path, capsys):
+    """Issue 42: a 10 s PostgreSQL outage failed the runs that touched the storage during it
+    (Optuna's "exceeding max length"). The link is cut between two reports and restored 1.5 s
+    later: the report is retried with backoff, the trial holds both reports and ends COMPLETE,
+    no warning."""
+    import threading
+
+    with cuttable(tmp_path) as (link, c):
+        t = tuning.attach(c, "r-short", {"seed": 0})
+        t.report(result([4] * P), 3)
+        link.cut()
+        threading.Timer(1.5, link.restore).start()
+        t0 = time.time()
+        t.report(result([5] * P), 6)
+        assert 1.0 < time.time() - t0 < 15
+        assert not t.should_prune()
+        t.finish({"status": "completed", "final": result([6] * P)})
+        (trial,) = trials_of(c, "r-short")
+        assert trial.state == TrialState.COMPLETE and trial.value == pytest.approx(6 / S)
+        assert trial.intermediate_values == pytest.approx({3: 4 / S, 6: 5 / S})
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_storage_down_past_the_retries_the_run_finishes_and_its_trial_is_reported_later(
+        tmp_path, capsys, monkeypatch):
+    """The storage stays down through the end of the run: one warning, the run goes on (no
+    exception reaches it), its trial is not marked from a guess; the sweep's rereport, once the
+    storage answers, records it COMPLETE with the run's value: one trial, no FAIL."""
+    monkeypatch.setattr(tuning, "STORAGE_RETRY_S", (0.1, 0.2))
+    with cuttable(tmp_path) as (link, c):
+        t = tuning.attach(c, "r-long", {"seed": 0})
+        t.report(result([4] * P), 3)
+        link.cut()
+        t.report(result([5] * P), 6)           # down: warned once, the run goes on
+        assert not t.should_prune()
+        summary = {"status": "completed", "final": result([6] * P)}
+        t.finish(summary)
+        err = [x for x in capsys.readouterr().err.splitlines() if x]
+        assert len(err) == 2 and all(x.startswith("esopt: warning: Optuna storage") for x in err), err
+        assert "***" in err[0] and "esopt:esopt@" not in err[0]          # the password hidden
+        pending = tuning.pending_path(str(tmp_path), c["sweep"]["name"], "r-long")
+        assert pending.read_text() == "completed"
+        link.restore()
+        assert tuning.rereport(c, "r-long", summary, {"seed": 0})
+        assert not tuning.rereport(c, "r-long", summary, {"seed": 0})   # once
+        (trial,) = trials_of(c, "r-long")
+        assert trial.state == TrialState.COMPLETE and trial.value == pytest.approx(6 / S)
+        assert not pending.exists()

@@ -244,6 +244,43 @@ def test_a_dead_mlflow_server_is_one_warning_and_the_run_completes_with_the_othe
     assert took < 60, took  # bounded retries: seconds, not MLflow's default minutes
 
 
+def test_a_tracker_that_never_answers_is_off_for_the_rest_of_the_sweep_after_one_warning(
+        tmp_path, capsys, monkeypatch):
+    """Issue 42: an MLflow server that accepts connections and never answers stalled every run
+    by 90-100 s. Each call now has a deadline (logger_opts.mlflow.timeout_s): the first run
+    misses it once, warns and marks MLflow off for the sweep; the sweep's next run skips it
+    without a word; a later sweep tries again. The server is a real listening socket."""
+    from esopt.runtime import trackers
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)                      # the kernel completes each connection; nobody answers
+        uri = f"http://127.0.0.1:{server.getsockname()[1]}"
+        monkeypatch.setenv(trackers.SWEEP_START, repr(time.time()))      # what the sweeper sets
+        took, ids = [], []
+        for seed in (0, 1):
+            rc = run_config(*ES, "iterations=1", f"seed={seed}", f"sweep.root={tmp_path}", "logger=[mlflow]",
+                            f"logger_opts.mlflow.tracking_uri={uri}", "logger_opts.mlflow.timeout_s=1")
+            t0 = time.time()
+            summary = run(rc)
+            took.append(time.time() - t0)
+            ids.append(run_id(rc))
+            assert summary["status"] == "completed", summary["error"]
+    warnings = [x for x in capsys.readouterr().err.splitlines() if "warning" in x]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(f"esopt: warning: logger mlflow did not answer within 1 s "
+                                  f"(logger_opts.mlflow.timeout_s) in run {ids[0]}"), warnings
+    marker = tmp_path / "default" / trackers.OFF_DIR / "mlflow.off"
+    assert json.loads(marker.read_text())["run_id"] == ids[0]
+    assert took[0] - took[1] < 10, took       # one deadline lost, not MLflow's 30 s x retries
+    monkeypatch.setenv(trackers.SWEEP_START, repr(time.time() + 1))  # the next sweep tries it again
+    t = trackers.MLflow(trackers.MLflow.Options(tracking_uri=uri), trackers.RunInfo(
+        "default", tmp_path / "default", "x", {}, RunDir(tmp_path / "x")))
+    assert not trackers.off_in_this_sweep(t)
+    with pytest.raises(ConfigError, match="logger_opts.mlflow.timeout_s must be a number of seconds > 0"):
+        run_config(*ES, f"sweep.root={tmp_path}", "logger=[mlflow]", "logger_opts.mlflow.timeout_s=0")
+
+
 def test_bad_logger_input_is_one_line_before_dispatch_and_the_run_id_ignores_the_logger(tmp_path, monkeypatch):
     r = cli("esopt.sweep", *ES, "iterations=1", f"sweep.root={tmp_path}", "logger=[tensorboard,wandbb]")
     assert r.returncode == 2, r.stderr
@@ -273,7 +310,8 @@ def test_bad_logger_input_is_one_line_before_dispatch_and_the_run_id_ignores_the
 
 def resume_args(root: Path, uri: str) -> list[str]:
     return [*ES, "iterations=4", "es.checkpoint_every=2", f"sweep.root={root}", "logger=[tensorboard,wandb,mlflow]",
-            f"logger_opts.mlflow.tracking_uri={uri}", "logger_opts.wandb.mode=offline"]
+            f"logger_opts.mlflow.tracking_uri={uri}", "logger_opts.wandb.mode=offline",
+            "logger_opts.mlflow.timeout_s=120"]   # a loaded CI machine's server: slow, not dead
 
 
 def sweep(root: Path, uri: str) -> subprocess.Popen:

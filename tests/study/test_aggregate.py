@@ -1,6 +1,7 @@
 """esopt.aggregate: reading run directories into tables, bad input, the CLI."""
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -339,18 +340,109 @@ def test_links_out_of_the_sweep_are_not_followed(tmp_path):
     (runs / "linked-metrics").mkdir()
     (runs / "linked-metrics" / "summary.json").write_text((runs / ids[0] / "summary.json").read_text())
     (runs / "linked-metrics" / "metrics.jsonl").symlink_to(elsewhere / "runs" / other[0] / "metrics.jsonl")
-    inside = runs / ids[1] / "summary.json"                  # a link within the sweep is fine
-    (runs / "linked-inside").mkdir()
-    (runs / "linked-inside" / "summary.json").symlink_to(inside)
     for fast in (True, False):
         agg = tables.load(root, fast=fast)
         reasons = {s["run_id"]: s["reason"] for s in agg.skipped}
         assert set(reasons) == {"linked-run", "linked-summary", "linked-metrics"}
         assert all("outside the sweep" in r for r in reasons.values()), reasons
-        assert "secret-model" not in set(agg.runs["model"]) and "linked-inside" in set(agg.runs["run_id"])
-        assert set(agg.curves["run_id"]) == set(ids)             # linked-inside has no metrics
+        assert "secret-model" not in set(agg.runs["model"])
+        assert set(agg.curves["run_id"]) == set(ids)
     aggregate(root, bootstrap=20, html=False)
     assert "secret-model" not in (root / "runs.csv").read_text()
+
+
+def test_a_copied_or_linked_run_folder_is_counted_once(tmp_path, capsys):
+    """Issue 42: ``cp -r runs/<id> runs/<id>.bak`` and ``ln -s <id> runs/alias`` counted the run
+    three times (11 runs instead of 9, the mean moved). A run is keyed by the run_id of its
+    summary: a folder whose summary names another run, or that is a link, is skipped with one
+    line saying why, in both readers and in the CLI's output."""
+    root, ids = make_sweep(tmp_path)
+    runs = root / "runs"
+    shutil.copytree(runs / ids[2], runs / f"{ids[2]}.bak")
+    (runs / "alias").symlink_to(ids[2], target_is_directory=True)
+    (runs / "linked-summary").mkdir()                        # a folder whose summary is a link to a run's
+    (runs / "linked-summary" / "summary.json").symlink_to(runs / ids[1] / "summary.json")
+    for fast in (True, False):
+        agg = tables.load(root, fast=fast)
+        assert sorted(agg.runs["run_id"]) == sorted(ids)
+        assert set(agg.curves["run_id"]) == set(ids)
+        reasons = {s["run_id"]: s["reason"] for s in agg.skipped}
+        assert set(reasons) == {f"{ids[2]}.bak", "alias", "linked-summary"}
+        assert reasons["alias"].startswith(f"a symlink to {ids[2]}")
+        assert f"names run {ids[2]!r}" in reasons[f"{ids[2]}.bak"]
+        assert f"names run {ids[1]!r}" in reasons["linked-summary"]
+    assert aggregate_main([str(root), "--bootstrap", "20", "--no-html"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{len(ids)} runs") and "3 skipped" in out
+    assert sum(f"skipped {ids[2]}.bak:" in line for line in out.splitlines()) == 1
+
+
+DEEP = "[" * 20000 + "]" * 20000    # Arrow's JSON reader overflowed the C stack on this (SIGSEGV)
+
+
+def test_a_deeply_nested_line_is_an_unreadable_line_not_a_crash(tmp_path, capsys):
+    """Issue 42: one metrics line nested 20,000 deep killed the aggregator (and the sweep's
+    end-of-sweep aggregation) with SIGSEGV in Arrow's reader, and the Python reader raised
+    RecursionError. Now it is one unparseable line, the run and the others kept; a summary
+    nested that deep makes its run unreadable. (Before the fix this test kills its process.)"""
+    root, ids = make_sweep(tmp_path)
+    runs = root / "runs"
+    with open(runs / ids[0] / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "iteration": 99, "x": ' + DEEP + '}\n')
+    (runs / "deep-summary").mkdir()
+    (runs / "deep-summary" / "summary.json").write_text('{"status": "completed", "x": ' + DEEP + "}")
+    n_lines = {rid: len((runs / rid / "metrics.jsonl").read_text().splitlines()) for rid in ids}
+    for fast in (True, False):
+        agg = tables.load(root, fast=fast)
+        assert sorted(agg.runs["run_id"]) == sorted(ids)
+        assert len(agg.curves) == sum(n_lines.values()) - 1
+        assert any(n == f"run {ids[0]}: 1 unparseable metrics line(s) skipped (torn write?)" for n in agg.notes)
+        assert [s["run_id"] for s in agg.skipped] == ["deep-summary"]
+        assert agg.skipped[0]["reason"].startswith("corrupt summary.json")
+    assert aggregate_main([str(root), "--bootstrap", "20", "--no-html"]) == 0
+    assert f"{len(ids)} runs" in capsys.readouterr().out
+
+
+def test_a_killed_aggregation_leaves_no_staging_folder_behind(tmp_path):
+    """Issue 42: ``kill -9`` of the aggregator left ``.aggregate-*`` staging folders forever.
+    The next aggregation removes those of dead processes on this host (and old unnamed ones);
+    a live process's stage and anything else in the sweep are left alone. The killed one is a
+    real process (a child that exits before its stage is removed, as a kill -9 leaves it)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from esopt.study.aggregate import STAGE, STALE_STAGE_S
+
+    root, ids = make_sweep(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    killed = root / f"{STAGE}{host}-{int(dead.stdout)}-abc123"
+    live = root / f"{STAGE}{host}-{os.getpid()}-live0000"
+    old = root / f"{STAGE}q1w2e3r4"                                 # the earlier naming
+    for d in (killed, live, old):
+        d.mkdir()
+        (d / "runs.parquet").write_bytes(b"half")
+    os.utime(old, (time.time() - STALE_STAGE_S - 60,) * 2)
+    aggregate(root, bootstrap=20, html=False)
+    assert not killed.exists() and not old.exists() and live.exists()
+    assert sorted(p.name for p in root.glob(f"{STAGE}*")) == [live.name]
+    assert (root / "runs.parquet").exists() and sorted(p.name for p in (root / "runs").iterdir()) == sorted(ids)
+
+
+def test_a_deleted_metrics_file_is_a_note_not_a_silently_missing_curve(tmp_path):
+    """Issue 42: a run whose metrics.jsonl was deleted dropped out of the curves with no word."""
+    running = "es-tiny-s-p8-s1"
+    root, ids = make_sweep(tmp_path, statuses={running: "running"})
+    (root / "runs" / ids[0] / "metrics.jsonl").unlink()
+    (root / "runs" / running / "metrics.jsonl").unlink()            # running: no line yet is normal
+    for fast in (True, False):
+        agg = tables.load(root, fast=fast)
+        assert sorted(agg.runs["run_id"]) == sorted(ids)
+        assert [n for n in agg.notes if "metrics.jsonl" in n] == [
+            f"run {ids[0]}: no metrics.jsonl (deleted?): its curves are missing from the tables and the page"]
 
 
 def test_runs_with_keys_of_their_own_fold_into_one_json_column(tmp_path, monkeypatch):
