@@ -3,7 +3,7 @@ nothing and exited 0; a single run whose model/ was deleted said nothing)."""
 
 import json
 
-from helpers import REPO, run_cli, run_config
+from helpers import REPO, cli, run_config
 
 from esopt.cli.sweep import analyses
 from esopt.core import store
@@ -27,14 +27,15 @@ def test_a_completed_run_without_its_model_says_the_analysis_was_not_computed(tm
 
 
 def test_an_analysis_added_to_a_finished_grid_is_computed(tmp_path):
-    """Subprocess: the sweeper's own skip-or-launch decision on a Hydra multirun. The rerun
-    trains nothing (the run is kept); its worker computes drift from the saved model/."""
+    """The sweeper's own skip-or-launch decision on a Hydra multirun (in this interpreter, as
+    helpers.cli runs it). The rerun trains nothing (the run is kept); its worker computes drift
+    from the saved model/."""
     args = ["esopt.sweep", "-m", *TINY, "seed=0", f"sweep.root={tmp_path}", "sweep.name=g", "sweep.aggregate=false"]
-    first = run_cli(*args, env=ENV)
+    first = cli(*args, env=ENV)
     assert first.returncode == 0, first.stderr[-2000:]
     (run,) = (tmp_path / "g" / "runs").iterdir()
     summary = (run / "summary.json").read_text()
-    again = run_cli(*args, "analysis=[drift]", env=ENV)
+    again = cli(*args, "analysis=[drift]", env=ENV)
     assert again.returncode == 0, again.stderr[-2000:]
     drift = json.loads((run / "drift.json").read_text())
     assert drift and json.loads((run / "summary.json").read_text())["analyses"]["drift"] == str(run / "drift.json")
