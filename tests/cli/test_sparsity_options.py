@@ -90,7 +90,8 @@ def test_a_real_run_evaluates_only_the_points_its_block_asks_for(tmp_path):
 
 def test_paper_cpu_asks_its_es_runs_for_claim5s_points_only():
     """The preset decides claim 5 in its one command: its ES runs (the runs claim 5 reads) run
-    analysis=[sparsity] at the global and random masks of keep 0.22, the other runs none."""
+    analysis=[sparsity] at the global mask of keep 0.22 and its equal-norm and random controls,
+    the other runs none."""
     from helpers import compose
     from omegaconf import OmegaConf
 
@@ -102,6 +103,6 @@ def test_paper_cpu_asks_its_es_runs_for_claim5s_points_only():
             rc = run_config("+experiment=paper_cpu", f"algo={algo}", *rest, check_data=False)
             assert rc.analysis == (("sparsity",) if algo == "es" else ()), grid
             assert (rc.sparsity.fractions, rc.sparsity.modes, rc.sparsity.control_fractions) == \
-                ((0.22,), ("global", "random"), (0.22,))
+                ((0.22,), ("global", "random", "equal_norm"), (0.22,))
             algos.append(algo)
     assert sorted(algos) == ["es", "es_grpo", "grpo", "grpo_es"]

@@ -107,7 +107,9 @@ class ToyConfig(engines.EngineConfig):
     engine: ClassVar[Any] = ToyEngine
 
 
-engines.register(ToyConfig)  # the one registry line
+def _register():
+    engines.register(ToyConfig)  # the one registry line (done where used: importing this file
+    #                              under pytest must not add "toy" to every worker's --help)
 
 
 # --- the tests ----------------------------------------------------------------------------
@@ -123,8 +125,10 @@ SMALL = ("model=tiny-xs", "algo=es", "pop=4", "sigma=0.05", "iterations=2", "es.
          "eval.problems=4", "eval.samples=2", "eval.max_new_tokens=8")
 
 
-def test_greedy_toy_completions_match_the_hf_engine():
+def test_greedy_toy_completions_match_the_hf_engine(monkeypatch):
     from esopt import models
+
+    monkeypatch.setitem(engines.ENGINES, "toy", ToyConfig)
 
     model, tok = models.load("tiny-xs")
     toy = engines.get({"name": "toy", "device": "cpu"}, model, tok)
@@ -153,4 +157,5 @@ def test_a_toy_engine_runs_es_through_the_sweep(tmp_path):
 if __name__ == "__main__":
     from esopt.cli.sweep import main
 
+    _register()
     main()
