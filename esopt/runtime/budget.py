@@ -222,3 +222,22 @@ def _duration(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.0f} s"
+
+
+# --- time on a GPU -----------------------------------------------------------------------------
+
+# Generated tokens per GPU-second x parameters, anchored on one published figure: es-at-scale's
+# (VsonicV/es-fine-tuning-paper, issue #4) 559 s per ES iteration for Qwen2.5-1.5B (1,543,714,304
+# parameters), N = 30 members x 200 prompts x <= 1,024 new tokens, on 4 x H200. Counted as the
+# token bound (every completion at its budget, as estimate_tokens counts): 6,144,000 tokens /
+# (559 s x 4 GPUs) = 2,748 tokens/s per GPU. Other sizes: scaled by parameters (each token costs
+# ~2 x params FLOPs), docs/design/gpu_throughput.md; ``plan.tokens_per_s=`` overrides it.
+GPU_PARAM_TOKENS_PER_S = 30 * 200 * 1024 / (559.0 * 4) * 1_543_714_304
+GPU_THROUGHPUT_SOURCE = ("es-at-scale issue #4: Qwen2.5-1.5B ES, 30 x 200 x <= 1,024 tokens in 559 s on 4 x H200 "
+                         "(2,748 bound tokens/s per GPU), scaled by parameters; docs/design/gpu_throughput.md")
+
+
+def gpu_tokens_per_s(params: int) -> tuple[float, str]:
+    """Generated tokens (bound) per GPU-second for a model of ``params`` parameters on one GPU
+    engine, and where the number comes from (:data:`GPU_PARAM_TOKENS_PER_S`)."""
+    return GPU_PARAM_TOKENS_PER_S / params, GPU_THROUGHPUT_SOURCE
