@@ -168,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in P.lines(report):
         print(line)
     if "--target-power" in flags:
-        named = claims or [c for c, r in report["claims"].items() if "power" in r or True]
+        named = claims or [c for c, r in report["claims"].items() if "power" in r]
+        if not named:
+            fail("--target-power: name the claims to search for (--claims 1,3): the grid measures none of them")
         fam = family_models(grid) if any(c in P.FAMILY_CLAIMS for c in named) else None
         try:
             found = P.search(grid, runs, named, flags["--target-power"], flags.get("--max-hours", math.inf),
@@ -180,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def P_hours(h: float) -> str:
+    from esopt.study.plan import _hours_text
+
+    return _hours_text(h)
+
+
 def search_lines(found: dict, claims: list[int], target: float, overrides: list[str]) -> str:
     cl = ",".join(map(str, claims))
     if found["found"]:
@@ -187,12 +195,12 @@ def search_lines(found: dict, claims: list[int], target: float, overrides: list[
                 ("model", "algo", "seed", "pop", "eval.problems", "eval.samples", "iterations")]
         cmds = "\n".join(f"  python -m esopt.sweep {' '.join(keep)} {o}".replace("  ", " ", 1) for o in found["overrides"])
         return (f"search (claims {cl}, target {target:g}): cheapest design: {found['design']}; "
-                f"{found['hours']:,.1f} hours; power " + ", ".join(f"claim {c} {p:.2f} ({found['generators'][c]})"
+                f"{P_hours(found['hours'])} hours; power " + ", ".join(f"claim {c} {p:.2f} ({found['generators'][c]})"
                                                                for c, p in found["power"].items())
                 + f" ({found['sims']} sims)\n{cmds}")
     b = found["best"]
     cap = "" if math.isinf(found["max_hours"]) else f" within {found['max_hours']:,.0f} hours"
-    best = (f"the best power reachable{cap}: {b['power']:.2f} ({b['design']}, {b['hours']:,.1f} hours)"
+    best = (f"the best power reachable{cap}: {b['power']:.2f} ({b['design']}, {P_hours(b['hours'])} hours)"
             if b.get("design") else f"no candidate design fits{cap}")
     return f"search (claims {cl}, target {target:g}): nothing{cap} reaches power {target:g}; {best}"
 

@@ -51,8 +51,8 @@ CELL_ALGOS = ("none", "es", "grpo", *SEQUENCES)
 # the search's candidates (iterations stay at the grid's: the simulator sets each effect at its
 # smallest effect of interest whatever the budget, so fewer iterations would look free)
 SEARCH_SEEDS = (3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-SEARCH_PROBLEMS = (200, 500, 1000)
-SEARCH_SAMPLES = (32, 64)
+SEARCH_PROBLEMS = (200, 500, 1000, 2000)   # capped at the eval split's size
+SEARCH_SAMPLES = (32, 64, 128)
 SEARCH_POPS = ((8, 16, 32), (4, 8, 16, 32), (4, 8, 16, 32, 64))
 
 
@@ -359,11 +359,15 @@ def claim_line(cid: int, row: dict) -> str:
 def cost_lines(c: dict) -> list[str]:
     hours = []
     if c["gpu_hours"]:
-        hours.append(f"{c['gpu_hours']:,.0f} GPU-hours")
+        hours.append(f"{_hours_text(c['gpu_hours'])} GPU-hours")
     if c["cpu_hours"]:
-        hours.append(f"{c['cpu_hours']:,.1f} CPU-hours")
+        hours.append(f"{_hours_text(c['cpu_hours'])} CPU-hours")
     return [f"cost: {c['runs']} runs, <= {c['tokens']:,} generated tokens, " + (" + ".join(hours) or "0 hours")
             + " (token bound at the rates below)"] + [f"  rate {s}" for s in c["sources"]]
+
+
+def _hours_text(h: float) -> str:
+    return f"{h:,.0f}" if h >= 100 else f"{h:.3g}"
 
 
 def component_lines(report: dict) -> list[str]:
@@ -575,7 +579,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
                 break
         low = min(powers.values()) if len(powers) == len(claims) else 0.0
         if low > best["power"] and len(powers) == len(claims):
-            best = {"power": low, "design": _describe(design, f), "hours": h}
+            best = {"power": low, "design": _describe(design, f), "hours": h, "_design": (design, f, comps, shape)}
         if ok:  # confirmed under every generator reaching each claim
             conf = {cid: claim_power(cid, design, comps, shape, sims, seed, false_yes=False) for cid in claims}
             if all(r["power"] >= target for r in conf.values()):
@@ -585,9 +589,12 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
                         "components": comps, "_design": design}
             low = min(r["power"] for r in conf.values())
             if low > best["power"]:
-                best = {"power": low, "design": _describe(design, f), "hours": h}
+                best = {"power": low, "design": _describe(design, f), "hours": h, "_design": (design, f, comps, shape)}
         else:
             failed.append((P, n, R, f))
+    if best.get("_design") is not None:  # the best screened design, confirmed as a found one is
+        d, f, comps, shape = best.pop("_design")
+        best["power"] = min(claim_power(cid, d, comps, shape, sims, seed, false_yes=False)["power"] for cid in claims)
     return {"found": False, "best": best, "candidates": len(cands), "max_hours": max_hours}
 
 
@@ -637,3 +644,41 @@ def _overrides(grid: Grid, design: Design, f, cell: bool) -> list[str]:
     if f:
         out.append(f"-m algo=es model={','.join(f[0])} pop={','.join(map(str, f[2]))} seed=range({f[3]}) {ev}")
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# a preset's header comment
+HEADER = "# plan"   # the first line of a preset's plan block (sweeps/*_gpu.yaml), written by bench_plan.py
+
+
+def header_lines(report: dict, command: str) -> list[str]:
+    """A preset's plan as comment lines: the command and settings, the cost, then one line per
+    claim (``claim N: power P [lo, hi], decidable | cannot decide`` or ``claim N: cannot decide:
+    <what the rule lacks>``); ``tests/study/test_plan.py`` checks them against esopt.plan."""
+    c = report["cost"]
+    out = [f"{HEADER} ({command}; {report['sims']} sims, {report['source'].split(':')[0]} components; "
+           "docs/results/plan.md):",
+           f"#   {c['runs']} runs, <= {c['tokens']:,} generated tokens, {_hours_text(c['gpu_hours'])} GPU-hours"]
+    for cid, row in report["claims"].items():
+        if "power" in row:
+            out.append(f"#   claim {cid}: power {row['power']:.2f} {_fmt_ci(row['power_ci'])} ({row['power_gen']}), "
+                       + ("decidable" if row["decidable"] else "cannot decide"))
+        else:
+            out.append(f"#   claim {cid}: cannot decide: {row['why'].split('; ')[0]}")
+    return out
+
+
+def replace_header(text: str, block: list[str]) -> str:
+    """A preset's text with its plan block (``HEADER`` and the indented comment lines after it)
+    replaced by ``block``, or inserted before its first non-comment line."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(HEADER + " (")), None)
+    if start is not None:
+        end = start + 1
+        while end < len(lines) and lines[end].startswith("#   "):
+            end += 1
+        lines[start:end] = block
+    else:
+        at = next(i for i, ln in enumerate(lines) if not ln.startswith("#"))
+        lines[at:at] = block
+    return "\n".join(lines) + "\n"

@@ -511,7 +511,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         if len(pts) >= 3:
             x, y = np.array(pts).T
             per_gain[a] = float(y.mean() / x.mean()) if x.mean() > 0 else None
-            b = ols_slope(x, y)[0]
+            b = ols_slope(x, y)[0] if np.ptp(x) > 0 else 0.0   # gains all equal: no slope to remove
             resid.append(y - y.mean() - b * (x - x.mean()))
     if resid:
         ss, dfe = sum(float(e @ e) for e in resid), sum(e.size - 2 for e in resid)
