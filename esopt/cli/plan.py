@@ -199,7 +199,7 @@ def search_lines(found: dict, claims: list[int], target: float, overrides: list[
                                                                for c, p in found["power"].items())
                 + f" ({found['sims']} sims)\n{cmds}")
     b = found["best"]
-    cap = "" if math.isinf(found["max_hours"]) else f" within {found['max_hours']:,.0f} hours"
+    cap = "" if math.isinf(found["max_hours"]) else f" within {P_hours(found['max_hours'])} hours"
     best = (f"the best power reachable{cap}: {b['power']:.2f} ({b['design']}, {P_hours(b['hours'])} hours)"
             if b.get("design") else f"no candidate design fits{cap}")
     return f"search (claims {cl}, target {target:g}): nothing{cap} reaches power {target:g}; {best}"
