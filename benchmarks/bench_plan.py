@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--write-presets", action="store_true")
     args = ap.parse_args(argv)
-    rows, t0 = [], time.time()
+    rows, blocks, t0 = [], {}, time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets:
             t = time.time()
@@ -85,10 +85,7 @@ def main(argv=None) -> int:
                               if "power" in r else f"cannot decide: {r['why'].split('; ')[0]}")
                 for cid, r in report["claims"].items())
             rows.append([preset, c["runs"], f"{c['tokens']:,}", P._hours_text(c["gpu_hours"]), verdicts])
-            if args.write_presets:
-                path = REPO / "sweeps" / f"{preset}.yaml"
-                block = P.header_lines(report, f"python -m esopt.plan +experiment={preset}")
-                path.write_text(P.replace_header(path.read_text(), block))
+            blocks[preset] = P.header_lines(report, f"python -m esopt.plan +experiment={preset}")
     wall = time.time() - t0
     if args.write_docs:
         write_table("plan", "Plans of the GPU presets", None,
@@ -100,6 +97,10 @@ def main(argv=None) -> int:
                            "the token bound of every run (every completion at its budget). Composed with "
                            "engine=hf where vLLM is missing, GSM8K from ../shared/data/gsm8k, the Countdown "
                            f"preset with a generated file in the published format. Wall {wall:.0f} s."))
+    if args.write_presets:  # after the table: its commit stamp is the tree's before these edits
+        for preset, block in blocks.items():
+            path = REPO / "sweeps" / f"{preset}.yaml"
+            path.write_text(P.replace_header(path.read_text(), block))
     return 0
 
 

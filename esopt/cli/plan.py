@@ -193,7 +193,7 @@ def search_lines(found: dict, claims: list[int], target: float, overrides: list[
     if found["found"]:
         keep = [o for o in overrides if o not in ("-m", "--multirun") and o.split("=", 1)[0].lstrip("+~") not in
                 ("model", "algo", "seed", "pop", "eval.problems", "eval.samples", "iterations")]
-        cmds = "\n".join(f"  python -m esopt.sweep {' '.join(keep)} {o}".replace("  ", " ", 1) for o in found["overrides"])
+        cmds = "\n".join(f"  python -m esopt.sweep -m {' '.join(keep + [o.removeprefix('-m ')])}" for o in found["overrides"])
         return (f"search (claims {cl}, target {target:g}): cheapest design: {found['design']}; "
                 f"{P_hours(found['hours'])} hours; power " + ", ".join(f"claim {c} {p:.2f} ({found['generators'][c]})"
                                                                for c, p in found["power"].items())
@@ -201,7 +201,8 @@ def search_lines(found: dict, claims: list[int], target: float, overrides: list[
     b = found["best"]
     cap = "" if math.isinf(found["max_hours"]) else f" within {P_hours(found['max_hours'])} hours"
     best = (f"the best power reachable{cap}: {b['power']:.2f} ({b['design']}, {P_hours(b['hours'])} hours)"
-            if b.get("design") else f"no candidate design fits{cap}")
+            if b.get("design") else f"every design{cap} lacks data: {b['why']}" if b.get("why")
+            else f"no candidate design fits{cap}")
     return f"search (claims {cl}, target {target:g}): nothing{cap} reaches power {target:g}; {best}"
 
 

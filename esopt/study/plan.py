@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from esopt.algorithms import family as algo_family
 from esopt.core.errors import ConfigError
 from esopt.core.metrics import wilson_interval
 from esopt.study.claim_rules import REGISTRY, SEQUENCES
@@ -112,7 +111,7 @@ def grid_of(runs: list) -> Grid:
     ref = next((rc for rc in cell if rc.algo == "es"), cell[0] if cell else rcs[0])
     fam: dict = {}
     for m, rs in by_model.items():
-        es = [rc for rc in rs if algo_family(rc.algo) == "es" and rc.algo == "es"]
+        es = [rc for rc in rs if rc.algo == "es"]   # the family claims read ES runs (not sequences)
         pops = {rc.pop for rc in es}
         if len(pops) >= 2:
             per = Counter(rc.pop for rc in es)
@@ -564,6 +563,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
     cands.sort(key=lambda c: (c[0], c[1], c[2]))
     best = {"power": -1.0}
     failed: list = []
+    gaps: dict = {}
     for h, P, n, R, f in cands:
         if any(_dominated((P, n, R, f), d) for d in failed):
             continue
@@ -571,20 +571,18 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
                         sizes=len(f[0]) if f else 1, pops=f[2] if f else (8, 16), family_seeds=f[3] if f else 1)
         comps = replace(comps0, params=f[1]) if f else comps0
         shape = _design_shaper(grid, design)
-        powers = {}
-        ok = True
-        for cid in claims:
-            if data_gap(cid, design, comps, shape):
-                ok, powers[cid] = False, 0.0
+        powers, gapped = {}, False
+        for cid in claims:   # every claim screened (its power enters the best reachable), failures stop early
+            gap = data_gap(cid, design, comps, shape)
+            if gap:
+                gaps[cid], gapped = gap, True
                 break
             k_, n_ = yes_count(cid, _sesoi(cid), design, comps, shape, sims,
                                np.random.default_rng([seed, cid, 0, 1]), stop_below=target)
             powers[cid] = k_ / n_
-            if n_ < sims or k_ / n_ < target:
-                ok = False
-                break
-        low = min(powers.values()) if len(powers) == len(claims) else 0.0
-        if low > best["power"] and len(powers) == len(claims):
+        ok = not gapped and all(p >= target for p in powers.values())
+        low = min(powers.values()) if not gapped else -1.0
+        if low > best["power"]:
             best = {"power": low, "design": _describe(design, f), "hours": h, "_design": (design, f, comps, shape)}
         if ok:  # confirmed under every generator reaching each claim
             conf = {cid: claim_power(cid, design, comps, shape, sims, seed, false_yes=False) for cid in claims}
@@ -601,6 +599,10 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
     if best.get("_design") is not None:  # the best screened design, confirmed as a found one is
         d, f, comps, shape = best.pop("_design")
         best["power"] = min(claim_power(cid, d, comps, shape, sims, seed, false_yes=False)["power"] for cid in claims)
+    if "design" not in best and gaps:  # every candidate lacked data for some claim: say what
+        best["why"] = "; ".join(f"claim {c}: {g}" for c, g in sorted(gaps.items()))
+        if any(c in FAMILY_CLAIMS for c in gaps):
+            best["why"] += f" (the family's shipped sizes: {', '.join(m[0] for m in fam_models) or 'none'})"
     return {"found": False, "best": best, "candidates": len(cands), "max_hours": max_hours}
 
 
