@@ -165,6 +165,14 @@ def disk_warning(need: dict | None, where) -> str | None:
 # --- time on a CPU -----------------------------------------------------------------------------
 
 CPU_WARN_S = 3600.0   # a run whose generated tokens alone would take longer on a CPU is warned about
+# A ceiling on the parameter-scaled rate: the paper_cpu runs (tiny-s, 105,216 parameters, one thread
+# each) took 42.0 / 63.4 / 53.3 / 53.4 s (es / grpo / es_grpo / grpo_es, docs/results/claims_paper_cpu.md,
+# paper_cpu_confirm1) for token bounds of 1,408,000 / 1,804,800 / 1,408,000 / 1,408,000: 73.9M bound
+# tokens in 2,540 run-seconds for the preset's 16 / 16 / 8 / 8 runs, 29,100 per second (evaluation
+# and training included), where the SmolLM2 rate scaled to 105k parameters would say 107,000.
+SMALL_MODEL_CPU_TOKENS_PER_S = 73_932_800 / 2_540.0
+SMALL_MODEL_CPU_SOURCE = ("paper_cpu's tiny-s runs: 73.9M bound tokens in 2,540 run-seconds, "
+                          "docs/results/claims_paper_cpu.md (small models are latency-bound)")
 
 
 def cpu_tokens_per_s(rc, params: int) -> tuple[float, str]:
@@ -176,6 +184,8 @@ def cpu_tokens_per_s(rc, params: int) -> tuple[float, str]:
 
     cfg = engines.ENGINES[rc.engine["name"]]
     rate = float(cfg.cpu_param_tokens_per_s)
+    if rate / params > SMALL_MODEL_CPU_TOKENS_PER_S:  # a tiny model is latency-bound, not FLOP-bound
+        return SMALL_MODEL_CPU_TOKENS_PER_S, SMALL_MODEL_CPU_SOURCE
     return rate / params, cfg.cpu_throughput_source
 
 

@@ -224,8 +224,8 @@ def data_gap(cid: int, design: Design, comps: Components, shape) -> str | None:
         return None
     if cid == 6 and "saturated" in m["why"] and comps.grpo_climb > 0:  # the components', not the grid's
         return (f"GRPO is still climbing at the end of its budget under these components (grpo_climb "
-                f"{comps.grpo_climb:.3g}: Pass@1 its second half adds), and the rule tests claim 6 only against "
-                "a GRPO that has saturated (a longer GRPO budget, or a pilot that measures the climb)")
+                f"{comps.grpo_climb:.3g}: the Pass@1 its second half adds), and the rule tests claim 6 only "
+                "against a GRPO that has saturated (a longer GRPO budget, or a pilot that measures the climb)")
     return m["why"]
 
 
@@ -450,9 +450,11 @@ def trend_what(grid: Grid, design: Design, comps: Components, sims: int = TREND_
 # components from a pilot sweep
 def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 0) -> tuple:
     """(point, pessimistic, optimistic, how) from a finished pilot sweep: ``estimate_components``
-    on its runs, and on ``boot`` bootstrap resamples of its runs (seeds resampled within each
-    (model, algo, pop) group); the noise components' ``level`` percentile bounds: pessimistic =
+    on its runs, and on ``boot`` bootstrap resamples of its runs (the ES family's model sizes
+    resampled when there are >= 3, then seeds within each (model, algo, pop) group); the noise
+    components' ``level`` percentile bounds: pessimistic =
     every noise sd at its upper bound, optimistic at its lower. ConfigError without finished runs."""
+    from esopt.study.claims import select_cell
     from esopt.study.simulate import estimate_components, sweep_records
 
     recs = [r for r in sweep_records(sweep_dir) if r.get("status", "completed") == "completed"
@@ -466,11 +468,20 @@ def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 
     rng = np.random.default_rng(seed)
     noise = ("sigma_seed", "sigma_problem_algo", "sigma_entropy", "sigma_size", "sigma_step")
     draws = {k: [] for k in noise}
+    models = sorted({m for m, a, _ in groups if a == "es"} - {None}, key=str)
+    cell = select_cell(recs)["model"]
     for _ in range(boot):
         sample = []
-        for rs in groups.values():
-            for i, j in enumerate(rng.integers(0, len(rs), len(rs))):
-                sample.append({**rs[j], "seed": i, "run_id": f"{rs[j]['run_id']}~{i}"})
+        # the family's sizes resampled too (the trend's spread is between sizes), when there are >= 3
+        picks = list(rng.choice(len(models), len(models))) if len(models) >= 3 else list(range(len(models)))
+        for (m, a, pop), rs in groups.items():
+            copies = [c for c, j in enumerate(picks) if models[j] == m] if m in models and a == "es" else [0]
+            if m == cell and 0 not in copies:   # the comparison cell keeps its ES runs
+                copies = [0, *copies]
+            for c in copies:
+                for i, j in enumerate(rng.integers(0, len(rs), len(rs))):
+                    tag = f"{m}~{c}" if c else m
+                    sample.append({**rs[j], "model": tag, "seed": i, "run_id": f"{rs[j]['run_id']}~{c}~{i}"})
         try:
             c, _ = estimate_components(sample, sample, start=point)
         except Exception:  # noqa: BLE001 - a degenerate resample
@@ -481,7 +492,7 @@ def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 
     pess = replace(point, **{k: float(np.percentile(v, hi_q)) for k, v in draws.items() if v})
     opt = replace(point, **{k: float(np.percentile(v, lo_q)) for k, v in draws.items() if v})
     how = {k: v for k, v in how.items() if v != "assumed"}
-    how["bounds"] = (f"{level:.0%} bootstrap bounds over {boot} resamples of the pilot's seeds: "
+    how["bounds"] = (f"{level:.0%} bootstrap bounds over {boot} resamples of the pilot's sizes and seeds: "
                      + ", ".join(f"{k} {getattr(opt, k):.3g}-{getattr(pess, k):.3g}" for k in noise if draws[k]))
     return point, pess, opt, how
 

@@ -27,6 +27,10 @@ def test_sweep_dry_run_prints_the_trend_verdict(tmp_path):
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("plan: claim 7"))
     assert "cannot decide: 2 model size(s)" in line and "sizes x 3 seeds: power" in line
+    r = cli("esopt.sweep", "-m", "model=tiny-xs,tiny-s,tiny-m,tiny-l,tiny-xl", "pop=4,8", "seed=0,1,2",
+            f"sweep.root={tmp_path}", "sweep.dry_run=true")      # enough sizes: the verdict is power's
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("plan: claim 7"))
+    assert "cannot decide: power 0.0" in line and "< 0.8" in line and "12 sizes x 3 seeds: power" in line
     r = cli("esopt.sweep", "-m", "model=tiny-s", "pop=8,16", f"sweep.root={tmp_path}", "sweep.dry_run=true")
     assert r.returncode == 0 and "plan: claim 7" not in r.stdout    # one size: no trend to judge
 
