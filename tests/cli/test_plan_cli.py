@@ -64,6 +64,7 @@ def test_pilot_components_and_their_bounds(tmp_path):
     (("-m", "model=tiny-s", "--target-power", "1.5"), "--target-power must be in (0, 1)"),
     (("-m", "model=tiny-s", "plan.speed=3"), "unknown key 'plan.speed'"),
     (("-m", "model=tiny-s", "popp=8"), "unknown key 'popp'"),
+    (("-m", "model=tiny-s", "hydra/sweeper=optuna"), "the optuna sweeper picks its runs as it goes"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words, tmp_path):
     r = cli("esopt.plan", *args, f"sweep.root={tmp_path}")
