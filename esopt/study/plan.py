@@ -379,7 +379,8 @@ def component_lines(report: dict) -> list[str]:
     c = report["components"]
     d = report["design"]
     shown = ("sigma_seed", "sigma_problem_algo", "sigma_entropy", "s0", "sigma_size", "es_gain", "params")
-    return ([f"components ({report['source']}): " + ", ".join(f"{k} {_short(getattr(c, k))}" for k in shown)]
+    note = "" if report["source"].startswith("pilot") else " (point values; --pilot estimates a pilot's, with bounds)"
+    return ([f"components ({report['source']}){note}: " + ", ".join(f"{k} {_short(getattr(c, k))}" for k in shown)]
             + [f"design (simulated): {d.seeds} seeds per arm (max; each arm its own), {d.problems} problems x "
                f"{d.samples} samples, " + (f"family {d.sizes} sizes x pops {list(d.pops)} x {d.family_seeds} seeds"
                                            if report["family"] else "no ES family (no model with >= 2 populations)")

@@ -22,6 +22,33 @@ def test_headline_grid_cannot_decide_the_trend_and_nothing_is_launched(tmp_path)
     assert not any(tmp_path.iterdir())                # no sweep folder, no run
 
 
+def test_readme_example_is_what_the_plan_prints(tmp_path):
+    from helpers import REPO
+
+    text = (REPO / "README.md").read_text()
+    after = text.split("headline grid above (", 1)[1]
+    hours, rest = after.split(" GPU-hours):\n", 1)
+    shown = rest.splitlines()[0].strip("`").removesuffix("...").rstrip()
+    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--sims", "3")
+    assert any(ln.startswith(shown) for ln in r.stdout.splitlines()), shown
+    assert f", {hours} GPU-hours" in r.stdout
+
+
+def test_plan_composes_the_sweeps_run_ids(tmp_path):
+    """The same grid, the same run ids as the sweep's dry run (one composition path)."""
+    from esopt.cli.plan import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        ids = {rid for rid, _ in compose([*HEADLINE, f"sweep.root={tmp_path}"])}
+    finally:
+        GlobalHydra.instance().clear()
+    r = cli("esopt.sweep", *HEADLINE, f"sweep.root={tmp_path}", "sweep.dry_run=true")
+    shown = {ln.split()[1] for ln in r.stdout.splitlines() if ln.strip()[:1].isdigit() and len(ln.split()) > 2}
+    assert len(ids) == 6 and ids == shown
+
+
 def test_sweep_dry_run_prints_the_trend_verdict(tmp_path):
     r = cli("esopt.sweep", *HEADLINE, f"sweep.root={tmp_path}", "sweep.dry_run=true")
     assert r.returncode == 0, r.stderr
