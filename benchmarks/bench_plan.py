@@ -84,7 +84,7 @@ def main(argv=None) -> int:
                               f"({r['power_gen']}){'' if r['decidable'] else ', cannot decide'}"
                               if "power" in r else f"cannot decide: {r['why'].split('; ')[0]}")
                 for cid, r in report["claims"].items())
-            rows.append([preset, c["runs"], f"{c['tokens']:,}", P._hours_text(c["gpu_hours"]), verdicts])
+            rows.append([preset, c["runs"], f"{c['tokens']:,}", P.hours_text(c["gpu_hours"]), verdicts])
             blocks[preset] = P.header_lines(report, f"python -m esopt.plan +experiment={preset}")
     wall = time.time() - t0
     if args.write_docs:

@@ -182,25 +182,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def P_hours(h: float) -> str:
-    from esopt.study.plan import _hours_text
-
-    return _hours_text(h)
-
-
 def search_lines(found: dict, claims: list[int], target: float, overrides: list[str]) -> str:
+    from esopt.study.plan import hours_text
+
     cl = ",".join(map(str, claims))
     if found["found"]:
         keep = [o for o in overrides if o not in ("-m", "--multirun") and o.split("=", 1)[0].lstrip("+~") not in
                 ("model", "algo", "seed", "pop", "eval.problems", "eval.samples", "iterations")]
-        cmds = "\n".join(f"  python -m esopt.sweep -m {' '.join(keep + [o.removeprefix('-m ')])}" for o in found["overrides"])
+        cmds = "\n".join(f"  python -m esopt.sweep -m {' '.join(keep + [o.removeprefix('-m ')])}"
+                         for o in found["overrides"])
         return (f"search (claims {cl}, target {target:g}): cheapest design: {found['design']}; "
-                f"{P_hours(found['hours'])} hours; power " + ", ".join(f"claim {c} {p:.2f} ({found['generators'][c]})"
+                f"{hours_text(found['hours'])} hours; power " + ", ".join(f"claim {c} {p:.2f} ({found['generators'][c]})"
                                                                for c, p in found["power"].items())
                 + f" ({found['sims']} sims)\n{cmds}")
     b = found["best"]
-    cap = "" if math.isinf(found["max_hours"]) else f" within {P_hours(found['max_hours'])} hours"
-    best = (f"the best power reachable{cap}: {b['power']:.2f} ({b['design']}, {P_hours(b['hours'])} hours)"
+    cap = "" if math.isinf(found["max_hours"]) else f" within {hours_text(found['max_hours'])} hours"
+    best = (f"the best power reachable{cap}: {b['power']:.2f} ({b['design']}, {hours_text(b['hours'])} hours)"
             if b.get("design") else f"every design{cap} lacks data: {b['why']}" if b.get("why")
             else f"no candidate design fits{cap}")
     return f"search (claims {cl}, target {target:g}): nothing{cap} reaches power {target:g}; {best}"

@@ -323,7 +323,8 @@ def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Compone
     components) its power there; the cost; the components and their source."""
     comps = components_for(grid, comps or MEASURED)
     design, shape = design_of(grid), shaper(grid)
-    out = {"design": design, "family": bool(grid.family), "components": comps, "source": comp_source, "cost": cost(runs, tokens_per_s),
+    out = {"design": design, "family": bool(grid.family), "components": comps, "source": comp_source,
+           "cost": cost(runs, tokens_per_s),
            "claims": {}, "target": target, "sims": sims}
     for cid in claims or bears_on(grid):
         gap = data_gap(cid, design, comps, shape)
@@ -364,14 +365,14 @@ def claim_line(cid: int, row: dict) -> str:
 def cost_lines(c: dict) -> list[str]:
     hours = []
     if c["gpu_hours"]:
-        hours.append(f"{_hours_text(c['gpu_hours'])} GPU-hours")
+        hours.append(f"{hours_text(c['gpu_hours'])} GPU-hours")
     if c["cpu_hours"]:
-        hours.append(f"{_hours_text(c['cpu_hours'])} CPU-hours")
+        hours.append(f"{hours_text(c['cpu_hours'])} CPU-hours")
     return [f"cost: {c['runs']} runs, <= {c['tokens']:,} generated tokens, " + (" + ".join(hours) or "0 hours")
             + " (token bound at the rates below)"] + [f"  rate {s}" for s in c["sources"]]
 
 
-def _hours_text(h: float) -> str:
+def hours_text(h: float) -> str:
     return f"{h:,.0f}" if h >= 100 else f"{h:.3g}"
 
 
@@ -421,7 +422,8 @@ def trend_line(rcs: list, sims: int = TREND_SIMS, target: float = TARGET) -> str
     if not gap:
         p = claim_power(7, design, comps, shape, sims, gens=["current"], false_yes=False)
         if p["power"] >= target:
-            return head + f"decidable (power {p['power']:.2f} {_fmt_ci(p['power_ci'])}, {sims} sims; python -m esopt.plan)"
+            return head + (f"decidable (power {p['power']:.2f} {_fmt_ci(p['power_ci'])}, {sims} sims; "
+                           "python -m esopt.plan)")
         gap = f"power {p['power']:.2f} {_fmt_ci(p['power_ci'])} < {target:g}"
     return (head + f"cannot decide: {gap}; {trend_what(grid, design, comps, sims)} "
             f"({sims} sims; python -m esopt.plan <same overrides> for every claim)")
@@ -508,7 +510,8 @@ def _variant(rc, *, pop=None, problems=None, samples=None, model=None):
     if model is not None:
         object.__setattr__(new, "model", model)
     if problems is not None or samples is not None:
-        object.__setattr__(new, "eval", replace(rc.eval, problems=problems if problems is not None else rc.eval.problems,
+        object.__setattr__(new, "eval", replace(rc.eval,
+                                                problems=problems if problems is not None else rc.eval.problems,
                                                 samples=samples if samples is not None else rc.eval.samples))
     return new
 
@@ -583,6 +586,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
                         sizes=len(f[0]) if f else 1, pops=f[2] if f else (8, 16), family_seeds=f[3] if f else 1)
         comps = replace(comps0, params=f[1]) if f else comps0
         shape = _design_shaper(grid, design)
+        desc = _describe(design, f, bool(cell_claims))
         powers, gapped = {}, False
         for cid in claims:   # every claim screened (its power enters the best reachable), failures stop early
             gap = data_gap(cid, design, comps, shape)
@@ -595,17 +599,17 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
         ok = not gapped and all(p >= target for p in powers.values())
         low = min(powers.values()) if not gapped else -1.0
         if low > best["power"]:
-            best = {"power": low, "design": _describe(design, f), "hours": h, "_design": (design, f, comps, shape)}
+            best = {"power": low, "design": desc, "hours": h, "_design": (design, f, comps, shape)}
         if ok:  # confirmed under every generator reaching each claim
             conf = {cid: claim_power(cid, design, comps, shape, sims, seed, false_yes=False) for cid in claims}
             if all(r["power"] >= target for r in conf.values()):
-                return {"found": True, "design": _describe(design, f), "power": {c: r["power"] for c, r in conf.items()},
+                return {"found": True, "design": desc, "power": {c: r["power"] for c, r in conf.items()},
                         "generators": {c: r["power_gen"] for c, r in conf.items()}, "hours": h,
                         "overrides": _overrides(grid, design, f, bool(cell_claims)), "sims": sims, "seed": seed,
                         "components": comps, "_design": design}
             low = min(r["power"] for r in conf.values())
             if low > best["power"]:
-                best = {"power": low, "design": _describe(design, f), "hours": h, "_design": (design, f, comps, shape)}
+                best = {"power": low, "design": desc, "hours": h, "_design": (design, f, comps, shape)}
         else:
             failed.append((P, n, R, f))
     if best.get("_design") is not None:  # the best screened design, confirmed as a found one is
@@ -647,8 +651,9 @@ def _design_shaper(grid: Grid, design: Design):
     return shaper(g)
 
 
-def _describe(design: Design, f) -> str:
-    text = f"{design.seeds} seeds per arm, {design.problems} problems x {design.samples} samples"
+def _describe(design: Design, f, cell: bool = True) -> str:
+    text = (f"{design.seeds} seeds per arm, " if cell else "") + \
+        f"{design.problems} problems x {design.samples} samples"
     if f:
         text += f"; family {', '.join(f[0])} x pops {list(f[2])} x {f[3]} seeds"
     return text
@@ -678,7 +683,7 @@ def header_lines(report: dict, command: str) -> list[str]:
     c = report["cost"]
     out = [f"{HEADER} ({command}; {report['sims']} sims, {report['source'].split(':')[0]} components; "
            "docs/results/plan.md):",
-           f"#   {c['runs']} runs, <= {c['tokens']:,} generated tokens, {_hours_text(c['gpu_hours'])} GPU-hours"]
+           f"#   {c['runs']} runs, <= {c['tokens']:,} generated tokens, {hours_text(c['gpu_hours'])} GPU-hours"]
     for cid, row in report["claims"].items():
         if "power" in row:
             out.append(f"#   claim {cid}: power {row['power']:.2f} {_fmt_ci(row['power_ci'])} ({row['power_gen']}), "

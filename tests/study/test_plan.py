@@ -182,7 +182,7 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
     runs = composed(f"+experiment={preset}", *data, *([] if vllm.available() else ["engine=hf"]))
     g = P.grid_of(runs)
     c = P.cost(runs)
-    assert block[0] == f"{c['runs']} runs, <= {c['tokens']:,} generated tokens, {P._hours_text(c['gpu_hours'])} GPU-hours"
+    assert block[0] == f"{c['runs']} runs, <= {c['tokens']:,} generated tokens, {P.hours_text(c['gpu_hours'])} GPU-hours"
     claimed = {int(m.group(1)): m.group(2) for ln in block[1:] if (m := re.match(r"claim (\d+): (.*)", ln))}
     assert sorted(claimed) == P.bears_on(g)
     d, comps, shape = P.design_of(g), P.components_for(g), P.shaper(g)
