@@ -114,14 +114,14 @@ def grid_of(runs: list) -> Grid:
         es = [rc for rc in rs if rc.algo == "es"]   # the family claims read ES runs (not sequences)
         pops = {rc.pop for rc in es}
         if len(pops) >= 2:
-            per = Counter(rc.pop for rc in es)
-            fam[m] = {"params": models.param_count(es[0].model), "pops": pops, "seeds": min(per.values())}
+            per = {p: {rc.seed for rc in es if rc.pop == p} for p in pops}
+            fam[m] = {"params": models.param_count(es[0].model), "pops": pops,
+                      "seeds": min(len(v) for v in per.values())}
     sp = ()
     if "sparsity" in ref.analysis:
         sp = (tuple(float(f) for f in ref.sparsity.fractions), tuple(str(m) for m in ref.sparsity.modes))
     grpo = next((rc for rc in cell if rc.algo == "grpo"), None)
-    es_block = dict(ref.blocks.get("es") or {}) if isinstance(ref.blocks.get("es"), dict) else \
-        vars(ref.blocks.get("es") or object())
+    es_block = dict(ref.blocks.get("es") or {})   # ES's members: sampled or greedy (claim 4)
     return Grid(cell_model=cell_model, cell_seeds={a: len(s) for a, s in seeds.items()},
                 problems=budget.eval_rows(ref), samples=int(ref.eval.samples),
                 split_rows=budget._rows(ref, ref.task, ref.eval.split, None), iterations=int(ref.iterations),
@@ -132,11 +132,18 @@ def grid_of(runs: list) -> Grid:
                 family=fam, models={m: models.param_count(rs[0].model) for m, rs in by_model.items()})
 
 
+def _claims_k() -> int:
+    """The K of the claims' Pass@K (``claims.DEFAULTS``)."""
+    from esopt.study.claims import DEFAULTS
+
+    return int(DEFAULTS["k"])
+
+
 def design_of(grid: Grid) -> Design:
     """The simulator's design of a grid: the most seeds of any comparison arm (the shaper trims
     each arm to its own), its problems and samples, the family's sizes, populations and seeds."""
     return Design(seeds=max(grid.cell_seeds.values(), default=1), problems=grid.problems, samples=grid.samples,
-                  sizes=max(len(grid.family), 1), pops=grid.family_pops or (8, 16), k=8,
+                  sizes=max(len(grid.family), 1), pops=grid.family_pops or (8, 16), k=_claims_k(),
                   family_seeds=max(grid.family_seeds, 1))
 
 
@@ -582,7 +589,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
     for h, P, n, R, f in cands:
         if any(_dominated((P, n, R, f), d) for d in failed):
             continue
-        design = Design(seeds=R or 1, problems=P, samples=n, k=8,
+        design = Design(seeds=R or 1, problems=P, samples=n, k=_claims_k(),
                         sizes=len(f[0]) if f else 1, pops=f[2] if f else (8, 16), family_seeds=f[3] if f else 1)
         comps = replace(comps0, params=f[1]) if f else comps0
         shape = _design_shaper(grid, design)

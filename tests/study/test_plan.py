@@ -200,3 +200,15 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
         lo, hi = wilson_interval(round(now["power"] * SIMS), SIMS, level=0.99)
         lo0, hi0 = wilson_interval(k, sims, level=0.99)
         assert lo <= hi0 and lo0 <= hi, (cid, power, now["power"])   # the two 99% intervals overlap
+
+
+def test_grid_of_reads_the_family_and_es_members_as_composed():
+    runs = composed("model=tiny-s,tiny-m", "pop=4,8", "seed=0,1,2", "es.temperature=1.0", "es.samples=4")
+    g = P.grid_of(runs)
+    assert set(g.family) == {"tiny-s", "tiny-m"} and g.family_seeds == 3 and g.family_pops == (4, 8)
+    assert (g.es_temperature, g.es_samples) == (1.0, 4)
+    d = P.design_of(g)
+    assert (d.sizes, d.pops, d.family_seeds) == (2, (4, 8), 3)
+    gap = P.data_gap(4, d, P.components_for(g), P.shaper(g))
+    assert gap is None or "greedily" not in gap
+    assert "2 model size(s)" in P.data_gap(7, d, P.components_for(g), P.shaper(g))
