@@ -118,3 +118,11 @@ def test_exit_code_of_a_real_process(tmp_path):
     """The process itself is the subject: its exit status on bad input, as a shell sees it."""
     r = run_cli("esopt.plan", "-m", "model=tiny-s", "--claims", "0", f"sweep.root={tmp_path}")
     assert r.returncode == 2 and r.stderr.startswith("esopt: error: unknown claim 0")
+
+
+def test_tokens_per_s_override_prices_the_grid(tmp_path):
+    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--claims", "1", "--sims", "2",
+            "plan.tokens_per_s=1e6")
+    assert r.returncode == 0, r.stderr
+    assert "cost: 6 runs, <= 382,402,560 generated tokens, 0.106 GPU-hours" in r.stdout   # 382.4M / 1e6 / 3600
+    assert "rate gpu: plan.tokens_per_s" in r.stdout
