@@ -414,13 +414,17 @@ def lines(report: dict) -> list[str]:
 def trend_line(rcs: list, sims: int = TREND_SIMS, target: float = TARGET) -> str | None:
     """One line for a grid that spans model sizes and populations (None otherwise): whether it
     can decide claim 7, and what would (power at 5 and at 12 sizes over the grid's range)."""
-    try:
-        sizes = {rc.model["name"] for rc in rcs if rc.algo == "es"}
-        if len(sizes) < 2 or len({rc.pop for rc in rcs if rc.algo == "es"}) < 2:
-            return None
-        grid = grid_of([(str(i), rc) for i, rc in enumerate(rcs)])
-    except Exception:  # noqa: BLE001 - a note in a dry run never takes it down
+    sizes = {rc.model["name"] for rc in rcs if rc.algo == "es"}
+    if len(sizes) < 2 or len({rc.pop for rc in rcs if rc.algo == "es"}) < 2:
         return None
+    try:
+        return _trend_line(rcs, sims, target)
+    except Exception as e:  # noqa: BLE001 - a note in a dry run never takes it down
+        return f"plan: claim 7 not estimated ({type(e).__name__}: {e}); python -m esopt.plan says more"
+
+
+def _trend_line(rcs: list, sims: int, target: float) -> str | None:
+    grid = grid_of([(str(i), rc) for i, rc in enumerate(rcs)])
     if len(grid.family) < 2:
         return None
     comps, design, shape = components_for(grid), design_of(grid), shaper(grid)
