@@ -20,7 +20,7 @@ LAYERS = [  # (layer, module prefixes)
     ("algorithms", ("esopt.algorithms",)),
     ("runtime", ("esopt.runtime",)),
     ("study", ("esopt.study",)),
-    ("cli", ("esopt.cli", "esopt.sweep", "esopt.evaluate", "esopt.aggregate", "esopt.analyze",
+    ("cli", ("esopt.cli", "esopt.sweep", "esopt.evaluate", "esopt.aggregate", "esopt.analyze", "esopt.plan",
              "hydra_plugins")),
 ]
 

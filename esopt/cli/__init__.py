@@ -4,5 +4,6 @@
     python -m esopt.evaluate   (esopt.cli.evaluate)   one model on a task split (Hydra)
     python -m esopt.aggregate  (esopt.cli.aggregate)  a sweep's tables, trend, claims and page
     python -m esopt.analyze    (esopt.cli.analyze)    sparsity, drift, forgetting of a run
+    python -m esopt.plan       (esopt.cli.plan)       a grid's power per claim and cost, before it runs
     python -m esopt.cli.pretrain                      pretraining of the tiny family
 """

@@ -16,6 +16,11 @@ NOISY = ("transformers", "trl", "torch", "datasets", "accelerate", "huggingface_
          "submitit", "hydra", "omegaconf", "pandas", "pyarrow", "plotly", "scipy", "numpy", "tqdm", "vllm")
 
 
+# ``python -m esopt.plan`` appends a callable here: the esopt sweeper hands it the composed jobs
+# instead of launching them (a module Hydra's plugin scan does not reload)
+SWEEP_CONSUMER: list = []
+
+
 def verbose(argv: list[str] | None = None) -> bool:
     """Whether the user asked for library output: ``ESOPT_VERBOSE=1`` or ``-v`` / ``--verbose``."""
     import os

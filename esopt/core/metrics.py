@@ -445,14 +445,20 @@ def pass_at_k_noise_var(n: int, c, k: int) -> float:
     return float(np.sum(g_k * g_k - g_2k)) / float(c.size) ** 2
 
 
-def wilson_upper(k: int, n: int, level: float = 0.95) -> float:
-    """Upper end of the two-sided ``level`` Wilson score interval of a binomial rate k / n:
-        (p + z^2 / 2n + z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n),  z = z_{(1 + level) / 2}
-    (11 / 200 -> 0.096). n = 0: 1."""
+def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The two-sided ``level`` Wilson score interval of a binomial rate k / n:
+        (p + z^2 / 2n -+ z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n),  z = z_{(1 + level) / 2}
+    (11 / 200 -> [0.031, 0.096]). n = 0: (0, 1)."""
     from statistics import NormalDist
 
     if n <= 0:
-        return 1.0
+        return 0.0, 1.0
     z = NormalDist().inv_cdf((1 + level) / 2)
     p = k / n
-    return min(1.0, (p + z * z / (2 * n) + z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n))
+    mid, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (mid - half) / (1 + z * z / n)), min(1.0, (mid + half) / (1 + z * z / n))
+
+
+def wilson_upper(k: int, n: int, level: float = 0.95) -> float:
+    """Upper end of :func:`wilson_interval` (11 / 200 -> 0.096). n = 0: 1."""
+    return wilson_interval(k, n, level)[1]

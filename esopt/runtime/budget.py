@@ -165,6 +165,14 @@ def disk_warning(need: dict | None, where) -> str | None:
 # --- time on a CPU -----------------------------------------------------------------------------
 
 CPU_WARN_S = 3600.0   # a run whose generated tokens alone would take longer on a CPU is warned about
+# A ceiling on the parameter-scaled rate: the paper_cpu runs (tiny-s, 105,216 parameters, one thread
+# each) took 42.0 / 63.4 / 53.3 / 53.4 s (es / grpo / es_grpo / grpo_es, docs/results/claims_paper_cpu.md,
+# paper_cpu_confirm1) for token bounds of 1,408,000 / 1,804,800 / 1,408,000 / 1,408,000: 73.9M bound
+# tokens in 2,540 run-seconds for the preset's 16 / 16 / 8 / 8 runs, 29,100 per second (evaluation
+# and training included), where the SmolLM2 rate scaled to 105k parameters would say 107,000.
+SMALL_MODEL_CPU_TOKENS_PER_S = 73_932_800 / 2_540.0
+SMALL_MODEL_CPU_SOURCE = ("paper_cpu's tiny-s runs: 73.9M bound tokens in 2,540 run-seconds, "
+                          "docs/results/claims_paper_cpu.md (small models are latency-bound)")
 
 
 def cpu_tokens_per_s(rc, params: int) -> tuple[float, str]:
@@ -176,6 +184,8 @@ def cpu_tokens_per_s(rc, params: int) -> tuple[float, str]:
 
     cfg = engines.ENGINES[rc.engine["name"]]
     rate = float(cfg.cpu_param_tokens_per_s)
+    if rate / params > SMALL_MODEL_CPU_TOKENS_PER_S:  # a tiny model is latency-bound, not FLOP-bound
+        return SMALL_MODEL_CPU_TOKENS_PER_S, SMALL_MODEL_CPU_SOURCE
     return rate / params, cfg.cpu_throughput_source
 
 
@@ -222,3 +232,22 @@ def _duration(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.0f} s"
+
+
+# --- time on a GPU -----------------------------------------------------------------------------
+
+# Generated tokens per GPU-second x parameters, anchored on one published figure: es-at-scale's
+# (VsonicV/es-fine-tuning-paper, issue #4) 559 s per ES iteration for Qwen2.5-1.5B (1,543,714,304
+# parameters), N = 30 members x 200 prompts x <= 1,024 new tokens, on 4 x H200. Counted as the
+# token bound (every completion at its budget, as estimate_tokens counts): 6,144,000 tokens /
+# (559 s x 4 GPUs) = 2,748 tokens/s per GPU. Other sizes: scaled by parameters (each token costs
+# ~2 x params FLOPs), docs/design/gpu_throughput.md; ``plan.tokens_per_s=`` overrides it.
+GPU_PARAM_TOKENS_PER_S = 30 * 200 * 1024 / (559.0 * 4) * 1_543_714_304
+GPU_THROUGHPUT_SOURCE = ("es-at-scale issue #4: Qwen2.5-1.5B ES, 30 x 200 x <= 1,024 tokens in 559 s on 4 x H200 "
+                         "(2,748 bound tokens/s per GPU), scaled by parameters; docs/design/gpu_throughput.md")
+
+
+def gpu_tokens_per_s(params: int) -> tuple[float, str]:
+    """Generated tokens (bound) per GPU-second for a model of ``params`` parameters on one GPU
+    engine, and where the number comes from (:data:`GPU_PARAM_TOKENS_PER_S`)."""
+    return GPU_PARAM_TOKENS_PER_S / params, GPU_THROUGHPUT_SOURCE

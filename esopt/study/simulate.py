@@ -113,6 +113,8 @@ GENERATORS = {
     "shared_eval_seed": {"shared_eval_seed": True},
     "count_noise": {"sigma_count_js": 0.008},
 }
+# the claims a generator's override reaches (a generator not named here reaches every claim)
+GENERATOR_CLAIMS = {"entropy_intercept": (2,), "count_noise": (4,)}
 
 
 def _pass_k_expected(p: np.ndarray, shift: float, c: Components, K: int) -> float:
@@ -509,7 +511,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         if len(pts) >= 3:
             x, y = np.array(pts).T
             per_gain[a] = float(y.mean() / x.mean()) if x.mean() > 0 else None
-            b = ols_slope(x, y)[0]
+            b = ols_slope(x, y)[0] if np.ptp(x) > 0 else 0.0   # gains all equal: no slope to remove
             resid.append(y - y.mean() - b * (x - x.mean()))
     if resid:
         ss, dfe = sum(float(e @ e) for e in resid), sum(e.size - 2 for e in resid)
@@ -570,12 +572,14 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
 def components_from_sweeps(cell_dir, family_dir=None) -> tuple[Components, dict]:
     """``estimate_components`` from aggregated sweep folders (runs.parquet and the run folders):
     the comparison cell's sweep and, optionally, the ES family's."""
+    return estimate_components(sweep_records(cell_dir), sweep_records(family_dir) if family_dir else None)
+
+
+def sweep_records(sweep_dir) -> list[dict]:
+    """A sweep folder's runs as the claims read them, with per-problem counts (``attach_details``)."""
     from esopt.study import claims, tables
 
-    def records(d):
-        agg = tables.load(d)
-        recs = claims.records_from_tables(agg.runs, agg.curves)
-        claims.attach_details(recs, tables.find_runs_dir(agg.sweep_dir))
-        return recs
-
-    return estimate_components(records(cell_dir), records(family_dir) if family_dir else None)
+    agg = tables.load(sweep_dir)
+    recs = claims.records_from_tables(agg.runs, agg.curves)
+    claims.attach_details(recs, tables.find_runs_dir(agg.sweep_dir))
+    return recs

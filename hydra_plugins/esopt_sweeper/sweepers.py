@@ -353,6 +353,11 @@ class EsoptSweeper(Sweeper):
               f"{sum(estimate_tokens(j.rc) for j in todo):,} to run, "
               f"{sum(estimate_tokens(j.rc) for j in whole):,} for the whole grid")
         self.budget_notes(todo, dry=True)
+        from esopt.study.plan import trend_line
+
+        line = trend_line([j.rc for j in whole])  # None unless the grid spans sizes and populations
+        if line:
+            print(line)
 
     def budget_notes(self, todo: List[Job], dry: bool = False) -> None:
         """Before launching (and in the dry run): the disk the runs to run need against the
@@ -435,7 +440,9 @@ class EsoptSweeper(Sweeper):
             self._started = True
             os.environ[SWEEP_START] = repr(time.time())
 
-    def sweep(self, arguments: List[str]) -> Any:
+    def composed(self, arguments: List[str]) -> List[Job]:
+        """The sweep's jobs, composed and validated as they would run (sub-grids: one job per
+        run id), with the notes about them printed; nothing launched. ``esopt.plan`` reads these."""
         self._pin_time()
         quiet_sacct()
         grid = self._grid(arguments)
@@ -448,6 +455,15 @@ class EsoptSweeper(Sweeper):
                 print(f"esopt: note: {line}", file=sys.stderr)
         for line in layout_notes(jobs):
             print(f"esopt: note: {line}", file=sys.stderr)
+        return jobs
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from esopt.cli.common import SWEEP_CONSUMER
+
+        jobs = self.composed(arguments)
+        if SWEEP_CONSUMER:  # python -m esopt.plan: the jobs go to it, nothing is launched
+            SWEEP_CONSUMER[-1](jobs)
+            return []
         if self.config.sweep.get("dry_run"):
             self.dry_run(jobs)
             return []

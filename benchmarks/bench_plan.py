@@ -1,0 +1,108 @@
+"""The plans of the shipped ``*_gpu`` presets (``python -m esopt.plan``): per claim its power at
+the smallest effect of interest under the least favourable generator, or what the grid lacks;
+runs, token bound, GPU-hours.
+
+    python benchmarks/bench_plan.py [--sims 100] [--seed 0] [--presets NAME ...]
+                                    [--write-docs] [--write-presets]
+
+``--write-docs`` writes the table to docs/results/plan.md; ``--write-presets`` rewrites each
+preset's plan block (its header comment, ``esopt.study.plan.header_lines``), which
+tests/study/test_plan.py checks against esopt.plan. Composition needs no GPU: where vLLM is not
+installed the presets are composed with ``engine=hf`` (the engine enters neither the tokens nor
+the claims), GSM8K from ``../shared/data/gsm8k`` (or ESOPT_SHARED_DATA), the Countdown preset's
+file replaced by a generated one in the published format (its eval.problems is fixed at 500).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import write_table  # noqa: E402
+
+PRESETS = ("pop_vs_size_gpu", "es_vs_grpo_gpu", "sequential_gpu", "sigma_lr_gpu", "es_vs_grpo_countdown_gpu")
+
+
+def local_overrides(preset: str, tmp: Path) -> list[str]:
+    """What composing the preset here needs: engine=hf without vLLM, local data."""
+    from esopt.engines import vllm
+
+    out = [] if vllm.available() else ["engine=hf"]
+    if "countdown" in preset:
+        sys.path.insert(0, str(REPO / "tests"))
+        from helpers import write_countdown_es_file
+
+        path = tmp / "countdown.json"
+        if not path.exists():
+            write_countdown_es_file(path)
+        return out + [f"task.source={path}"]
+    shared = Path(os.environ.get("ESOPT_SHARED_DATA") or REPO.parent / "shared" / "data") / "gsm8k"
+    if not (shared / "test.jsonl").exists():
+        sys.exit(f"bench_plan: the full GSM8K ({shared}) is needed for the GPU presets' problem counts")
+    return out + [f"task.source={shared}"]
+
+
+def preset_plan(preset: str, sims: int, seed: int, tmp: Path) -> dict:
+    from hydra.core.global_hydra import GlobalHydra
+
+    from esopt.cli.plan import compose
+    from esopt.study import plan as P
+
+    GlobalHydra.instance().clear()
+    runs = compose([f"+experiment={preset}", *local_overrides(preset, tmp)])
+    GlobalHydra.instance().clear()
+    return P.plan(P.grid_of(runs), runs, sims=sims, seed=seed)
+
+
+def main(argv=None) -> int:
+    from esopt.study import plan as P
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sims", type=int, default=P.SIMS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    ap.add_argument("--write-docs", action="store_true")
+    ap.add_argument("--write-presets", action="store_true")
+    args = ap.parse_args(argv)
+    rows, blocks, t0 = [], {}, time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        for preset in args.presets:
+            t = time.time()
+            report = preset_plan(preset, args.sims, args.seed, Path(tmp))
+            print(f"== {preset} ({time.time() - t:.0f} s)")
+            for line in P.lines(report):
+                print(line)
+            c = report["cost"]
+            verdicts = "; ".join(
+                f"{cid}: " + (f"{r['power']:.2f} [{r['power_ci'][0]:.2f}, {r['power_ci'][1]:.2f}] "
+                              f"({r['power_gen']}){'' if r['decidable'] else ', cannot decide'}"
+                              if "power" in r else f"cannot decide: {r['why'].split('; ')[0]}")
+                for cid, r in report["claims"].items())
+            rows.append([preset, c["runs"], f"{c['tokens']:,}", P.hours_text(c["gpu_hours"]), verdicts])
+            blocks[preset] = P.header_lines(report, f"python -m esopt.plan +experiment={preset}")
+    wall = time.time() - t0
+    if args.write_docs:
+        write_table("plan", "Plans of the GPU presets", None,
+                    ["preset", "runs", "generated tokens (bound)", "GPU-hours", "per claim: power at its smallest "
+                     "effect [Wilson 95%] (least favourable generator), or what the grid lacks"], rows,
+                    notes=(f"{args.sims} sims per scenario and generator, seed {args.seed}; components: "
+                           f"{P.MEASURED_ON} (no real-model components yet: measure them with --pilot); "
+                           "GPU-hours at esopt.runtime.budget.gpu_tokens_per_s (docs/design/gpu_throughput.md), "
+                           "the token bound of every run (every completion at its budget). Composed with "
+                           "engine=hf where vLLM is missing, GSM8K from ../shared/data/gsm8k, the Countdown "
+                           f"preset with a generated file in the published format. Wall {wall:.0f} s."))
+    if args.write_presets:  # after the table: its commit stamp is the tree's before these edits
+        for preset, block in blocks.items():
+            path = REPO / "sweeps" / f"{preset}.yaml"
+            path.write_text(P.replace_header(path.read_text(), block))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""``python -m esopt.plan <the overrides a sweep takes>``: before a study runs, whether its grid
+can decide each claim and what it costs; launches nothing.
+
+    python -m esopt.plan +experiment=pop_vs_size_gpu
+    python -m esopt.plan -m model=qwen1.5b,qwen7b pop=8,16,32
+    python -m esopt.plan +experiment=paper_cpu --pilot results/paper_cpu_quick
+    python -m esopt.plan +experiment=es_vs_grpo_gpu --target-power 0.8 --claims 1,3 --max-hours 5000
+    python -m esopt.plan ... plan.tokens_per_s=3000        # the throughput the hours are computed at
+
+The grid is composed and validated by the esopt sweeper exactly as ``esopt.sweep`` composes it
+(``EsoptSweeper.composed``: same presets, validation, run ids); the plan is
+``esopt.study.plan``'s. Flags: ``--claims 1,3`` (default: the claims the grid bears on),
+``--pilot DIR`` (variance components from a finished pilot sweep, with bootstrap bounds),
+``--target-power P --max-hours H`` (search the cheapest design meeting P for every named claim),
+``--sims N`` (synthetic sweeps per scenario and generator, default 100), ``--seed S``.
+Exit codes: 0 ok (whatever the verdicts), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+
+from esopt.cli.common import fail, hydra_app, quiet
+from esopt.core.errors import ConfigError
+
+FLAGS = {"--pilot": str, "--target-power": float, "--claims": str, "--max-hours": float, "--sims": int,
+         "--seed": int}
+PLAN_KEYS = {"plan.tokens_per_s": float}
+
+
+def split_argv(argv: list[str]) -> tuple[dict, dict, list[str]]:
+    """(flags, plan.* keys, the sweep's own overrides); bad values: one line, exit 2."""
+    flags, keys, rest = {}, {}, []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        name, eq, value = a.partition("=")
+        if name in FLAGS:
+            if not eq:
+                if i + 1 >= len(argv):
+                    fail(f"{name} needs a value")
+                i, value = i + 1, argv[i + 1]
+            try:
+                flags[name] = FLAGS[name](value)
+            except ValueError:
+                fail(f"{name}: not a {FLAGS[name].__name__}: {value!r}")
+        elif name.lstrip("+") in PLAN_KEYS and eq:
+            try:
+                keys[name.lstrip("+")] = PLAN_KEYS[name.lstrip("+")](value)
+            except ValueError:
+                fail(f"{name}: not a number: {value!r}")
+        elif name.startswith("plan."):
+            fail(f"unknown key {name!r} (known: {', '.join(PLAN_KEYS)})")
+        else:
+            rest.append(a)
+        i += 1
+    return flags, keys, rest
+
+
+def parse_claims(text: str | None) -> list[int] | None:
+    from esopt.study.claim_rules import REGISTRY
+
+    if text is None:
+        return None
+    try:
+        ids = [int(x) for x in re.split(r"[,\s]+", text.strip()) if x]
+    except ValueError:
+        fail(f"--claims: claim numbers, e.g. 3,7 (got {text!r})")
+    bad = [i for i in ids if i not in REGISTRY]
+    if bad or not ids:
+        fail(f"unknown claim {', '.join(map(str, bad)) or repr(text)} (known: {', '.join(map(str, sorted(REGISTRY)))})")
+    return ids
+
+
+def check(flags: dict, keys: dict) -> None:
+    """Budgets and rates must be positive, a target power a probability."""
+    if "--max-hours" in flags and not flags["--max-hours"] > 0:
+        fail(f"--max-hours must be > 0 (got {flags['--max-hours']:g})")
+    if "plan.tokens_per_s" in keys and not keys["plan.tokens_per_s"] > 0:
+        fail(f"plan.tokens_per_s must be > 0 (got {keys['plan.tokens_per_s']:g})")
+    if "--target-power" in flags and not 0 < flags["--target-power"] < 1:
+        fail(f"--target-power must be in (0, 1) (got {flags['--target-power']:g})")
+    if "--sims" in flags and flags["--sims"] < 1:
+        fail(f"--sims must be >= 1 (got {flags['--sims']})")
+    if "--max-hours" in flags and "--target-power" not in flags:
+        fail("--max-hours caps the search of --target-power: give both")
+
+
+def compose(overrides: list[str]) -> list:
+    """The grid's runs [(run_id, rc)], composed by the esopt sweeper as ``esopt.sweep -m`` would."""
+    from esopt.cli.common import SWEEP_CONSUMER
+
+    jobs: list = []
+    argv = overrides if any(a in ("-m", "--multirun") for a in overrides) else ["-m", *overrides]
+    saved, sys.argv = sys.argv, [sys.argv[0], *argv]
+    SWEEP_CONSUMER.append(jobs.extend)
+    try:
+        hydra_app(_never)
+    finally:
+        SWEEP_CONSUMER.remove(jobs.extend)
+        sys.argv = saved
+    if not jobs:
+        fail("the overrides compose no runs (esopt.plan plans a grid of the esopt sweeper)")
+    return [(j.rid, j.rc) for j in jobs]
+
+
+def _never(cfg):
+    """The task function: never called (the sweeper hands the jobs over instead)."""
+    raise RuntimeError("esopt.plan launched a run")
+
+
+def family_models(grid) -> list:
+    """(name, params, model config) of the shipped models (conf/model) of the grid's family's
+    kind (the leading letters of its names: tiny, qwen, llama), by size."""
+    from omegaconf import OmegaConf
+
+    from esopt import models
+    from esopt.cli.configs import CONF_DIR
+
+    kinds = {m.group(0) for name in grid.family if (m := re.match(r"[a-z]+", name))}
+    out = []
+    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+        m = re.match(r"[a-z]+", path.stem)
+        if m and m.group(0) in kinds:
+            cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+            if (p := models.param_count(cfg)):
+                out.append((path.stem, int(p), cfg))
+    return sorted(out, key=lambda t: t[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from esopt.study import plan as P
+
+    quiet()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    flags, keys, overrides = split_argv(argv)
+    check(flags, keys)
+    claims = parse_claims(flags.get("--claims"))
+    t0 = time.time()
+    runs = compose(overrides)
+    try:
+        grid = P.grid_of(runs)
+    except ConfigError as e:
+        fail(str(e))
+    sizes = len({rc.model["name"] for _, rc in runs if rc.algo == "es"})
+    if claims and 7 in claims and sizes < 2:
+        fail(f"claim 7 compares model sizes: the grid's ES runs have {sizes} "
+             f"({grid.cell_model}); sweep model=a,b,c,... with >= 2 populations each")
+    comps, source, bounds = None, P.MEASURED_ON, None
+    if "--pilot" in flags:
+        try:
+            comps, pess, opt, how = P.pilot_components(flags["--pilot"])
+        except (ConfigError, FileNotFoundError, NotADirectoryError) as e:
+            fail(f"--pilot {flags['--pilot']}: {e}" if "--pilot" not in str(e) else str(e))
+        source, bounds = f"pilot {flags['--pilot']}", (pess, opt)
+        for k, v in how.items():
+            print(f"# component {k}: {v}")
+    sims, seed, rate = flags.get("--sims", P.SIMS), flags.get("--seed", 0), keys.get("plan.tokens_per_s")
+    report = P.plan(grid, runs, claims, comps, source, bounds, sims=sims, seed=seed, tokens_per_s=rate,
+                    target=flags.get("--target-power", P.TARGET))
+    print(f"esopt plan: {report['cost']['runs']} runs (nothing launched)")
+    for line in P.lines(report):
+        print(line)
+    if "--target-power" in flags:
+        named = claims or [c for c, r in report["claims"].items() if "power" in r]
+        if not named:
+            fail("--target-power: name the claims to search for (--claims 1,3): the grid measures none of them")
+        fam = family_models(grid) if any(c in P.FAMILY_CLAIMS for c in named) else None
+        try:
+            found = P.search(grid, runs, named, flags["--target-power"], flags.get("--max-hours", math.inf),
+                             comps, sims, seed, rate, family_models=fam)
+        except ConfigError as e:
+            fail(str(e))
+        print(search_lines(found, named, flags["--target-power"], overrides))
+    print(f"({time.time() - t0:.0f} s)")
+    return 0
+
+
+def search_lines(found: dict, claims: list[int], target: float, overrides: list[str]) -> str:
+    from esopt.study.plan import hours_text
+
+    cl = ",".join(map(str, claims))
+    if found["found"]:
+        keep = [o for o in overrides if o not in ("-m", "--multirun") and o.split("=", 1)[0].lstrip("+~") not in
+                ("model", "algo", "seed", "pop", "eval.problems", "eval.samples", "iterations")]
+        cmds = "\n".join(f"  python -m esopt.sweep -m {' '.join(keep + [o.removeprefix('-m ')])}"
+                         for o in found["overrides"])
+        return (f"search (claims {cl}, target {target:g}): cheapest design: {found['design']}; "
+                f"{hours_text(found['hours'])} hours; power " + ", ".join(f"claim {c} {p:.2f} ({found['generators'][c]})"
+                                                               for c, p in found["power"].items())
+                + f" ({found['sims']} sims)\n{cmds}")
+    b = found["best"]
+    cap = "" if math.isinf(found["max_hours"]) else f" within {hours_text(found['max_hours'])} hours"
+    best = (f"the best power reachable{cap}: {b['power']:.2f} ({b['design']}, {hours_text(b['hours'])} hours)"
+            if b.get("design") else f"every design{cap} lacks data: {b['why']}" if b.get("why")
+            else f"no candidate design fits{cap}")
+    return f"search (claims {cl}, target {target:g}): nothing{cap} reaches power {target:g}; {best}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,720 @@
+"""Before a study runs: can its grid decide each claim, and what does it cost (issue 40).
+
+    grid = grid_of(runs)                       # runs: [(run_id, RunConfig)] as the sweeper composes them
+    report = plan(grid, runs, sims=100)        # per claim: power, false yes, decidable or what is missing; cost
+    print("\\n".join(lines(report)))
+    found = search(grid, runs, claims=[1, 3], target=0.8, max_hours=100)
+
+One home with the calibration: a grid becomes a ``simulate.Design`` (seeds per comparison arm,
+problems, samples, the ES family's sizes, populations and seeds) whose synthetic sweeps go
+through the real claim rules (``simulate.verdict_of``), shaped like the grid first
+(:func:`shaper`: no out-of-domain entropy without ``eval.ood_task``, no sparsity.json without
+``analysis=[sparsity]``, greedy ES members as ``es.temperature`` says, only the arms and seeds the
+grid runs), so what a grid lacks is said in the rules' own words. Per claim:
+    power      = P(yes) at theta = b + delta (the claim's smallest effect of interest), under the
+                 least favourable of the generators that reach the claim (``simulate.GENERATORS``:
+                 the simulator's own model and the misspecifications the rules do not model)
+    false yes  = P(yes) at theta = b (claim 5: the worse of its two nulls), the worst generator
+each with its Wilson 95% Monte Carlo interval; ``decidable`` when power >= ``TARGET``.
+
+Components: ``simulate.MEASURED`` (the tiny family: paper_cpu and paper_cpu_family), with the
+family's parameter range set to the grid's; or a pilot sweep's (:func:`pilot_components`, with
+bootstrap bounds: power is also reported at the pessimistic and optimistic ends).
+Cost: runs, the token bound (``esopt.runtime.budget.estimate_tokens``), CPU-hours at this machine's
+measured rate (``budget.cpu_tokens_per_s``) for runs that ask for no GPU, GPU-hours at
+``budget.gpu_tokens_per_s`` for those that do.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from esopt.core.errors import ConfigError
+from esopt.core.metrics import wilson_interval
+from esopt.study.claim_rules import REGISTRY, SEQUENCES
+from esopt.study.simulate import (FAMILY_CLAIMS, GENERATOR_CLAIMS, GENERATORS, MEASURED, Components, Design,
+                                  scenarios, simulate, verdict_of)
+
+TARGET = 0.8               # power at which a claim counts as decidable (claims.DEFAULTS["power"])
+SIMS = 100                 # synthetic sweeps per scenario and generator (the CLI's --sims)
+TREND_SIMS = 30            # the dry run's one line: sims per design
+MEASURED_ON = ("tiny family: paper_cpu (tiny-s, 8 seeds) and paper_cpu_family (tiny-xs..xl, 116 runs), "
+               "esopt/study/simulate.py MEASURED")
+CELL_ALGOS = ("none", "es", "grpo", *SEQUENCES)
+# the search's candidates (iterations stay at the grid's: the simulator sets each effect at its
+# smallest effect of interest whatever the budget, so fewer iterations would look free)
+SEARCH_SEEDS = (3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+SEARCH_PROBLEMS = (200, 500, 1000, 2000)   # capped at the eval split's size
+SEARCH_SAMPLES = (32, 64, 128)
+SEARCH_POPS = ((8, 16, 32), (4, 8, 16, 32), (4, 8, 16, 32, 64))
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid, as the claims see it
+@dataclass
+class Grid:
+    """What a sweep's runs give the claims (``grid_of``)."""
+    cell_model: str | None
+    cell_seeds: dict                      # algo -> seeds in the comparison cell
+    problems: int
+    samples: int
+    split_rows: int                       # the eval split's size (the most problems a design can use)
+    iterations: int
+    ood: bool                             # eval.ood_task set: out-of-domain entropy (claim 2)
+    sparsity: tuple                       # (fractions, modes) of analysis=[sparsity], () without it
+    es_temperature: float
+    es_samples: int
+    grpo_mid: bool                        # an evaluation in the first half of GRPO's budget (claim 6)
+    family: dict = field(default_factory=dict)   # model -> {"params", "pops", "seeds"} (ES, >= 2 pops)
+    models: dict = field(default_factory=dict)   # every model of the grid -> params
+
+    @property
+    def family_pops(self) -> tuple:
+        sets = Counter(tuple(sorted(f["pops"])) for f in self.family.values())
+        return sets.most_common(1)[0][0] if sets else ()
+
+    @property
+    def family_seeds(self) -> int:
+        return min((f["seeds"] for f in self.family.values()), default=0)
+
+    @property
+    def params_range(self) -> tuple | None:
+        ps = [f["params"] for f in self.family.values() if f["params"]]
+        return (float(min(ps)), float(max(ps))) if len(ps) >= 2 else None
+
+
+def grid_of(runs: list) -> Grid:
+    """The grid of composed runs ``[(run_id, rc)]`` (one per run id): the comparison cell as
+    ``claims.select_cell`` picks it (the model with the most algorithms), the ES family (models
+    with >= 2 populations), and the evaluation settings of the cell's ES runs."""
+    from esopt import models
+    from esopt.runtime import budget
+
+    rcs = list({rid: rc for rid, rc in runs}.values())
+    if not rcs:
+        raise ConfigError("the grid has no runs")
+    by_model: dict = {}
+    for rc in rcs:
+        by_model.setdefault(rc.model["name"], []).append(rc)
+    cell_model = min(by_model, key=lambda m: (-len({rc.algo for rc in by_model[m] if rc.algo in CELL_ALGOS}),
+                                              -len(by_model[m]), m))
+    cell = [rc for rc in by_model[cell_model] if rc.algo in CELL_ALGOS]
+    seeds: dict = {}
+    for rc in cell:
+        seeds.setdefault(rc.algo, set()).add(rc.seed)
+    ref = next((rc for rc in cell if rc.algo == "es"), cell[0] if cell else rcs[0])
+    fam: dict = {}
+    for m, rs in by_model.items():
+        es = [rc for rc in rs if rc.algo == "es"]   # the family claims read ES runs (not sequences)
+        pops = {rc.pop for rc in es}
+        if len(pops) >= 2:
+            per = {p: {rc.seed for rc in es if rc.pop == p} for p in pops}
+            fam[m] = {"params": models.param_count(es[0].model), "pops": pops,
+                      "seeds": min(len(v) for v in per.values())}
+    sp = ()
+    if "sparsity" in ref.analysis:
+        sp = (tuple(float(f) for f in ref.sparsity.fractions), tuple(str(m) for m in ref.sparsity.modes))
+    grpo = next((rc for rc in cell if rc.algo == "grpo"), None)
+    es_block = dict(ref.blocks.get("es") or {})   # ES's members: sampled or greedy (claim 4)
+    return Grid(cell_model=cell_model, cell_seeds={a: len(s) for a, s in seeds.items()},
+                problems=budget.eval_rows(ref), samples=int(ref.eval.samples),
+                split_rows=budget._rows(ref, ref.task, ref.eval.split, None), iterations=int(ref.iterations),
+                ood=bool(ref.eval.ood_task), sparsity=sp,
+                es_temperature=float(es_block.get("temperature", 0.0) or 0.0),
+                es_samples=int(es_block.get("samples", 1) or 1),
+                grpo_mid=grpo is not None and grpo.eval.every <= grpo.iterations / 2,
+                family=fam, models={m: models.param_count(rs[0].model) for m, rs in by_model.items()})
+
+
+def _claims_k() -> int:
+    """The K of the claims' Pass@K (``claims.DEFAULTS``)."""
+    from esopt.study.claims import DEFAULTS
+
+    return int(DEFAULTS["k"])
+
+
+def design_of(grid: Grid) -> Design:
+    """The simulator's design of a grid: the most seeds of any comparison arm (the shaper trims
+    each arm to its own), its problems and samples, the family's sizes, populations and seeds."""
+    return Design(seeds=max(grid.cell_seeds.values(), default=1), problems=grid.problems, samples=grid.samples,
+                  sizes=max(len(grid.family), 1), pops=grid.family_pops or (8, 16), k=_claims_k(),
+                  family_seeds=max(grid.family_seeds, 1))
+
+
+def components_for(grid: Grid, base: Components = MEASURED) -> Components:
+    """``base`` with the family's parameter range set to the grid's (the trend is per ln params)."""
+    rng = grid.params_range
+    return replace(base, params=rng) if rng else base
+
+
+def arms(cid: int) -> tuple:
+    """The algorithms claim ``cid`` reads from the comparison cell (its registry ``select``
+    probed), or ("es",) for the ES-family claims."""
+    c = REGISTRY[cid]
+    if cid in FAMILY_CLAIMS:
+        return ("es",)
+    probe = {"cell": {a: [{"sparsity": {}, "run_id": a}] for a in CELL_ALGOS}, "es": []}
+    return tuple(c.select(probe))
+
+
+def bears_on(grid: Grid) -> list[int]:
+    """The claims a grid bears on: its comparison cell has every arm the claim reads (the
+    sequences aside: claim 6 is listed once ES and GRPO are there, to say what it lacks), or,
+    for the family claims, ES at >= 2 populations in some model."""
+    out = []
+    for cid in sorted(REGISTRY):
+        if cid in FAMILY_CLAIMS:
+            if grid.family:
+                out.append(cid)
+        elif set(arms(cid)) - set(SEQUENCES) <= set(grid.cell_seeds):
+            out.append(cid)
+    return out
+
+
+def shaper(grid: Grid):
+    """records -> the records this grid would give: only its arms and seeds; no out-of-domain
+    entropy, sparsity point or GRPO mid-budget evaluation it does not ask for; ES members as
+    greedy as its ``es.temperature``."""
+    fractions, modes = grid.sparsity or ((), ())
+
+    def shape(recs: list[dict]) -> list[dict]:
+        out = []
+        for r in recs:
+            fam = r["model"] != "cell"
+            if fam and r["seed"] >= grid.family_seeds:
+                continue
+            if not fam and r["seed"] >= grid.cell_seeds.get(r["algo"], 0):
+                continue
+            r = dict(r)
+            if not grid.ood:
+                r.pop("base_ood_entropy", None)
+                r.pop("final_ood_entropy", None)
+            if "sparsity" in r:
+                sp = r["sparsity"]
+                curves = [c for c in sp["curves"] if c["mode"] in modes and any(abs(c["keep"] - f) < 1e-9
+                                                                               for f in fractions)]
+                r["sparsity"] = {**sp, "curves": curves} if curves else None
+            if fam:
+                r["es_temperature"], r["es_samples"] = grid.es_temperature, grid.es_samples
+            if r["algo"] == "grpo" and not grid.grpo_mid and r.get("pass1_curve"):
+                r["pass1_curve"] = [r["pass1_curve"][0], r["pass1_curve"][-1]]
+            out.append(r)
+        return out
+    return shape
+
+
+# ---------------------------------------------------------------------------------------------
+# power by simulation
+def _settings(design: Design) -> dict:
+    from esopt.study.claims import DEFAULTS
+
+    return {**DEFAULTS, "k": design.k}
+
+
+def data_gap(cid: int, design: Design, comps: Components, shape) -> str | None:
+    """What the grid lacks for claim ``cid`` in the rule's own words (its unclear("data") on
+    one synthetic sweep at the smallest effect of interest), or None."""
+    from esopt.study.claims import select_cell
+
+    c = REGISTRY[cid]
+    parts = ("family",) if cid in FAMILY_CLAIMS else ("cell",)
+    recs = shape(simulate(design, {cid: c.boundary + c.sesoi}, comps, np.random.default_rng(0), parts=parts))
+    sweep = {"cell": select_cell(recs)["algos"], "es": [r for r in recs if r.get("algo") == "es"]}
+    m = c.rule(c.select(sweep), _settings(design))
+    if m.get("unclear") != "data":
+        return None
+    if cid == 6 and "saturated" in m["why"] and comps.grpo_climb > 0:  # the components', not the grid's
+        return (f"GRPO is still climbing at the end of its budget under these components (grpo_climb "
+                f"{comps.grpo_climb:.3g}: the Pass@1 its second half adds), and the rule tests claim 6 only "
+                "against a GRPO that has saturated (a longer GRPO budget, or a pilot that measures the climb)")
+    return m["why"]
+
+
+def generators_for(cid: int) -> list[str]:
+    """The generators whose misspecification reaches claim ``cid`` (``simulate.GENERATOR_CLAIMS``)."""
+    return [g for g in GENERATORS if GENERATOR_CLAIMS.get(g) is None or cid in GENERATOR_CLAIMS[g]]
+
+
+def yes_count(cid: int, effects: dict, design: Design, comps: Components, shape, sims: int, rng,
+              stop_below: float | None = None, batch: int = 10) -> tuple[int, int]:
+    """(yeses, sims run) of claim ``cid`` over synthetic sweeps; ``stop_below``: stop once the
+    Wilson upper bound of the rate falls below it (a screening that rejects clear failures fast)."""
+    s = _settings(design)
+    parts = ("family",) if cid in FAMILY_CLAIMS else ("cell",)
+    yes = n = 0
+    while n < sims:
+        for _ in range(min(batch, sims - n)):
+            yes += verdict_of(cid, shape(simulate(design, effects, comps, rng, parts=parts)), s) == "yes"
+            n += 1
+        if stop_below is not None and wilson_interval(yes, n)[1] < stop_below:
+            break
+    return yes, n
+
+
+def claim_power(cid: int, design: Design, comps: Components, shape, sims: int = SIMS, seed: int = 0,
+                gens: list[str] | None = None, false_yes: bool = True) -> dict:
+    """Power at the smallest effect of interest and false yes at the boundary under each
+    generator reaching the claim; the least favourable of each, with Wilson intervals:
+    {"power", "power_ci", "power_gen", "false_yes", "fy_ci", "fy_gen", "sims", "by_gen"}."""
+    names = {name: eff for name, c, eff, _ in scenarios() if c == cid}
+    by_gen = {}
+    for gi, g in enumerate(gens or generators_for(cid)):
+        cg = replace(comps, **GENERATORS[g])
+        k, n = yes_count(cid, names[f"sesoi{cid}"], design, cg, shape, sims, np.random.default_rng([seed, cid, gi, 1]))
+        row = {"power": (k, n)}
+        if false_yes:
+            row["false_yes"] = max((yes_count(cid, names[nm], design, cg, shape, sims,
+                                              np.random.default_rng([seed, cid, gi, 2 + j]))
+                                    for j, nm in enumerate(x for x in names if x.startswith("null"))),
+                                   key=lambda t: t[0] / t[1])
+        by_gen[g] = row
+    pg = min(by_gen, key=lambda g: by_gen[g]["power"][0] / by_gen[g]["power"][1])
+    k, n = by_gen[pg]["power"]
+    out = {"power": k / n, "power_ci": wilson_interval(k, n), "power_gen": pg, "sims": n,
+           "by_gen": {g: r["power"][0] / r["power"][1] for g, r in by_gen.items()}}
+    if false_yes:
+        fg = max(by_gen, key=lambda g: by_gen[g]["false_yes"][0] / by_gen[g]["false_yes"][1])
+        fk, fn = by_gen[fg]["false_yes"]
+        out |= {"false_yes": fk / fn, "fy_ci": wilson_interval(fk, fn), "fy_gen": fg}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# cost
+def run_hours(rc, tokens: int, tokens_per_s: float | None = None) -> tuple[str, float, str]:
+    """("gpu" | "cpu", hours, source) of one run's token bound: GPU-hours when its model asks
+    the scheduler for GPUs (``model.resources.gpus``), else CPU-hours at this machine's rate."""
+    from esopt import models
+    from esopt.runtime import budget
+
+    params = models.param_count(rc.model) or 0
+    gpus = int(((rc.model.get("resources") or {}).get("gpus")) or 0)
+    if not params:
+        return ("gpu" if gpus else "cpu"), float("nan"), "model size unknown"
+    if gpus:
+        rate, src = (tokens_per_s, "plan.tokens_per_s") if tokens_per_s else budget.gpu_tokens_per_s(params)
+        return "gpu", tokens / rate / 3600, src
+    rate, src = (tokens_per_s, "plan.tokens_per_s") if tokens_per_s else budget.cpu_tokens_per_s(rc, params)
+    return "cpu", tokens / rate / 3600, src
+
+
+def cost(runs: list, tokens_per_s: float | None = None) -> dict:
+    """{"runs", "tokens", "gpu_hours", "cpu_hours", "sources"} of the grid's runs (one per id)."""
+    from esopt.runtime.budget import estimate_tokens
+
+    out = {"runs": 0, "tokens": 0, "gpu_hours": 0.0, "cpu_hours": 0.0, "sources": set()}
+    for rc in {rid: rc for rid, rc in runs}.values():
+        t = estimate_tokens(rc)
+        kind, h, src = run_hours(rc, t, tokens_per_s)
+        out["runs"] += 1
+        out["tokens"] += t
+        out[f"{kind}_hours"] += h
+        out["sources"].add(f"{kind}: {src}")
+    out["sources"] = sorted(out["sources"])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan of a grid
+def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Components | None = None,
+         comp_source: str = MEASURED_ON, bounds: tuple | None = None, sims: int = SIMS, seed: int = 0,
+         tokens_per_s: float | None = None, target: float = TARGET) -> dict:
+    """Per claim (``claims``, default: those the grid bears on): what it lacks, or its power and
+    false yes (``claim_power``) and at the pilot's ``bounds`` (pessimistic, optimistic
+    components) its power there; the cost; the components and their source."""
+    comps = components_for(grid, comps or MEASURED)
+    design, shape = design_of(grid), shaper(grid)
+    out = {"design": design, "family": bool(grid.family), "components": comps, "source": comp_source,
+           "cost": cost(runs, tokens_per_s),
+           "claims": {}, "target": target, "sims": sims}
+    for cid in claims or bears_on(grid):
+        gap = data_gap(cid, design, comps, shape)
+        row = {"key": REGISTRY[cid].key, "units": REGISTRY[cid].units}
+        if gap:
+            if cid == 7 and len(grid.family) < 12:
+                gap += "; " + trend_what(grid, design, comps, min(sims, TREND_SIMS))
+            row |= {"decidable": False, "why": gap}
+        else:
+            row |= claim_power(cid, design, comps, shape, sims, seed)
+            if bounds:
+                row["bounds"] = [claim_power(cid, design, components_for(grid, b), shape, sims, seed,
+                                             false_yes=False)["power"] for b in bounds]
+            row["decidable"] = row["power"] >= target
+            if not row["decidable"]:
+                row["why"] = (f"power {row['power']:.2f} < {target:g} at its smallest effect of interest "
+                              f"(more {REGISTRY[cid].units}; --target-power {target:g} --claims {cid} searches "
+                              "the cheapest design that decides)")
+        out["claims"][cid] = row
+    return out
+
+
+def _fmt_ci(ci) -> str:
+    return f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def claim_line(cid: int, row: dict) -> str:
+    head = f"claim {cid} ({row['key']}): "
+    if "power" not in row:
+        return head + f"cannot decide: {row['why']}"
+    text = (f"power {row['power']:.2f} {_fmt_ci(row['power_ci'])} (least favourable generator: {row['power_gen']}), "
+            f"false yes {row['false_yes']:.2f} {_fmt_ci(row['fy_ci'])}")
+    if row.get("bounds"):
+        text += f", power at the components' bounds {row['bounds'][0]:.2f} to {row['bounds'][1]:.2f}"
+    return head + text + "; " + ("decidable" if row["decidable"] else f"cannot decide: {row['why']}")
+
+
+def cost_lines(c: dict) -> list[str]:
+    hours = []
+    if c["gpu_hours"]:
+        hours.append(f"{hours_text(c['gpu_hours'])} GPU-hours")
+    if c["cpu_hours"]:
+        hours.append(f"{hours_text(c['cpu_hours'])} CPU-hours")
+    return [f"cost: {c['runs']} runs, <= {c['tokens']:,} generated tokens, " + (" + ".join(hours) or "0 hours")
+            + " (token bound at the rates below)"] + [f"  rate {s}" for s in c["sources"]]
+
+
+def hours_text(h: float) -> str:
+    return f"{h:,.0f}" if h >= 100 else f"{h:.3g}"
+
+
+def component_lines(report: dict) -> list[str]:
+    c = report["components"]
+    d = report["design"]
+    shown = ("sigma_seed", "sigma_problem_algo", "sigma_entropy", "s0", "sigma_size", "es_gain", "params")
+    note = "" if report["source"].startswith("pilot") else " (point values; --pilot estimates a pilot's, with bounds)"
+    return ([f"components ({report['source']}){note}: " + ", ".join(f"{k} {_short(getattr(c, k))}" for k in shown)]
+            + [f"design (simulated): {d.seeds} seeds per arm (max; each arm its own), {d.problems} problems x "
+               f"{d.samples} samples, " + (f"family {d.sizes} sizes x pops {list(d.pops)} x {d.family_seeds} seeds"
+                                           if report["family"] else "no ES family (no model with >= 2 populations)")
+               + "; "
+               f"{report['sims']} sims per scenario and generator; decidable: power >= {report['target']:g}"])
+
+
+def _short(v) -> str:
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_short(x) for x in v) + ")"
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def lines(report: dict) -> list[str]:
+    out = [claim_line(cid, row) for cid, row in report["claims"].items()]
+    if not out:
+        out = ["no claim: the grid has none of the arms a claim reads (es; es and grpo; ES at >= 2 populations)"]
+    return out + cost_lines(report["cost"]) + component_lines(report)
+
+
+# ---------------------------------------------------------------------------------------------
+# the dry run's line: claim 7 (the population-vs-model-size trend)
+def trend_line(rcs: list, sims: int = TREND_SIMS, target: float = TARGET) -> str | None:
+    """One line for a grid that spans model sizes and populations (None otherwise): whether it
+    can decide claim 7, and what would (power at 5 and at 12 sizes over the grid's range)."""
+    sizes = {rc.model["name"] for rc in rcs if rc.algo == "es"}
+    if len(sizes) < 2 or len({rc.pop for rc in rcs if rc.algo == "es"}) < 2:
+        return None
+    try:
+        return _trend_line(rcs, sims, target)
+    except Exception as e:  # noqa: BLE001 - a note in a dry run never takes it down
+        return f"plan: claim 7 not estimated ({type(e).__name__}: {e}); python -m esopt.plan says more"
+
+
+def _trend_line(rcs: list, sims: int, target: float) -> str | None:
+    grid = grid_of([(str(i), rc) for i, rc in enumerate(rcs)])
+    if len(grid.family) < 2:
+        return None
+    comps, design, shape = components_for(grid), design_of(grid), shaper(grid)
+    head = "plan: claim 7 (larger models need smaller ES populations): "
+    gap = data_gap(7, design, comps, shape)
+    if not gap:
+        p = claim_power(7, design, comps, shape, sims, gens=["current"], false_yes=False)
+        if p["power"] >= target:
+            return head + (f"decidable (power {p['power']:.2f} {_fmt_ci(p['power_ci'])}, {sims} sims; "
+                           "python -m esopt.plan)")
+        gap = f"power {p['power']:.2f} {_fmt_ci(p['power_ci'])} < {target:g}"
+    return (head + f"cannot decide: {gap}; {trend_what(grid, design, comps, sims)} "
+            f"({sims} sims; python -m esopt.plan <same overrides> for every claim)")
+
+
+def trend_what(grid: Grid, design: Design, comps: Components, sims: int = TREND_SIMS) -> str:
+    """What would decide claim 7: its power with 5 and with 12 model sizes over the grid's range
+    of parameters (>= 3 seeds, the grid's populations), on the simulator's own model."""
+    what, top = [], 0.0
+    for n in (5, 12):
+        if n > len(grid.family):
+            d = replace(design, sizes=n, family_seeds=max(design.family_seeds, 3))
+            p = claim_power(7, d, comps, lambda r: r, sims, gens=["current"], false_yes=False)
+            what.append(f"{n} sizes x {d.family_seeds} seeds: power {p['power']:.2f} {_fmt_ci(p['power_ci'])}")
+            top = max(top, p["power"])
+    rng = grid.params_range
+    span = f" over {rng[0]:.3g}-{rng[1]:.3g} params" if rng else ""
+    if not what:
+        return "what would: more model sizes or a wider range of them"
+    if top >= TARGET:
+        return "what would: " + ", ".join(what) + span
+    return (f"no design of up to 12 sizes{span} reaches {TARGET:g} ({', '.join(what)}): what would is a wider "
+            "range of sizes, or a pilot whose components (--pilot) are kinder than the tiny family's")
+
+
+# ---------------------------------------------------------------------------------------------
+# components from a pilot sweep
+def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 0) -> tuple:
+    """(point, pessimistic, optimistic, how) from a finished pilot sweep: ``estimate_components``
+    on its runs, and on ``boot`` bootstrap resamples of its runs (the ES family's model sizes
+    resampled when there are >= 3, then seeds within each (model, algo, pop) group); the noise
+    components' ``level`` percentile bounds: pessimistic =
+    every noise sd at its upper bound, optimistic at its lower. ConfigError without finished runs."""
+    from esopt.study.claims import select_cell
+    from esopt.study.simulate import estimate_components, sweep_records
+
+    recs = [r for r in sweep_records(sweep_dir) if r.get("status", "completed") == "completed"
+            and r.get("final_counts") is not None]
+    if not recs:
+        raise ConfigError(f"--pilot {sweep_dir}: no finished runs with per-problem counts (run the pilot sweep first)")
+    point, how = estimate_components(recs, recs, start=MEASURED)
+    groups: dict = {}
+    for r in recs:
+        groups.setdefault((r.get("model"), r.get("algo"), r.get("pop")), []).append(r)
+    rng = np.random.default_rng(seed)
+    noise = ("sigma_seed", "sigma_problem_algo", "sigma_entropy", "sigma_size", "sigma_step")
+    draws = {k: [] for k in noise}
+    models = sorted({m for m, a, _ in groups if a == "es"} - {None}, key=str)
+    cell = select_cell(recs)["model"]
+    for _ in range(boot):
+        sample = []
+        # the family's sizes resampled too (the trend's spread is between sizes), when there are >= 3
+        picks = list(rng.choice(len(models), len(models))) if len(models) >= 3 else list(range(len(models)))
+        for (m, a, pop), rs in groups.items():
+            copies = [c for c, j in enumerate(picks) if models[j] == m] if m in models and a == "es" else [0]
+            if m == cell and 0 not in copies:   # the comparison cell keeps its ES runs
+                copies = [0, *copies]
+            for c in copies:
+                for i, j in enumerate(rng.integers(0, len(rs), len(rs))):
+                    tag = f"{m}~{c}" if c else m
+                    sample.append({**rs[j], "model": tag, "seed": i, "run_id": f"{rs[j]['run_id']}~{c}~{i}"})
+        try:
+            c, _ = estimate_components(sample, sample, start=point)
+        except Exception:  # noqa: BLE001 - a degenerate resample
+            continue
+        for k in noise:
+            draws[k].append(getattr(c, k))
+    lo_q, hi_q = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    pess = replace(point, **{k: float(np.percentile(v, hi_q)) for k, v in draws.items() if v})
+    opt = replace(point, **{k: float(np.percentile(v, lo_q)) for k, v in draws.items() if v})
+    how = {k: v for k, v in how.items() if v != "assumed"}
+    how["bounds"] = (f"{level:.0%} bootstrap bounds over {boot} resamples of the pilot's sizes and seeds: "
+                     + ", ".join(f"{k} {getattr(opt, k):.3g}-{getattr(pess, k):.3g}" for k in noise if draws[k]))
+    return point, pess, opt, how
+
+
+# ---------------------------------------------------------------------------------------------
+# the cheapest design that decides
+def _variant(rc, *, pop=None, problems=None, samples=None, model=None):
+    """A copy of a composed run with another population, evaluation size or model (for costs)."""
+    new = copy.copy(rc)
+    if pop is not None:
+        object.__setattr__(new, "pop", int(pop))
+    if model is not None:
+        object.__setattr__(new, "model", model)
+    if problems is not None or samples is not None:
+        object.__setattr__(new, "eval", replace(rc.eval,
+                                                problems=problems if problems is not None else rc.eval.problems,
+                                                samples=samples if samples is not None else rc.eval.samples))
+    return new
+
+
+def _spread(items: list, k: int) -> list:
+    """k items spread over a sorted list, its ends included."""
+    idx = sorted({int(round(i)) for i in np.linspace(0, len(items) - 1, k)})
+    return [items[i] for i in idx]
+
+
+def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, max_hours: float = math.inf,
+           comps: Components | None = None, sims: int = SIMS, seed: int = 0, tokens_per_s: float | None = None,
+           seeds=SEARCH_SEEDS, problems=SEARCH_PROBLEMS, samples=SEARCH_SAMPLES, pops=SEARCH_POPS,
+           family_models: list | None = None) -> dict:
+    """The cheapest design (hours: GPU + CPU at :func:`run_hours`'s rates) whose power, under the
+    least favourable generator, meets ``target`` for every claim in ``claims``: seeds x problems x
+    samples for the comparison cell's claims; model sizes (``family_models``: (name, params, model
+    config) by size, the shipped models of the grid's family's kind; k of them spread over their
+    range) x populations x seeds for the family's. Candidates are tried cheapest first (each
+    screened on the simulator's own model, stopped once its Wilson upper bound is below the target),
+    the first that passes is confirmed under every generator. Returns {"found", "design", "power",
+    "hours", "overrides", "best"} (best: the highest power reached within ``max_hours``)."""
+    from esopt.runtime.budget import estimate_tokens
+
+    comps0 = comps or MEASURED
+    rcs = list({rid: rc for rid, rc in runs}.values())
+    cell_claims = [c for c in claims if c not in FAMILY_CLAIMS]
+    fam_claims = [c for c in claims if c in FAMILY_CLAIMS]
+    cell_rep = {}
+    for rc in rcs:
+        if rc.model["name"] == grid.cell_model and rc.algo in grid.cell_seeds:
+            cell_rep.setdefault(rc.algo, rc)
+    fam_rep = next((rc for rc in rcs if rc.algo == "es" and rc.model["name"] in grid.family), None) \
+        or cell_rep.get("es")
+    if fam_claims and fam_rep is None:
+        raise ConfigError("the family claims need ES runs in the grid")
+    probs = sorted({min(p, grid.split_rows) for p in (*problems, grid.problems)})
+    samps = sorted({*samples, grid.samples})
+    fam_models = list(family_models or []) if fam_claims else []
+    cands = []
+    for P, n in itertools.product(probs, samps):
+        if cell_claims:
+            per_seed = sum(_hours(_variant(rc, problems=P, samples=n), tokens_per_s, estimate_tokens)
+                           for rc in cell_rep.values())
+            cell = [(per_seed * R, R) for R in seeds]
+        else:
+            cell = [(0.0, None)]
+        if fam_claims:
+            fam = []
+            for k in range(2, len(fam_models) + 1):
+                chosen = _spread(fam_models, k)
+                for ps in {*pops, grid.family_pops}:
+                    if not ps:
+                        continue
+                    per_seed = sum(_hours(_variant(fam_rep, pop=p, problems=P, samples=n, model=cfg), tokens_per_s,
+                                          estimate_tokens) for _, _, cfg in chosen for p in ps)
+                    fam += [(per_seed * F, (tuple(c[0] for c in chosen), (chosen[0][1], chosen[-1][1]), ps, F))
+                            for F in seeds]
+        else:
+            fam = [(0.0, None)]
+        for (hc, R), (hf, f) in itertools.product(cell, fam):
+            if hc + hf <= max_hours:
+                cands.append((hc + hf, P, n, R, f))
+    cands.sort(key=lambda c: (c[0], c[1], c[2]))
+    best = {"power": -1.0}
+    failed: list = []
+    gaps: dict = {}
+    for h, P, n, R, f in cands:
+        if any(_dominated((P, n, R, f), d) for d in failed):
+            continue
+        design = Design(seeds=R or 1, problems=P, samples=n, k=_claims_k(),
+                        sizes=len(f[0]) if f else 1, pops=f[2] if f else (8, 16), family_seeds=f[3] if f else 1)
+        comps = replace(comps0, params=f[1]) if f else comps0
+        shape = _design_shaper(grid, design)
+        desc = _describe(design, f, bool(cell_claims))
+        powers, gapped = {}, False
+        for cid in claims:   # every claim screened (its power enters the best reachable), failures stop early
+            gap = data_gap(cid, design, comps, shape)
+            if gap:
+                gaps[cid], gapped = gap, True
+                break
+            k_, n_ = yes_count(cid, _sesoi(cid), design, comps, shape, sims,
+                               np.random.default_rng([seed, cid, 0, 1]), stop_below=target)
+            powers[cid] = k_ / n_
+        ok = not gapped and all(p >= target for p in powers.values())
+        low = min(powers.values()) if not gapped else -1.0
+        if low > best["power"]:
+            best = {"power": low, "design": desc, "hours": h, "_design": (design, f, comps, shape)}
+        if ok:  # confirmed under every generator reaching each claim
+            conf = {cid: claim_power(cid, design, comps, shape, sims, seed, false_yes=False) for cid in claims}
+            if all(r["power"] >= target for r in conf.values()):
+                return {"found": True, "design": desc, "power": {c: r["power"] for c, r in conf.items()},
+                        "generators": {c: r["power_gen"] for c, r in conf.items()}, "hours": h,
+                        "overrides": _overrides(grid, design, f, bool(cell_claims)), "sims": sims, "seed": seed,
+                        "components": comps, "_design": design}
+            low = min(r["power"] for r in conf.values())
+            if low > best["power"]:
+                best = {"power": low, "design": desc, "hours": h, "_design": (design, f, comps, shape)}
+        else:
+            failed.append((P, n, R, f))
+    if best.get("_design") is not None:  # the best screened design, confirmed as a found one is
+        d, f, comps, shape = best.pop("_design")
+        best["power"] = min(claim_power(cid, d, comps, shape, sims, seed, false_yes=False)["power"] for cid in claims)
+    if "design" not in best and gaps:  # every candidate lacked data for some claim: say what
+        best["why"] = "; ".join(f"claim {c}: {g}" for c, g in sorted(gaps.items()))
+        if any(c in FAMILY_CLAIMS for c in gaps):
+            best["why"] += f" (the family's shipped sizes: {', '.join(m[0] for m in fam_models) or 'none'})"
+    return {"found": False, "best": best, "candidates": len(cands), "max_hours": max_hours}
+
+
+def _sesoi(cid: int) -> dict:
+    c = REGISTRY[cid]
+    return {cid: c.boundary + c.sesoi}
+
+
+def _hours(rc, tokens_per_s, estimate_tokens) -> float:
+    return run_hours(rc, estimate_tokens(rc), tokens_per_s)[1]
+
+
+def _dominated(cand, worse) -> bool:
+    """Whether a failed design ``worse`` has at least ``cand``'s seeds, problems, samples and (for
+    the family) the same sizes and pops with at least its seeds: power rises with each, so cand fails too."""
+    P, n, R, f = cand
+    P2, n2, R2, f2 = worse
+    if not (P <= P2 and n <= n2 and (R or 0) <= (R2 or 0)):
+        return False
+    if f is None or f2 is None:
+        return f is None and f2 is None
+    return f[0] == f2[0] and f[2] == f2[2] and f[3] <= f2[3]
+
+
+def _design_shaper(grid: Grid, design: Design):
+    """A searched design's shaper: the grid's evaluation knobs, every arm at the design's seeds."""
+    g = replace(grid, cell_seeds={a: design.seeds for a in (grid.cell_seeds or {"es": 1})},
+                family={f"size{j}": {"params": None, "pops": set(design.pops), "seeds": design.family_seeds}
+                        for j in range(design.sizes)})
+    return shaper(g)
+
+
+def _describe(design: Design, f, cell: bool = True) -> str:
+    text = (f"{design.seeds} seeds per arm, " if cell else "") + \
+        f"{design.problems} problems x {design.samples} samples"
+    if f:
+        text += f"; family {', '.join(f[0])} x pops {list(f[2])} x {f[3]} seeds"
+    return text
+
+
+def _overrides(grid: Grid, design: Design, f, cell: bool) -> list[str]:
+    """Command lines (overrides) that run the design: the comparison cell, then the family."""
+    ev = f"eval.problems={design.problems} eval.samples={design.samples} iterations={grid.iterations}"
+    out = []
+    if cell:
+        out.append(f"-m model={grid.cell_model} algo={','.join(sorted(grid.cell_seeds))} "
+                   f"seed=range({design.seeds}) {ev}")
+    if f:
+        out.append(f"-m algo=es model={','.join(f[0])} pop={','.join(map(str, f[2]))} seed=range({f[3]}) {ev}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# a preset's header comment
+HEADER = "# plan"   # the first line of a preset's plan block (sweeps/*_gpu.yaml), written by bench_plan.py
+
+
+def header_lines(report: dict, command: str) -> list[str]:
+    """A preset's plan as comment lines: the command and settings, the cost, then one line per
+    claim (``claim N: power P [lo, hi], decidable | cannot decide`` or ``claim N: cannot decide:
+    <what the rule lacks>``); ``tests/study/test_plan.py`` checks them against esopt.plan."""
+    c = report["cost"]
+    out = [f"{HEADER} ({command}; {report['sims']} sims, {report['source'].split(':')[0]} components; "
+           "docs/results/plan.md):",
+           f"#   {c['runs']} runs, <= {c['tokens']:,} generated tokens, {hours_text(c['gpu_hours'])} GPU-hours"]
+    for cid, row in report["claims"].items():
+        if "power" in row:
+            out.append(f"#   claim {cid}: power {row['power']:.2f} {_fmt_ci(row['power_ci'])} ({row['power_gen']}), "
+                       + ("decidable" if row["decidable"] else "cannot decide"))
+        else:
+            out.append(f"#   claim {cid}: cannot decide: {row['why'].split('; ')[0]}")
+    return out
+
+
+def replace_header(text: str, block: list[str]) -> str:
+    """A preset's text with its plan block (``HEADER`` and the indented comment lines after it)
+    replaced by ``block``, or inserted before its first non-comment line."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(HEADER + " (")), None)
+    if start is not None:
+        end = start + 1
+        while end < len(lines) and lines[end].startswith("#   "):
+            end += 1
+        lines[start:end] = block
+    else:
+        at = next(i for i, ln in enumerate(lines) if not ln.startswith("#"))
+        lines[at:at] = block
+    return "\n".join(lines) + "\n"

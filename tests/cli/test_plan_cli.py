@@ -1,0 +1,128 @@
+"""python -m esopt.plan: composes the grid as esopt.sweep does and launches nothing; the headline
+command is told it cannot decide the trend (also in the sweep's dry run); bad input is one line
+and exit 2; a pilot's components come with their bounds."""
+
+import pytest
+from helpers import cli, run_cli, write_planted_sweep
+
+HEADLINE = ("-m", "model=qwen1.5b,qwen7b", "pop=8,16,32")
+
+
+def test_headline_grid_cannot_decide_the_trend_and_nothing_is_launched(tmp_path):
+    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--sims", "5")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "esopt plan: 6 runs (nothing launched)" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("claim 7 (pop_vs_size)"))
+    assert "cannot decide: 2 model size(s) with >= 2 populations of ES runs (need >= 5)" in line
+    assert "sizes x 3 seeds: power" in line            # what would (or that nothing within 12 sizes would)
+    assert "claim 1 (es_raises_pass1): cannot decide: fewer than 3 seeds" in out
+    assert "GPU-hours" in out and "es-at-scale issue #4" in out
+    assert "components (tiny family" in out
+    assert not any(tmp_path.iterdir())                # no sweep folder, no run
+
+
+def test_readme_example_is_what_the_plan_prints(tmp_path):
+    from helpers import REPO
+
+    text = (REPO / "README.md").read_text()
+    after = text.split("headline grid above (", 1)[1]
+    hours, rest = after.split(" GPU-hours):\n", 1)
+    shown = rest.splitlines()[0].strip("`").removesuffix("...").rstrip()
+    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--sims", "3")
+    assert any(ln.startswith(shown) for ln in r.stdout.splitlines()), shown
+    assert f", {hours} GPU-hours" in r.stdout
+
+
+def test_plan_composes_the_sweeps_run_ids(tmp_path):
+    """The same grid, the same run ids as the sweep's dry run (one composition path)."""
+    from esopt.cli.plan import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        ids = {rid for rid, _ in compose([*HEADLINE, f"sweep.root={tmp_path}"])}
+    finally:
+        GlobalHydra.instance().clear()
+    r = cli("esopt.sweep", *HEADLINE, f"sweep.root={tmp_path}", "sweep.dry_run=true")
+    shown = {ln.split()[1] for ln in r.stdout.splitlines() if ln.strip()[:1].isdigit() and len(ln.split()) > 2}
+    assert len(ids) == 6 and ids == shown
+
+
+def test_sweep_dry_run_prints_the_trend_verdict(tmp_path):
+    r = cli("esopt.sweep", *HEADLINE, f"sweep.root={tmp_path}", "sweep.dry_run=true")
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("plan: claim 7"))
+    assert "cannot decide: 2 model size(s)" in line and "sizes x 3 seeds: power" in line
+    r = cli("esopt.sweep", "-m", "model=tiny-xs,tiny-s,tiny-m,tiny-l,tiny-xl", "pop=4,8", "seed=0,1,2",
+            f"sweep.root={tmp_path}", "sweep.dry_run=true")      # enough sizes: the verdict is power's
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("plan: claim 7"))
+    assert "cannot decide: power 0.0" in line and "< 0.8" in line and "12 sizes x 3 seeds: power" in line
+    r = cli("esopt.sweep", "-m", "model=tiny-s", "pop=8,16", f"sweep.root={tmp_path}", "sweep.dry_run=true")
+    assert r.returncode == 0 and "plan: claim 7" not in r.stdout    # one size: no trend to judge
+
+
+def test_target_power_search_prints_the_command_or_the_best_reachable(tmp_path):
+    r = cli("esopt.plan", "-m", "model=tiny-s", "algo=es", "seed=0,1,2", f"sweep.root={tmp_path}", "--sims", "5",
+            "--target-power", "0.8", "--claims", "1", "--max-hours", "0.05")
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("search (claims 1, target 0.8)"))
+    assert ("cheapest design" in line and "python -m esopt.sweep" in r.stdout) or \
+        "nothing within 0 hours reaches power 0.8; the best power reachable" in line or "nothing within" in line
+
+
+def test_pilot_components_and_their_bounds(tmp_path):
+    pilot = tmp_path / "pilot"
+    write_planted_sweep(pilot, seeds=(0, 1, 2), problems=60, noise=0.01)
+    r = cli("esopt.plan", "-m", "model=tiny-s", "algo=es,grpo", "seed=0,1,2", f"sweep.root={tmp_path}",
+            "--pilot", str(pilot), "--claims", "1", "--sims", "3")
+    assert r.returncode == 0, r.stderr
+    assert "# component sigma_seed: within-algorithm spread" in r.stdout
+    assert "# component bounds: 80% bootstrap bounds" in r.stdout
+    assert f"components (pilot {pilot})" in r.stdout
+    assert "power at the components' bounds" in r.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (("-m", "model=tiny-s", "--claims", "9"), "unknown claim 9 (known: 1, 2, 3, 4, 5, 6, 7)"),
+    (("-m", "model=tiny-s", "pop=8,16", "--claims", "7"), "claim 7 compares model sizes: the grid's ES runs have 1"),
+    (("-m", "model=tiny-s", "--target-power", "0.8", "--max-hours", "-5"), "--max-hours must be > 0"),
+    (("-m", "model=tiny-s", "plan.tokens_per_s=-3"), "plan.tokens_per_s must be > 0"),
+    (("-m", "model=tiny-s", "--target-power", "1.5"), "--target-power must be in (0, 1)"),
+    (("-m", "model=tiny-s", "plan.speed=3"), "unknown key 'plan.speed'"),
+    (("-m", "model=tiny-s", "popp=8"), "unknown key 'popp'"),
+    (("-m", "model=tiny-s", "hydra/sweeper=optuna"), "the optuna sweeper picks its runs as it goes"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, words, tmp_path):
+    r = cli("esopt.plan", *args, f"sweep.root={tmp_path}")
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("esopt: error: ") and words in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "unfinished"])
+def test_pilot_without_finished_runs_is_refused(make, tmp_path):
+    pilot = tmp_path / "pilot"
+    if make != "missing":
+        (pilot / "runs").mkdir(parents=True)
+    if make == "unfinished":
+        write_planted_sweep(pilot, seeds=(0,), problems=20)
+        for s in (pilot / "runs").glob("*/summary.json"):
+            s.write_text(s.read_text().replace('"status": "completed"', '"status": "failed"'))
+    r = cli("esopt.plan", "-m", "model=tiny-s", f"sweep.root={tmp_path / 'r'}", "--pilot", str(pilot))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"esopt: error: --pilot {pilot}"), r.stderr
+
+
+def test_exit_code_of_a_real_process(tmp_path):
+    """The process itself is the subject: its exit status on bad input, as a shell sees it."""
+    r = run_cli("esopt.plan", "-m", "model=tiny-s", "--claims", "0", f"sweep.root={tmp_path}")
+    assert r.returncode == 2 and r.stderr.startswith("esopt: error: unknown claim 0")
+
+
+def test_tokens_per_s_override_prices_the_grid(tmp_path):
+    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--claims", "1", "--sims", "2",
+            "plan.tokens_per_s=1e6")
+    assert r.returncode == 0, r.stderr
+    assert "cost: 6 runs, <= 382,402,560 generated tokens, 0.106 GPU-hours" in r.stdout   # 382.4M / 1e6 / 3600
+    assert "rate gpu: plan.tokens_per_s" in r.stdout
