@@ -262,6 +262,24 @@ def update(params: Params, seeds: Sequence[int], weights: Sequence[float], lr: f
     return sq ** 0.5
 
 
+@torch.no_grad()
+def anchor(params: Params, base: Mapping[str, torch.Tensor], decay: float) -> float:
+    """Anchored weight decay (Schweighofer et al. 2026, arXiv 2605.30148):
+    ``theta <- theta - decay * (theta - theta_0)``, elementwise in fp32 and cast once to the
+    tensor's dtype, over the tensors present in ``base`` (theta_0). Elementwise, so every engine
+    and every rank holding the same bits gets the same bits. Returns the pull's L2 norm
+    ``decay * ||theta - theta_0||`` (fp64 accumulation, before the cast)."""
+    sq = 0.0
+    for name, w in _items(params):
+        if name not in base:
+            continue
+        w32 = w.detach().float()
+        pull = (w32 - base[name].to(w.device).float()).mul_(decay)
+        sq += float(pull.double().pow_(2).sum())
+        w.copy_(w32.sub_(pull))
+    return sq ** 0.5
+
+
 # --------------------------------------------------------------------------------------------
 # Fingerprints and distances
 # --------------------------------------------------------------------------------------------

@@ -72,6 +72,8 @@ class Block:
     #                          limit of its kind (esopt.runtime.limits.SIZE_LIMITS) before dispatch
     budget: Optional[str] = None  # its generation-budget key (null = the task's default): the
     #                          context check bounds the longest prompt plus the largest budget
+    id_neutral: Any = ()     # (key, value) pairs: a key at that value is left out of the run id (a
+    #                          knob added later keeps the ids runs had before it): a tuple or "module:NAME"
 
     def dataclass(self) -> type:
         return _load(self.config)
@@ -85,6 +87,9 @@ class Block:
 
     def speed_keys(self) -> tuple[str, ...]:
         return tuple(_load(self.speed_only))
+
+    def neutral_values(self) -> tuple[tuple[str, Any], ...]:
+        return tuple(_load(self.id_neutral))
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,7 @@ def family(name: Any) -> Optional[str]:
 
 
 ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es:SPEED_ONLY",
+           id_neutral="esopt.algorithms.es:ID_NEUTRAL",
            sizes=(("batch_size", "batch", "training prompts per iteration"),
                   ("samples", "samples", "completions per prompt per member"),
                   ("rank", "rank", "perturbation rank"), ("max_new_tokens", "new_tokens", "generation budget")),

@@ -39,6 +39,8 @@ from esopt.core.errors import ConfigError
 # Knobs that change how fast a run goes, never its numbers (each tested bitwise: checkpoint /
 # resume, rank checksums): not part of the run id.
 SPEED_ONLY = ("checkpoint_every", "checksum_every")
+# keys added after runs were recorded, at the value that leaves a run's id as it was
+ID_NEUTRAL = (("anchor_decay", 0.0),)
 
 
 @dataclass
@@ -60,6 +62,9 @@ class ESConfig:
     checkpoint_every: int = 10     # checkpoint every k iterations and at the end (0 = never)
     checksum_every: int = 10       # multi-process: compare a weight checksum across ranks every k (0 = never)
     drift: bool = True             # log relative L2 drift from the base (keeps a host copy of it)
+    anchor_decay: float = 0.0      # anchored weight decay lambda (Schweighofer et al. 2026): after each
+    #                                update theta <- theta - lambda (theta - theta_0), theta_0 = the weights
+    #                                the ES phase started from (a host copy, as for drift); 0 = off
 
 
 NORMALIZE = ("zscore", "rank", "none")
@@ -98,6 +103,10 @@ class ESRun(ESConfig):
                                     ("checksum_every", 0, False)):
             at_least(f"es.{key}", getattr(self, key), lo, allow_none=allow_none)
         at_least("es.temperature", self.temperature, 0, kind=float)
+        at_least("es.anchor_decay", self.anchor_decay, 0, kind=float)
+        if self.anchor_decay >= 1:
+            raise ConfigError(f"es.anchor_decay must be in [0, 1): 1 or more resets to (or past) the start "
+                              f"weights every iteration, got {self.anchor_decay}")
         if self.normalize not in NORMALIZE:
             raise ConfigError(f"es.normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}")
         if self.antithetic and self.pop % 2:

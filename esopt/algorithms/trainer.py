@@ -108,8 +108,8 @@ def score_members(engine, weights, task, rows, members: Sequence[int], seeds, si
 
 
 def step(strategy, engine, task, train_rows, iteration: int, weights=None) -> dict:
-    """One iteration of ``strategy`` on the engine's weights (ask -> score -> tell); returns its
-    diagnostics line (no drift).
+    """One iteration of ``strategy`` on the engine's weights (ask -> score -> tell, then the
+    anchored weight decay of ``es.anchor_decay`` when set); returns its diagnostics line (no drift).
 
     Every rank calls it: each scores its share of the members, rewards are all-gathered, and
     every rank tells the strategy the same rewards, so it applies the same update.
@@ -127,6 +127,7 @@ def step(strategy, engine, task, train_rows, iteration: int, weights=None) -> di
         raise NonFinite(f"non-finite reward at iteration {iteration}: {rewards.tolist()}")
     with clock("update"):
         step_norm = strategy.tell(seeds, signs, rewards, weights)                 # the strategy's move
+        pull = weights.anchor(es.anchor_decay) if es.anchor_decay else None        # theta -= lambda (theta - theta_0)
     bad = weights.nonfinite()
     if bad is not None:
         raise NonFinite(f"non-finite weights in {bad} after the update of iteration {iteration}")
@@ -140,7 +141,8 @@ def step(strategy, engine, task, train_rows, iteration: int, weights=None) -> di
         "rewards": [round(float(x), 6) for x in rewards],
         "js_succ": float(np.mean([metrics.js_succ(success[:, p]) for p in range(success.shape[1])])),
         "p_pop": float(np.mean([metrics.p_pop(success[:, p]) for p in range(success.shape[1])])),
-        "update_norm": step_norm, "tokens_generated": int(tokens),
+        "update_norm": step_norm, **({"anchor_norm": pull} if pull is not None else {}),
+        "tokens_generated": int(tokens),
         **{f"wall_{k}": round(v, 4) for k, v in clock.items()},
     }
 
@@ -205,8 +207,8 @@ def train(ctx, strategy) -> None:
     lead = distributed.rank() == 0
     train_rows = list(ctx.task.split("train"))
     weights = ctx.engine.weights()
-    if es.drift:  # a host copy of the starting weights (7B bf16: 14 GB; es.drift=false there)
-        weights.snapshot_base()
+    if es.drift or es.anchor_decay:  # a host copy of the starting weights (7B bf16: 14 GB; es.drift=false
+        weights.snapshot_base()      # there): drift's reference and anchored weight decay's theta_0
 
     start = 0
     state = load_checkpoint(ctx, ctx.phase, strategy.name) if ctx.run is not None else None

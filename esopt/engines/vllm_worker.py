@@ -134,6 +134,9 @@ class ESWorkerExtension:
                   n: int | None = None) -> float:
         return self._es().update(seeds, weights, lr, rank, n)
 
+    def es_anchor(self, decay: float) -> float:
+        return self._es().anchor(decay)
+
     def es_checksum(self) -> int:
         return self._es().checksum()
 
@@ -213,6 +216,9 @@ class VLLMWeights:
     def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None) -> float:
         return float(self._rpc("es_update", [int(s) for s in seeds], [float(w) for w in weights], float(lr),
                                rank, n))
+
+    def anchor(self, decay: float) -> float:
+        return float(self._rpc("es_anchor", float(decay)))
 
     def checksum(self) -> int:
         return int(self._rpc("es_checksum"))

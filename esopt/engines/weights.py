@@ -6,6 +6,7 @@ an HF model's parameters (engine=hf) or the HF-named views inside a vLLM worker.
     ...generate...
     ops.restore()                       # back to theta, bitwise
     ops.update(seeds, z * signs, lr)    # theta += lr / N * sum_i z_i sign_i eps_i
+    ops.anchor(decay)                   # theta -= decay * (theta - theta_0)  (es.anchor_decay)
 
 How a member is held (the arithmetic is ``esopt.noise``'s either way, so both give the same bits):
 
@@ -110,6 +111,15 @@ class Weights:
         if self.pending:
             raise RuntimeError("update with a pending perturbation")
         return noise.update(self._named(), seeds, weights, lr, rank, n)
+
+    def anchor(self, decay: float) -> float:
+        """``theta <- theta - decay (theta - theta_0)`` toward the snapshot (``noise.anchor``);
+        the pull's norm. Needs :meth:`snapshot_base` first."""
+        if self.pending:
+            raise RuntimeError("anchor with a pending perturbation")
+        if self.base is None:
+            raise RuntimeError("anchor needs snapshot_base() first")
+        return noise.anchor(self.params, self.base, decay)
 
     def checksum(self) -> int:
         return noise.checksum(self.params)

@@ -206,6 +206,9 @@ def identity(rc: RunConfig) -> dict:
     for b in algo.blocks:  # how fast, never what: the same run (each is tested bitwise)
         for key in b.speed_keys():
             (d.get(b.name) or {}).pop(key, None)
+        for key, value in b.neutral_values():  # a later knob at its neutral value: the earlier id
+            if key in (d.get(b.name) or {}) and d[b.name][key] == value:
+                d[b.name].pop(key)
     # the engine's name, and its dtype when set (it changes the numbers; auto keeps earlier ids)
     d["engine"] = {k: v for k, v in d["engine"].items()
                    if k == "name" or (k == "dtype" and v not in (None, "auto"))}

@@ -82,6 +82,8 @@ def test_antithetic_update_is_the_mirrored_sum():
     ({"lr": -1.0}, "lr must be > 0"), ({"iterations": 0}, "iterations must be >= 1"),
     ({"es": {"rank": 0}}, "es.rank must be an integer >= 1"), ({"es": {"normalize": "x"}}, "es.normalize"),
     ({"es": {"antithetic": True}, "pop": 5}, "even pop"), ({"es": {"bogus": 1}}, "unknown es key"),
+    ({"es": {"anchor_decay": -0.1}}, "es.anchor_decay must be"),
+    ({"es": {"anchor_decay": 1.0}}, "es.anchor_decay must be in [0, 1)"),
 ])
 def test_config_errors_are_one_line(over, needle):
     with pytest.raises(ConfigError) as e:
@@ -152,8 +154,11 @@ def test_train_logs_diagnostics_and_checkpoints(tmp_path):
     assert state["iteration"] == 3 and (ctx.run.checkpoint_dir / "model.safetensors").exists()
 
 
-def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
-    cfg = run_config(iterations=4)
+@pytest.mark.parametrize("es_over", [{}, {"anchor_decay": 0.2, "drift": False}], ids=["plain", "anchored"])
+def test_resume_is_bitwise_equal_to_uninterrupted(tmp_path, es_over):
+    """Anchored: theta_0 is the weights the run started from, not the checkpoint's, on resume
+    too (and kept without the drift diagnostic)."""
+    cfg = run_config(iterations=4, es=es_over)
     full = make_ctx(tmp_path / "a", cfg)
     es.train(full)
 
@@ -255,3 +260,45 @@ def test_swapped_and_in_place_members_give_the_same_numbers(antithetic):
         outcomes.add((noise.checksum(engine.model.named_parameters()),
                       tuple(tuple(x["rewards"]) for x in lines), tuple(x["update_norm"] for x in lines)))
     assert len(outcomes) == 1
+
+
+# --- anchored weight decay (es.anchor_decay; Schweighofer et al. 2026) ---------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_anchor_pulls_each_entry_toward_the_start_in_fp32(dtype):
+    g = torch.Generator().manual_seed(0)
+    base = {"a": torch.randn(5, 7, generator=g).to(dtype), "b": torch.randn(11, generator=g).to(dtype)}
+    live = {k: (v.float() + torch.randn(v.shape, generator=g)).to(dtype) for k, v in base.items()}
+    before = {k: v.clone() for k, v in live.items()}
+    pull = noise.anchor(live.items(), base, 0.3)
+    for k in live:  # theta - 0.3 (theta - theta_0), in fp32, cast once
+        w, b = before[k].float(), base[k].float()
+        assert torch.equal(live[k], (w - (w - b) * 0.3).to(dtype))
+    want = 0.3 * sum(float((before[k].double() - base[k].double()).pow(2).sum()) for k in live) ** 0.5
+    assert pull == pytest.approx(want, rel=1e-6)
+    assert noise.l2_distance(live.items(), base) < noise.l2_distance(before.items(), base)
+
+
+def test_anchored_iteration_is_the_plain_one_pulled_back(tmp_path):
+    """Iteration 1 starts from the same weights, so it scores the same members: the anchored
+    run's weights are the plain run's pulled back by lambda, bitwise; the pull is logged."""
+    plain = make_ctx(tmp_path / "plain", run_config(iterations=1))
+    es.train(plain)
+    anchored = make_ctx(tmp_path / "anchored", run_config(iterations=1, es={"anchor_decay": 0.4}))
+    es.train(anchored)
+    (p_line,), (a_line,) = lines(plain), lines(anchored)
+    assert p_line["rewards"] == a_line["rewards"] and "anchor_norm" not in p_line
+    start = dict(tiny_model(0).named_parameters())
+    got, moved = dict(anchored.model.named_parameters()), dict(plain.model.named_parameters())
+    for k, w in moved.items():
+        assert torch.equal(got[k], w - (w - start[k]) * 0.4), k
+    assert a_line["anchor_norm"] == pytest.approx(0.4 * noise.l2_distance(moved.items(), start), rel=1e-6)
+    assert a_line["drift"] == pytest.approx(0.6 * p_line["drift"], rel=1e-5)
+
+
+def test_anchor_decay_zero_keeps_the_run_id_and_a_nonzero_one_changes_it():
+    from esopt.runtime.validate import identity, run_id
+    from helpers import run_config as composed
+
+    implied, stated = composed("algo=es"), composed("algo=es", "es.anchor_decay=0")
+    assert run_id(implied) == run_id(stated) and "anchor_decay" not in identity(stated)["es"]
+    assert run_id(composed("algo=es", "es.anchor_decay=0.01")) != run_id(implied)

@@ -122,11 +122,16 @@ def test_same_seeds_same_noise_and_same_update_as_the_hf_engine(tiny):
     other = weights_of(engine, fresh_model(tiny))
     assert max(float((other[n] - p).abs().max()) for n, p in hf_model.named_parameters()) > 1e-3
     vw.restore()
-    # one ES update with the same given rewards lands on the same weights
+    # one ES update with the same given rewards, then anchored weight decay (es.anchor_decay)
+    # toward the starting weights, lands on the same weights
+    hw.snapshot_base()
+    vw.snapshot_base()
     seeds, rewards = [11, 12, 13, 14], [1.2, -0.4, 0.3, -1.1]
     n_hf = hw.update(seeds, rewards, 0.005)
     n_v = vw.update(seeds, rewards, 0.005)
     assert n_v == pytest.approx(n_hf, rel=1e-12)
+    pull_hf, pull_v = hw.anchor(0.25), vw.anchor(0.25)
+    assert pull_hf > 0 and pull_v == pytest.approx(pull_hf, rel=1e-12)
     got = weights_of(engine, fresh_model(tiny))
     diff = max(float((got[n] - p).abs().max()) for n, p in hf_model.named_parameters())
     assert diff <= 1e-7, diff   # fp32 round-off at most (measured: 0, bitwise)
