@@ -236,9 +236,9 @@ def _duration(seconds: float) -> str:
 
 # --- time on a GPU -----------------------------------------------------------------------------
 
-# Generated tokens per GPU-second x parameters, anchored on one published figure: es-at-scale's
-# (VsonicV/es-fine-tuning-paper, issue #4) 559 s per ES iteration for Qwen2.5-1.5B (1,543,714,304
-# parameters), N = 30 members x 200 prompts x <= 1,024 new tokens, on 4 x H200. Counted as the
+# Generated tokens per GPU-second x parameters, anchored on one published figure, a user's report
+# on es-at-scale (github.com/VsonicV/es-at-scale/issues/4): 559 s per ES iteration for Qwen2.5-1.5B
+# (1,543,714,304 parameters), N = 30 members x 200 prompts x <= 1,024 new tokens, on 4 x H200. Counted as the
 # token bound (every completion at its budget, as estimate_tokens counts): 6,144,000 tokens /
 # (559 s x 4 GPUs) = 2,748 tokens/s per GPU. Other sizes: scaled by parameters (each token costs
 # ~2 x params FLOPs), docs/design/gpu_throughput.md; ``plan.tokens_per_s=`` overrides it.
