@@ -36,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from helpers import write_synthetic_sweep  # noqa: E402
 
-from esopt.study import report  # noqa: E402
-from esopt.study.aggregate import aggregate  # noqa: E402
+from esopt.study.report import page as report  # noqa: E402
+from esopt.study.report.aggregate import aggregate  # noqa: E402
 
 GOAL_S = 5.0
 

@@ -6,8 +6,8 @@ under the simulator's own model and under misspecified generators.
                                                   [--components assumed|measured] [--design-grid]
                                                   [--write-docs] [--from-sweeps CELL [FAMILY]]
 
-Draws synthetic sweeps (esopt.study.simulate) and feeds each through the real claim rules and
-decision (esopt.study.claim_rules, esopt.study.claims.decide_all). Per claim and generator:
+Draws synthetic sweeps (esopt.study.claims.simulate) and feeds each through the real claim rules and
+decision (esopt.study.claims.rules, esopt.study.claims.decide_all). Per claim and generator:
     false_yes = P(yes) with the claim's effect at its boundary (its null; claim 5: the worse of
                 its two nulls, pruned 0.005 below trained or the equal-norm control as good)
     false_no  = P(no)  with the effect at boundary + the smallest effect of interest
@@ -19,9 +19,9 @@ nothing trains (every claim on the whole sweep). Printed as
 The goal: every fy_upper and fn_upper <= 0.05 under every generator (about 2,000 sims a line
 are needed to show a rate near 0.04 below 0.05). A claim's scenario decides that claim with the
 others planted as clear yeses (the most lenient Holm threshold it can get: an upper bound on its
-rates; esopt.study.simulate.verdict_of); ``--full`` runs every claim on the whole sweep instead.
+rates; esopt.study.claims.simulate.verdict_of); ``--full`` runs every claim on the whole sweep instead.
 
-Generators (esopt.study.simulate.GENERATORS): ``current`` (the simulator's own model), and what
+Generators (esopt.study.claims.simulate.GENERATORS): ``current`` (the simulator's own model), and what
 the rules do not model: ``entropy_intercept`` (every run's out-of-domain entropy moves +1.5%,
 whatever its gain), ``seed_x_problem`` (each run moves each problem by its own N(0, 0.05)),
 ``shared_eval_seed`` (every evaluation of a model draws the same sampling uniforms, as
@@ -48,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_table  # noqa: E402
 
-from esopt.study.simulate import (GENERATORS, MEASURED, Components, Design, calibrate,  # noqa: E402
+from esopt.study.claims.simulate import (GENERATORS, MEASURED, Components, Design, calibrate,  # noqa: E402
                                   components_from_sweeps, table)
 
 # (seeds per cell, problems, family sizes, family seeds): paper_cpu's design first
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
                     notes=(f"Design: {design.seeds} seeds per cell, {design.problems} problems x {design.samples} "
                            f"samples (Pass@{design.k}); family {design.sizes} sizes x pops {list(design.pops)} x "
                            f"{design.family_seeds} seeds. Components: {args.components} "
-                           "(esopt/study/simulate.py: MEASURED, Components, GENERATORS). Per claim: its rule with "
+                           "(esopt/study/claims/simulate.py: MEASURED, Components, GENERATORS). Per claim: its rule with "
                            "the others planted as clear yeses (an upper bound on its rates)" +
                            (", here every claim on the whole sweep" if args.full else "") +
                            f"; familywise: every claim where nothing trains. Goal: every upper bound <= {BOUND}: "

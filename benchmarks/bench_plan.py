@@ -6,7 +6,7 @@ runs, token bound, GPU-hours.
                                     [--write-docs] [--write-presets]
 
 ``--write-docs`` writes the table to docs/results/plan.md; ``--write-presets`` rewrites each
-preset's plan block (its header comment, ``esopt.study.plan.header_lines``), which
+preset's plan block (its header comment, ``esopt.study.claims.plan.header_lines``), which
 tests/study/test_plan.py checks against esopt.plan. Composition needs no GPU: where vLLM is not
 installed the presets are composed with ``engine=hf`` (the engine enters neither the tokens nor
 the claims), GSM8K from ``../shared/data/gsm8k`` (or ESOPT_SHARED_DATA), the Countdown preset's
@@ -52,7 +52,7 @@ def preset_plan(preset: str, sims: int, seed: int, tmp: Path) -> dict:
     from hydra.core.global_hydra import GlobalHydra
 
     from esopt.cli.plan import compose
-    from esopt.study import plan as P
+    from esopt.study.claims import plan as P
 
     GlobalHydra.instance().clear()
     runs = compose([f"+experiment={preset}", *local_overrides(preset, tmp)])
@@ -61,7 +61,7 @@ def preset_plan(preset: str, sims: int, seed: int, tmp: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    from esopt.study import plan as P
+    from esopt.study.claims import plan as P
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=P.SIMS)

@@ -8,7 +8,7 @@ Each entry of RUNS is one ``python -m esopt.sweep`` command (COMMON + its settin
 The sweep skips a completed run (same run id), so a second call only reads the results; a run
 this script launches is timed here (wall, and the CPU seconds of its process tree). Per run: held-out
 Pass@1 base -> final and its paired change with a 95% percentile bootstrap interval over the
-problems (``esopt.study.analysis_common.paired_change``, 10,000 resamples), the same for Pass@4 (unbiased,
+problems (``esopt.study.analyses.common.paired_change``, 10,000 resamples), the same for Pass@4 (unbiased,
 per problem) and greedy accuracy, the answer format, the wall time split into evaluations and
 training (from metrics.jsonl), and the seconds per ES iteration / GRPO step.
 """
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _results
 from _results import REPO, write_table  # noqa: E402
 
 from esopt.core.metrics import pass_at_k  # noqa: E402
-from esopt.study.analysis_common import paired_change  # noqa: E402
+from esopt.study.analyses.common import paired_change  # noqa: E402
 
 SWEEP = "smollm2_learning"
 COMMON = ["model=smollm2-135m", "task=arith", "task.ops=+", "eval.split=heldout", "eval.problems=100",

@@ -94,6 +94,26 @@ def test_no_import_goes_up_a_layer(graph):
     assert not bad, "upward or sideways imports:\n" + "\n".join(sorted(bad))
 
 
+# study/ in rooms, bottom to top: the shared sweep reader and trend fit at its top level, the
+# mechanism analyses, the claims, the report; a room imports only from itself or below.
+STUDY_ROOMS = ["esopt.study", "esopt.study.analyses", "esopt.study.claims", "esopt.study.report"]
+
+
+def study_room(mod: str) -> int:
+    parts = mod.split(".")
+    sub = ".".join(parts[:3])
+    return STUDY_ROOMS.index(sub) if sub in STUDY_ROOMS and len(parts) > 3 or mod in STUDY_ROOMS[1:] else 0
+
+
+def test_study_rooms_import_only_downward(graph):
+    study = [m for m in graph if m.startswith("esopt.study.")]
+    assert {study_room(m) for m in study} == {0, 1, 2, 3}, "every room holds modules"
+    bad = [f"{m} imports {d}" for m in study for d in graph[m]
+           if d.startswith("esopt.study") and study_room(d) > study_room(m)]
+    assert not bad, "a study room imports from a room above it:\n" + "\n".join(sorted(bad))
+    assert study_room("esopt.study.claims.rules") > study_room("esopt.study.analyses.sparsity")
+    assert study_room("esopt.study.report.page") > study_room("esopt.study.claims.simulate")
+
 def test_no_import_cycle(graph):
     state: dict[str, int] = {}
     cycles = []

@@ -5,7 +5,7 @@
 
 Reads only run directories and the sweep's Optuna journal (``esopt.study.tables``); writes
 runs.parquet, runs.csv, curves.parquet, trend.json, claims.json, aggregate.json and
-report.html (``esopt.study.aggregate``). Exit codes: 0 ok, 1 an output could not be written
+report.html (``esopt.study.report.aggregate``). Exit codes: 0 ok, 1 an output could not be written
 (full disk; the previous file is kept), 2 bad input.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from esopt.cli.common import quiet
 from esopt.core.errors import ConfigError
 from esopt.study import claims
-from esopt.study.aggregate import aggregate
+from esopt.study.report.aggregate import aggregate
 
 SHOWN = 20  # skipped runs and notes printed (the rest are in aggregate.json)
 

@@ -1,5 +1,5 @@
 """``python -m esopt.analyze sparsity|drift|forgetting <run-dir> ...``: the mechanism analyses
-of trained runs (``esopt.study.analyze``), printed as tables and written beside the run."""
+of trained runs (``esopt.study.analyses``), printed as tables and written beside the run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from esopt.cli.common import quiet
 from esopt.core.errors import ConfigError
 from esopt.core.store import atomic_write_json
-from esopt.study.analyze import (CONTROL_FRACTIONS, DEFAULT_FRACTIONS, MODES, EvalOpts, compare_drift, drift,
+from esopt.study.analyses import (CONTROL_FRACTIONS, DEFAULT_FRACTIONS, MODES, EvalOpts, compare_drift, drift,
                                  forgetting, format_drift, sparsity)
 
 

@@ -9,7 +9,7 @@ can decide each claim and what it costs; launches nothing.
 
 The grid is composed and validated by the esopt sweeper exactly as ``esopt.sweep`` composes it
 (``EsoptSweeper.composed``: same presets, validation, run ids); the plan is
-``esopt.study.plan``'s. Flags: ``--claims 1,3`` (default: the claims the grid bears on),
+``esopt.study.claims.plan``'s. Flags: ``--claims 1,3`` (default: the claims the grid bears on),
 ``--pilot DIR`` (variance components from a finished pilot sweep, with bootstrap bounds),
 ``--target-power P --max-hours H`` (search the cheapest design meeting P for every named claim),
 ``--sims N`` (synthetic sweeps per scenario and generator, default 100), ``--seed S``.
@@ -61,7 +61,7 @@ def split_argv(argv: list[str]) -> tuple[dict, dict, list[str]]:
 
 
 def parse_claims(text: str | None) -> list[int] | None:
-    from esopt.study.claim_rules import REGISTRY
+    from esopt.study.claims.rules import REGISTRY
 
     if text is None:
         return None
@@ -132,7 +132,7 @@ def family_models(grid) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from esopt.study import plan as P
+    from esopt.study.claims import plan as P
 
     quiet()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def search_lines(found: dict, claims: list[int], target: float, overrides: list[str]) -> str:
-    from esopt.study.plan import hours_text
+    from esopt.study.claims.plan import hours_text
 
     cl = ",".join(map(str, claims))
     if found["found"]:

@@ -4,7 +4,7 @@
     python -m esopt.sweep -m model=tiny-s,tiny-m pop=8,16,32 seed=0,1,2
 
 Each run: validate (one line, exit 2 on bad input), run (``esopt.runtime.run``), then the
-analyses it asks for (``analysis=[...]``, ``esopt.study.analyze``). In a multirun the esopt
+analyses it asks for (``analysis=[...]``, ``esopt.study.analyses``). In a multirun the esopt
 sweeper validates the whole grid first, skips recorded runs and aggregates at the end.
 Exit codes: 0 ok, 1 a run failed, 2 bad input.
 """
@@ -45,11 +45,11 @@ def analyses(cfg: RunConfig, summary: dict) -> dict:
         print(no_model_warning(rid, missing, rd.model_dir), file=sys.stderr)
         return summary
     if missing:
-        from esopt.study import analyze
+        from esopt.study.analyses import run_analyses
 
         opts = {k: list(v) for k, v in dataclasses.asdict(cfg.sparsity).items()}  # the sparsity: block
         summary["analyses"] = {**(summary.get("analyses") or {}),
-                               **analyze.run_analyses(cfg, rd.path, missing, opts=opts)}
+                               **run_analyses(cfg, rd.path, missing, opts=opts)}
         rd.write_summary(summary)
     return summary
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Collection, Mapping, Optional
 from esopt.core.errors import ConfigError
 
 SPLITS = ("train", "test", "heldout")
-ANALYSES = ("sparsity", "drift", "forgetting")  # esopt/study/analyze.py, run after training
+ANALYSES = ("sparsity", "drift", "forgetting")  # esopt/study/analyses.py, run after training
 ANALYSIS_KEYS = ("analysis", "sparsity")  # read after training, from its weights: never in the run id
 
 
@@ -71,7 +71,7 @@ class SweepConfig:
 
 @dataclass(frozen=True)
 class SparsityConfig:
-    """The ``sparsity:`` block: the points ``analysis=[sparsity]`` evaluates (esopt.study.sparsity,
+    """The ``sparsity:`` block: the points ``analysis=[sparsity]`` evaluates (esopt.study.analyses.sparsity,
     which defines the modes; ``python -m esopt.analyze sparsity`` has the same defaults). Each
     point is one full evaluation (the run's eval.problems x eval.samples on the heldout split),
     besides the trained and the base model: the defaults are 6 fractions x 3 |delta| modes + 2

@@ -311,7 +311,7 @@ def config_bounds(values, tau2: float = 0.0, level: float = 0.95) -> tuple[float
 
 # ---------------------------------------------------------------------------------------
 # tests of the study's claims: t statistics with variance components, one-sided p-values,
-# power at an effect, Holm's step-down. The claims (esopt.study.claim_rules) use only these.
+# power at an effect, Holm's step-down. The claims (esopt.study.claims.rules) use only these.
 def contrast(arms: Sequence[tuple[np.ndarray, float]]) -> dict:
     """A linear contrast of cell means with seeds and problems as variance components.
 

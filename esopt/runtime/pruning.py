@@ -33,7 +33,7 @@ the evidence says the trial's configuration is worse than another one:
 
 Why a trial was pruned (any pruner; ``esopt.runtime.pruners.explain``) lands in ``summary.json`` as
 ``pruning`` (statistic, value, threshold, reference, step) and in the report's pruning
-figure (``esopt.study.report.fig_pruning``).
+figure (``esopt.study.report.page.fig_pruning``).
 """
 
 from __future__ import annotations

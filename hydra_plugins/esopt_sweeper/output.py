@@ -178,7 +178,7 @@ def quiet_sacct() -> None:
 
 def aggregate_sweep(sweep_dir: Path, metric: str = "pass@1") -> None:
     """Aggregate the sweep directory (never fails the sweep: the runs are recorded)."""
-    from esopt.study.aggregate import aggregate
+    from esopt.study.report.aggregate import aggregate
 
     try:
         aggregate(str(sweep_dir), metric=metric)

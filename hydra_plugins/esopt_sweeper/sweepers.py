@@ -353,7 +353,7 @@ class EsoptSweeper(Sweeper):
               f"{sum(estimate_tokens(j.rc) for j in todo):,} to run, "
               f"{sum(estimate_tokens(j.rc) for j in whole):,} for the whole grid")
         self.budget_notes(todo, dry=True)
-        from esopt.study.plan import trend_line
+        from esopt.study.claims.plan import trend_line
 
         line = trend_line([j.rc for j in whole])  # None unless the grid spans sizes and populations
         if line:

@@ -213,7 +213,7 @@ def test_sweep_prunes_planted_lr_not_equal_seeds_and_records_why(tmp_path):
     the report's pruning figure shows the statistic below its threshold."""
     from helpers import REPO, cli
 
-    from esopt.study import report
+    from esopt.study.report import page as report
 
     r = cli("esopt.sweep", "-m", "model=tiny-s", "algo=es", "pop=4", "iterations=4", "eval.every=2",
                 "es.batch_size=16", "eval.problems=40", "eval.samples=4", "seed=0,1,2", "lr=0.005,1.0",

@@ -11,7 +11,7 @@ from helpers import cli, fill_disk, run_cli, small_disk, write_synthetic_sweep
 
 from esopt.cli.aggregate import main as aggregate_main
 from esopt.study import tables
-from esopt.study.aggregate import aggregate
+from esopt.study.report.aggregate import aggregate
 from esopt.core.errors import ConfigError
 
 MODELS = {"tiny-xs": 1e6, "tiny-s": 4e6, "tiny-m": 1.6e7}
@@ -276,7 +276,7 @@ def test_a_failed_last_write_leaves_the_previous_set(tmp_path, monkeypatch):
     the new set replaces the old one (the page, the tables and trend.json agree)."""
     import errno
 
-    from esopt.study import aggregate as aggregate_mod
+    from esopt.study.report import aggregate as aggregate_mod
 
     root, _ = make_sweep(tmp_path)
     aggregate(root, bootstrap=20)
@@ -414,7 +414,7 @@ def test_a_killed_aggregation_leaves_no_staging_folder_behind(tmp_path):
     import sys
     import time
 
-    from esopt.study.aggregate import STAGE, STALE_STAGE_S
+    from esopt.study.report.aggregate import STAGE, STALE_STAGE_S
 
     root, ids = make_sweep(tmp_path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

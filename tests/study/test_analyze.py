@@ -1,4 +1,4 @@
-"""Mechanism analyses (esopt.study.analyze) on tiny-xs run directories with a planted update."""
+"""Mechanism analyses (esopt.study.analyses) on tiny-xs run directories with a planted update."""
 
 import json
 import math
@@ -15,7 +15,7 @@ from esopt import models
 from esopt.cli.analyze import main as analyze_main
 from esopt.core import store
 from esopt.evaluator import evaluate
-from esopt.study import analyze
+from esopt.study import analyses
 
 PROBLEMS, SAMPLES = 16, 4
 OPTS = dict(problems=PROBLEMS, samples=SAMPLES)
@@ -79,13 +79,13 @@ def test_rank_thresholds_exact_with_ties():
     chunks[0][5:8] = 0.5                                        # three more ties, earlier in the stream
     allv = torch.cat(chunks).abs()
     nnz = int((allv != 0).sum())
-    stream = lambda: (analyze.magnitude_bits(c) for c in chunks)  # noqa: E731
+    stream = lambda: (analyses.magnitude_bits(c) for c in chunks)  # noqa: E731
     for largest in (True, False):
         for f in (1.0, 0.5, 0.22, 0.01, 0.0):
-            rule = analyze.make_rules(stream, nnz, [f], largest)[f]
-            masks = [rule.mask(analyze.magnitude_bits(c)) for c in chunks]
+            rule = analyses.make_rules(stream, nnz, [f], largest)[f]
+            masks = [rule.mask(analyses.magnitude_bits(c)) for c in chunks]
             kept = torch.cat(masks)
-            k = analyze.keep_count(f, nnz)
+            k = analyses.keep_count(f, nnz)
             assert int(kept.sum()) == k
             assert not kept[allv == 0].any()
             if 0 < k:
@@ -97,9 +97,9 @@ def test_rank_thresholds_exact_with_ties():
                     assert (allv[kept] <= ref).all() and (allv[~kept & (allv != 0)] >= ref).all()
     # a threshold that falls on the tie value: the earlier ties (chunk 0) are kept first
     above = int((allv > 0.5).sum())
-    rule = analyze.make_rules(stream, nnz, [(above + 4) / nnz], True)[(above + 4) / nnz]
-    assert rule.thr == int(analyze.magnitude_bits(torch.tensor([0.5]))[0]) and rule.ties == 4
-    masks = [rule.mask(analyze.magnitude_bits(c)) for c in chunks]
+    rule = analyses.make_rules(stream, nnz, [(above + 4) / nnz], True)[(above + 4) / nnz]
+    assert rule.thr == int(analyses.magnitude_bits(torch.tensor([0.5]))[0]) and rule.ties == 4
+    masks = [rule.mask(analyses.magnitude_bits(c)) for c in chunks]
     assert masks[0][5:8].all() and masks[2][10:11].all() and not masks[2][11:20].any()
 
 
@@ -108,17 +108,17 @@ def test_keep_fractions_global_vs_per_tensor(planted):
     per-tensor keeps round(f * nnz_t) of each tensor; smallest keeps the complement's end."""
     rc, rd = planted
     d, base, _ = deltas(rd)
-    pair = analyze.open_pair(rd.path, device="cpu")
-    nnz_t = analyze.count_nonzero(pair)
+    pair = analyses.open_pair(rd.path, device="cpu")
+    nnz_t = analyses.count_nonzero(pair)
     assert nnz_t == {n: int((x != 0).sum()) for n, x in d.items()}
     assert nnz_t["model.norm.weight"] == 0
     nnz = sum(nnz_t.values())
     work, _ = models.load("tiny-xs", path=str(rd.model_dir))
     wp = dict(work.named_parameters())
     bp = dict(base.named_parameters())
-    whole = lambda: (b for _, b in analyze.stream_bits(pair))  # noqa: E731
+    whole = lambda: (b for _, b in analyses.stream_bits(pair))  # noqa: E731
     f = 0.05                                               # 1,400 entries; q_proj weights hold 2,048
-    k = analyze.keep_count(f, nnz)
+    k = analyses.keep_count(f, nnz)
     allabs = torch.cat([x.reshape(-1).abs() for x in d.values()])
     thr = allabs.sort(descending=True).values[k - 1]
 
@@ -126,8 +126,8 @@ def test_keep_fractions_global_vs_per_tensor(planted):
         return {n: (wp[n].detach() != bp[n].detach()) for n in d}
 
     # global
-    rule = analyze.make_rules(whole, nnz, [f], True)[f]
-    assert analyze.apply_rule(pair, wp, lambda n: rule) == k
+    rule = analyses.make_rules(whole, nnz, [f], True)[f]
+    assert analyses.apply_rule(pair, wp, lambda n: rule) == k
     km = kept_mask()
     assert sum(int(m.sum()) for m in km.values()) == k
     for n, m in km.items():                               # exactly the entries with |delta| >= thr
@@ -135,19 +135,19 @@ def test_keep_fractions_global_vs_per_tensor(planted):
     q = sum(int(m.sum()) for n, m in km.items() if "q_proj.weight" in n)
     assert q / k > 0.5                                     # planted: q_proj holds most of the top 5%
     # per tensor
-    per = {n: analyze.make_rules(lambda n=n: (b for _, b in analyze.stream_bits(pair, [n])), nnz_t[n], [f], True)[f]
+    per = {n: analyses.make_rules(lambda n=n: (b for _, b in analyses.stream_bits(pair, [n])), nnz_t[n], [f], True)[f]
            for n in d}
-    analyze.apply_rule(pair, wp, lambda n: per[n])
+    analyses.apply_rule(pair, wp, lambda n: per[n])
     km = kept_mask()
     for n, m in km.items():
-        kt = analyze.keep_count(f, nnz_t[n])
+        kt = analyses.keep_count(f, nnz_t[n])
         assert int(m.sum()) == kt, n
         if kt:
             ref = d[n].abs().reshape(-1).sort(descending=True).values[kt - 1]
             assert torch.equal(m, d[n].abs() >= ref), n
     # smallest control: the k smallest nonzero entries
-    rule = analyze.make_rules(whole, nnz, [f], False)[f]
-    analyze.apply_rule(pair, wp, lambda n: rule)
+    rule = analyses.make_rules(whole, nnz, [f], False)[f]
+    analyses.apply_rule(pair, wp, lambda n: rule)
     km = kept_mask()
     small = allabs[allabs != 0].sort().values[k - 1]
     for n, m in km.items():
@@ -163,8 +163,8 @@ def test_keep_fractions_global_vs_per_tensor(planted):
 @pytest.fixture(scope="module")
 def sparsity_result(planted):
     _, rd = planted
-    return analyze.sparsity(rd.path, fractions=[1.0, 0.22, 0.0], control_fractions=[1.0, 0.22, 0.0],
-                            opts=analyze.EvalOpts(**OPTS), device="cpu")
+    return analyses.sparsity(rd.path, fractions=[1.0, 0.22, 0.0], control_fractions=[1.0, 0.22, 0.0],
+                            opts=analyses.EvalOpts(**OPTS), device="cpu")
 
 
 def test_sparsity_keep_all_is_trained_keep_nothing_is_base(planted, sparsity_result):
@@ -177,15 +177,15 @@ def test_sparsity_keep_all_is_trained_keep_nothing_is_base(planted, sparsity_res
     assert b_ev["correct_counts"] != t_ev["correct_counts"]       # the planted update changes behaviour
     assert r["trained_counts"] == t_ev["correct_counts"] and r["base_counts"] == b_ev["correct_counts"]
     by = {(c["mode"], c["keep"]): c for c in r["curves"]}
-    assert set(by) == {(m, f) for m in analyze.MODES for f in (1.0, 0.22, 0.0)}
-    for mode in analyze.MODES:
+    assert set(by) == {(m, f) for m in analyses.MODES for f in (1.0, 0.22, 0.0)}
+    for mode in analyses.MODES:
         assert by[(mode, 1.0)]["correct_counts"] == t_ev["correct_counts"], mode
         assert by[(mode, 1.0)]["kept"] == r["nnz"]
         assert by[(mode, 0.0)]["correct_counts"] == b_ev["correct_counts"], mode
         assert by[(mode, 0.0)]["kept"] == 0
         assert by[(mode, 1.0)]["share_pass@1"] == pytest.approx(1.0)
         assert by[(mode, 0.0)]["share_pass@1"] == pytest.approx(0.0)
-    assert by[("global", 0.22)]["kept"] == analyze.keep_count(0.22, r["nnz"])
+    assert by[("global", 0.22)]["kept"] == analyses.keep_count(0.22, r["nnz"])
     assert r["nnz"] == r["n_params"] - 32                          # the final norm did not move
     # share = (pruned - base) / (trained - base) on Pass@1, with an interval around it
     c = by[("global", 0.22)]
@@ -197,9 +197,9 @@ def test_sparsity_keep_all_is_trained_keep_nothing_is_base(planted, sparsity_res
     assert r["gain"]["pass@1"] == pytest.approx(gain)
     # the controls: a random mask of the same size (seed = the run's), as is and at the top-k norm
     assert r["mask_seed"] == rc.seed and r["control_fractions"] == [1.0, 0.22, 0.0]
-    for mode in analyze.CONTROL_MODES:
+    for mode in analyses.CONTROL_MODES:
         c = by[(mode, 0.22)]
-        assert c["kept"] == analyze.keep_count(0.22, r["nnz"]) and c["mask_seed"] == rc.seed
+        assert c["kept"] == analyses.keep_count(0.22, r["nnz"]) and c["mask_seed"] == rc.seed
         assert r["headline"][f"{mode}_share_pass@1"] == c["share_pass@1"]
         assert by[(mode, 1.0)]["scale"] == 1.0 and by[(mode, 1.0)]["topk_norm"] == by[(mode, 1.0)]["random_norm"]
     assert by[("random", 0.22)]["scale"] == 1.0
@@ -207,15 +207,15 @@ def test_sparsity_keep_all_is_trained_keep_nothing_is_base(planted, sparsity_res
     assert c["scale"] == pytest.approx(c["topk_norm"] / c["random_norm"]) and c["scale"] > 1.5
 
 
-def mask_of(pair, rule, key=analyze.magnitude_key):
+def mask_of(pair, rule, key=analyses.magnitude_key):
     """The rule's keep mask over the whole model, in stream order (a fresh copy of the rule)."""
     rule = rule.copy()
-    return torch.cat([rule.mask(bits).reshape(-1) for _, bits in analyze.stream_bits(pair, key=key)])
+    return torch.cat([rule.mask(bits).reshape(-1) for _, bits in analyses.stream_bits(pair, key=key)])
 
 
 def random_rule(pair, nnz, f, seed):
-    key = analyze.random_key(seed)
-    return analyze.make_rules(lambda: (b for _, b in analyze.stream_bits(pair, key=key)), nnz, [f], True)[f], key
+    key = analyses.random_key(seed)
+    return analyses.make_rules(lambda: (b for _, b in analyses.stream_bits(pair, key=key)), nnz, [f], True)[f], key
 
 
 def test_random_mask_exact_k_seeded_and_blind_to_delta(planted):
@@ -224,22 +224,22 @@ def test_random_mask_exact_k_seeded_and_blind_to_delta(planted):
     the planted q_proj (10x the update) gets its share of the entries, where global takes most."""
     _, rd = planted
     d, _, _ = deltas(rd)
-    pair = analyze.open_pair(rd.path, device="cpu")
-    nnz = sum(analyze.count_nonzero(pair).values())
+    pair = analyses.open_pair(rd.path, device="cpu")
+    nnz = sum(analyses.count_nonzero(pair).values())
     flat = torch.cat([d[n].reshape(-1) for n, _ in pair.base_params])
     is_q = torch.cat([torch.full((d[n].numel(),), "q_proj.weight" in n) for n, _ in pair.base_params])
     for f in (1.0, 0.5, 0.22, 0.01, 0.0):
         rule, key = random_rule(pair, nnz, f, seed=3)
         m = mask_of(pair, rule, key)
-        assert int(m.sum()) == analyze.keep_count(f, nnz) and not m[flat == 0].any(), f
+        assert int(m.sum()) == analyses.keep_count(f, nnz) and not m[flat == 0].any(), f
     f = 0.22
-    k = analyze.keep_count(f, nnz)
+    k = analyses.keep_count(f, nnz)
     m3, m3b, m4 = (mask_of(pair, *random_rule(pair, nnz, f, seed)) for seed in (3, 3, 4))
     assert torch.equal(m3, m3b) and not torch.equal(m3, m4)
     assert abs(int((m3 & m4).sum()) / k - f) < 0.03
     p_q = float(is_q[flat != 0].float().mean())
     assert abs(float(is_q[m3].float().mean()) - p_q) < 4 * math.sqrt(p_q * (1 - p_q) / k)
-    top = mask_of(pair, analyze.make_rules(lambda: (b for _, b in analyze.stream_bits(pair)), nnz, [f], True)[f])
+    top = mask_of(pair, analyses.make_rules(lambda: (b for _, b in analyses.stream_bits(pair)), nnz, [f], True)[f])
     assert float(is_q[top].float().mean()) > 2 * p_q
 
 
@@ -247,34 +247,34 @@ def test_every_mode_keeps_all_or_nothing_bitwise_and_equal_norm_norm(planted):
     """f = 1 is the trained model and f = 0 the base, bit for bit, in every mode (equal_norm
     included: c = 1 there, no arithmetic); at 0.22 random is where(R, trained, base) and
     equal_norm moves the same entries by c * delta, its update's norm the top-k update's."""
-    from esopt.study import sparsity as SP
+    from esopt.study.analyses.sparsity import apply_mode, mode_rules
 
     _, rd = planted
     d, base, trained = deltas(rd)
-    pair = analyze.open_pair(rd.path, device="cpu")
-    nnz_t = analyze.count_nonzero(pair)
+    pair = analyses.open_pair(rd.path, device="cpu")
+    nnz_t = analyses.count_nonzero(pair)
     nnz = sum(nnz_t.values())
     fr = [1.0, 0.22, 0.0]
-    rules = SP.mode_rules(pair, analyze.MODES, fr, nnz_t, fr, seed=5)
+    rules = mode_rules(pair, analyses.MODES, fr, nnz_t, fr, seed=5)
     work, _ = models.load("tiny-xs")
     wp = dict(work.named_parameters())
     bp, tp = ({n: p.detach() for n, p in m.named_parameters()} for m in (base, trained))
-    for mode in analyze.MODES:
+    for mode in analyses.MODES:
         for f, ref in ((1.0, tp), (0.0, bp)):
             with torch.no_grad():
                 for p in wp.values():
                     p.fill_(float("nan"))                  # every entry must be written
-            kept, _ = SP.apply_mode(pair, wp, rules, mode, f, 5, nnz)
+            kept, _ = apply_mode(pair, wp, rules, mode, f, 5, nnz)
             assert kept == (nnz if f else 0), (mode, f)
             for n in d:
                 assert torch.equal(wp[n].detach(), ref[n]), (mode, f, n)
-    k = analyze.keep_count(0.22, nnz)
-    kept, info = SP.apply_mode(pair, wp, rules, "random", 0.22, 5, nnz)
+    k = analyses.keep_count(0.22, nnz)
+    kept, info = apply_mode(pair, wp, rules, "random", 0.22, 5, nnz)
     r_mask = {n: wp[n].detach() != bp[n] for n in d}
     assert kept == k and sum(int(m.sum()) for m in r_mask.values()) == k and info["scale"] == 1.0
     for n in d:
         assert torch.equal(wp[n].detach(), torch.where(r_mask[n], tp[n], bp[n])), n
-    kept, info = SP.apply_mode(pair, wp, rules, "equal_norm", 0.22, 5, nnz)
+    kept, info = apply_mode(pair, wp, rules, "equal_norm", 0.22, 5, nnz)
     upd = {n: (wp[n].detach() - bp[n]).double() for n in d}
     assert kept == k and all(torch.equal(upd[n] != 0, r_mask[n]) for n in d)
     allabs = torch.cat([x.reshape(-1).abs() for x in d.values()]).double()
@@ -293,19 +293,19 @@ def test_gain_share_and_paired_change_math():
     base = np.array([0.0, 0.0, 0.5, 1.0])
     trained = np.array([1.0, 0.5, 0.5, 1.0])
     pruned = np.array([0.5, 0.5, 0.5, 1.0])
-    share, ci = analyze.gain_share(base, trained, pruned, n_boot=500)
+    share, ci = analyses.gain_share(base, trained, pruned, n_boot=500)
     assert share == pytest.approx(2 / 3)
     assert 0.0 <= ci[0] <= share <= ci[1] <= 1.0
-    assert analyze.gain_share(base, base, pruned) == (None, None)
-    v, (lo, hi) = analyze.paired_change(base, trained)
+    assert analyses.gain_share(base, base, pruned) == (None, None)
+    v, (lo, hi) = analyses.paired_change(base, trained)
     assert v == pytest.approx(0.375) and lo <= v <= hi
-    v, (lo, hi) = analyze.paired_change(base, base)
+    v, (lo, hi) = analyses.paired_change(base, base)
     assert v == lo == hi == 0.0
 
 
 def test_drift_module_decomposition(planted):
     rc, rd = planted
-    r = analyze.drift(rd.path, device="cpu")
+    r = analyses.drift(rd.path, device="cpu")
     d, base, _ = deltas(rd)
     bp = dict(base.named_parameters())
     dsq = sum(float(x.double().pow(2).sum()) for x in d.values())
@@ -326,7 +326,7 @@ def test_drift_module_decomposition(planted):
     assert set(mods) == {"embeddings", "attn_q", "attn_k", "attn_v", "attn_o", "mlp", "norm"}
     assert r["tied_embeddings"] is True and "lm_head" not in mods
     # the largest 1% of updates: exactly k entries, mostly in the planted q_proj
-    assert sum(m["top"] for m in mods.values()) == r["top_k"] == analyze.keep_count(0.01, r["nnz"])
+    assert sum(m["top"] for m in mods.values()) == r["top_k"] == analyses.keep_count(0.01, r["nnz"])
     assert r["top_module"] == "attn_q" and mods["attn_q"]["top_enrichment"] > 3
     layers = {x["layer"] for x in r["layers"]}
     assert layers == {"0", "1", "none"}
@@ -334,7 +334,7 @@ def test_drift_module_decomposition(planted):
 
 
 def test_module_type_and_layer_names():
-    mt, lay = analyze.module_type, analyze.layer_of
+    mt, lay = analyses.module_type, analyses.layer_of
     assert mt("model.embed_tokens.weight") == "embeddings" and lay("model.embed_tokens.weight") == "none"
     assert mt("lm_head.weight") == "lm_head"
     assert mt("model.layers.3.self_attn.q_proj.bias") == "attn_q" and lay("model.layers.3.self_attn.q_proj.bias") == "3"
@@ -364,8 +364,8 @@ def test_drift_side_by_side(planted, tmp_path, capsys):
 
 def test_forgetting_on_synthetic_tasks(planted):
     rc, rd = planted
-    assert analyze.default_tasks(rc) == ["addition", "compare", "reverse"]
-    r = analyze.forgetting(rd.path, opts=analyze.EvalOpts(problems=8, samples=2, greedy=True), device="cpu")
+    assert analyses.default_tasks(rc) == ["addition", "compare", "reverse"]
+    r = analyses.forgetting(rd.path, opts=analyses.EvalOpts(problems=8, samples=2, greedy=True), device="cpu")
     saved = json.loads((rd.path / "forgetting.json").read_text())
     assert set(saved["tasks"]) == {"addition", "compare", "reverse"} and saved["trained_task"] == "countdown"
     for name, t in r["tasks"].items():
@@ -382,7 +382,7 @@ def test_forgetting_on_synthetic_tasks(planted):
     from esopt import engines, tasks
 
     base, tok = models.load("tiny-xs")
-    task = tasks.get(analyze.task_config("reverse"), tokenizer=tok, style="compact")
+    task = tasks.get(analyses.task_config("reverse"), tokenizer=tok, style="compact")
     ev = evaluate(engines.get({"name": "hf", "device": "cpu"}, base, tok), task, split="heldout", problems=8,
                   samples=2, temperature=rc.eval.temperature, seed=rc.eval.seed, greedy=True, entropy=False)
     assert ev["correct_counts"] == r["tasks"]["reverse"]["base_counts"]
@@ -420,24 +420,24 @@ def test_cli_mismatch_exit_2(planted):
 
 def test_run_analyses_hook(planted, tmp_path):
     rc, rd = planted
-    out = analyze.run_analyses(rc, rd.path, ["drift"])
+    out = analyses.run_analyses(rc, rd.path, ["drift"])
     assert out == {"drift": str(rd.path / "drift.json")}
     _, empty = make_run(tmp_path / "nomodel", save=False)
-    out = analyze.run_analyses(rc, empty.path, ["drift"])
+    out = analyses.run_analyses(rc, empty.path, ["drift"])
     assert "no trained model" in out["drift"]["error"]
-    with pytest.raises(analyze.ConfigError, match="unknown analysis"):
-        analyze.run_analyses(rc, rd.path, ["bogus"])
+    with pytest.raises(analyses.ConfigError, match="unknown analysis"):
+        analyses.run_analyses(rc, rd.path, ["bogus"])
 
 
 def test_aggregator_columns_and_page_figures(planted, sparsity_result, tmp_path):
     """sparsity.json / drift.json beside runs become columns and the page's sparsity and drift
     figures (mean over runs per algorithm)."""
-    from esopt.study import report
-    from esopt.study.aggregate import aggregate
+    from esopt.study.report import page as report
+    from esopt.study.report.aggregate import aggregate
 
     _, rd = planted
     drift = json.loads((rd.path / "drift.json").read_text()) if (rd.path / "drift.json").exists() \
-        else analyze.drift(rd.path, device="cpu")
+        else analyses.drift(rd.path, device="cpu")
     root = tmp_path / "sweep"
     write_synthetic_sweep(root, models={"tiny-xs": 3e4, "tiny-s": 1e5}, pops=(8,), seeds=(0, 1),
                                     algos=("es", "grpo"), iterations=2, eval_every=2, problems=10, samples=4)
@@ -465,7 +465,7 @@ def test_aggregator_columns_and_page_figures(planted, sparsity_result, tmp_path)
     assert {"fig-sparsity", "fig-drift", "fig-drift-top"} <= set(report.figure_ids(html))
     fig = report.figure_data(html, "fig-sparsity")
     means = {(t["meta"]["algo"], t["meta"]["mode"]): t for t in fig["data"] if t["meta"]["kind"] == "mean"}
-    assert set(means) == {(a, m) for a in ("es", "grpo") for m in analyze.MODES}
+    assert set(means) == {(a, m) for a in ("es", "grpo") for m in analyses.MODES}
     t = means[("grpo", "global")]
     assert list(t["x"]) == [0.22, 1.0]                       # keep 0 is off the log axis
     assert list(t["y"]) == pytest.approx([0.22 * 0.5 * 1.5, 1.0 * 0.5 * 1.5])   # mean over seeds 0, 1
@@ -487,13 +487,13 @@ def test_claim5_is_decided_with_the_default_sparsity_controls(tmp_path):
     "unclear: data", naming the equal-norm control it needs."""
     from esopt.study import claims as C
 
-    assert "random" in analyze.MODES and analyze.CONTROL_FRACTIONS == (analyze.HEADLINE_KEEP,)
+    assert "random" in analyses.MODES and analyses.CONTROL_FRACTIONS == (analyses.HEADLINE_KEEP,)
     real = []
     for seed in range(3):                                  # three planted updates, one per ES seed
         rc, rd = make_run(tmp_path / f"planted{seed}", seed=seed)
-        out = analyze.run_analyses(rc, rd.path, ["sparsity"], {"fractions": [0.22], "bootstrap": 50})
+        out = analyses.run_analyses(rc, rd.path, ["sparsity"], {"fractions": [0.22], "bootstrap": 50})
         real.append(json.loads(Path(out["sparsity"]).read_text()))
-        assert {(c["mode"], c["keep"]) for c in real[-1]["curves"]} == {(m, 0.22) for m in analyze.MODES}
+        assert {(c["mode"], c["keep"]) for c in real[-1]["curves"]} == {(m, 0.22) for m in analyses.MODES}
     root = tmp_path / "sweep"
     write_synthetic_sweep(root, models={"tiny-xs": 3e4}, pops=(8,), seeds=(0, 1, 2), algos=("es", "grpo"),
                           iterations=2, eval_every=2, problems=10, samples=4)
@@ -502,7 +502,7 @@ def test_claim5_is_decided_with_the_default_sparsity_controls(tmp_path):
         es = sorted(d for d in (root / "runs").iterdir() if d.name.startswith("es-"))
         assert len(es) == 3
         for d, sp in zip(es, real):
-            sp = dict(sp, curves=[c for c in sp["curves"] if not (strip and c["mode"] in analyze.CONTROL_MODES)])
+            sp = dict(sp, curves=[c for c in sp["curves"] if not (strip and c["mode"] in analyses.CONTROL_MODES)])
             (d / "sparsity.json").write_text(json.dumps(sp))
         return next(c for c in C.claims(root, n_boot=50)["claims"] if c["id"] == 5)
 
@@ -519,7 +519,7 @@ def test_compare_drift_ratio_reads_the_registry_family():
     def res(algo, rel):
         return {"algo": algo, "run_dir": f"/r/{algo}", "relative": rel, "top_module": None, "modules": {}}
 
-    cmp = analyze.compare_drift([res("es_grpo", 9.0), res("es", 4.0), res("grpo", 0.1), res("es", 8.0)])
+    cmp = analyses.compare_drift([res("es_grpo", 9.0), res("es", 4.0), res("grpo", 0.1), res("es", 8.0)])
     assert cmp["es_over_grpo"] == pytest.approx(40.0)
     assert [r["label"] for r in cmp["runs"]] == ["es_grpo", "es", "grpo", "es#2"]
-    assert "es_over_grpo" not in analyze.compare_drift([res("es", 4.0), res("none", 0.0)])
+    assert "es_over_grpo" not in analyses.compare_drift([res("es", 4.0), res("none", 0.0)])

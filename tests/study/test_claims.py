@@ -23,7 +23,7 @@ import pytest
 from helpers import cli, write_planted_sweep
 
 from esopt.core import metrics
-from esopt.study import claim_rules as R
+from esopt.study.claims import rules as R
 from esopt.study import claims as C
 
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}   # tiny models: one thread is fastest on a shared CPU
@@ -667,7 +667,7 @@ def test_claims_from_a_sweep_directory_and_the_aggregator(tmp_path):
 
     from helpers import write_synthetic_sweep
 
-    from esopt.study.aggregate import aggregate
+    from esopt.study.report.aggregate import aggregate
 
     sweep = tmp_path / "paper_syn"
     write_planted_sweep(sweep, {}, seeds=(0, 1, 2, 3))

@@ -1,5 +1,5 @@
 """The claims' error rates, measured: a seeded run of the calibration simulator
-(esopt.study.simulate, benchmarks/bench_claims_calibration.py) through the real claim rules and
+(esopt.study.claims.simulate, benchmarks/bench_claims_calibration.py) through the real claim rules and
 decision. Each claim's false-yes rate under its null, and the family-wise rate where nothing
 trains, is counted over SIMS sweeps; the test fails at FAIL_AT or more yeses, which happens with
 probability >= 0.95 when the true rate is 0.10 (binomial; test_the_check_catches_a_rate_of_ten_percent),
@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import binom
 
 from esopt.study.claims import compute
-from esopt.study.simulate import Components, Design, GENERATORS, calibrate, simulate, table
+from esopt.study.claims.simulate import Components, Design, GENERATORS, calibrate, simulate, table
 
 SIMS = 200
 FAIL_AT = 13          # P(Binomial(200, 0.10) >= 13) = 0.968; at a true 0.05: 0.20, at 0.03: 0.008
@@ -102,7 +102,7 @@ def test_components_estimated_from_runs_recover_the_generating_ones():
     each within about 2.5 of its sampling sd measured over 20 such sweeps (0.0015 for sigma_seed,
     0.003 entropy, 0.0013 sigma_size, 0.0009 s0, 0.035 s_random, 0.003 sigma_step; the problem x
     algorithm sd 0.1 came back 0.098 +- 0.002 over 5)."""
-    from esopt.study.simulate import estimate_components
+    from esopt.study.claims.simulate import estimate_components
 
     truth = Components(sigma_seed=0.01, sigma_entropy=0.02, sigma_size=0.003, s0=0.008, s_random=0.4,
                        sigma_step=0.006, sigma_problem_algo=0.1)
@@ -122,3 +122,19 @@ def test_components_estimated_from_runs_recover_the_generating_ones():
     flat = estimate_components(cell, [r for r in recs if r["model"] != "cell"],
                                start=Components(s0=0.5))[0]   # estimated values replace the start's
     assert flat.s0 == pytest.approx(est.s0)
+
+
+def test_every_claim_has_a_simulation_hook_that_moves_its_effect():
+    """Calibration cannot skip a claim: each registered claim has a hook (PLANT, checked at
+    import) and its null and its smallest effect of interest give different generator settings."""
+    import numpy as np
+
+    from esopt.study.claims import simulate as sim
+    from esopt.study.claims.rules import REGISTRY
+
+    assert set(sim.PLANT) == set(REGISTRY) and set(sim.STRONG) >= set(REGISTRY)
+    p = sim.difficulty(200, sim.MEASURED, np.random.default_rng(0))
+    for cid, cl in REGISTRY.items():
+        null = sim.knobs(p, {cid: cl.boundary}, sim.MEASURED, 8)
+        sesoi = sim.knobs(p, {cid: cl.boundary + cl.sesoi}, sim.MEASURED, 8)
+        assert null != sesoi, cid

@@ -8,7 +8,8 @@ import pytest
 from helpers import write_synthetic_sweep
 
 from esopt.core.metrics import pass_at_k
-from esopt.study import fit, tables
+from esopt.study import fit
+from esopt.study import tables
 
 PLANTED = {"tiny-xs": 1e6, "tiny-s": 4e6, "tiny-m": 1.6e7, "tiny-l": 6.4e7}
 POPS = (2, 4, 8, 16, 32, 64, 128, 256)

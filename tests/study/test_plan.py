@@ -1,4 +1,4 @@
-"""esopt.study.plan: a grid's power per claim through the claim rules, what a grid lacks in the
+"""esopt.study.claims.plan: a grid's power per claim through the claim rules, what a grid lacks in the
 rules' words, the cheapest design that decides (re-evaluated from its own command line), a
 pilot's components and their bounds, the GPU throughput table and the presets' plan blocks."""
 
@@ -13,8 +13,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 from esopt.core.errors import ConfigError
 from esopt.core.metrics import wilson_interval
-from esopt.study import plan as P
-from esopt.study.simulate import MEASURED, Components, Design
+from esopt.study.claims import plan as P
+from esopt.study.claims.simulate import MEASURED, Components, Design
 
 SIMS = 20  # few, seeded: the tests check the machinery, docs/results/plan.md the numbers
 

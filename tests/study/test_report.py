@@ -9,8 +9,8 @@ import pytest
 from helpers import write_synthetic_sweep
 
 from esopt.core.metrics import pass_at_k
-from esopt.study import report
-from esopt.study.aggregate import aggregate
+from esopt.study.report import page as report
+from esopt.study.report.aggregate import aggregate
 
 MODELS = {"tiny-xs": 1e6, "tiny-s": 4e6, "tiny-m": 1.6e7, "tiny-l": 6.4e7}
 STATUSES = {"es-tiny-s-p8-s0": "failed", "es-tiny-s-p16-s1": "pruned", "es-tiny-m-p8-s2": "running"}

@@ -76,7 +76,7 @@ def driver():
 
 @pytest.fixture(scope="module")
 def report_page(tmp_path_factory):
-    from esopt.study.aggregate import aggregate
+    from esopt.study.report.aggregate import aggregate
 
     root = tmp_path_factory.mktemp("browser") / "sweep"
     write_synthetic_sweep(root, models={"tiny-xs": 3e4, "tiny-s": 1e5, "tiny-m": 3e5}, pops=(8, 16, 32),
@@ -188,7 +188,7 @@ LINK = '<a href="http://example.invalid/">click</a>'
 def test_a_link_in_a_model_name_renders_as_text(driver, tmp_path):
     """Plotly draws ``<a href>`` in trace names and labels as a live SVG link: a model name that
     carries one is shown as its characters, and the page holds no link at all."""
-    from esopt.study.aggregate import aggregate
+    from esopt.study.report.aggregate import aggregate
 
     root = tmp_path / "sweep"
     write_synthetic_sweep(root, models={f"m{LINK}": 3e4, "tiny-s": 1e5}, pops=(8, 16), seeds=(0,),

@@ -10,8 +10,8 @@ import pytest
 
 from helpers import cli, REPO, write_synthetic_sweep
 
-from esopt.study import report
-from esopt.study.aggregate import aggregate
+from esopt.study.report import page as report
+from esopt.study.report.aggregate import aggregate
 
 MARKUP = "<img src=x onerror=alert(1)>"
 SCRIPT_END = "</script><script>alert(2)</script>"

@@ -5,8 +5,8 @@ from helpers import write_synthetic_sweep
 
 from esopt.evaluator import write_samples
 from esopt.runtime.context import samples_path
-from esopt.study import report
-from esopt.study.aggregate import aggregate
+from esopt.study.report import page as report
+from esopt.study.report.aggregate import aggregate
 from test_report_robust import MARKUP, SCRIPT_END, Tags
 
 

@@ -37,15 +37,15 @@ import numpy as np
 
 from esopt.core.errors import ConfigError
 from esopt.core.metrics import wilson_interval
-from esopt.study.claim_rules import REGISTRY, SEQUENCES
-from esopt.study.simulate import (FAMILY_CLAIMS, GENERATOR_CLAIMS, GENERATORS, MEASURED, Components, Design,
+from esopt.study.claims.rules import REGISTRY, SEQUENCES
+from esopt.study.claims.simulate import (FAMILY_CLAIMS, GENERATOR_CLAIMS, GENERATORS, MEASURED, Components, Design,
                                   scenarios, simulate, verdict_of)
 
 TARGET = 0.8               # power at which a claim counts as decidable (claims.DEFAULTS["power"])
 SIMS = 100                 # synthetic sweeps per scenario and generator (the CLI's --sims)
 TREND_SIMS = 30            # the dry run's one line: sims per design
 MEASURED_ON = ("tiny family: paper_cpu (tiny-s, 8 seeds) and paper_cpu_family (tiny-xs..xl, 116 runs), "
-               "esopt/study/simulate.py MEASURED")
+               "esopt/study/claims/simulate.py MEASURED")
 CELL_ALGOS = ("none", "es", "grpo", *SEQUENCES)
 # the search's candidates (iterations stay at the grid's: the simulator sets each effect at its
 # smallest effect of interest whatever the budget, so fewer iterations would look free)
@@ -469,7 +469,7 @@ def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 
     components' ``level`` percentile bounds: pessimistic =
     every noise sd at its upper bound, optimistic at its lower. ConfigError without finished runs."""
     from esopt.study.claims import select_cell
-    from esopt.study.simulate import estimate_components, sweep_records
+    from esopt.study.claims.simulate import estimate_components, sweep_records
 
     recs = [r for r in sweep_records(sweep_dir) if r.get("status", "completed") == "completed"
             and r.get("final_counts") is not None]

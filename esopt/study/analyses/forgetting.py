@@ -17,9 +17,9 @@ import numpy as np
 
 from esopt import models, tasks as task_registry
 from esopt.core.errors import ConfigError
-from esopt.study.analysis_common import (EvalOpts, analysis_engine, analysis_task, paired_change, per_problem,
+from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, paired_change, per_problem,
                                          result_header, run_evaluate, scores, write_result)
-from esopt.study.delta import (TrainedWeights, analysis_device, base_source, check_match, load_model, params,
+from esopt.study.analyses.delta import (TrainedWeights, analysis_device, base_source, check_match, load_model, params,
                                run_config, trained_dir)
 
 TINY_HELDOUT_TASKS = ("addition", "compare", "reverse")

@@ -1,4 +1,4 @@
-"""The page's figures of the mechanism analyses (``esopt.study.analyze``): drawn only when some
+"""The page's figures of the mechanism analyses (``esopt.study.analyses``): drawn only when some
 run has the analysis file (``sparsity.json``, ``drift.json``)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from esopt.study.module_types import MODULE_TYPES
-from esopt.study.plotting import (algo_color, algo_key, band_trace, close_group, facet_name, facet_order,
+from esopt.study.analyses.module_types import MODULE_TYPES
+from esopt.study.report.plotting import (algo_color, algo_key, band_trace, close_group, facet_name, facet_order,
                                   menu_figure, trace_dict)
 
 SPARSITY_DASH = {"global": "solid", "per_tensor": "dash", "smallest": "dot", "random": "dashdot",

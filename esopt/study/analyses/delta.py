@@ -2,7 +2,7 @@
 
 Reading the pair (the run's ``model/`` against its base, checked to match), streaming delta
 in flat chunks, and exact keep rules over |delta| (the top or bottom k entries), shared by the
-sparsity and drift analyses (``esopt.study.analyze``). delta is computed per entry in float32
+sparsity and drift analyses (``esopt.study.analyses``). delta is computed per entry in float32
 from the weights as loaded in the run's dtype.
 
 Memory: only the base model and (for sparsity) one working model live in memory; trained

@@ -20,9 +20,9 @@ import numpy as np
 
 from esopt.algorithms import family
 from esopt.core.errors import ConfigError
-from esopt.study.analysis_common import result_header, write_result
-from esopt.study.delta import delta_chunks, keep_count, make_rules, open_pair, stream_bits, tied_embeddings, trained_tensor
-from esopt.study.module_types import MODULE_TYPES, layer_of, module_type
+from esopt.study.analyses.common import result_header, write_result
+from esopt.study.analyses.delta import delta_chunks, keep_count, make_rules, open_pair, stream_bits, tied_embeddings, trained_tensor
+from esopt.study.analyses.module_types import MODULE_TYPES, layer_of, module_type
 
 TOP_FRACTION = 0.01      # the default share of the largest nonzero |delta| entries located
 

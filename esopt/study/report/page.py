@@ -18,12 +18,12 @@ Figures (stable ids):
     fig-pruning      why each pruned run was cut: its pruner's statistic at that step against
                      the threshold, the reference in the hover text (only when a run has it)
     fig-sparsity     share of the Pass@1 gain kept vs keep fraction, per algorithm and mode
-                     (only when runs have sparsity.json, esopt.study.analyze)
+                     (only when runs have sparsity.json, esopt.study.analyses)
     fig-drift / fig-drift-top   relative drift and top-1% update share by module type, per
                      algorithm (only when runs have drift.json)
     fig-optuna-<i>-intermediate / fig-optuna-<i>-importance   Optuna's own plots per study
 Tables: table-samples (base against final completions of each best configuration's run,
-esopt.study.samples), table-problems (pruned / failed / running runs), table-skipped (unreadable runs).
+esopt.study.report.samples), table-problems (pruned / failed / running runs), table-skipped (unreadable runs).
 """
 
 from __future__ import annotations
@@ -41,13 +41,14 @@ import plotly.graph_objects as go
 
 from esopt.algorithms import ALGORITHMS, trains
 from esopt.core.store import jsonable
-from esopt.study import fit, tables
-from esopt.study.analysis_figures import fig_drift, fig_sparsity
+from esopt.study import fit
+from esopt.study import tables
+from esopt.study.report.analysis_figures import fig_drift, fig_sparsity
 from esopt.study.claims import look_line
-from esopt.study.figures import (best_groups, fig_curves, fig_entropy, fig_heatmap, fig_parcoords, fig_passk,
+from esopt.study.report.figures import (best_groups, fig_curves, fig_entropy, fig_heatmap, fig_parcoords, fig_passk,
                                  fig_pruning, fig_status, fig_trend, optuna_figures)
-from esopt.study.plotting import algo_key, fmt_params
-from esopt.study.samples import samples_html
+from esopt.study.report.plotting import algo_key, fmt_params
+from esopt.study.report.samples import samples_html
 
 __all__ = ["best_groups", "build", "claims_html", "fig_curves", "fig_drift", "fig_entropy", "fig_heatmap",
            "fig_parcoords", "fig_passk", "fig_pruning", "fig_sparsity", "fig_status", "fig_trend", "figure_data",
@@ -193,7 +194,7 @@ def claims_html(result: dict | None) -> str:
         f'hypotheses of every registered claim ({cell(result.get("family_size") or "all")} of them, family-wise '
         f'error {cell(s.get("alpha"))}); power is the test\'s power at the smallest effect of '
         'interest; "unclear: power" or "unclear: data" says which is missing. Calibration: '
-        'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claim_rules.py.</p>'
+        'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claims/rules.py.</p>'
         f'<p id="claims-look"><b>{cell(look_line(result))}</b></p>'
         '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>test</th><th>effect [95% CI]</th>'
         '<th>power</th><th>n</th><th>verdict</th><th>reason</th></tr></thead>'

@@ -5,9 +5,9 @@ error across them controlled.
     claims(sweep_dir | Aggregate | records, trend=None) -> dict         (the aggregator calls this)
 
 The claims, their estimands, boundaries, smallest effects of interest, statistics and variance
-models are the registry in ``esopt.study.claim_rules`` (one entry per claim); the statistics
+models are the registry in ``esopt.study.claims.rules`` (one entry per claim); the statistics
 are ``esopt.core.metrics`` (contrast, p_above, power_at, holm, t_interval); the page's section
-is ``esopt.study.report.claims_html``. This module reads the sweep, chooses the comparison
+is ``esopt.study.report.page.claims_html``. This module reads the sweep, chooses the comparison
 cell, runs every claim and decides:
 
     p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim)
@@ -60,8 +60,9 @@ import numpy as np
 
 from esopt.algorithms import ALGORITHMS, family, trains
 from esopt.core.metrics import holm, p_above, power_at, t_interval
-from esopt.study import fit, tables
-from esopt.study.claim_rules import CLAIMS, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
+from esopt.study import fit
+from esopt.study import tables
+from esopt.study.claims.rules import CLAIMS, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
 __all__ = ["ALGOS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "attach_details", "claims",
            "claims_sweep", "compute", "decide_all", "family_size", "judge_look", "records_from_tables", "register",

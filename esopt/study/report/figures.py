@@ -1,5 +1,5 @@
 """The page's figures of a sweep's runs; each returns (figure or None, a note on what is
-missing). Ids and contents are listed in ``esopt.study.report``."""
+missing). Ids and contents are listed in ``esopt.study.report.page``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pandas as pd
 
 from esopt.algorithms import trains
 from esopt.core.metrics import pass_at_k, percentile_interval, resample_indices
-from esopt.study.plotting import (BASE, algo_color, band_trace, close_group, facet_groups, facet_order, figure_dict,
+from esopt.study.report.plotting import (BASE, algo_color, band_trace, close_group, facet_groups, facet_order, figure_dict,
                                   fmt_params, layout_dict, menu_figure, reads, run_label, trace_dict)
 
 BAND_LEVEL = 0.95        # the Pass@K bands' percentile interval

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from esopt.algorithms import family, trains
-from esopt.study.claim_rules import PRUNE_MARGIN, REGISTRY, pass_k_for
+from esopt.study.claims.rules import PRUNE_MARGIN, REGISTRY, pass_k_for
 
 STRONG = {1: 0.05, 2: 0.05, 3: 0.02, 4: 0.6, 5: 0.0, 6: 0.02, 7: 0.003}
 GRPO_PER_GAIN = -2.3          # GRPO's relative entropy change per unit Pass@1 gain (paper_cpu: -16.8% / 0.074)
@@ -145,24 +145,79 @@ def difficulty(P: int, c: Components, rng) -> np.ndarray:
     return p
 
 
+# --- each claim's simulation hook: how the generator plants its effect theta ----------------
+# A hook sets the generator settings its claim's effect lives in (``plant``); hooks run in claim
+# order, so a later one may read an earlier one's settings (claim 3 sets GRPO's gain from ES's
+# Pass@K, claim 6 the sequences' from both). Every registered claim must have one (checked at
+# import): a claim the simulator cannot plant would be calibrated as if it never varied.
+PLANT: dict = {}
+
+
+def plants(cid):
+    """Register the decorated ``hook(theta, k, p, c, K, th)`` as claim ``cid``'s simulation hook
+    (``k``: the settings so far, written in place; ``th``: every claim's effect)."""
+    def register(hook):
+        PLANT[cid] = hook
+        return hook
+    return register
+
+
+@plants(1)
+def _plant_es_gain(theta, k, p, c, K, th):
+    k["g_es"], k["pk_es"] = theta, _pass_k_expected(p, theta, c, K)         # claim 1: ES's Pass@1 gain
+
+
+@plants(2)
+def _plant_entropy(theta, k, p, c, K, th):
+    k["h_es"] = theta                      # claim 2: ES's relative OOD entropy change beyond GRPO's at its gain
+
+
+@plants(3)
+def _plant_coverage(theta, k, p, c, K, th):
+    k["g_grpo"] = _solve_shift(p, k["pk_es"] - theta, c, K)                 # claim 3: PassK(ES) - PassK(GRPO)
+
+
+@plants(4)
+def _plant_diversity(theta, k, p, c, K, th):
+    k["rho"] = theta                       # claim 4: within-cell partial r of diversity and gain
+
+
+@plants(5)
+def _plant_sparsity(theta, k, p, c, K, th):
+    control = th.get(CONTROL, theta + (1 - c.s_equal_norm) * max(k["g_es"], PRUNE_MARGIN / 0.7))
+    k["pruned"], k["control"] = theta, theta - control                     # claim 5: pruned - trained
+
+
+@plants(6)
+def _plant_sequence(theta, k, p, c, K, th):
+    k["g_seq"] = max(k["g_grpo"] + theta, _solve_shift(p, k["pk_es"] + theta, c, K))  # min(d1, dK) = theta
+
+
+@plants(7)
+def _plant_pop_vs_size(theta, k, p, c, K, th):
+    k["beta"] = -theta                     # claim 7: the population slope's trend in log params
+
+
+_unplanted = sorted(set(REGISTRY) - set(PLANT)) + sorted(set(REGISTRY) - set(STRONG))
+if _unplanted:
+    raise ImportError(f"claims {_unplanted} have no simulation hook (PLANT) or no STRONG effect: "
+                      "calibration would skip them")
+
+
 def knobs(p: np.ndarray, effects: dict, c: Components, K: int, nothing_trains: bool = False) -> dict:
     """Generator settings (gains per algorithm, ES's entropy offset at the same gain, rho, the
     pruned model's and the equal-norm control's Pass@1 offsets, beta) that put each claim's
-    effect at ``effects[id]`` on this problem set."""
+    effect at ``effects[id]`` on this problem set, each through its claim's hook (``PLANT``)."""
     th = {**STRONG, **({1: c.es_gain} if c.es_gain is not None else {}), **effects}
     if nothing_trains:
         return {"g": {a: 0.0 for a in ("es", "grpo", "es_grpo", "grpo_es")}, "h_es": 0.0, "per_gain": 0.0,
                 "rho": 0.0, "pruned": 0.0, "control": 0.0, "s_random": 1.0, "beta": 0.0, "s0": 0.0}
-    g_es = th[1]
-    pk_es = _pass_k_expected(p, g_es, c, K)
-    g_grpo = _solve_shift(p, pk_es - th[3], c, K)                      # claim 3: PassK(ES) - PassK(GRPO)
-    d6 = th[6]                                                         # claim 6: min(d1, dK) = theta6
-    g_seq = max(g_grpo + d6, _solve_shift(p, pk_es + d6, c, K))
-    pruned = th[5]                                                     # claim 5: pruned - trained
-    control = th.get(CONTROL, pruned + (1 - c.s_equal_norm) * max(g_es, PRUNE_MARGIN / 0.7))
-    return {"g": {"es": g_es, "grpo": g_grpo, "es_grpo": g_seq, "grpo_es": g_seq}, "h_es": th[2],
-            "per_gain": c.grpo_per_gain, "rho": th[4], "pruned": pruned, "control": pruned - control,
-            "s_random": c.s_random, "beta": -th[7], "s0": c.s0}
+    k: dict = {}
+    for cid in sorted(REGISTRY):
+        PLANT[cid](th[cid], k, p, c, K, th)
+    return {"g": {"es": k["g_es"], "grpo": k["g_grpo"], "es_grpo": k["g_seq"], "grpo_es": k["g_seq"]},
+            "h_es": k["h_es"], "per_gain": c.grpo_per_gain, "rho": k["rho"], "pruned": k["pruned"],
+            "control": k["control"], "s_random": c.s_random, "beta": k["beta"], "s0": c.s0}
 
 
 class _Evaluator:
@@ -326,7 +381,7 @@ def scenarios() -> list[tuple[str, int | None, dict, bool]]:
 def _planted(cid: int) -> dict:
     """A claim's answer far beyond its smallest effect (p_yes 0, p_no 1): the other claims in a
     per-claim calibration."""
-    from esopt.study.claim_rules import measured
+    from esopt.study.claims.rules import measured
 
     c = REGISTRY[cid]
     return measured({"effect": c.boundary + c.sesoi + 1e3, "se": 1.0, "df": math.inf}, "planted")
@@ -452,7 +507,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     """
     from dataclasses import replace
 
-    from esopt.study.claim_rules import _num, _size_cells, ols_slope
+    from esopt.study.claims.rules import _num, _size_cells, ols_slope
     from esopt.study.claims import select_cell
 
     est: dict = {}
@@ -577,7 +632,8 @@ def components_from_sweeps(cell_dir, family_dir=None) -> tuple[Components, dict]
 
 def sweep_records(sweep_dir) -> list[dict]:
     """A sweep folder's runs as the claims read them, with per-problem counts (``attach_details``)."""
-    from esopt.study import claims, tables
+    from esopt.study import claims
+    from esopt.study import tables
 
     agg = tables.load(sweep_dir)
     recs = claims.records_from_tables(agg.runs, agg.curves)

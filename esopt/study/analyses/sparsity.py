@@ -12,7 +12,7 @@ Controls at equal size (evaluated at ``control_fractions``, by default only the 
 0.22: each point is one full evaluation):
 
 * ``random``: a uniformly random k-subset of the nonzero entries, ``where(R_k, theta_trained,
-  theta_base)``. Every nonzero entry gets a seeded 30-bit draw (``esopt.study.delta.random_key``:
+  theta_base)``. Every nonzero entry gets a seeded 30-bit draw (``esopt.study.analyses.delta.random_key``:
   PCG64 seeded by (mask_seed, tensor name, chunk start), so the same seed gives the same mask bit
   for bit, streamed tensor by tensor) and the k largest draws are kept, by the same exact
   histogram top-k as the |delta| modes (exactly k; draws tied at the threshold kept in stream
@@ -48,9 +48,9 @@ import numpy as np
 
 from esopt.core.config import SparsityConfig
 from esopt.core.errors import ConfigError
-from esopt.study.analysis_common import (EvalOpts, analysis_engine, analysis_task, gain_share, per_problem,
+from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, gain_share, per_problem,
                                          result_header, run_evaluate, scores, write_result)
-from esopt.study.delta import (Rule, apply_rule, count_nonzero, kept_norm, load_model, make_rules, open_pair,
+from esopt.study.analyses.delta import (Rule, apply_rule, count_nonzero, kept_norm, load_model, make_rules, open_pair,
                                params, random_key, stream_bits)
 
 # the defaults, stated once with the run config's sparsity: block (analysis=[sparsity])
@@ -200,7 +200,7 @@ def mode_rules(pair, modes: Sequence[str], fractions: Sequence[float], nnz_t: di
 
 def add_shares(curves: list[dict], base_counts, trained_counts, trained_pass1: float, k: int, o: EvalOpts) -> None:
     """Each curve point's share of the gain kept (Pass@1 and Pass@K, with intervals,
-    :func:`esopt.study.analysis_common.gain_share`) and its Pass@1 against the trained model."""
+    :func:`esopt.study.analyses.common.gain_share`) and its Pass@1 against the trained model."""
     for c in curves:
         for metric, kk in (("pass@1", 1), ("pass@K", k)):
             share, ci = gain_share(per_problem(base_counts, k, kk), per_problem(trained_counts, k, kk),

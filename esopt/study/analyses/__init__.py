@@ -1,4 +1,7 @@
-"""Mechanism analyses of a trained run: functional sparsity, drift by module, forgetting.
+"""Mechanism analyses of a trained run: functional sparsity, drift by module, forgetting, as a
+registry (``REGISTRY``: name -> :class:`Analysis`); adding one is its module plus one entry here
+and its name in ``esopt.core.config.ANALYSES`` (the list config validation checks before any
+run is dispatched; the registry must cover it exactly, checked at import).
 
     python -m esopt.analyze sparsity   <run-dir> [--fractions 1,0.5,0.22,0.1,0.05,0.01]
                                        [--modes global,per_tensor,smallest,random,equal_norm]
@@ -18,43 +21,77 @@ match the trained ones) is one line ``esopt: error: ...`` and exit code 2.
 Definitions (``delta = theta_trained - theta_base``, computed per entry in float32 from the
 weights as loaded in the run's dtype):
 
-* Functional sparsity (``esopt.study.sparsity``): the share of the gain kept when only the
+* Functional sparsity (``esopt.study.analyses.sparsity``): the share of the gain kept when only the
   largest fraction of the update's entries is kept (the rest set back to the base), against
   random masks of the same size (as drawn, or rescaled to the top-k update's norm).
-* Drift (``esopt.study.drift``): ``||delta|| / ||theta_base||`` per module type and layer, and
+* Drift (``esopt.study.analyses.drift``): ``||delta|| / ||theta_base||`` per module type and layer, and
   where the largest 1% of the update's entries sit.
-* Forgetting (``esopt.study.forgetting``): base against trained on tasks not trained on.
+* Forgetting (``esopt.study.analyses.forgetting``): base against trained on tasks not trained on.
 
 Each module states its definitions; the base/trained pair and the exact top-k over |delta|
-are ``esopt.study.delta``, the evaluation and intervals ``esopt.study.analysis_common``.
+are ``esopt.study.analyses.delta``, the evaluation and intervals ``esopt.study.analyses.common``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from esopt.core.config import ANALYSES
 from esopt.core.errors import ConfigError
-from esopt.study.analysis_common import EvalOpts, gain_share, paired_change, per_problem, run_evaluate
-from esopt.study.delta import (CHUNK, Pair, Rule, TrainedWeights, apply_rule, check_match, count_nonzero,
+from esopt.study.analyses.common import EvalOpts, gain_share, paired_change, per_problem, run_evaluate
+from esopt.study.analyses.delta import (CHUNK, Pair, Rule, TrainedWeights, apply_rule, check_match, count_nonzero,
                                delta_chunks, keep_count, kept_norm, magnitude_bits, magnitude_key, make_rules,
                                open_pair, random_key, rank_thresholds, run_config, stream_bits, trained_dir)
-from esopt.study.drift import TOP_FRACTION, compare_drift, drift, format_drift
-from esopt.study.forgetting import REAL_HELDOUT_TASKS, TINY_HELDOUT_TASKS, default_tasks, forgetting, task_config
-from esopt.study.module_types import MODULE_TYPES, layer_of, module_type
-from esopt.study.sparsity import CONTROL_FRACTIONS, CONTROL_MODES, DEFAULT_FRACTIONS, HEADLINE_KEEP, MODES, sparsity
+from esopt.study.analyses.drift import TOP_FRACTION, compare_drift, drift, format_drift
+from esopt.study.analyses.forgetting import REAL_HELDOUT_TASKS, TINY_HELDOUT_TASKS, default_tasks, forgetting, task_config
+from esopt.study.analyses.module_types import MODULE_TYPES, layer_of, module_type
+from esopt.study.analyses.sparsity import CONTROL_FRACTIONS, CONTROL_MODES, DEFAULT_FRACTIONS, HEADLINE_KEEP, MODES, sparsity
 
 ERROR_CHARS = 500        # a failed analysis's error line is cut to this length
-__all__ = ["CHUNK", "CONTROL_FRACTIONS", "CONTROL_MODES", "DEFAULT_FRACTIONS", "HEADLINE_KEEP", "MODES",
+__all__ = ["REGISTRY", "Analysis", "CHUNK", "CONTROL_FRACTIONS", "CONTROL_MODES", "DEFAULT_FRACTIONS", "HEADLINE_KEEP", "MODES",
            "MODULE_TYPES", "REAL_HELDOUT_TASKS", "TINY_HELDOUT_TASKS", "TOP_FRACTION", "ConfigError", "EvalOpts",
            "Pair", "Rule", "TrainedWeights", "apply_rule", "check_match", "compare_drift", "count_nonzero",
            "default_tasks", "delta_chunks", "drift", "forgetting", "format_drift", "gain_share", "keep_count",
            "kept_norm", "layer_of", "magnitude_bits", "magnitude_key", "make_rules", "module_type", "open_pair",
            "paired_change", "per_problem", "random_key", "rank_thresholds", "run_analyses", "run_config",
            "run_evaluate", "sparsity", "stream_bits", "task_config", "trained_dir"]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One analysis: ``run(run_dir, opts, eval_opts)`` writes ``<run_dir>/<name>.json``."""
+
+    name: str
+    summary: str       # one line: what it measures
+    run: Callable      # (run_dir, opts: dict, eval_opts: EvalOpts) -> None
+
+
+def _sparsity(run_dir, opts: dict, eo: EvalOpts) -> None:
+    sparsity(run_dir, fractions=opts.get("fractions", DEFAULT_FRACTIONS), modes=opts.get("modes", MODES),
+             control_fractions=opts.get("control_fractions", CONTROL_FRACTIONS),
+             mask_seed=opts.get("mask_seed"), opts=eo, device=opts.get("device"))
+
+
+def _drift(run_dir, opts: dict, eo: EvalOpts) -> None:
+    drift(run_dir, top=float(opts.get("top", TOP_FRACTION)), device=opts.get("device", "cpu"))
+
+
+def _forgetting(run_dir, opts: dict, eo: EvalOpts) -> None:
+    forgetting(run_dir, tasks=opts.get("tasks"), device=opts.get("device"),
+               opts=dataclasses.replace(eo, greedy=bool(opts.get("greedy", True))))
+
+
+REGISTRY: dict[str, Analysis] = {a.name: a for a in (
+    Analysis("sparsity", "the share of the gain kept by the largest update entries, against random masks", _sparsity),
+    Analysis("drift", "relative update norm per module type and layer; where the largest entries sit", _drift),
+    Analysis("forgetting", "base against trained on tasks not trained on", _forgetting),
+)}
+if set(REGISTRY) != set(ANALYSES):  # config validation's names and the registry: one set
+    raise ImportError(f"analyses registry {sorted(REGISTRY)} != esopt.core.config.ANALYSES {sorted(ANALYSES)}")
 
 
 def run_analyses(rc, run_dir: str | Path, names: Iterable[str], opts: dict | None = None) -> dict:
@@ -78,15 +115,7 @@ def run_analyses(rc, run_dir: str | Path, names: Iterable[str], opts: dict | Non
     out: dict = {}
     for name in names:
         try:
-            if name == "sparsity":
-                sparsity(run_dir, fractions=opts.get("fractions", DEFAULT_FRACTIONS), modes=opts.get("modes", MODES),
-                         control_fractions=opts.get("control_fractions", CONTROL_FRACTIONS),
-                         mask_seed=opts.get("mask_seed"), opts=eo, device=opts.get("device"))
-            elif name == "drift":
-                drift(run_dir, top=float(opts.get("top", TOP_FRACTION)), device=opts.get("device", "cpu"))
-            else:
-                forgetting(run_dir, tasks=opts.get("tasks"), device=opts.get("device"),
-                           opts=dataclasses.replace(eo, greedy=bool(opts.get("greedy", True))))
+            REGISTRY[name].run(run_dir, opts, eo)
             out[name] = str(Path(run_dir) / f"{name}.json")
         except Exception as e:  # noqa: BLE001 - an analysis never fails the run
             line = f"{type(e).__name__}: {e}".splitlines()[0][:ERROR_CHARS]

@@ -1,7 +1,7 @@
 """Module types of a transformer's parameters, by name: the one home of ``MODULE_TYPES``.
 
-Torch-free (the page, ``esopt.study.report``, reads the list without loading models); the
-drift analysis (``esopt.study.drift``) groups tensors with :func:`module_type` / :func:`layer_of`.
+Torch-free (the page, ``esopt.study.report.page``, reads the list without loading models); the
+drift analysis (``esopt.study.analyses.drift``) groups tensors with :func:`module_type` / :func:`layer_of`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ import numpy as np
 from esopt.core.errors import ConfigError
 from esopt.core.store import atomic_write_json, atomic_write_text
 from esopt.study import claims as claims_mod
-from esopt.study import fit, report
+from esopt.study import fit
+from esopt.study.report import page as report
 from esopt.study.tables import Aggregate, load, metric_column, write_tables
 
 
