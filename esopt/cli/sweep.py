@@ -19,7 +19,7 @@ from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import ConfigError
 from esopt.runtime.run import print_summary, run, run_worker
-from esopt.runtime.validate import run_id, uses, validate
+from esopt.runtime.validate import recorded_id, run_id, uses, validate
 
 
 def missing_analyses(cfg: RunConfig, rid: str) -> list[str]:
@@ -79,7 +79,7 @@ def main_run(cfg, single: bool = False) -> dict:
 def dry_run(rc: RunConfig) -> dict:
     """``sweep.dry_run=true`` without ``-m``: say which run it would be and whether it is done;
     launch nothing."""
-    rid = run_id(rc)
+    rid = recorded_id(rc)
     rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
     status = (rd.read_summary() or {}).get("status") or "not started"
     print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']} "

@@ -26,7 +26,10 @@ from esopt.evaluator import ood_task
 from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line, evaluate_recorded
 from esopt.runtime.layout import slurm_job_state
-from esopt.runtime.validate import config_id, input_fingerprints, run_id, uses
+from esopt.runtime.runplan import RunPlan
+from esopt.runtime.validate import config_id, input_fingerprints, make_plan, recorded_id, uses
+
+PLAN_FILE = "plan.json"  # <run>/plan.json: what validation resolved (RunPlan.resolved), beside config.yaml
 
 
 def set_threads(threads, tiny: bool) -> None:
@@ -83,16 +86,18 @@ def save_model(ctx: RunContext) -> None:
     models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir)
 
 
-def run(cfg: RunConfig) -> dict:
+def run(cfg: RunPlan | RunConfig) -> dict:
     """Run one configuration to a recorded end and return its summary.
 
     Exactly one process runs a run at a time: it first claims the run directory
     (``esopt.core.store.claim_run``: an ``O_EXCL`` lock, taken over from a dead owner); a
     process that finds a live owner leaves the run to it. Runs recorded completed or pruned
     are kept; failed and unreadable ones unless ``sweep.retry_failed``
-    (``esopt.core.store.keep_recorded``).
+    (``esopt.core.store.keep_recorded``). A run recorded completed under its legacy id (before
+    ids hashed the resolved plan) is found there and kept (``validate.recorded_id``).
     """
-    rid = run_id(cfg)
+    cfg = make_plan(cfg)
+    rid = recorded_id(cfg)
     rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
     kept = _kept(cfg, rd, rid)
     if kept is not None:
@@ -148,6 +153,7 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
         rd.truncate_metrics(lambda line: False)
         shutil.rmtree(rd.checkpoint_dir, ignore_errors=True)
     rd.create(cfg.to_dict())
+    store.atomic_write_json(rd.path / PLAN_FILE, cfg.resolved())
     trackers.attach(cfg, rid, rd)  # logger=[...]: the store feeds them every line and the summary
     shared = Shared(time.time() - _previous_wall(rd, previous))  # resumed runs keep counting
     summary = _first_summary(cfg, rid, previous, shared.t0)
@@ -304,8 +310,9 @@ def _record_end(rd: store.RunDir, summary: dict) -> bool:
 
 def run_worker(cfg: RunConfig) -> dict:
     """Rank > 0 of a multi-process ES run: train alongside rank 0, which alone records."""
+    cfg = make_plan(cfg)
     model, tokenizer, engine, task = load_components(cfg)
-    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, run_id(cfg))
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, recorded_id(cfg, note=False))
     algorithms.get(cfg.algo).train(RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
                                               iterations=cfg.iterations))
     return {"status": "worker"}

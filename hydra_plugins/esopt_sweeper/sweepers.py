@@ -128,7 +128,7 @@ class EsoptSweeper(Sweeper):
         from esopt.core import store
         from esopt.runtime import tuning
         from esopt.runtime.layout import launcher_request
-        from esopt.runtime.validate import run_id, validate
+        from esopt.runtime.validate import recorded_id, validate
 
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
@@ -139,7 +139,7 @@ class EsoptSweeper(Sweeper):
             overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine['name']}"]
         tuning.settings(rc.tuning)
         launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
-        rid = run_id(rc)
+        rid = recorded_id(rc)  # a run completed under its legacy id is found there and kept
         rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
         before = rd.status  # "unreadable" for a summary.json that cannot be parsed: kept, listed
         return Job(list(overrides), rc, rid, launcher, before, (rd.read_summary() or {}).get("error_type"))

@@ -1,0 +1,105 @@
+"""The run's plan: one frozen, resolved record of what a run will do, made once by
+``esopt.runtime.validate.validate`` and read by every layer after it.
+
+    plan = validate(cfg)          # RunPlan (ConfigError, one line, on bad input)
+    plan.phases[0].settings       # e.g. ES's ESRun: pop, sigma, lr, iterations, seed filled in
+    plan.task_spec.style          # the prompt style the task is built with
+    plan.engine_config            # the typed engine block (engine=auto already picked)
+    run_id(plan)                  # the hash of the resolved plan (esopt.runtime.validate)
+
+What the registry resolves is resolved here, once: each algorithm's block through its entry
+(``Algorithm.resolve``: top-level sigma / lr, else the block's, else the model's
+``hparams``), a sequence's phases with their share of the iterations, the engine, the task's
+knobs, prompt style and token budget. Nothing below re-resolves them: a trainer reads its
+phase's settings (``RunContext.settings``). The plan also reads as its ``RunConfig``
+(``plan.model``, ``plan.eval``, ...: the validated config it was made from, which the legacy run
+id and ``config.yaml`` still come from).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from esopt.core.config import RunConfig
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The run's task as it will be built."""
+
+    config: dict          # the task block with its source-dependent knobs resolved (tasks.resolved)
+    style: str            # the prompt style it is built with (tasks.prompt_style: task.style, else
+    #                       the model's prompt_style, else chat when the model has a chat template)
+    max_new_tokens: int   # the task's generation budget for that style (used where eval.max_new_tokens,
+    #                       es.max_new_tokens or grpo.max_completion_length is null)
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """One phase of training (a single algorithm is one phase; a sequence has two)."""
+
+    algo: str             # the registered algorithm this phase runs
+    iterations: int       # its iterations (a sequence's share: sequence.split)
+    offset: int           # the run's iterations before it (its logged iteration numbers continue from here)
+    settings: Any         # its block resolved by its registry entry (Algorithm.resolve): ES's ESRun,
+    #                       GRPO's GRPOSettings with lr filled in; None when the entry resolves nothing
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run, validated and resolved (module docstring). Frozen: made once, read everywhere.
+
+    Attributes not declared here read through to :attr:`config` (``plan.model``, ``plan.sweep``),
+    so code written for a ``RunConfig`` reads a plan unchanged.
+    """
+
+    config: RunConfig          # the validated config (engine=auto picked, the run's own blocks, task
+    #                            knobs and eval.problems resolved); config.yaml and the legacy run id
+    engine_config: Any         # the engine block typed (esopt.engines.EngineConfig subclass)
+    task_spec: TaskSpec        # the task as it will be built: knobs, prompt style, token budget
+    phases: tuple = ()         # PhasePlan per training phase, in order; () = trains nothing (algo=none)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "config":
+            raise AttributeError(name)
+        config = self.__dict__.get("config")
+        if config is None:
+            raise AttributeError(name)
+        return getattr(config, name)
+
+    def phase(self, algo: str) -> PhasePlan:
+        """The phase that runs ``algo`` (KeyError when none does)."""
+        for p in self.phases:
+            if p.algo == algo:
+                return p
+        raise KeyError(f"run {self.config.algo!r} has no phase {algo!r}")
+
+    def replace_config(self, **changes: Any) -> "RunPlan":
+        """The same plan over a changed config (e.g. ``algo=none`` for a one-off evaluation)."""
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, **changes))
+
+    def to_dict(self) -> dict:
+        """The run's config (as ``config.yaml`` holds it); :meth:`resolved` adds what was resolved."""
+        return self.config.to_dict()
+
+    def resolved(self) -> dict:
+        """What validation resolved, as plain JSON (``<run>/plan.json``): the engine, the task
+        spec and each phase's settings."""
+        return {"algo": self.config.algo, "engine": dataclasses.asdict(self.engine_config),
+                "task": dataclasses.asdict(self.task_spec),
+                "phases": [{"algo": p.algo, "iterations": p.iterations, "offset": p.offset,
+                            "settings": settings_dict(p.settings)} for p in self.phases]}
+
+    def to_json(self) -> str:
+        """The plan as one JSON document: the config and what was resolved."""
+        return json.dumps({"config": self.to_dict(), "resolved": self.resolved()}, sort_keys=True, default=str)
+
+
+def settings_dict(settings: Any) -> dict | None:
+    """A phase's settings as a plain dict (None stays None)."""
+    if settings is None:
+        return None
+    return dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
