@@ -50,7 +50,7 @@ from esopt.core.errors import ConfigError
 AXES = ("pop", "sigma", "lr", "iterations")
 
 
-def _load(ref: Any) -> Any:
+def load(ref: Any) -> Any:
     """``"package.module:NAME"`` -> that object, imported on first use (the algorithm modules
     import torch and transformers; the registry stays light). Anything else is returned as is."""
     if not isinstance(ref, str):
@@ -75,7 +75,7 @@ class Block:
     #                          context check bounds the longest prompt plus the largest budget
 
     def dataclass(self) -> type:
-        return _load(self.config)
+        return load(self.config)
 
     def defaults(self) -> dict:
         """Every key with its default (the Hydra node ``esopt.cli.configs`` registers)."""
@@ -85,7 +85,7 @@ class Block:
         return tuple(f.name for f in fields(self.dataclass()))
 
     def speed_keys(self) -> tuple[str, ...]:
-        return tuple(_load(self.speed_only))
+        return tuple(load(self.speed_only))
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class Algorithm:
         return tuple(b.name for b in self.blocks)
 
     def _module(self) -> ModuleType:
-        return _load(self.module)
+        return load(self.module)
 
     def uses(self, key: str) -> bool:
         """Whether a run of this algorithm reads ``key``: a top-level axis (``pop``), a block

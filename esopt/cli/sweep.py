@@ -62,7 +62,7 @@ def main_run(cfg, single: bool = False) -> dict:
 
     quiet()  # also in launcher workers (submitit, Slurm), which start from this function
     try:
-        rc = validate(cfg)
+        rc = shipped_plan(cfg) or validate(cfg)
     except ConfigError as e:
         fail(str(e))
     if distributed.launched_rank() > 0:  # torchrun / srun rank > 0: a silent ES worker
@@ -74,6 +74,28 @@ def main_run(cfg, single: bool = False) -> dict:
     summary = analyses(rc, run(rc))
     print_summary(summary, store.RunDir.for_run(rc.sweep.root, rc.sweep.name, summary.get("run_id", "")).path)
     return summary
+
+
+SHIPPED = "run_plan"  # +run_plan=<run id>: the sweeper wrote that run's plan.json; the worker reads it
+
+
+def shipped_plan(cfg):
+    """The plan the sweeper validated and shipped for this job (``+run_plan=<run id>``: its
+    ``<run>/plan.json``, ``esopt.runtime.runplan``), so a multirun's worker neither re-validates
+    nor re-resolves (engine=auto's pick included); None when the job has none (a single run)."""
+    from omegaconf import open_dict
+
+    from esopt.runtime import runplan
+
+    rid = cfg.get(SHIPPED) if hasattr(cfg, "get") else None
+    if rid is None:
+        return None
+    with open_dict(cfg):
+        del cfg[SHIPPED]
+    plan = runplan.load(store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, str(rid)).path)
+    if plan is None:
+        raise ConfigError(f"run {rid}: its plan.json is missing (the sweep writes it before launching)")
+    return plan
 
 
 def dry_run(rc: RunConfig) -> dict:

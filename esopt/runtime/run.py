@@ -26,10 +26,9 @@ from esopt.evaluator import ood_task
 from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line, evaluate_recorded
 from esopt.runtime.layout import slurm_job_state
+from esopt.runtime import runplan
 from esopt.runtime.runplan import RunPlan
 from esopt.runtime.validate import config_id, input_fingerprints, make_plan, recorded_id, uses
-
-PLAN_FILE = "plan.json"  # <run>/plan.json: what validation resolved (RunPlan.resolved), beside config.yaml
 
 
 def set_threads(threads, tiny: bool) -> None:
@@ -153,7 +152,7 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
         rd.truncate_metrics(lambda line: False)
         shutil.rmtree(rd.checkpoint_dir, ignore_errors=True)
     rd.create(cfg.to_dict())
-    store.atomic_write_json(rd.path / PLAN_FILE, cfg.resolved())
+    runplan.write(cfg, rd.path)  # what the analyses read back (runplan.load), never re-validated
     trackers.attach(cfg, rid, rd)  # logger=[...]: the store feeds them every line and the summary
     shared = Shared(time.time() - _previous_wall(rd, previous))  # resumed runs keep counting
     summary = _first_summary(cfg, rid, previous, shared.t0)

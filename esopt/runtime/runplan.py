@@ -23,7 +23,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from esopt.core.config import RunConfig
+from pathlib import Path
+
+from esopt import algorithms, engines
+from esopt.core import store
+from esopt.core.config import RunConfig, parse
+from esopt.core.errors import ConfigError
+
+PLAN_FILE = "plan.json"  # <run>/plan.json: the run's plan (RunPlan.to_json), beside config.yaml
 
 
 @dataclass(frozen=True)
@@ -91,11 +98,31 @@ class RunPlan:
         return {"algo": self.config.algo, "engine": dataclasses.asdict(self.engine_config),
                 "task": dataclasses.asdict(self.task_spec),
                 "phases": [{"algo": p.algo, "iterations": p.iterations, "offset": p.offset,
-                            "settings": settings_dict(p.settings)} for p in self.phases]}
+                            "settings": settings_dict(p.settings), "type": settings_type(p.settings)}
+                           for p in self.phases]}
 
     def to_json(self) -> str:
-        """The plan as one JSON document: the config and what was resolved."""
+        """The plan as one JSON document: the config and what was resolved (:meth:`from_json`
+        reads it back: the sweeper ships it to the run's worker, analyses read ``plan.json``)."""
         return json.dumps({"config": self.to_dict(), "resolved": self.resolved()}, sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunPlan":
+        """The plan :meth:`to_json` wrote, rebuilt without resolving anything again (the config's
+        types and ranges are re-read by ``esopt.core.config.parse``; ConfigError on a bad file)."""
+        d = json.loads(text)
+        resolved = d["resolved"]
+        engine = dict(resolved["engine"])
+        phases = tuple(PhasePlan(p["algo"], int(p["iterations"]), int(p["offset"]),
+                                 None if p["settings"] is None else algorithms.load(p["type"])(**p["settings"]))
+                       for p in resolved["phases"])
+        return cls(parse(d["config"], blocks=algorithms.blocks()), engines.ENGINES[engine["name"]](**engine),
+                   TaskSpec(**resolved["task"]), phases)
+
+
+def settings_type(settings: Any) -> str | None:
+    """``"module:Class"`` of a phase's settings (None stays None), for :meth:`RunPlan.from_json`."""
+    return None if settings is None else f"{type(settings).__module__}:{type(settings).__qualname__}"
 
 
 def settings_dict(settings: Any) -> dict | None:
@@ -103,3 +130,23 @@ def settings_dict(settings: Any) -> dict | None:
     if settings is None:
         return None
     return dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
+
+
+def write(plan: RunPlan, run_dir: str | Path) -> Path:
+    """``<run_dir>/plan.json`` (atomically); returns its path."""
+    path = Path(run_dir) / PLAN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store.atomic_write_text(path, plan.to_json())
+    return path
+
+
+def load(run_dir: str | Path) -> RunPlan | None:
+    """The plan a run recorded (``<run_dir>/plan.json``); None when it has none (a run recorded
+    before plans were written: read its config.yaml through validate instead)."""
+    path = Path(run_dir) / PLAN_FILE
+    if not path.is_file():
+        return None
+    try:
+        return RunPlan.from_json(path.read_text())
+    except (ValueError, KeyError, TypeError, AttributeError, ImportError) as e:
+        raise ConfigError(f"unreadable {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None

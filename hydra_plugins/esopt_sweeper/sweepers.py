@@ -277,7 +277,7 @@ class EsoptSweeper(Sweeper):
                 batch = group[start:start + n]
                 launcher = self._launcher(batch[0].launcher)
                 try:
-                    results = launcher.launch([j.overrides for j in batch], initial_job_idx=self._job_idx)
+                    results = launcher.launch([self.shipped(j) for j in batch], initial_job_idx=self._job_idx)
                 except Exception as e:  # noqa: BLE001 - e.g. a Slurm job killed: see summaries
                     print(f"esopt: warning: launcher: {first_line(e)}", file=sys.stderr)
                     results = [None] * len(batch)
@@ -292,6 +292,18 @@ class EsoptSweeper(Sweeper):
                             from esopt.runtime.run import record_ended
 
                             record_ended(job.rc, job.rid, err)
+
+    @staticmethod
+    def shipped(job: Job) -> List[str]:
+        """The job's overrides plus ``+run_plan=<run id>``, its plan written to ``<run>/plan.json``
+        first: the worker reads the plan validated here (``esopt.cli.sweep.shipped_plan``)
+        instead of validating and resolving again."""
+        from esopt.cli.sweep import SHIPPED
+        from esopt.core import store
+        from esopt.runtime import runplan
+
+        runplan.write(job.rc, store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
+        return list(job.overrides) + [f"+{SHIPPED}={job.rid}"]
 
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):

@@ -88,3 +88,31 @@ def test_a_run_recorded_under_its_legacy_id_is_found_there_when_it_ended(tmp_pat
     assert (f"recorded {status} under its earlier id {old}" in capsys.readouterr().err) == kept
     _record(p, new, "running")                                   # once the new id has a record, it is the run
     assert recorded_id(p) == new
+
+
+@pytest.mark.parametrize("algo", ["none", "es", "grpo", "es_grpo", "random_search"])
+def test_the_plan_reads_back_from_its_json_as_it_was(algo):
+    p = plan(f"algo={algo}", "sigma=0.02" if algo in ("es", "random_search") else "seed=1")
+    back = RunPlan.from_json(p.to_json())
+    assert back == p and run_id(back) == run_id(p)
+    assert back.to_json() == p.to_json()
+
+
+def test_a_multirun_worker_reads_the_plan_the_sweeper_shipped(tmp_path):
+    """The sweeper writes <run>/plan.json and adds +run_plan=<run id>; the worker's task
+    function takes that plan as it is (no second validation), and a torn file is one line."""
+    from esopt.cli.sweep import SHIPPED, shipped_plan
+    from esopt.core.errors import ConfigError
+    from esopt.runtime import runplan
+    from helpers import compose
+
+    p = plan("algo=es", root=tmp_path)
+    rid = run_id(p)
+    path = runplan.write(p, store.RunDir.for_run(p.sweep.root, p.sweep.name, rid).path)
+    cfg = compose(*TINY, "algo=es", f"sweep.root={tmp_path}", f"+{SHIPPED}={rid}")
+    assert shipped_plan(cfg) == p and SHIPPED not in cfg
+    assert shipped_plan(compose(*TINY, "algo=es", f"sweep.root={tmp_path}")) is None
+    assert runplan.load(path.parent) == p
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(ConfigError, match="unreadable .*plan.json"):
+        runplan.load(path.parent)
