@@ -19,7 +19,8 @@ from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import ConfigError
 from esopt.runtime.run import print_summary, run, run_worker
-from esopt.runtime.validate import recorded_id, run_id, uses, validate
+from esopt.runtime.runplan import recorded_id
+from esopt.runtime.validate import run_id, uses, validate
 
 
 def missing_analyses(cfg: RunConfig, rid: str) -> list[str]:

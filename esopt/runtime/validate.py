@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from typing import Any
 
 from esopt import algorithms, engines, models, tasks
@@ -84,8 +83,10 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None) -> RunPlan:
         offset += int(n)
     style = task_style(rc.task, rc)
     spec = TaskSpec(dict(rc.task), style, tasks.task_class(rc.task["name"]).budgets.get(style))
-    return RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine), spec,
-                   tuple(phases))
+    plan = RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine), spec,
+                   tuple(phases), inputs=input_fingerprints(rc))
+    return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
+                               config_id=config_id(plan))
 
 
 def check_names(rc: RunConfig) -> None:
@@ -208,7 +209,7 @@ def identity(plan: RunPlan | RunConfig) -> dict:
     and an implied one (``sigma=0.01`` on a model whose es_sigma is 0.01, or ``es.sigma=0.01``)
     are one run with one id. A run that trains nothing has the id it had before the plan."""
     plan = make_plan(plan)
-    d = legacy_identity(plan.config)
+    d = legacy_identity(plan.config, plan.inputs)
     algo = algorithms.get(plan.config.algo)
     for phase in plan.phases:
         if phase.settings is None:
@@ -222,7 +223,7 @@ def identity(plan: RunPlan | RunConfig) -> dict:
     return d
 
 
-def legacy_identity(rc: RunConfig) -> dict:
+def legacy_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
     """The run's identity as ids hashed it before the resolved plan (the config as written,
     sigma and lr unresolved): :func:`legacy_run_id` finds a run recorded under it.
 
@@ -256,7 +257,7 @@ def legacy_identity(rc: RunConfig) -> dict:
     for key in (*algorithms.AXES, *algorithms.blocks()):
         if not algo.uses(key):
             d.pop(key, None)
-    fps = input_fingerprints(rc)
+    fps = input_fingerprints(rc) if inputs is None else inputs
     if fps:  # changed data or weights at the same path -> a new run, never stale numbers
         d["inputs"] = {k: store.fingerprint_key(v) for k, v in fps.items()}
     return d
@@ -269,29 +270,9 @@ def run_id(plan: RunPlan | RunConfig) -> str:
 
 def legacy_run_id(plan: RunPlan | RunConfig) -> str:
     """The id the run had before ids hashed the resolved plan (:func:`legacy_identity`)."""
-    return store.run_id(legacy_identity(plan.config if isinstance(plan, RunPlan) else plan))
-
-
-LEGACY_KEPT = ("completed", "pruned")  # a run recorded so under its legacy id is not run again
-
-
-def recorded_id(plan: RunPlan | RunConfig, note: bool = True) -> str:
-    """The id under which the run is (to be) recorded: :func:`run_id`, unless nothing is
-    recorded under it and the run was recorded completed or pruned under its
-    :func:`legacy_run_id` (a run finished before ids hashed the resolved plan): then that one,
-    so the finished run is found and kept, never rerun; ``note`` prints one line saying where."""
-    rid = run_id(plan)
-    sweep = plan.sweep
-    if store.RunDir.for_run(sweep.root, sweep.name, rid).status is not None:
-        return rid
-    old = legacy_run_id(plan)
-    rd = store.RunDir.for_run(sweep.root, sweep.name, old)
-    if old != rid and rd.status in LEGACY_KEPT:
-        if note:
-            print(f"esopt: note: run {rid} is recorded {rd.status} under its earlier id {old}; "
-                  f"kept there ({rd.path})", file=sys.stderr)
-        return old
-    return rid
+    if isinstance(plan, RunPlan):
+        return store.run_id(legacy_identity(plan.config, plan.inputs))
+    return store.run_id(legacy_identity(plan))
 
 
 def config_id(rc: RunConfig) -> str:

@@ -128,7 +128,8 @@ class EsoptSweeper(Sweeper):
         from esopt.core import store
         from esopt.runtime import tuning
         from esopt.runtime.layout import launcher_request
-        from esopt.runtime.validate import recorded_id, validate
+        from esopt.runtime.runplan import recorded_id
+        from esopt.runtime.validate import validate
 
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
@@ -218,7 +219,6 @@ class EsoptSweeper(Sweeper):
         (``<run>/.optuna-pending``); a storage still down leaves them to the next sweep."""
         from esopt.core import store
         from esopt.runtime import tuning
-        from esopt.runtime.validate import config_id
 
         n, down = 0, 0
         for job in {j.rid: j for j in jobs if self.skipped(j) != launched}.values():
@@ -228,7 +228,7 @@ class EsoptSweeper(Sweeper):
             summary = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, job.rid).read_summary() or {}
             params = {"model": rc.model["name"], "params": (summary.get("model") or {}).get("params"),
                       "pop": rc.pop, "sigma": rc.sigma, "lr": rc.lr, "seed": rc.seed, "algo": rc.algo,
-                      "config_id": config_id(rc)}
+                      "config_id": rc.config_id}
             try:
                 n += tuning.retrying(tuning.rereport, rc, job.rid, summary, params) if launched else \
                     tuning.rereport(rc, job.rid, summary, params)

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from esopt.core import store
-from esopt.runtime.runplan import RunPlan
-from esopt.runtime.validate import legacy_run_id, recorded_id, run_id
+from esopt.runtime.runplan import RunPlan, recorded_id
+from esopt.runtime.validate import legacy_run_id, run_id
 from helpers import run_config
 
 TINY = ("model=tiny-xs", "iterations=4", "pop=4", "es.batch_size=4", "eval.problems=4")
@@ -21,6 +21,7 @@ def plan(*overrides: str, root=None) -> RunPlan:
 def test_es_plan_holds_its_resolved_block_the_engine_and_the_task_spec():
     p = plan("algo=es")
     assert isinstance(p, RunPlan)
+    assert (p.run_id, p.legacy_id) == (run_id(p), legacy_run_id(p))
     (phase,) = p.phases
     es = phase.settings
     # tiny-xs's hparams (conf/model/tiny-xs.yaml): es_sigma 0.01, es_lr 0.005
