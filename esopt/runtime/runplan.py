@@ -89,6 +89,16 @@ class RunPlan:
                 return p
         raise KeyError(f"run {self.config.algo!r} has no phase {algo!r}")
 
+    def axis(self, key: str) -> Any:
+        """The value a top-level axis (``sigma``, ``lr``, ...) takes in this run: the resolved one
+        when exactly one phase's settings hold it (ES's sigma; ES's or GRPO's lr alone; a
+        sequence's lr is each phase's own, so none), None when the algorithm does not read it,
+        else the config's."""
+        if not algorithms.get(self.config.algo).uses(key):
+            return None
+        held = [getattr(p.settings, key) for p in self.phases if hasattr(p.settings, key)]
+        return held[0] if len(held) == 1 else getattr(self.config, key)
+
     def replace_config(self, **changes: Any) -> "RunPlan":
         """The same plan over a changed config (e.g. ``algo=none`` for a one-off evaluation)."""
         return dataclasses.replace(self, config=dataclasses.replace(self.config, **changes))

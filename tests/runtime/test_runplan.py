@@ -117,3 +117,13 @@ def test_a_multirun_worker_reads_the_plan_the_sweeper_shipped(tmp_path):
     path.write_text(path.read_text()[:40])
     with pytest.raises(ConfigError, match="unreadable .*plan.json"):
         runplan.load(path.parent)
+
+
+def test_the_summary_axes_are_the_plans_resolved_values():
+    """summary.json's sigma / lr (run._first_summary) come from the plan, not patched in later."""
+    assert (plan("algo=es").axis("sigma"), plan("algo=es").axis("lr")) == (0.01, 0.005)
+    assert (plan("algo=grpo").axis("sigma"), plan("algo=grpo").axis("lr")) == (None, 1e-4)
+    assert (plan("algo=random_search").axis("sigma"), plan("algo=random_search").axis("lr")) == (0.01, None)
+    seq = plan("algo=grpo_es", "es.sigma=0.02")
+    assert (seq.axis("sigma"), seq.axis("lr")) == (0.02, None)  # each phase has its own lr
+    assert (plan("algo=none").axis("sigma"), plan("algo=none").axis("pop")) == (None, None)
