@@ -40,7 +40,9 @@ class TaskSpec:
 
     config: dict          # the task block with its source-dependent knobs resolved (tasks.resolved)
     style: str            # the prompt style it is built with (tasks.prompt_style: task.style, else
-    #                       the model's prompt_style, else chat when the model has a chat template)
+    #                       the model's prompt_style, else chat when the model has a chat template;
+    #                       a hub id that is not on disk and sets neither reads compact here, and
+    #                       its loaded tokenizer decides at run time)
     max_new_tokens: int   # the task's generation budget for that style (used where eval.max_new_tokens,
     #                       es.max_new_tokens or grpo.max_completion_length is null)
 
