@@ -5,7 +5,8 @@ the run lifecycle (``esopt.runtime``), the sweepers and the study read the entry
 an algorithm its name:
 
 - ``module``: where its ``train(ctx)`` lives, beside the optional ``validate(cfg)`` (every check
-  of its knobs, before any work), ``estimate_tokens(cfg, iterations, budget)`` (generated-token
+  of its knobs, before any work), ``resolve(cfg, iterations)`` (its block with every default
+  filled in: what the run's plan holds and ``train`` reads as ``ctx.settings``), ``estimate_tokens(cfg, iterations, budget)`` (generated-token
   upper bound) and ``budgets(cfg)`` (the iterations of each phase; default one phase of all of
   them). ``None``: it trains nothing (the base model is evaluated only);
 - ``blocks``: the config blocks it reads (:class:`Block`: ``es:``, ``grpo:``, ...), each a
@@ -21,7 +22,7 @@ an algorithm its name:
 - the study: ``family`` (what the claims count its runs as); the report: ``color`` and ``order``.
 
     algo = get("es")
-    algo.validate(rc); algo.train(ctx); algo.estimate_tokens(rc, budget); algo.uses("pop")
+    algo.validate(rc); algo.resolve(rc); algo.train(ctx); algo.estimate_tokens(rc, budget); algo.uses("pop")
 
 Adding an algorithm is one module (its config dataclass, ``train``, optionally ``validate`` /
 ``estimate_tokens``) plus one :func:`register` line below (from outside the package: the same
@@ -49,7 +50,7 @@ from esopt.core.errors import ConfigError
 AXES = ("pop", "sigma", "lr", "iterations")
 
 
-def _load(ref: Any) -> Any:
+def load(ref: Any) -> Any:
     """``"package.module:NAME"`` -> that object, imported on first use (the algorithm modules
     import torch and transformers; the registry stays light). Anything else is returned as is."""
     if not isinstance(ref, str):
@@ -76,7 +77,7 @@ class Block:
     #                          knob added later keeps the ids runs had before it): a tuple or "module:NAME"
 
     def dataclass(self) -> type:
-        return _load(self.config)
+        return load(self.config)
 
     def defaults(self) -> dict:
         """Every key with its default (the Hydra node ``esopt.cli.configs`` registers)."""
@@ -86,7 +87,7 @@ class Block:
         return tuple(f.name for f in fields(self.dataclass()))
 
     def speed_keys(self) -> tuple[str, ...]:
-        return tuple(_load(self.speed_only))
+        return tuple(load(self.speed_only))
 
     def neutral_values(self) -> tuple[tuple[str, Any], ...]:
         return tuple(_load(self.id_neutral))
@@ -126,7 +127,7 @@ class Algorithm:
         return tuple(b.name for b in self.blocks)
 
     def _module(self) -> ModuleType:
-        return _load(self.module)
+        return load(self.module)
 
     def uses(self, key: str) -> bool:
         """Whether a run of this algorithm reads ``key``: a top-level axis (``pop``), a block
@@ -148,6 +149,19 @@ class Algorithm:
         check = getattr(self._module(), "validate", None) if self.trains else None
         if check is not None:
             check(cfg)
+
+    def resolve(self, cfg, iterations: int | None = None) -> Any:
+        """This algorithm's block resolved for one run or phase of ``iterations`` (default the
+        run's): its module's ``resolve(cfg, iterations)`` (ES: an ``ESRun`` with sigma / lr filled
+        in; GRPO: its settings with lr filled in), checked; None when it declares none (``none``,
+        a sequence: its phases resolve). ``esopt.runtime.validate`` calls it once per phase and
+        keeps the result in the run's plan."""
+        fn = getattr(self._module(), "resolve", None) if self.trains and not self.phases else None
+        return None if fn is None else fn(cfg, int(cfg.iterations if iterations is None else iterations))
+
+    def phase_names(self) -> tuple[str, ...]:
+        """The algorithms it runs, in order: its ``phases``, or itself when it trains; ()."""
+        return self.phases or ((self.name,) if self.trains else ())
 
     def train(self, ctx):
         """Train ``ctx.model`` through ``ctx.engine``; returns the final evaluation or None."""

@@ -22,7 +22,7 @@ The weight arithmetic lives in ``esopt.noise``; population-batched generation in
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -43,7 +43,7 @@ SPEED_ONLY = ("checkpoint_every", "checksum_every")
 ID_NEUTRAL = (("anchor_decay", 0.0),)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ESConfig:
     """The ``es:`` block. The run's grid axes (``pop``, ``sigma``, ``lr``, ``iterations``,
     ``seed``) are top-level keys; ``ESRun`` joins them with this block."""
@@ -74,7 +74,7 @@ PROMPT_STREAM = 0xBA7C       # the prompt batches' stream: rng([run seed, iterat
 MAX_MEMBER_SEED = 2**62      # member seeds are drawn from [0, MAX_MEMBER_SEED)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ESRun(ESConfig):
     """``ESConfig`` resolved for one run: sigma and lr filled in, plus the run's axes."""
 
@@ -89,10 +89,10 @@ class ESRun(ESConfig):
         es = asdict(block(ESConfig, cfg.es, "es"))
         es["sigma"] = cfg.sigma if cfg.sigma is not None else es["sigma"]
         es["lr"] = cfg.lr if cfg.lr is not None else es["lr"]
-        if es["sigma"] is None:
-            es["sigma"] = model_default(cfg, "es_sigma")
-        if es["lr"] is None:
-            es["lr"] = model_default(cfg, "es_lr")
+        for key in ("sigma", "lr"):  # a float either way, so a stated 1 and 1.0 are one run
+            value = es[key]
+            es[key] = model_default(cfg, f"es_{key}") if value is None else (
+                float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value)
         return cls(**es, pop=int(cfg.pop), iterations=int(cfg.iterations), seed=int(cfg.seed))
 
     def validate(self) -> "ESRun":
@@ -119,9 +119,15 @@ class ESRun(ESConfig):
         return self.rank if self.batched and not self.full_rank else None
 
 
+def resolve(cfg, iterations: int) -> ESRun:
+    """The run's ``ESRun`` for ``iterations`` (a sequence phase: its share), checked: what the
+    run's plan holds (``esopt.algorithms.Algorithm.resolve``)."""
+    return replace(ESRun.from_run(cfg), iterations=int(iterations)).validate()
+
+
 def validate(cfg) -> None:
     """Config-time check for algorithms that use ES (before any work)."""
-    es = ESRun.from_run(cfg).validate()
+    es = resolve(cfg, cfg.iterations)
     if es.batched and not engines.engine_class(cfg.engine).batches_population:
         name = (cfg.engine or {}).get("name")
         raise ConfigError(f"es.batched needs an engine that batches a population; engine={name} schedules "
@@ -218,9 +224,7 @@ def es_step(engine, task, train_rows, es: ESRun, iteration: int, weights=None) -
 def train(ctx) -> None:
     """ES on the engine's weights for ``ctx.iterations`` iterations (the loop, its records,
     checkpoints and evaluations: :func:`esopt.algorithms.trainer.train`)."""
-    es = ESRun.from_run(ctx.cfg)
-    es.iterations = int(ctx.iterations)
-    es.validate()
+    es = ctx.settings  # the plan's ESRun for this phase (resolved once, by validate)
     # the summary's lr is ES's only when ES is the whole run; in a sequence GRPO's lr is its own
     ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr,
                       **({"lr": es.lr} if ctx.phase == ctx.cfg.algo else {}))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -161,9 +161,15 @@ class GRPOSettings:
 
 def validate(rc) -> GRPOSettings:
     """Config-time check for grpo / grpo_es / es_grpo (before any work)."""
-    settings = GRPOSettings.from_config(rc.grpo)
-    resolve_lr(rc, settings)
-    return settings
+    return resolve(rc, rc.iterations)
+
+
+def resolve(cfg, iterations: int) -> GRPOSettings:
+    """The run's GRPO settings, checked, with ``lr`` resolved (:func:`resolve_lr`): what the
+    run's plan holds (``esopt.algorithms.Algorithm.resolve``); ``iterations`` is the phase's
+    step budget, which TRL reads from the run context."""
+    settings = GRPOSettings.from_config(cfg.grpo)
+    return replace(settings, lr=resolve_lr(cfg, settings))
 
 
 def resolve_lr(cfg, settings: GRPOSettings) -> float:
@@ -496,12 +502,12 @@ def train(ctx) -> dict | None:
     """
     import datasets
 
-    settings = GRPOSettings.from_config(ctx.cfg.grpo)
+    settings = ctx.settings  # the plan's settings for this phase, lr resolved (resolve)
     engine_rollouts = bool(settings.use_vllm) and ctx.engine.serves_rollouts  # engine=vllm
     if settings.use_vllm and not engine_rollouts and next(ctx.model.parameters()).device.type != "cuda":
         raise ConfigError("grpo.use_vllm=true needs engine=vllm, or the model on a GPU (engine.device=cuda) "
                           "for TRL's colocated vLLM")
-    lr = resolve_lr(ctx.cfg, settings)
+    lr = float(settings.lr)
     max_steps = int(ctx.iterations)
     if hasattr(ctx, "set_effective"):  # summary: lr when GRPO is the whole run; grpo_lr always (sequences)
         ctx.set_effective(grpo_lr=lr, **({"lr": lr} if ctx.phase == ctx.cfg.algo else {}))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from esopt.algorithms import trainer
-from esopt.algorithms.es import ES, ESRun, estimate_tokens, validate  # noqa: F401 - the registry reads them
+from esopt.algorithms.es import ES, estimate_tokens, resolve, validate  # noqa: F401 - the registry reads them
 
 
 class RandomSearch(ES):
@@ -29,8 +29,6 @@ class RandomSearch(ES):
 
 
 def train(ctx) -> None:
-    run = ESRun.from_run(ctx.cfg)
-    run.iterations = int(ctx.iterations)
-    run.validate()
+    run = ctx.settings  # the plan's ESRun (es.resolve), resolved once by validate
     ctx.set_effective(sigma=run.sigma)
     trainer.train(ctx, RandomSearch(run))

@@ -6,7 +6,6 @@ no Hydra output folder (``hydra.output_subdir=null``, run dir ``.``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ def evaluate_model(cfg) -> dict:
             check_output_file("eval.out", str(rc.eval.out))
     except ConfigError as e:
         fail(str(e))
-    once = dataclasses.replace(rc, algo="none")  # one evaluation, whatever algo says
+    once = rc.replace_config(algo="none")  # one evaluation, whatever algo says
     line = budget.cpu_time_warning(once, budget.estimate_tokens(once))
     if line:
         print(f"esopt: warning: {line}", file=sys.stderr)

@@ -19,6 +19,7 @@ from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import ConfigError
 from esopt.runtime.run import print_summary, run, run_worker
+from esopt.runtime.runplan import recorded_id
 from esopt.runtime.validate import run_id, uses, validate
 
 
@@ -62,7 +63,7 @@ def main_run(cfg, single: bool = False) -> dict:
 
     quiet()  # also in launcher workers (submitit, Slurm), which start from this function
     try:
-        rc = validate(cfg)
+        rc = shipped_plan(cfg) or validate(cfg)
     except ConfigError as e:
         fail(str(e))
     if distributed.launched_rank() > 0:  # torchrun / srun rank > 0: a silent ES worker
@@ -76,10 +77,32 @@ def main_run(cfg, single: bool = False) -> dict:
     return summary
 
 
+SHIPPED = "run_plan"  # +run_plan=<run id>: the sweeper wrote that run's plan.json; the worker reads it
+
+
+def shipped_plan(cfg):
+    """The plan the sweeper validated and shipped for this job (``+run_plan=<run id>``: its
+    ``<run>/plan.json``, ``esopt.runtime.runplan``), so a multirun's worker neither re-validates
+    nor re-resolves (engine=auto's pick included); None when the job has none (a single run)."""
+    from omegaconf import open_dict
+
+    from esopt.runtime import runplan
+
+    rid = cfg.get(SHIPPED) if hasattr(cfg, "get") else None
+    if rid is None:
+        return None
+    with open_dict(cfg):
+        del cfg[SHIPPED]
+    plan = runplan.load(store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, str(rid)).path)
+    if plan is None:
+        raise ConfigError(f"run {rid}: its plan.json is missing (the sweep writes it before launching)")
+    return plan
+
+
 def dry_run(rc: RunConfig) -> dict:
     """``sweep.dry_run=true`` without ``-m``: say which run it would be and whether it is done;
     launch nothing."""
-    rid = run_id(rc)
+    rid = recorded_id(rc)
     rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
     status = (rd.read_summary() or {}).get("status") or "not started"
     print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']} "

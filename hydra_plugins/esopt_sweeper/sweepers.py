@@ -128,7 +128,8 @@ class EsoptSweeper(Sweeper):
         from esopt.core import store
         from esopt.runtime import tuning
         from esopt.runtime.layout import launcher_request
-        from esopt.runtime.validate import run_id, validate
+        from esopt.runtime.runplan import recorded_id
+        from esopt.runtime.validate import validate
 
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
@@ -139,7 +140,7 @@ class EsoptSweeper(Sweeper):
             overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine['name']}"]
         tuning.settings(rc.tuning)
         launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
-        rid = run_id(rc)
+        rid = recorded_id(rc)  # a run completed under its legacy id is found there and kept
         rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
         before = rd.status  # "unreadable" for a summary.json that cannot be parsed: kept, listed
         return Job(list(overrides), rc, rid, launcher, before, (rd.read_summary() or {}).get("error_type"))
@@ -218,7 +219,6 @@ class EsoptSweeper(Sweeper):
         (``<run>/.optuna-pending``); a storage still down leaves them to the next sweep."""
         from esopt.core import store
         from esopt.runtime import tuning
-        from esopt.runtime.validate import config_id
 
         n, down = 0, 0
         for job in {j.rid: j for j in jobs if self.skipped(j) != launched}.values():
@@ -228,7 +228,7 @@ class EsoptSweeper(Sweeper):
             summary = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, job.rid).read_summary() or {}
             params = {"model": rc.model["name"], "params": (summary.get("model") or {}).get("params"),
                       "pop": rc.pop, "sigma": rc.sigma, "lr": rc.lr, "seed": rc.seed, "algo": rc.algo,
-                      "config_id": config_id(rc)}
+                      "config_id": rc.config_id}
             try:
                 n += tuning.retrying(tuning.rereport, rc, job.rid, summary, params) if launched else \
                     tuning.rereport(rc, job.rid, summary, params)
@@ -277,7 +277,7 @@ class EsoptSweeper(Sweeper):
                 batch = group[start:start + n]
                 launcher = self._launcher(batch[0].launcher)
                 try:
-                    results = launcher.launch([j.overrides for j in batch], initial_job_idx=self._job_idx)
+                    results = launcher.launch([self.shipped(j) for j in batch], initial_job_idx=self._job_idx)
                 except Exception as e:  # noqa: BLE001 - e.g. a Slurm job killed: see summaries
                     print(f"esopt: warning: launcher: {first_line(e)}", file=sys.stderr)
                     results = [None] * len(batch)
@@ -292,6 +292,18 @@ class EsoptSweeper(Sweeper):
                             from esopt.runtime.run import record_ended
 
                             record_ended(job.rc, job.rid, err)
+
+    @staticmethod
+    def shipped(job: Job) -> List[str]:
+        """The job's overrides plus ``+run_plan=<run id>``, its plan written to ``<run>/plan.json``
+        first: the worker reads the plan validated here (``esopt.cli.sweep.shipped_plan``)
+        instead of validating and resolving again."""
+        from esopt.cli.sweep import SHIPPED
+        from esopt.core import store
+        from esopt.runtime import runplan
+
+        runplan.write(job.rc, store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
+        return list(job.overrides) + [f"+{SHIPPED}={job.rid}"]
 
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):

@@ -1,7 +1,6 @@
 """Where a run puts its HF model beside an engine that holds its own weights (vLLM): the
 algorithm's registry entry decides (``gpu_share``), never its name."""
 
-import dataclasses
 
 import pytest
 from helpers import run_config
@@ -11,7 +10,7 @@ from esopt.runtime.run import placement
 
 def with_vllm(algo: str, *over: str):
     rc = run_config("model=tiny-xs", f"algo={algo}", *over, check_data=False)
-    return dataclasses.replace(rc, engine={"name": "vllm", "gpu_memory_utilization": 0.85})
+    return rc.replace_config(engine={"name": "vllm", "gpu_memory_utilization": 0.85})
 
 
 @pytest.mark.parametrize("algo", ["none", "es"])

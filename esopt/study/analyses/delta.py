@@ -46,9 +46,15 @@ LOW_MASK = LOW_BINS - 1
 
 
 def run_config(run_dir: str | Path):
-    """The run's RunConfig from its ``config.yaml`` (ConfigError when it is not a run)."""
+    """The run's plan from its ``plan.json`` (``esopt.runtime.runplan.load``); a run recorded
+    before plans were written: its ``config.yaml``, validated (ConfigError when it is not a run)."""
     import yaml
 
+    from esopt.runtime import runplan
+
+    plan = runplan.load(run_dir)
+    if plan is not None:
+        return plan
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"not a run directory: {run_dir} (no config.yaml)")

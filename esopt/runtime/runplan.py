@@ -1,0 +1,191 @@
+"""The run's plan: one frozen, resolved record of what a run will do, made once by
+``esopt.runtime.validate.validate`` and read by every layer after it.
+
+    plan = validate(cfg)          # RunPlan (ConfigError, one line, on bad input)
+    plan.phases[0].settings       # e.g. ES's ESRun: pop, sigma, lr, iterations, seed filled in
+    plan.task_spec.style          # the prompt style the task is built with
+    plan.engine_config            # the typed engine block (engine=auto already picked)
+    run_id(plan)                  # the hash of the resolved plan (esopt.runtime.validate)
+
+What the registry resolves is resolved here, once: each algorithm's block through its entry
+(``Algorithm.resolve``: top-level sigma / lr, else the block's, else the model's
+``hparams``), a sequence's phases with their share of the iterations, the engine, the task's
+knobs, prompt style and token budget. Nothing below re-resolves them: a trainer reads its
+phase's settings (``RunContext.settings``). The plan also reads as its ``RunConfig``
+(``plan.model``, ``plan.eval``, ...: the validated config it was made from, which the legacy run
+id and ``config.yaml`` still come from).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from pathlib import Path
+
+from esopt import algorithms, engines
+from esopt.core import store
+from esopt.core.config import RunConfig, parse
+from esopt.core.errors import ConfigError
+
+PLAN_FILE = "plan.json"  # <run>/plan.json: the run's plan (RunPlan.to_json), beside config.yaml
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The run's task as it will be built."""
+
+    config: dict          # the task block with its source-dependent knobs resolved (tasks.resolved)
+    style: str            # the prompt style it is built with (tasks.prompt_style: task.style, else
+    #                       the model's prompt_style, else chat when the model has a chat template;
+    #                       a hub id that is not on disk and sets neither reads compact here, and
+    #                       its loaded tokenizer decides at run time)
+    max_new_tokens: int   # the task's generation budget for that style (used where eval.max_new_tokens,
+    #                       es.max_new_tokens or grpo.max_completion_length is null)
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """One phase of training (a single algorithm is one phase; a sequence has two)."""
+
+    algo: str             # the registered algorithm this phase runs
+    iterations: int       # its iterations (a sequence's share: sequence.split)
+    offset: int           # the run's iterations before it (its logged iteration numbers continue from here)
+    settings: Any         # its block resolved by its registry entry (Algorithm.resolve): ES's ESRun,
+    #                       GRPO's GRPOSettings with lr filled in; None when the entry resolves nothing
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run, validated and resolved (module docstring). Frozen: made once, read everywhere.
+
+    Attributes not declared here read through to :attr:`config` (``plan.model``, ``plan.sweep``),
+    so code written for a ``RunConfig`` reads a plan unchanged.
+    """
+
+    config: RunConfig          # the validated config (engine=auto picked, the run's own blocks, task
+    #                            knobs and eval.problems resolved); config.yaml and the legacy run id
+    engine_config: Any         # the engine block typed (esopt.engines.EngineConfig subclass)
+    task_spec: TaskSpec        # the task as it will be built: knobs, prompt style, token budget
+    phases: tuple = ()         # PhasePlan per training phase, in order; () = trains nothing (algo=none)
+    run_id: str = ""           # the hash of the resolved plan (esopt.runtime.validate.identity)
+    legacy_id: str = ""        # the id the run had before ids hashed the plan (validate.legacy_identity)
+    config_id: str = ""        # the run id without the seed: its seed replicates share it (the auto pruner)
+    inputs: dict = field(default_factory=dict)  # fingerprints of its local inputs (data file, weights)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "config":
+            raise AttributeError(name)
+        config = self.__dict__.get("config")
+        if config is None:
+            raise AttributeError(name)
+        return getattr(config, name)
+
+    def phase(self, algo: str) -> PhasePlan:
+        """The phase that runs ``algo`` (KeyError when none does)."""
+        for p in self.phases:
+            if p.algo == algo:
+                return p
+        raise KeyError(f"run {self.config.algo!r} has no phase {algo!r}")
+
+    def axis(self, key: str) -> Any:
+        """The value a top-level axis (``sigma``, ``lr``, ...) takes in this run: the resolved one
+        when exactly one phase's settings hold it (ES's sigma; ES's or GRPO's lr alone; a
+        sequence's lr is each phase's own, so none), None when the algorithm does not read it,
+        else the config's."""
+        if not algorithms.get(self.config.algo).uses(key):
+            return None
+        held = [getattr(p.settings, key) for p in self.phases if hasattr(p.settings, key)]
+        return held[0] if len(held) == 1 else getattr(self.config, key)
+
+    def replace_config(self, **changes: Any) -> "RunPlan":
+        """The same plan over a changed config (e.g. ``algo=none`` for a one-off evaluation)."""
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, **changes))
+
+    def to_dict(self) -> dict:
+        """The run's config (as ``config.yaml`` holds it); :meth:`resolved` adds what was resolved."""
+        return self.config.to_dict()
+
+    def resolved(self) -> dict:
+        """What validation resolved, as plain JSON (``<run>/plan.json``): the engine, the task
+        spec and each phase's settings."""
+        return {"algo": self.config.algo, "run_id": self.run_id, "legacy_id": self.legacy_id,
+                "config_id": self.config_id, "inputs": self.inputs, "engine": dataclasses.asdict(self.engine_config),
+                "task": dataclasses.asdict(self.task_spec),
+                "phases": [{"algo": p.algo, "iterations": p.iterations, "offset": p.offset,
+                            "settings": settings_dict(p.settings), "type": settings_type(p.settings)}
+                           for p in self.phases]}
+
+    def to_json(self) -> str:
+        """The plan as one JSON document: the config and what was resolved (:meth:`from_json`
+        reads it back: the sweeper ships it to the run's worker, analyses read ``plan.json``)."""
+        return json.dumps({"config": self.to_dict(), "resolved": self.resolved()}, sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunPlan":
+        """The plan :meth:`to_json` wrote, rebuilt without resolving anything again (the config's
+        types and ranges are re-read by ``esopt.core.config.parse``; ConfigError on a bad file)."""
+        d = json.loads(text)
+        resolved = d["resolved"]
+        engine = dict(resolved["engine"])
+        phases = tuple(PhasePlan(p["algo"], int(p["iterations"]), int(p["offset"]),
+                                 None if p["settings"] is None else algorithms.load(p["type"])(**p["settings"]))
+                       for p in resolved["phases"])
+        return cls(parse(d["config"], blocks=algorithms.blocks()), engines.ENGINES[engine["name"]](**engine),
+                   TaskSpec(**resolved["task"]), phases, resolved["run_id"], resolved["legacy_id"],
+                   resolved["config_id"], dict(resolved["inputs"]))
+
+
+LEGACY_KEPT = ("completed", "pruned")  # a run recorded so under its legacy id is not run again
+
+
+def recorded_id(plan: RunPlan, note: bool = True) -> str:
+    """The id under which the run is (to be) recorded: ``plan.run_id``, unless nothing is
+    recorded under it and the run was recorded completed or pruned under ``plan.legacy_id`` (a
+    run finished before ids hashed the resolved plan): then that one, so the finished run is
+    found and kept, never rerun; ``note`` prints one line saying where."""
+    sweep = plan.sweep
+    if store.RunDir.for_run(sweep.root, sweep.name, plan.run_id).status is not None:
+        return plan.run_id
+    rd = store.RunDir.for_run(sweep.root, sweep.name, plan.legacy_id)
+    if plan.legacy_id != plan.run_id and rd.status in LEGACY_KEPT:
+        if note:
+            print(f"esopt: note: run {plan.run_id} is recorded {rd.status} under its earlier id "
+                  f"{plan.legacy_id}; kept there ({rd.path})", file=sys.stderr)
+        return plan.legacy_id
+    return plan.run_id
+
+
+def settings_type(settings: Any) -> str | None:
+    """``"module:Class"`` of a phase's settings (None stays None), for :meth:`RunPlan.from_json`."""
+    return None if settings is None else f"{type(settings).__module__}:{type(settings).__qualname__}"
+
+
+def settings_dict(settings: Any) -> dict | None:
+    """A phase's settings as a plain dict (None stays None)."""
+    if settings is None:
+        return None
+    return dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else dict(settings)
+
+
+def write(plan: RunPlan, run_dir: str | Path) -> Path:
+    """``<run_dir>/plan.json`` (atomically); returns its path."""
+    path = Path(run_dir) / PLAN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store.atomic_write_text(path, plan.to_json())
+    return path
+
+
+def load(run_dir: str | Path) -> RunPlan | None:
+    """The plan a run recorded (``<run_dir>/plan.json``); None when it has none (a run recorded
+    before plans were written: read its config.yaml through validate instead)."""
+    path = Path(run_dir) / PLAN_FILE
+    if not path.is_file():
+        return None
+    try:
+        return RunPlan.from_json(path.read_text())
+    except (ValueError, KeyError, TypeError, AttributeError, ImportError) as e:
+        raise ConfigError(f"unreadable {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None

@@ -1,0 +1,129 @@
+"""The run's plan (esopt.runtime.runplan): resolved once by validate, and the run id it hashes."""
+
+import dataclasses
+import json
+
+import pytest
+
+from esopt.core import store
+from esopt.runtime.runplan import RunPlan, recorded_id
+from esopt.runtime.validate import legacy_run_id, run_id
+from helpers import run_config
+
+TINY = ("model=tiny-xs", "iterations=4", "pop=4", "es.batch_size=4", "eval.problems=4")
+
+
+def plan(*overrides: str, root=None) -> RunPlan:
+    extra = (f"sweep.root={root}",) if root is not None else ()
+    return run_config(*TINY, *overrides, *extra, check_data=False)
+
+
+def test_es_plan_holds_its_resolved_block_the_engine_and_the_task_spec():
+    p = plan("algo=es")
+    assert isinstance(p, RunPlan)
+    assert (p.run_id, p.legacy_id) == (run_id(p), legacy_run_id(p))
+    (phase,) = p.phases
+    es = phase.settings
+    # tiny-xs's hparams (conf/model/tiny-xs.yaml): es_sigma 0.01, es_lr 0.005
+    assert (phase.algo, phase.iterations, phase.offset) == ("es", 4, 0)
+    assert (es.sigma, es.lr, es.pop, es.iterations, es.seed, es.batch_size) == (0.01, 0.005, 4, 4, 0, 4)
+    assert p.engine_config.name == p.engine["name"] != "auto"    # engine=auto picked
+    assert (p.task_spec.style, p.task_spec.max_new_tokens) == ("compact", 24)
+    assert p.model["name"] == "tiny-xs" and p.sigma is None      # the config as written reads through
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.phases = ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        es.sigma = 0.5
+    json.loads(p.to_json())  # plain JSON
+
+
+def test_sequence_plan_holds_each_phase_with_its_share_of_the_iterations():
+    p = plan("algo=es_grpo", "es.sigma=0.02")
+    assert [(q.algo, q.iterations, q.offset) for q in p.phases] == [("es", 2, 0), ("grpo", 2, 2)]
+    assert p.phase("es").settings.sigma == 0.02 and p.phase("es").settings.iterations == 2
+    assert p.phase("grpo").settings.lr == 1e-4                   # tiny-xs's grpo_lr
+    assert plan("algo=none").phases == ()
+
+
+@pytest.mark.parametrize("algo, stated", [
+    ("es", ("sigma=0.01", "lr=0.005")),
+    ("es", ("es.sigma=0.01", "es.lr=0.005")),
+    ("grpo", ("lr=1e-4",)),
+    ("grpo", ("grpo.lr=0.0001",)),
+    ("random_search", ("sigma=0.01",)),
+    ("grpo_es", ("es.sigma=0.01", "grpo.lr=1e-4")),
+])
+def test_a_stated_default_and_an_implied_one_are_one_run(algo, stated):
+    implied = plan(f"algo={algo}")
+    given = plan(f"algo={algo}", *stated)
+    assert run_id(given) == run_id(implied)
+    assert legacy_run_id(given) != legacy_run_id(implied)        # the ids before the plan differed
+
+
+def test_another_value_is_another_run_and_what_an_algorithm_does_not_read_is_no_run():
+    assert run_id(plan("algo=es", "sigma=0.02")) != run_id(plan("algo=es"))
+    assert run_id(plan("algo=grpo", "lr=3e-4")) != run_id(plan("algo=grpo"))
+    assert run_id(plan("algo=random_search", "es.lr=0.5")) == run_id(plan("algo=random_search"))  # no lr read
+    assert run_id(plan("algo=none", "sigma=0.5")) == run_id(plan("algo=none"))
+
+
+def test_a_run_that_trains_nothing_keeps_its_id():
+    p = plan("algo=none")
+    assert run_id(p) == legacy_run_id(p)
+
+
+def _record(p: RunPlan, rid: str, status: str) -> None:
+    rd = store.RunDir.for_run(p.sweep.root, p.sweep.name, rid)
+    rd.path.mkdir(parents=True)
+    rd.write_summary({"status": status, "run_id": rid})
+
+
+@pytest.mark.parametrize("status, kept", [("completed", True), ("pruned", True), ("failed", False),
+                                          ("running", False)])
+def test_a_run_recorded_under_its_legacy_id_is_found_there_when_it_ended(tmp_path, capsys, status, kept):
+    p = plan("algo=es", "sigma=0.01", root=tmp_path)
+    old, new = legacy_run_id(p), run_id(p)
+    assert old != new and recorded_id(p) == new                  # nothing recorded: the new id
+    _record(p, old, status)
+    assert recorded_id(p) == (old if kept else new)
+    assert (f"recorded {status} under its earlier id {old}" in capsys.readouterr().err) == kept
+    _record(p, new, "running")                                   # once the new id has a record, it is the run
+    assert recorded_id(p) == new
+
+
+@pytest.mark.parametrize("algo", ["none", "es", "grpo", "es_grpo", "random_search"])
+def test_the_plan_reads_back_from_its_json_as_it_was(algo):
+    p = plan(f"algo={algo}", "sigma=0.02" if algo in ("es", "random_search") else "seed=1")
+    back = RunPlan.from_json(p.to_json())
+    assert back == p and run_id(back) == run_id(p)
+    assert back.to_json() == p.to_json()
+
+
+def test_a_multirun_worker_reads_the_plan_the_sweeper_shipped(tmp_path):
+    """The sweeper writes <run>/plan.json and adds +run_plan=<run id>; the worker's task
+    function takes that plan as it is (no second validation), and a torn file is one line."""
+    from esopt.cli.sweep import SHIPPED, shipped_plan
+    from esopt.core.errors import ConfigError
+    from esopt.runtime import runplan
+    from helpers import compose
+
+    p = plan("algo=es", root=tmp_path)
+    rid = run_id(p)
+    path = runplan.write(p, store.RunDir.for_run(p.sweep.root, p.sweep.name, rid).path)
+    cfg = compose(*TINY, "algo=es", f"sweep.root={tmp_path}", f"+{SHIPPED}={rid}")
+    assert shipped_plan(cfg) == p and SHIPPED not in cfg
+    assert shipped_plan(compose(*TINY, "algo=es", f"sweep.root={tmp_path}")) is None
+    assert runplan.load(path.parent) == p
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(ConfigError, match="unreadable .*plan.json"):
+        runplan.load(path.parent)
+
+
+def test_the_summary_axes_are_the_plans_resolved_values():
+    """summary.json's sigma / lr (run._first_summary) come from the plan, not patched in later."""
+    assert (plan("algo=es").axis("sigma"), plan("algo=es").axis("lr")) == (0.01, 0.005)
+    assert (plan("algo=grpo").axis("sigma"), plan("algo=grpo").axis("lr")) == (None, 1e-4)
+    assert (plan("algo=random_search").axis("sigma"), plan("algo=random_search").axis("lr")) == (0.01, None)
+    seq = plan("algo=grpo_es", "es.sigma=0.02")
+    assert (seq.axis("sigma"), seq.axis("lr")) == (0.02, None)  # each phase has its own lr
+    assert (plan("algo=none").axis("sigma"), plan("algo=none").axis("pop")) == (None, None)
