@@ -90,7 +90,7 @@ class Block:
         return tuple(load(self.speed_only))
 
     def neutral_values(self) -> tuple[tuple[str, Any], ...]:
-        return tuple(_load(self.id_neutral))
+        return tuple(load(self.id_neutral))
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,9 @@ def identity(plan: RunPlan | RunConfig) -> dict:
         if phase.settings is None:
             continue
         for b in algorithms.get(phase.algo).blocks:
-            resolved = {k: getattr(phase.settings, k) for k in b.keys() if k not in b.speed_keys()}
+            neutral = dict(b.neutral_values())  # a later knob at its neutral value: not in the id
+            resolved = {k: getattr(phase.settings, k) for k in b.keys()
+                        if k not in b.speed_keys() and not (k in neutral and getattr(phase.settings, k) == neutral[k])}
             d[b.name] = {k: v for k, v in resolved.items() if k not in algorithms.AXES or algo.uses(k)}
     if plan.phases:
         for key in ("sigma", "lr"):  # resolved into the blocks above
