@@ -131,8 +131,48 @@ class ESWorkerExtension:
         self._es().restore()
 
     def es_update(self, seeds: list[int], weights: list[float], lr: float, rank: int | None = None,
-                  n: int | None = None) -> float:
-        return self._es().update(seeds, weights, lr, rank, n)
+                  n: int | None = None, targets: str = "all") -> float:
+        return self._es().update(seeds, weights, lr, rank, n, targets)
+
+    @torch.no_grad()
+    def es_write_adapters(self, root: str, members: list[tuple[int, float]], sigma: float, rank: int) -> list[str]:
+        """Write one LoRA adapter folder per member under ``root`` (``esopt.engines.lora``): the
+        member's low-rank perturbation of every linear layer, drawn here, on the worker's
+        device, from the same HF-named views the update uses (the same noise as ES's)."""
+        from pathlib import Path
+
+        from esopt.engines import lora
+
+        params = self._es().params
+        gen = torch.Generator(device=params[0][1].device)
+        out = []
+        for k, (seed, sign) in enumerate(members):
+            fac = lora.member_factors(params, int(seed), float(sign), float(sigma), int(rank), gen)
+            out.append(str(lora.write_adapter(Path(root) / f"member{k}", fac, int(rank))))
+        return out
+
+    def esopt_lora_unreached(self) -> str | None:
+        """The first linear layer (HF module name) that no LoRA-carrying vLLM module covers
+        (fused q/k/v and gate/up count for their parts); None when LoRA reaches them all."""
+        from esopt.engines import lora
+
+        mods = set(self.esopt_lora_modules() or [])
+        packed = dict(getattr(self.model_runner.model, "packed_modules_mapping", None) or {})
+        part_of = {part: fused for fused, parts in packed.items() for part in parts}
+        for name, _ in lora.select(self._es().params, "linear"):
+            module = name[: -len(".weight")]
+            parent, _, short = module.rpartition(".")
+            if f"{parent}.{part_of.get(short, short)}" not in mods:
+                return module
+        return None
+
+    def esopt_lora_modules(self) -> list[str] | None:
+        """Names of the worker model's modules that carry LoRA (None: LoRA is off)."""
+        mgr = getattr(self.model_runner, "lora_manager", None)
+        if mgr is None:
+            return None
+        inner = getattr(mgr, "_adapter_manager", mgr)
+        return sorted(getattr(inner, "modules", {}) or {})
 
     def es_checksum(self) -> int:
         return self._es().checksum()
@@ -210,9 +250,10 @@ class VLLMWeights:
     def restore(self) -> None:
         self._rpc("es_restore")
 
-    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None) -> float:
+    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None,
+               targets: str = "all") -> float:
         return float(self._rpc("es_update", [int(s) for s in seeds], [float(w) for w in weights], float(lr),
-                               rank, n))
+                               rank, n, targets))
 
     def checksum(self) -> int:
         return int(self._rpc("es_checksum"))

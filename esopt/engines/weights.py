@@ -105,11 +105,19 @@ class Weights:
         self._fixups = None
 
     def update(self, seeds: Sequence[int], weights: Sequence[float], lr: float, rank: int | None = None,
-               n: int | None = None) -> float:
-        """``theta += (lr / N) * sum_i weights_i * eps(seeds_i)`` (``noise.update``); the step's norm."""
+               n: int | None = None, targets: str = "all") -> float:
+        """``theta += (lr / N) * sum_i weights_i * eps(seeds_i)`` (``noise.update``); the step's norm.
+        ``targets``: ``all`` tensors, or ``linear`` (the linear layers' weights only,
+        ``esopt.engines.lora``: what a LoRA member perturbs)."""
+        from esopt.engines import lora
+
         if self.pending:
             raise RuntimeError("update with a pending perturbation")
-        return noise.update(self._named(), seeds, weights, lr, rank, n)
+        named = self._named()
+        if targets != "all":  # select by the HF name, not the shard-suffixed seed name
+            keep = {n for n, _ in lora.select(self.params, targets)}
+            named = [(sn, w) for (n, _), (sn, w) in zip(self.params, named) if n in keep]
+        return noise.update(named, seeds, weights, lr, rank, n)
 
     def checksum(self) -> int:
         return noise.checksum(self.params)
