@@ -89,12 +89,15 @@ def hf_views(model, vocab_size: int) -> list[tuple[str, torch.Tensor]]:
             raise RuntimeError(
                 f"vLLM parameter {name} is empty: its weight was repacked for the CPU kernels "
                 f"({PREPACK_ENV}=1?); ES and weight sync need live weights")
+        name = name.replace(".base_layer.", ".")  # LoRA on: vLLM wraps each layer (its weight: base_layer)
         module_name, _, leaf = name.rpartition(".")
         parent, _, short = module_name.rpartition(".")
         if short in packed:
             parts = packed[short]
             start = 0
-            for part, rows in zip(parts, _split_sizes(modules[module_name], len(parts))):
+            module = modules[module_name]
+            module = getattr(module, "base_layer", module)  # LoRA's wrapper holds the fused layer
+            for part, rows in zip(parts, _split_sizes(module, len(parts))):
                 out.append((f"{parent}.{part}.{leaf}", data[start:start + rows]))
                 start += rows
             if start != data.shape[0]:
