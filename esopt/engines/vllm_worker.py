@@ -126,9 +126,10 @@ class ESWorkerExtension:
         return hf_views(self.model_runner.model, vocab)
 
     # --- ES (esopt.engines.weights.Weights, keyed by HF names) ----------------------------
-    def es_perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
+    def es_perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None,
+                   targets: str = "all") -> int:
         """Perturb in place; returns the bytes held for the exact restore."""
-        return self._es().perturb(member_seed, sigma, sign, rank)
+        return self._es().perturb(member_seed, sigma, sign, rank, targets)
 
     def es_restore(self) -> None:
         self._es().restore()
@@ -247,8 +248,9 @@ class VLLMWeights:
     def _rpc(self, method: str, *args):
         return self.llm.collective_rpc(method, args=tuple(args))[0]
 
-    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
-        return int(self._rpc("es_perturb", int(member_seed), float(sigma), float(sign), rank))
+    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None,
+                targets: str = "all") -> int:
+        return int(self._rpc("es_perturb", int(member_seed), float(sigma), float(sign), rank, targets))
 
     def restore(self) -> None:
         self._rpc("es_restore")

@@ -1,0 +1,103 @@
+"""engine=vllm es.batched=true: the ES population in one vLLM ``generate`` call, each member a
+LoRA adapter (esopt/engines/lora.py, issue 43). These need vLLM and a model it serves (the
+tiny model, fp32, on vLLM's CPU build): what is checked is vLLM's own multi-LoRA batching and
+adapter loading, which nothing but a real engine runs. One engine (LoRA on, room for POP
+members of rank RANK) serves the module; a few members, short prompts and completions.
+"""
+
+import pytest
+import torch
+from helpers import require_vllm, run_config, vllm_tiny
+
+from esopt import models
+from esopt.algorithms.es import ESRun, es_step
+from esopt.engines import lora
+from esopt.engines.hf import HFEngine
+from esopt.runtime.run import load_components
+
+pytestmark = pytest.mark.vllm
+
+POP, RANK, PROMPTS = 4, 2, 4
+ARGS = ("engine=vllm", "algo=es", "es.batched=true", f"es.rank={RANK}", f"pop={POP}",
+        f"es.batch_size={PROMPTS}", "es.max_new_tokens=12", "sigma=0.05", "lr=0.02")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    require_vllm()
+    tiny = vllm_tiny()
+    rc = run_config(*tiny, *ARGS)
+    model, tok, engine, task = load_components(rc)
+    return tiny, rc, tok, engine, task
+
+
+def fresh_model(tiny):
+    m = dict(o.split("=", 1) for o in tiny)
+    return models.load(m["model"], path=m.get("model.path"))[0]
+
+
+def test_batched_iteration_equals_the_hf_engines_batched_lowrank_iteration(setup):
+    """The same ES: one iteration's greedy member rewards and its update equal the hf engine's
+    batched low-rank iteration over the same scope (es.targets=linear); embeddings, norms and
+    the lm_head are neither perturbed nor updated."""
+    tiny, rc, tok, engine, task = setup
+    engine.sync_from(fresh_model(tiny))
+    es = ESRun.from_run(rc).validate()
+    assert (es.noise_rank, es.noise_targets, es.label) == (RANK, "linear", "EGGROLL r=2, linear layers")
+    rows = task.split("train")
+    got = es_step(engine, task, rows, es, 3)
+
+    hf_model = fresh_model(tiny)
+    want = es_step(HFEngine(hf_model, tok, device="cpu"), task, rows, es, 3)
+    assert got["rewards"] == want["rewards"]
+    assert len(set(got["rewards"])) > 1, "members must differ for the update to mean anything"
+
+    base = dict(fresh_model(tiny).named_parameters())
+    vllm_model = fresh_model(tiny)
+    engine.sync_to(vllm_model)
+    moved = 0
+    for name, p in vllm_model.named_parameters():
+        q = dict(hf_model.named_parameters())[name]
+        torch.testing.assert_close(p, q, atol=1e-7, rtol=1e-6)  # fp32 round-off (in fact bitwise here)
+        if lora.is_linear_target(name, p.shape):
+            moved += not torch.equal(p, base[name])
+        else:
+            assert torch.equal(p, base[name]), f"{name} is not a LoRA target and must not move"
+    assert moved == len(lora.select(base, "linear"))
+
+
+def test_batched_member_equals_member_applied_alone(setup):
+    """A batched member's greedy completions equal those of its weights written into the
+    engine (the same low-rank edit of the linear layers, in place) and generated alone; the
+    members differ from each other and from the base."""
+    tiny, rc, tok, engine, task = setup
+    engine.sync_from(fresh_model(tiny))
+    prompts = [r["prompt"] for r in task.split("train")][:PROMPTS]
+    members = [(101, 1.0), (101, -1.0), (202, 1.0)]
+    kw = dict(max_new_tokens=12)
+    gens = engine.generate_population(prompts, members, 0.05, rank=RANK, **kw)
+    ops = engine.weights()
+    before = ops.checksum()
+    for (seed, sign), g in zip(members, gens):
+        ops.perturb(seed, 0.05, sign, RANK, targets="linear")
+        try:
+            alone = engine.generate(prompts, **kw)
+        finally:
+            ops.restore()
+        assert g.completions == alone.completions and g.token_ids == alone.token_ids
+    assert ops.checksum() == before
+    texts = [str(g.completions) for g in gens]
+    assert len(set(texts)) == len(members)
+    assert str(engine.generate(prompts, **kw).completions) not in texts
+
+
+def test_adapters_do_not_accumulate(setup):
+    """Adapters are unloaded and their folder removed after each call."""
+    from esopt.engines import vllm as vllm_engine
+
+    tiny, rc, tok, engine, task = setup
+    prompts = [r["prompt"] for r in task.split("train")][:2]
+    for it in range(3):
+        engine.generate_population(prompts, [(it, 1.0), (it + 7, 1.0)], 0.05, rank=RANK, max_new_tokens=4)
+    assert engine.llm.llm_engine.list_loras() == set()
+    assert not list(vllm_engine._scratch_dir().glob("lora-*"))
