@@ -101,3 +101,19 @@ def test_adapters_do_not_accumulate(setup):
         engine.generate_population(prompts, [(it, 1.0), (it + 7, 1.0)], 0.05, rank=RANK, max_new_tokens=4)
     assert engine.llm.llm_engine.list_loras() == set()
     assert not list(vllm_engine._scratch_dir().glob("lora-*"))
+
+
+def test_model_without_lora_in_vllm_is_refused_before_running(tmp_path):
+    """An architecture vLLM has no LoRA for (Bloom in vLLM 0.32): one ConfigError line before
+    any run. Needs vLLM: the answer is vLLM's model registry's."""
+    import json
+
+    from esopt.core.errors import ConfigError
+    from esopt.engines import parse
+    from esopt.engines.vllm import VLLMEngine
+
+    require_vllm()
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BloomForCausalLM"], "model_type": "bloom",
+                                                      "hidden_size": 64, "n_head": 2, "n_layer": 1}))
+    with pytest.raises(ConfigError, match="vLLM has no LoRA for BloomForCausalLM"):
+        VLLMEngine.check_population(parse({"name": "vllm"}), {"name": "tiny-s", "path": str(tmp_path)}, 2)
