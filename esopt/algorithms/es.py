@@ -168,6 +168,20 @@ def validate(cfg) -> None:
         check(engines.parse(cfg.engine), model, es.noise_rank)
 
 
+def noise_label(cfg) -> str | None:
+    """How a run's ES perturbs, for tables (dry run, report): ``full-rank`` (the study's ES) or
+    ``EGGROLL r=<rank>[, linear layers]`` (low-rank batched ES is EGGROLL, not the study's ES);
+    None when the run's algorithm does not read the ``es`` block."""
+    from esopt import algorithms
+
+    try:
+        if not algorithms.get(cfg.algo).uses("es"):
+            return None
+        return ESRun.from_run(cfg).label
+    except Exception:  # noqa: BLE001 - a label never takes a table down
+        return None
+
+
 def estimate_tokens(cfg, iterations: int, budget: int, train_rows: int | None = None) -> int:
     """Upper bound on ES's generated training tokens: iterations * pop * prompts per iteration
     (:func:`prompts_per_iteration`: es.batch_size clamped to the ``train_rows`` of the train
@@ -263,6 +277,8 @@ def train(ctx) -> None:
     es.iterations = int(ctx.iterations)
     es.validate()
     # the summary's lr is ES's only when ES is the whole run; in a sequence GRPO's lr is its own
-    ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr,
+    # the rank in summary.json: low-rank (EGGROLL) runs are not the study's full-rank ES
+    ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr, es_rank=es.noise_rank,
+                      es_targets=es.noise_targets, es_noise=es.label,
                       **({"lr": es.lr} if ctx.phase == ctx.cfg.algo else {}))
     trainer.train(ctx, ES(es))

@@ -316,6 +316,11 @@ class EsoptSweeper(Sweeper):
                 row["status"] = job.before or "new"
                 row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
                 row["max_tokens"] = estimate_tokens(job.rc)
+                from esopt.algorithms.es import noise_label
+
+                label = noise_label(job.rc)  # low-rank ES is EGGROLL, not the study's full-rank ES
+                if label is not None:
+                    row["es_noise"] = label
                 row["engine"] = job.rc.engine["name"]  # what engine=auto picked, or the forced one
                 row["engine_version"] = engines.library_version(job.rc.engine) or "not installed"
             else:
