@@ -65,6 +65,94 @@ def _keep_cpu_weights_live() -> bool:
 NO_PACK = _keep_cpu_weights_live()
 
 
+# --- CPU multi-LoRA: one GEMM over every adapter slot instead of per-token weight copies ------
+def _slots(weights: torch.Tensor) -> torch.Tensor:
+    return weights.squeeze(1) if weights.dim() == 4 else weights  # [L, rows, cols]
+
+
+def _shrink(inputs, lora_a, idx, dtype):
+    """``x_t @ A[idx_t]^T`` for every token t: ``[T, r]``. One ``[T, n] x [n, L*r]`` GEMM over all
+    L adapter slots, then each token's slot is picked (vLLM's CPU op gathers a per-token copy of
+    the adapter, ``[T, r, n]``: in a prefill of thousands of tokens that copy is the cost)."""
+    w = _slots(lora_a).to(dtype)  # [L, r, n]
+    n_slots, r, n = w.shape
+    full = inputs.to(dtype) @ w.reshape(n_slots * r, n).t()  # [T, L*r]
+    idx = (idx.long() % n_slots).view(-1, 1, 1).expand(-1, 1, r)  # negative indices as Python's
+    return full.view(-1, n_slots, r).gather(1, idx).squeeze(1)
+
+
+def _placed(inputs, n_slots: int, r: int, idx, dtype):
+    """``[T, L*r]``: each token's inputs in its adapter slot's columns, zeros elsewhere."""
+    x = inputs.to(dtype)
+    placed = torch.zeros(x.shape[0], n_slots, r, dtype=dtype, device=x.device)
+    placed.scatter_(1, (idx.long() % n_slots).view(-1, 1, 1).expand(-1, 1, r), x[:, None, :r])
+    return placed.view(x.shape[0], n_slots * r)
+
+
+def _expand_into(out, inputs, lora_b, idx, add: bool) -> None:
+    """``out[t] (+)= B[idx_t] @ x_t`` for every token t, as one GEMM of the tokens' inputs placed
+    in their slot's columns with all slots' B stacked, accumulated into ``out`` in place."""
+    w = _slots(lora_b).to(out.dtype)  # [L, out, r]
+    n_slots, width, r = w.shape
+    placed = _placed(inputs, n_slots, r, idx, out.dtype)
+    stacked = w.transpose(1, 2).reshape(n_slots * r, width)
+    rows = placed.shape[0]
+    if rows == 1 and out.shape[0] != 1:  # vLLM's broadcast of a single row
+        placed, rows = placed.expand(out.shape[0], -1), out.shape[0]
+    cols = min(width, out.shape[1])
+    target = out[:rows, :cols]
+    if add:
+        target.addmm_(placed, stacked[:, :cols])
+    else:
+        torch.mm(placed, stacked[:, :cols], out=target) if target.is_contiguous() else \
+            target.copy_(placed @ stacked[:, :cols])
+
+
+def bgmv_shrink(inputs, lora_a_weights, output_tensor, lora_indices_tensor, scaling: float = 1.0):
+    outputs = _shrink(inputs, lora_a_weights, lora_indices_tensor, output_tensor.dtype)
+    output_tensor[:, : outputs.shape[1]] = scaling * outputs
+
+
+def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs: bool = True):
+    _expand_into(output_tensor, inputs, lora_b_weights, lora_indices_tensor, add_inputs)
+
+
+def bgmv_expand_slice(inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset: int,
+                      slice_size: int, add_inputs: bool = True):
+    _expand_into(output_tensor[:, slice_offset:slice_offset + slice_size], inputs, lora_b_weights,
+                 lora_indices_tensor, add_inputs)
+
+
+def _fast_cpu_lora() -> bool:
+    """On a CPU worker, replace vLLM's torch LoRA ops (``vllm.lora.ops.torch_ops``, which the CPU
+    punica wrapper and its sgmv ops call) with the GEMM forms above: the same sums in another
+    order. ``ESOPT_VLLM_CPU_LORA_OPS=vllm`` keeps vLLM's."""
+    if os.environ.get("ESOPT_VLLM_CPU_LORA_OPS", "") == "vllm":
+        return False
+    try:
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return False
+        import vllm.lora.ops.torch_ops.lora_ops as ops
+        import vllm.lora.punica_wrapper.punica_cpu as punica_cpu
+    except Exception:  # noqa: BLE001 - vllm absent, or another layout: vLLM's own ops stay
+        return False
+    for name, fn in (("bgmv_shrink", bgmv_shrink), ("bgmv_expand", bgmv_expand),
+                     ("bgmv_expand_slice", bgmv_expand_slice)):
+        if not hasattr(ops, name):
+            return False
+    for mod in (ops, punica_cpu):
+        for name, fn in (("bgmv_shrink", bgmv_shrink), ("bgmv_expand", bgmv_expand),
+                         ("bgmv_expand_slice", bgmv_expand_slice)):
+            if hasattr(mod, name):
+                setattr(mod, name, fn)
+    return True
+
+
+FAST_CPU_LORA = _fast_cpu_lora()
+
+
 def _split_sizes(module, parts: int) -> list[int]:
     """Row counts of the HF tensors fused into ``module`` (``output_sizes`` of vLLM's
     QKVParallelLinear / MergedColumnParallelLinear, one tensor-parallel rank)."""

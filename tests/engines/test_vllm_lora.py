@@ -117,3 +117,42 @@ def test_model_without_lora_in_vllm_is_refused_before_running(tmp_path):
                                                       "hidden_size": 64, "n_head": 2, "n_layer": 1}))
     with pytest.raises(ConfigError, match="vLLM has no LoRA for BloomForCausalLM"):
         VLLMEngine.check_population(parse({"name": "vllm"}), {"name": "tiny-s", "path": str(tmp_path)}, 2)
+
+
+def test_cpu_lora_ops_equal_vllms_own():
+    """The worker's GEMM forms of vLLM's CPU LoRA ops (esopt.engines.vllm_worker) compute what
+    vLLM's own torch ops do, up to summation order. Needs vLLM (its ops are the reference); no model."""
+    require_vllm()
+    import importlib
+
+    import vllm.lora.ops.torch_ops.lora_ops as patched
+
+    from esopt.engines import vllm_worker as w
+
+    assert w.FAST_CPU_LORA and patched.bgmv_expand is w.bgmv_expand
+    ref = importlib.reload(importlib.import_module("vllm.lora.ops.torch_ops.lora_ops"))  # vLLM's originals
+    try:
+        g = torch.Generator().manual_seed(0)
+        T, n, out, L, r = 13, 24, 40, 5, 8
+        x = torch.randn(T, n, generator=g)
+        a = torch.randn(L, 1, r, n, generator=g)
+        b = torch.randn(L, 1, out, r, generator=g)
+        idx = torch.randint(-1, L, (T,), generator=g)
+        ys = [torch.zeros(T, r), torch.zeros(T, r)]
+        ref.bgmv_shrink(x, a, ys[0], idx, 0.5)
+        w.bgmv_shrink(x, a, ys[1], idx, 0.5)
+        torch.testing.assert_close(ys[1], ys[0])
+        h = ys[0]
+        for add in (False, True):
+            o = [torch.randn(T, 3 * out, generator=g)] * 2
+            o = [o[0].clone(), o[0].clone()]
+            ref.bgmv_expand_slice(h, b, o[0], idx, out, out, add)
+            w.bgmv_expand_slice(h, b, o[1], idx, out, out, add)
+            torch.testing.assert_close(o[1], o[0])
+            o = [torch.randn(T, out, generator=g)] * 2
+            o = [o[0].clone(), o[0].clone()]
+            ref.bgmv_expand(h, b, o[0], idx, add)
+            w.bgmv_expand(h, b, o[1], idx, add)
+            torch.testing.assert_close(o[1], o[0])
+    finally:
+        w._fast_cpu_lora()  # the reload put vLLM's ops back: the worker's again
