@@ -65,6 +65,9 @@ def placement(cfg: RunConfig, device: str) -> tuple[dict, str]:
     it by gradients beside the engine on the same GPU (its entry's ``gpu_share``, GRPO): then
     the engine's GPU memory share is capped by that key's value."""
     engine_cfg = dict(cfg.engine)
+    prepare = getattr(engines.engine_class(engine_cfg), "prepare", None)  # e.g. vLLM: LoRA for es.batched
+    if prepare is not None:
+        engine_cfg = prepare(engine_cfg, cfg)
     if not engines.engine_class(engine_cfg).holds_weights:
         return engine_cfg, device
     share_key = algorithms.get(cfg.algo).gpu_share

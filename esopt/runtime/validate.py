@@ -247,6 +247,8 @@ def legacy_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
     if d["eval"].get("ood_task") is None:  # runs without an OOD set keep their earlier ids
         for key in ("ood_task", "ood_split", "ood_problems"):
             d["eval"].pop(key, None)
+    if isinstance(d.get("es"), dict) and d["es"].get("targets", "") is None:  # the engine's default:
+        d["es"].pop("targets")  # the ids ES runs had before es.targets (the engine name is in the id)
     algo = algorithms.get(rc.algo)
     for b in algo.blocks:  # how fast, never what: the same run (each is tested bitwise)
         for key in b.speed_keys():
