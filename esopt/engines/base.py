@@ -22,6 +22,19 @@ class Generation:
     entropy: list[list[float]] | None  # per-sample token-mean entropy (nats) if requested
     n_tokens: int  # total generated tokens (sum of lengths)
 
+    def split(self, parts: int) -> list["Generation"]:
+        """``parts`` equal consecutive slices of the prompts (one batched call over a population
+        whose member k generated prompts ``k * P .. (k + 1) * P - 1``)."""
+        P = len(self.completions) // parts if parts else 0
+        out = []
+        for k in range(parts):
+            sl = slice(k * P, (k + 1) * P)
+            out.append(Generation(
+                completions=self.completions[sl], token_ids=self.token_ids[sl], lengths=self.lengths[sl],
+                entropy=self.entropy[sl] if self.entropy is not None else None,
+                n_tokens=int(sum(sum(x) for x in self.lengths[sl]))))
+        return out
+
 
 class WeightOps(Protocol):
     """ES's weight operations on the weights an engine generates with

@@ -236,11 +236,6 @@ def generate(engine, prompts: Sequence[str], members: Sequence[tuple[int, float]
         pf = PopulationForward(engine.model, group, sigma, rank, R, targets)
         with _max_batch(engine, len(group) * R), pf:
             g = engine.generate(list(prompts) * len(group), n=n, **gen_kwargs)
-        for k in range(len(group)):
-            sl = slice(k * P, (k + 1) * P)
-            out.append(Generation(
-                completions=g.completions[sl], token_ids=g.token_ids[sl], lengths=g.lengths[sl],
-                entropy=g.entropy[sl] if g.entropy is not None else None,
-                n_tokens=int(sum(sum(x) for x in g.lengths[sl]))))
+        out.extend(g.split(len(group)))
         del pf
     return out

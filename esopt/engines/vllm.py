@@ -477,14 +477,7 @@ class VLLMEngine:
             for r in reqs:
                 self.llm.llm_engine.remove_lora(r.lora_int_id)
             shutil.rmtree(root, ignore_errors=True)
-        out = []
-        for k in range(len(members)):
-            sl = slice(k * P, (k + 1) * P)
-            out.append(Generation(
-                completions=g.completions[sl], token_ids=g.token_ids[sl], lengths=g.lengths[sl],
-                entropy=g.entropy[sl] if g.entropy is not None else None,
-                n_tokens=int(sum(sum(x) for x in g.lengths[sl]))))
-        return out
+        return g.split(len(members))
 
     # --- generation ------------------------------------------------------------------------
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
