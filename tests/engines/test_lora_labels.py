@@ -41,3 +41,17 @@ def test_runs_table_and_claims_say_low_rank():
     page = report.claims_html({"claims": [claim]}, report.low_rank_labels(runs))
     assert 'id="claims-low-rank"' in page and "yes (low-rank ES runs: EGGROLL r=2, linear layers)" in page
     assert "claims-low-rank" not in report.claims_html({"claims": [claim]}, [])
+
+
+def test_claims_json_and_its_table_name_low_rank_es_runs():
+    from esopt.study.claims import compute, table_lines
+
+    recs = [{"run_id": f"r{i}", "algo": a, "seed": i, "status": "completed", "model": "tiny-s",
+             **({"es_noise": "EGGROLL r=2, linear layers"} if a == "es" else {})}
+            for i, a in enumerate(("none", "es"))]
+    out = compute(recs)
+    assert out["cell"]["es_noise"] == ["EGGROLL r=2, linear layers"]
+    assert "low-rank ES runs (EGGROLL r=2, linear layers)" in table_lines(out)[1]
+    recs[1]["es_noise"] = "full-rank"
+    out = compute(recs)
+    assert out["cell"]["es_noise"] == ["full-rank"] and "low-rank" not in table_lines(out)[1]
