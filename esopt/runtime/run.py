@@ -236,10 +236,7 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
     algo = algorithms.get(cfg.algo)
     model, tokenizer, engine, task = load_components(cfg)
     summary["model"]["params"] = models.n_params(model)
-    params = {"model": cfg.model["name"], "params": summary["model"]["params"], "pop": cfg.pop,
-              "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo,
-              "config_id": cfg.config_id}
-    shared.trial = tuning.attach(cfg, rid, params)
+    shared.trial = tuning.attach(cfg.tuning_settings, rid, cfg.trial_attrs(summary["model"]["params"]))
     ood = ood_task(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
     ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
                      iterations=cfg.iterations, shared=shared, ood_task=ood)

@@ -61,19 +61,20 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     algo.validate(rc)
     engines.check(rc.engine, rc.model)
     layout(rc)  # the GPUs the run asks for must be the GPUs it uses
-    tuning.check(rc)
+    tuning_settings = tuning.check(rc)
     trackers.check(rc)
     if check_data:  # what the run will read and write: the task's data, a database tuning.storage
         _check_task_data(rc)
-        if rc.tuning.get("enabled", True):
-            tuning.check_storage(tuning.storage_url(rc))
-    return make_plan(rc, engine_config)
+        if tuning_settings.enabled:
+            tuning.check_storage(tuning_settings.storage)
+    return make_plan(rc, engine_config, tuning_settings)
 
 
-def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None) -> RunPlan:
+def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_settings: Any = None) -> RunPlan:
     """The run's :class:`RunPlan` from its validated config: each phase's block resolved through
     its registry entry (``Algorithm.resolve``, over the phase's share of the iterations:
-    ``Algorithm.budgets``), the typed engine block and the task spec. A plan is returned as it is."""
+    ``Algorithm.budgets``), the typed engine block, the task spec and the tuning settings
+    (``esopt.runtime.tuning.resolve``). A plan is returned as it is."""
     if isinstance(rc, RunPlan):
         return rc
     algo = algorithms.get(rc.algo)
@@ -84,7 +85,8 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None) -> RunPlan:
     style = task_style(rc.task, rc)
     spec = TaskSpec(dict(rc.task), style, tasks.task_class(rc.task["name"]).budgets.get(style))
     plan = RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine), spec,
-                   tuple(phases), inputs=input_fingerprints(rc))
+                   tuple(phases), inputs=input_fingerprints(rc),
+                   tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc))
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
                                config_id=config_id(plan))
 
