@@ -48,6 +48,8 @@ class TaskSpec:
     #                       its loaded tokenizer decides at run time)
     max_new_tokens: int   # the task's generation budget for that style (used where eval.max_new_tokens,
     #                       es.max_new_tokens or grpo.max_completion_length is null)
+    stated: str | None = None  # the style the config states (task.style, else model.prompt_style), which the
+    #                            run builds the task with; None = the loaded tokenizer decides (as `style` read it)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class RunPlan:
     config_id: str = ""        # the run id without the seed: its seed replicates share it (the auto pruner)
     inputs: dict = field(default_factory=dict)  # fingerprints of its local inputs (data file, weights)
     tuning_settings: TuningSettings | None = None  # the tuning block resolved (esopt.runtime.tuning.resolve)
+    ood_spec: TaskSpec | None = None  # eval.ood_task as it will be built; None = no out-of-domain set
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "config":
@@ -128,6 +131,7 @@ class RunPlan:
                 "config_id": self.config_id, "inputs": self.inputs, "engine": dataclasses.asdict(self.engine_config),
                 "task": dataclasses.asdict(self.task_spec),
                 "tuning": None if self.tuning_settings is None else dataclasses.asdict(self.tuning_settings),
+                "ood_task": None if self.ood_spec is None else dataclasses.asdict(self.ood_spec),
                 "phases": [{"algo": p.algo, "iterations": p.iterations, "offset": p.offset,
                             "settings": settings_dict(p.settings), "type": settings_type(p.settings)}
                            for p in self.phases]}
@@ -148,11 +152,12 @@ class RunPlan:
                                  None if p["settings"] is None else algorithms.load(p["type"])(**p["settings"]))
                        for p in resolved["phases"])
         config = parse(d["config"], blocks=algorithms.blocks())
-        tuning = resolved.get("tuning")  # absent from the plan.json of a run recorded before it was kept
+        tuning, ood = resolved.get("tuning"), resolved.get("ood_task")  # absent from an earlier plan.json
         return cls(config, engines.ENGINES[engine["name"]](**engine),
                    TaskSpec(**resolved["task"]), phases, resolved["run_id"], resolved["legacy_id"],
                    resolved["config_id"], dict(resolved["inputs"]),
-                   TuningSettings(**tuning) if tuning is not None else None)
+                   TuningSettings(**tuning) if tuning is not None else None,
+                   TaskSpec(**ood) if ood is not None else None)
 
 
 LEGACY_KEPT = ("completed", "pruned")  # a run recorded so under its legacy id is not run again

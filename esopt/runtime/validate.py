@@ -82,11 +82,11 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
     for name, n in zip(algo.phase_names(), algo.budgets(rc)):
         phases.append(PhasePlan(name, int(n), offset, algorithms.get(name).resolve(rc, n)))
         offset += int(n)
-    style = task_style(rc.task, rc)
-    spec = TaskSpec(dict(rc.task), style, tasks.task_class(rc.task["name"]).budgets.get(style))
-    plan = RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine), spec,
-                   tuple(phases), inputs=input_fingerprints(rc),
-                   tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc))
+    ood = rc.eval.ood_task
+    plan = RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine),
+                   task_spec(rc.task, rc), tuple(phases), inputs=input_fingerprints(rc),
+                   tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
+                   ood_spec=task_spec(ood, rc) if ood is not None else None)
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
                                config_id=config_id(plan))
 
@@ -156,6 +156,15 @@ def task_style(task_cfg: dict, rc: RunConfig) -> str:
     """The style the run will build this task with (``tasks.prompt_style``; before the
     tokenizer is loaded, the model's local directory tells whether it has a chat template)."""
     return tasks.prompt_style(task_cfg, models.local_dir(rc.model), rc.model.get("prompt_style"))
+
+
+def task_spec(task_cfg: dict, rc: RunConfig) -> TaskSpec:
+    """A task as the run will build it (the run's task, or its ``eval.ood_task``): its knobs,
+    prompt style (:func:`task_style`), that style's token budget, and the style the config
+    states (the task's own ``style``, else the model's ``prompt_style``)."""
+    style = task_style(task_cfg, rc)
+    return TaskSpec(dict(task_cfg), style, tasks.task_class(task_cfg["name"]).budgets.get(style),
+                    task_cfg.get("style") or rc.model.get("prompt_style"))
 
 
 def _check_task_data(rc: RunConfig) -> None:
