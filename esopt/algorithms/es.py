@@ -134,15 +134,14 @@ def validate(cfg) -> None:
                           "its own batches (use es.batched=false: members one after another)")
 
 
-def estimate_tokens(cfg, iterations: int, budget: int, train_rows: int | None = None) -> int:
-    """Upper bound on ES's generated training tokens: iterations * pop * prompts per iteration
-    (:func:`prompts_per_iteration`: es.batch_size clamped to the ``train_rows`` of the train
-    split, as the run draws them) * samples (1 when greedy) * budget (es.max_new_tokens or the
-    task's)."""
-    es = block(ESConfig, cfg.es, "es")
+def estimate_tokens(es: ESRun, iterations: int, budget: int, train_rows: int | None = None) -> int:
+    """Upper bound on ES's generated training tokens (``es``: the phase's resolved ``ESRun``):
+    iterations * pop * prompts per iteration (:func:`prompts_per_iteration`: es.batch_size
+    clamped to the ``train_rows`` of the train split, as the run draws them) * samples (1 when
+    greedy) * budget (es.max_new_tokens or the task's)."""
     per_prompt = 1 if es.temperature <= 0 else es.samples
     prompts = es.batch_size if train_rows is None else prompts_per_iteration(es.batch_size, train_rows)
-    return int(iterations * cfg.pop * prompts * per_prompt * (es.max_new_tokens or budget))
+    return int(iterations * es.pop * prompts * per_prompt * (es.max_new_tokens or budget))
 
 
 # --------------------------------------------------------------------------------------------

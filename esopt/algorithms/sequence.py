@@ -79,12 +79,6 @@ def budgets(cfg) -> tuple[int, int]:
     return split_iterations(int(cfg.iterations), split_of(cfg))
 
 
-def estimate_tokens(cfg, iterations: int, budget: int, train_rows: int | None = None) -> int:
-    """The phases' estimates (``esopt.algorithms``), each over its share of ``iterations``."""
-    n = split_iterations(int(iterations), split_of(cfg))
-    return sum(algorithms.get(p).estimate_tokens(cfg, budget, iterations=k, train_rows=train_rows) for p, k in zip(phases(cfg), n))
-
-
 def phase_dir(ctx, index: int, algo: str) -> Path:
     """Phase k's own checkpoint directory: ``<run>/checkpoint/phase<k>-<algo>/``."""
     return Path(ctx.run.checkpoint_dir) / f"phase{index}-{algo}"

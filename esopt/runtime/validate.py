@@ -70,11 +70,13 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     return make_plan(rc, engine_config, tuning_settings)
 
 
-def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_settings: Any = None) -> RunPlan:
+def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_settings: Any = None,
+              ids: bool = True) -> RunPlan:
     """The run's :class:`RunPlan` from its validated config: each phase's block resolved through
     its registry entry (``Algorithm.resolve``, over the phase's share of the iterations:
     ``Algorithm.budgets``), the typed engine block, the task spec and the tuning settings
-    (``esopt.runtime.tuning.resolve``). A plan is returned as it is."""
+    (``esopt.runtime.tuning.resolve``). A plan is returned as it is. ``ids=False``: without
+    input fingerprints and ids (a what-if plan that only prices a run: esopt.plan's search)."""
     if isinstance(rc, RunPlan):
         return rc
     algo = algorithms.get(rc.algo)
@@ -84,9 +86,11 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
         offset += int(n)
     ood = rc.eval.ood_task
     plan = RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine),
-                   task_spec(rc.task, rc), tuple(phases), inputs=input_fingerprints(rc),
+                   task_spec(rc.task, rc), tuple(phases), inputs=input_fingerprints(rc) if ids else {},
                    tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
                    ood_spec=task_spec(ood, rc) if ood is not None else None)
+    if not ids:
+        return plan
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
                                config_id=config_id(plan))
 

@@ -23,7 +23,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from esopt.runtime.budget import _budget, _rows, estimate_tokens  # noqa: F401 (their home; light imports)
+from esopt.runtime.budget import _rows, estimate_tokens  # noqa: F401 (their home; light imports)
 from hydra_plugins.esopt_sweeper.output import (SweepProgress, aggregate_sweep, first_line, layout_notes,
                                                 quiet_sacct, unread_notes, varying_keys, wide)
 
