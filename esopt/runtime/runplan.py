@@ -6,6 +6,7 @@
     plan.task_spec.style          # the prompt style the task is built with
     plan.engine_config            # the typed engine block (engine=auto already picked)
     plan.tuning_settings          # the tuning block resolved: metric, pruner, study, storage
+    plan.layout                   # ranks x GPUs per rank, what the launcher is asked for
     run_id(plan)                  # the hash of the resolved plan (esopt.runtime.validate)
 
 What the registry resolves is resolved here, once: each algorithm's block through its entry
@@ -32,6 +33,7 @@ from esopt import algorithms, engines
 from esopt.core import store
 from esopt.core.config import RunConfig, parse
 from esopt.core.errors import ConfigError
+from esopt.runtime.layout import Layout
 from esopt.runtime.tuning import TuningSettings
 
 PLAN_FILE = "plan.json"  # <run>/plan.json: the run's plan (RunPlan.to_json), beside config.yaml
@@ -82,6 +84,7 @@ class RunPlan:
     inputs: dict = field(default_factory=dict)  # fingerprints of its local inputs (data file, weights)
     tuning_settings: TuningSettings | None = None  # the tuning block resolved (esopt.runtime.tuning.resolve)
     ood_spec: TaskSpec | None = None  # eval.ood_task as it will be built; None = no out-of-domain set
+    layout: Layout | None = None      # its ranks x GPUs per rank (esopt.runtime.layout: the launcher request)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "config":
@@ -132,6 +135,7 @@ class RunPlan:
                 "task": dataclasses.asdict(self.task_spec),
                 "tuning": None if self.tuning_settings is None else dataclasses.asdict(self.tuning_settings),
                 "ood_task": None if self.ood_spec is None else dataclasses.asdict(self.ood_spec),
+                "layout": None if self.layout is None else dataclasses.asdict(self.layout),
                 "phases": [{"algo": p.algo, "iterations": p.iterations, "offset": p.offset,
                             "settings": settings_dict(p.settings), "type": settings_type(p.settings)}
                            for p in self.phases]}
@@ -152,12 +156,12 @@ class RunPlan:
                                  None if p["settings"] is None else algorithms.load(p["type"])(**p["settings"]))
                        for p in resolved["phases"])
         config = parse(d["config"], blocks=algorithms.blocks())
-        tuning, ood = resolved.get("tuning"), resolved.get("ood_task")  # absent from an earlier plan.json
+        tuning, ood, lay = (resolved.get(k) for k in ("tuning", "ood_task", "layout"))  # absent: an earlier plan.json
         return cls(config, engines.ENGINES[engine["name"]](**engine),
                    TaskSpec(**resolved["task"]), phases, resolved["run_id"], resolved["legacy_id"],
                    resolved["config_id"], dict(resolved["inputs"]),
                    TuningSettings(**tuning) if tuning is not None else None,
-                   TaskSpec(**ood) if ood is not None else None)
+                   TaskSpec(**ood) if ood is not None else None, Layout(**lay) if lay is not None else None)
 
 
 LEGACY_KEPT = ("completed", "pruned")  # a run recorded so under its legacy id is not run again

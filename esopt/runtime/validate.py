@@ -60,22 +60,22 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     engine_config = engines.parse(rc.engine)
     algo.validate(rc)
     engines.check(rc.engine, rc.model)
-    layout(rc)  # the GPUs the run asks for must be the GPUs it uses
+    lay = layout(rc)  # the GPUs the run asks for must be the GPUs it uses
     tuning_settings = tuning.check(rc)
     trackers.check(rc)
     if check_data:  # what the run will read and write: the task's data, a database tuning.storage
         _check_task_data(rc)
         if tuning_settings.enabled:
             tuning.check_storage(tuning_settings.storage)
-    return make_plan(rc, engine_config, tuning_settings)
+    return make_plan(rc, engine_config, tuning_settings, lay)
 
 
 def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_settings: Any = None,
-              ids: bool = True) -> RunPlan:
+              lay: Any = None, ids: bool = True) -> RunPlan:
     """The run's :class:`RunPlan` from its validated config: each phase's block resolved through
     its registry entry (``Algorithm.resolve``, over the phase's share of the iterations:
-    ``Algorithm.budgets``), the typed engine block, the task spec and the tuning settings
-    (``esopt.runtime.tuning.resolve``). A plan is returned as it is. ``ids=False``: without
+    ``Algorithm.budgets``), the typed engine block, the task specs, the tuning settings
+    (``esopt.runtime.tuning.resolve``) and the layout (``esopt.runtime.layout``). A plan is returned as it is. ``ids=False``: without
     input fingerprints and ids (a what-if plan that only prices a run: esopt.plan's search)."""
     if isinstance(rc, RunPlan):
         return rc
@@ -88,7 +88,8 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
     plan = RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine),
                    task_spec(rc.task, rc), tuple(phases), inputs=input_fingerprints(rc) if ids else {},
                    tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
-                   ood_spec=task_spec(ood, rc) if ood is not None else None)
+                   ood_spec=task_spec(ood, rc) if ood is not None else None,
+                   layout=lay if lay is not None else layout(rc))
     if not ids:
         return plan
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),

@@ -135,8 +135,8 @@ class EsoptSweeper(Sweeper):
         with open_dict(cfg):
             del cfg["hydra"]
         rc = validate(cfg, cuda=remote_cuda(launcher, cfg))
-        if cfg.engine.name != rc.engine["name"]:  # engine=auto: the worker runs what was picked here
-            overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine['name']}"]
+        if cfg.engine.name != rc.engine_config.name:  # engine=auto: the worker runs what was picked here
+            overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine_config.name}"]
         launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
         rid = recorded_id(rc)  # a run completed under its legacy id is found there and kept
         rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
@@ -304,12 +304,10 @@ class EsoptSweeper(Sweeper):
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):
         import pandas as pd
-        from esopt import engines
         from esopt.runtime import tuning
-        from esopt.runtime.layout import layout
 
         keys = varying_keys([j.overrides for j in jobs])
-        layouts = [layout(j.rc) for j in jobs] if dry else []
+        layouts = [j.rc.layout for j in jobs] if dry else []
         show_layout = any(lay.ranks > 1 or lay.gpus_requested for lay in layouts)  # not for CPU-only sweeps
         rows = []
         for i, job in enumerate(jobs):
@@ -324,8 +322,8 @@ class EsoptSweeper(Sweeper):
                 row["status"] = job.before or "new"
                 row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
                 row["max_tokens"] = estimate_tokens(job.rc)
-                row["engine"] = job.rc.engine["name"]  # what engine=auto picked, or the forced one
-                row["engine_version"] = engines.library_version(job.rc.engine) or "not installed"
+                row["engine"] = job.rc.engine_config.name  # what engine=auto picked, or the forced one
+                row["engine_version"] = job.rc.engine_config.library_version() or "not installed"
             else:
                 s = job.summary or {}
                 metric = job.rc.tuning_settings.metric
