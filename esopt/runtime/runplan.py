@@ -33,6 +33,7 @@ from esopt import algorithms, engines
 from esopt.core import store
 from esopt.core.config import RunConfig, parse
 from esopt.core.errors import ConfigError
+from esopt.runtime import trackers
 from esopt.runtime.layout import Layout
 from esopt.runtime.tuning import TuningSettings
 
@@ -85,6 +86,7 @@ class RunPlan:
     tuning_settings: TuningSettings | None = None  # the tuning block resolved (esopt.runtime.tuning.resolve)
     ood_spec: TaskSpec | None = None  # eval.ood_task as it will be built; None = no out-of-domain set
     layout: Layout | None = None      # its ranks x GPUs per rank (esopt.runtime.layout: the launcher request)
+    tracker_options: dict = field(default_factory=dict)  # logger=[...]: each tracker's typed options, in order
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "config":
@@ -136,6 +138,7 @@ class RunPlan:
                 "tuning": None if self.tuning_settings is None else dataclasses.asdict(self.tuning_settings),
                 "ood_task": None if self.ood_spec is None else dataclasses.asdict(self.ood_spec),
                 "layout": None if self.layout is None else dataclasses.asdict(self.layout),
+                "trackers": {name: dataclasses.asdict(o) for name, o in self.tracker_options.items()},
                 "phases": [{"algo": p.algo, "iterations": p.iterations, "offset": p.offset,
                             "settings": settings_dict(p.settings), "type": settings_type(p.settings)}
                            for p in self.phases]}
@@ -161,7 +164,8 @@ class RunPlan:
                    TaskSpec(**resolved["task"]), phases, resolved["run_id"], resolved["legacy_id"],
                    resolved["config_id"], dict(resolved["inputs"]),
                    TuningSettings(**tuning) if tuning is not None else None,
-                   TaskSpec(**ood) if ood is not None else None, Layout(**lay) if lay is not None else None)
+                   TaskSpec(**ood) if ood is not None else None, Layout(**lay) if lay is not None else None,
+                   {name: trackers.TRACKERS[name].Options(**o) for name, o in (resolved.get("trackers") or {}).items()})
 
 
 LEGACY_KEPT = ("completed", "pruned")  # a run recorded so under its legacy id is not run again

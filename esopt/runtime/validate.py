@@ -62,20 +62,21 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     engines.check(rc.engine, rc.model)
     lay = layout(rc)  # the GPUs the run asks for must be the GPUs it uses
     tuning_settings = tuning.check(rc)
-    trackers.check(rc)
+    tracker_options = trackers.check(rc)
     if check_data:  # what the run will read and write: the task's data, a database tuning.storage
         _check_task_data(rc)
         if tuning_settings.enabled:
             tuning.check_storage(tuning_settings.storage)
-    return make_plan(rc, engine_config, tuning_settings, lay)
+    return make_plan(rc, engine_config, tuning_settings, lay, tracker_options)
 
 
 def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_settings: Any = None,
-              lay: Any = None, ids: bool = True) -> RunPlan:
+              lay: Any = None, tracker_options: dict | None = None, ids: bool = True) -> RunPlan:
     """The run's :class:`RunPlan` from its validated config: each phase's block resolved through
     its registry entry (``Algorithm.resolve``, over the phase's share of the iterations:
     ``Algorithm.budgets``), the typed engine block, the task specs, the tuning settings
-    (``esopt.runtime.tuning.resolve``) and the layout (``esopt.runtime.layout``). A plan is returned as it is. ``ids=False``: without
+    (``esopt.runtime.tuning.resolve``), the layout (``esopt.runtime.layout``) and the trackers'
+    options (``esopt.runtime.trackers.check``). A plan is returned as it is. ``ids=False``: without
     input fingerprints and ids (a what-if plan that only prices a run: esopt.plan's search)."""
     if isinstance(rc, RunPlan):
         return rc
@@ -89,7 +90,8 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
                    task_spec(rc.task, rc), tuple(phases), inputs=input_fingerprints(rc) if ids else {},
                    tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
                    ood_spec=task_spec(ood, rc) if ood is not None else None,
-                   layout=lay if lay is not None else layout(rc))
+                   layout=lay if lay is not None else layout(rc),
+                   tracker_options=tracker_options if tracker_options is not None else trackers.check(rc))
     if not ids:
         return plan
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),

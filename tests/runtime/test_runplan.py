@@ -144,3 +144,16 @@ def test_the_optuna_trial_records_the_plans_resolved_values(tmp_path):
     trial = tuning.attach(t, p.run_id, attrs)
     assert trial.trial.user_attrs["sigma"] == 0.01 and trial.trial.user_attrs["lr"] == 0.005
     assert plan("algo=grpo").trial_attrs()["sigma"] is None
+
+
+def test_the_plan_keeps_its_trackers_options_typed_and_reads_them_back():
+    """logger=[...]: validate checks logger_opts once and the plan keeps each tracker's typed
+    options, in logger's order; the run's trackers are built from them (trackers.attach)."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("tensorboard")
+    p = plan("algo=es", "logger=[wandb,tensorboard]", "logger_opts.wandb.project=mine")
+    assert list(p.tracker_options) == ["wandb", "tensorboard"]
+    assert p.tracker_options["wandb"].project == "mine"
+    back = RunPlan.from_json(p.to_json())
+    assert back == p and back.tracker_options["wandb"].project == "mine"
+    assert plan("algo=es").tracker_options == {}

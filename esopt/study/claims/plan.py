@@ -120,13 +120,13 @@ def grid_of(runs: list) -> Grid:
     if "sparsity" in ref.analysis:
         sp = (tuple(float(f) for f in ref.sparsity.fractions), tuple(str(m) for m in ref.sparsity.modes))
     grpo = next((rc for rc in cell if rc.algo == "grpo"), None)
-    es_block = dict(ref.blocks.get("es") or {})   # ES's members: sampled or greedy (claim 4)
+    es = next((p.settings for p in ref.phases if p.algo == "es"), None)   # ES's members: sampled or greedy (claim 4)
     return Grid(cell_model=cell_model, cell_seeds={a: len(s) for a, s in seeds.items()},
                 problems=budget.eval_rows(ref), samples=int(ref.eval.samples),
                 split_rows=budget._rows(ref.task_spec, ref.eval.split, None), iterations=int(ref.iterations),
                 ood=bool(ref.eval.ood_task), sparsity=sp,
-                es_temperature=float(es_block.get("temperature", 0.0) or 0.0),
-                es_samples=int(es_block.get("samples", 1) or 1),
+                es_temperature=float(es.temperature) if es is not None else 0.0,
+                es_samples=int(es.samples) if es is not None else 1,
                 grpo_mid=grpo is not None and grpo.eval.every <= grpo.iterations / 2,
                 family=fam, models={m: models.param_count(rs[0].model) for m, rs in by_model.items()})
 
