@@ -40,7 +40,7 @@ from esopt.core.errors import ConfigError
 # resume, rank checksums): not part of the run id.
 SPEED_ONLY = ("checkpoint_every", "checksum_every")
 # keys added after runs were recorded, at the value that leaves a run's id as it was
-ID_NEUTRAL = (("anchor_decay", 0.0),)
+ID_NEUTRAL = (("anchor_decay", 0.0), ("targets", None))
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,8 @@ class ESConfig:
     batched: bool = False          # score the population in batched generate calls (engines that batch one: hf)
     full_rank: bool = False        # batched: full-rank per-member weights (N model copies: small models only)
     rank: int = 1                  # batched without full_rank: EGGROLL low-rank perturbation rank r
+    targets: Optional[str] = None  # batched low rank: what members perturb, all | linear (the linear layers'
+    #                                weights only: what LoRA reaches); null = the engine's first (hf: all, vllm: linear)
     checkpoint_every: int = 10     # checkpoint every k iterations and at the end (0 = never)
     checksum_every: int = 10       # multi-process: compare a weight checksum across ranks every k (0 = never)
     drift: bool = True             # log relative L2 drift from the base (keeps a host copy of it)
@@ -89,6 +91,10 @@ class ESRun(ESConfig):
         es = asdict(block(ESConfig, cfg.es, "es"))
         es["sigma"] = cfg.sigma if cfg.sigma is not None else es["sigma"]
         es["lr"] = cfg.lr if cfg.lr is not None else es["lr"]
+        if es["targets"] is None and es["batched"] and not es["full_rank"]:
+            es["targets"] = _engine_targets(cfg)[0]
+        if es["targets"] == "all":  # null and all are one ES (and keep the ids runs had before targets)
+            es["targets"] = None
         for key in ("sigma", "lr"):  # a float either way, so a stated 1 and 1.0 are one run
             value = es[key]
             es[key] = model_default(cfg, f"es_{key}") if value is None else (
@@ -109,6 +115,10 @@ class ESRun(ESConfig):
                               f"weights every iteration, got {self.anchor_decay}")
         if self.normalize not in NORMALIZE:
             raise ConfigError(f"es.normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}")
+        if self.targets is not None and self.targets not in TARGETS:
+            raise ConfigError(f"es.targets must be one of {', '.join(TARGETS)} or null, got {self.targets!r}")
+        if self.targets == "linear" and self.noise_rank is None:
+            raise ConfigError("es.targets=linear is low-rank batched ES: it needs es.batched=true and es.full_rank=false")
         if self.antithetic and self.pop % 2:
             raise ConfigError(f"es.antithetic needs an even pop, got {self.pop}")
         return self
@@ -118,6 +128,30 @@ class ESRun(ESConfig):
         """Rank of the perturbations: EGGROLL low rank in batched mode, else full (None)."""
         return self.rank if self.batched and not self.full_rank else None
 
+    @property
+    def noise_targets(self) -> str:
+        """What members perturb and the update moves: ``all``, or ``linear`` (esopt.engines.lora)."""
+        return self.targets or "all"
+
+    @property
+    def label(self) -> str:
+        """How the run's ES is named in tables: ``full-rank`` (the study's ES) or
+        ``EGGROLL r=<rank>`` (+ ``, linear layers`` when only those are perturbed)."""
+        if self.noise_rank is None:
+            return "full-rank"
+        return f"EGGROLL r={self.noise_rank}" + (", linear layers" if self.noise_targets == "linear" else "")
+
+
+TARGETS = ("all", "linear")  # es.targets (esopt.engines.lora)
+
+
+def _engine_targets(cfg) -> tuple[str, ...]:
+    """The ``es.targets`` the run's engine batches, its default first."""
+    try:
+        return tuple(getattr(engines.engine_class(cfg.engine), "population_targets", ("all",)))
+    except Exception:  # noqa: BLE001 - an unknown engine: its own validation says so
+        return ("all",)
+
 
 def resolve(cfg, iterations: int) -> ESRun:
     """The run's ``ESRun`` for ``iterations`` (a sequence phase: its share), checked: what the
@@ -126,12 +160,44 @@ def resolve(cfg, iterations: int) -> ESRun:
 
 
 def validate(cfg) -> None:
-    """Config-time check for algorithms that use ES (before any work)."""
+    """Config-time check for algorithms that use ES (before any work). What a batched
+    population needs is read from the engine class's capabilities (``batches_population``,
+    ``population_full_rank``, ``population_targets``, ``check_population``)."""
     es = resolve(cfg, cfg.iterations)
-    if es.batched and not engines.engine_class(cfg.engine).batches_population:
-        name = (cfg.engine or {}).get("name")
+    if not es.batched:
+        return
+    cls = engines.engine_class(cfg.engine)
+    name = (cfg.engine or {}).get("name")
+    if not cls.batches_population:
         raise ConfigError(f"es.batched needs an engine that batches a population; engine={name} schedules "
                           "its own batches (use es.batched=false: members one after another)")
+    if es.full_rank and not getattr(cls, "population_full_rank", True):
+        raise ConfigError(f"engine={name} batches low-rank members only: es.full_rank=true needs engine=hf "
+                          "(or es.batched=false)")
+    supported = _engine_targets(cfg)
+    if es.noise_rank is not None and es.noise_targets not in supported:
+        raise ConfigError(f"engine={name} batches members over es.targets={' or '.join(supported)} only "
+                          f"(LoRA reaches the linear layers, not embeddings, norms or biases), "
+                          f"got es.targets={es.noise_targets}")
+    check = getattr(cls, "check_population", None)
+    model = getattr(cfg, "model", None)
+    if check is not None and model:
+        check(engines.parse(cfg.engine), model, es.noise_rank)
+
+
+def noise_label(cfg) -> str | None:
+    """How a run's ES perturbs, for tables (dry run, report): ``full-rank`` (the study's ES) or
+    ``EGGROLL r=<rank>[, linear layers]`` (low-rank batched ES is EGGROLL, not the study's ES);
+    None when the run's algorithm does not read the ``es`` block."""
+    from esopt import algorithms
+
+    try:
+        if not algorithms.get(cfg.algo).uses("es"):
+            return None
+        planned = [p.settings for p in getattr(cfg, "phases", ()) if isinstance(p.settings, ESRun)]
+        return (planned[0] if planned else ESRun.from_run(cfg)).label  # a run's plan, or a bare config
+    except Exception:  # noqa: BLE001 - a label never takes a table down
+        return None
 
 
 def estimate_tokens(es: ESRun, iterations: int, budget: int, train_rows: int | None = None) -> int:
@@ -211,8 +277,9 @@ class ES:
     def tell(self, seeds, signs, rewards: np.ndarray, weights) -> float:
         """``theta += (lr / N) * sum_i z_i * sign_i * eps(s_i)``, z = normalise(R); the step's norm."""
         z = normalize_rewards(rewards, self.cfg.normalize)                            # z = normalise(R)
+        targets = {"targets": self.cfg.noise_targets} if self.cfg.noise_targets != "all" else {}
         return weights.update(seeds, (z * np.asarray(signs)).tolist(), self.cfg.lr,   # theta += lr/N sum z_i eps_i
-                              rank=self.cfg.noise_rank)
+                              rank=self.cfg.noise_rank, **targets)
 
 
 def es_step(engine, task, train_rows, es: ESRun, iteration: int, weights=None) -> dict:
@@ -225,6 +292,8 @@ def train(ctx) -> None:
     checkpoints and evaluations: :func:`esopt.algorithms.trainer.train`)."""
     es = ctx.settings  # the plan's ESRun for this phase (resolved once, by validate)
     # the summary's lr is ES's only when ES is the whole run; in a sequence GRPO's lr is its own
-    ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr,
+    # the rank in summary.json: low-rank (EGGROLL) runs are not the study's full-rank ES
+    ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr, es_rank=es.noise_rank,
+                      es_targets=es.noise_targets, es_noise=es.label,
                       **({"lr": es.lr} if ctx.phase == ctx.cfg.algo else {}))
     trainer.train(ctx, ES(es))

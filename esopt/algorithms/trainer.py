@@ -86,8 +86,9 @@ def score_members(engine, weights, task, rows, members: Sequence[int], seeds, si
     kw = _gen_kwargs(es, task, gen_seed)
     if es.batched:
         with clock("gen"):
+            targets = {"targets": es.noise_targets} if es.noise_targets != "all" else {}
             gens = engine.generate_population(prompts, [(seeds[i], signs[i]) for i in members], es.sigma,
-                                              rank=es.noise_rank, **kw) if members else []
+                                              rank=es.noise_rank, **targets, **kw) if members else []
     else:
         gens = []
         for i in members:

@@ -105,8 +105,11 @@ def dry_run(rc: RunConfig) -> dict:
     rid = recorded_id(rc)
     rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
     status = (rd.read_summary() or {}).get("status") or "not started"
+    from esopt.algorithms.es import noise_label
+
+    label = noise_label(rc)
     print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']} "
-          f"engine={rc.engine_config.name}): {status}; "
+          f"engine={rc.engine_config.name}{f' es={label}' if label else ''}): {status}; "
           f"nothing launched\n  {rd.path}")
     budget_notes(rc, dry=True)
     return {"status": "dry_run", "run_id": rid}

@@ -124,6 +124,9 @@ class VLLMConfig(EngineConfig):
     #                                      room for max_batch full-length sequences, at most 1 GiB
     entropy_topk: int = 20               # log-probs per token used for the (approximate) entropy
     seed: int = 0                        # vLLM engine seed (sampling itself is seeded per request)
+    max_loras: int = 0                   # LoRA adapters per batch (0 = LoRA off); es.batched=true sets it to the
+    #                                      population: members are LoRA adapters (esopt.engines.lora)
+    max_lora_rank: int = 0               # adapters' rank bound (vLLM rounds it up to 1, 8, 16, ...); set with max_loras
 
     engine: ClassVar[Any] = "esopt.engines.vllm:VLLMEngine"
     auto_priority: ClassVar[int] = 10
@@ -147,6 +150,8 @@ class VLLMConfig(EngineConfig):
             raise ConfigError(f"engine.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         for knob in ("max_model_len", "kv_cache_mb"):
             at_least(f"engine.{knob}", getattr(self, knob), 1, allow_none=True)
+        for knob in ("max_loras", "max_lora_rank"):
+            at_least(f"engine.{knob}", getattr(self, knob), 0)
 
 
 ENGINES: dict[str, type[EngineConfig]] = {}

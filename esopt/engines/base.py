@@ -22,6 +22,19 @@ class Generation:
     entropy: list[list[float]] | None  # per-sample token-mean entropy (nats) if requested
     n_tokens: int  # total generated tokens (sum of lengths)
 
+    def split(self, parts: int) -> list["Generation"]:
+        """``parts`` equal consecutive slices of the prompts (one batched call over a population
+        whose member k generated prompts ``k * P .. (k + 1) * P - 1``)."""
+        P = len(self.completions) // parts if parts else 0
+        out = []
+        for k in range(parts):
+            sl = slice(k * P, (k + 1) * P)
+            out.append(Generation(
+                completions=self.completions[sl], token_ids=self.token_ids[sl], lengths=self.lengths[sl],
+                entropy=self.entropy[sl] if self.entropy is not None else None,
+                n_tokens=int(sum(sum(x) for x in self.lengths[sl]))))
+        return out
+
 
 class WeightOps(Protocol):
     """ES's weight operations on the weights an engine generates with
@@ -29,9 +42,11 @@ class WeightOps(Protocol):
     inside vLLM workers). Noise is keyed by Hugging Face parameter names, so the same member
     seed perturbs the same weights on every engine; the arithmetic is ``esopt.noise``'s."""
 
-    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int: ...
+    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None,
+                targets: str = "all") -> int: ...
     def restore(self) -> None: ...
-    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None) -> float: ...
+    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None,
+               targets: str = "all") -> float: ...
     def anchor(self, decay: float) -> float: ...
     def checksum(self) -> int: ...
     def nonfinite(self) -> str | None: ...

@@ -123,6 +123,8 @@ class HFEngine:
     unless auto), so ES perturbs that model's parameters and there is nothing to sync."""
 
     batches_population = True   # generate_population: esopt.engines.population
+    population_targets = ("all", "linear")  # es.targets it batches (esopt.engines.lora)
+    population_full_rank = True  # es.full_rank: per-member weight copies
     holds_weights = False       # generates with the caller's model object
     serves_rollouts = False     # GRPO samples its rollouts through TRL's own generate
 
@@ -174,12 +176,13 @@ class HFEngine:
 
     sync_to = sync_from
 
-    def generate_population(self, prompts, members, sigma: float, *, rank: int | None, **kw):
+    def generate_population(self, prompts, members, sigma: float, *, rank: int | None, targets: str = "all", **kw):
         """Every member's completions of ``prompts`` in batched forward passes
-        (``esopt.engines.population``: EGGROLL low-rank or full-rank member weights)."""
+        (``esopt.engines.population``: EGGROLL low-rank or full-rank member weights; ``targets``:
+        all parameters, or the linear layers' weights only, ``esopt.engines.lora``)."""
         from esopt.engines import population
 
-        return population.generate(self, prompts, members, sigma, rank=rank, **kw)
+        return population.generate(self, prompts, members, sigma, rank=rank, targets=targets, **kw)
 
     def close(self) -> None:
         """Nothing to release (the model belongs to the caller)."""

@@ -17,6 +17,10 @@ of member ``b // R``, realised without touching the shared base weights:
 * 1-D parameters (biases, RMSNorm-style ``weight * x`` scales): full-rank per member (they are
   small), added per row (biases) or swapped in as a per-row [B, 1, d] tensor (norm scales).
 
+``targets="linear"`` (``es.targets=linear``, ``esopt.engines.lora``): only the linear layers'
+weight matrices are perturbed (low rank); embeddings, the lm_head, norms and biases run
+unperturbed, as in engine=vllm's batched path, where members are LoRA adapters.
+
 Other parameterised modules raise ``NotImplementedError`` naming them. Greedy completions of a
 batched member equal those of the same member perturbed alone up to float summation order
 (tests/engines/test_population.py). With temperature > 0 the engine's sampling noise is keyed by row,
@@ -34,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from esopt import noise
+from esopt.engines import lora
 from esopt.engines.base import Generation
 
 
@@ -45,7 +50,12 @@ class PopulationForward:
     """
 
     def __init__(self, model: nn.Module, members: Sequence[tuple[int, float]], sigma: float,
-                 rank: int | None, rows_per_member: int):
+                 rank: int | None, rows_per_member: int, targets: str = "all"):
+        if targets not in lora.TARGETS:
+            raise ValueError(f"unknown targets {targets!r}")
+        if targets == "linear" and rank is None:
+            raise ValueError("targets=linear is a low-rank scope: it needs a rank")
+        self.linear_only = targets == "linear"
         self.model, self.members, self.sigma, self.rank = model, list(members), float(sigma), rank
         self.R = int(rows_per_member)
         self.G = len(self.members)
@@ -56,6 +66,10 @@ class PopulationForward:
         for mod in model.modules():
             own = [(a, p) for a, p in mod._parameters.items() if p is not None]
             if not own:
+                continue
+            if self.linear_only:  # only linear layers' weight matrices; every other module as is
+                if isinstance(mod, nn.Linear) and lora.is_linear_target(names[id(mod.weight)], mod.weight.shape):
+                    self._plan.append((mod, "linear", names[id(mod.weight)]))
                 continue
             if isinstance(mod, nn.Linear):
                 self._plan.append((mod, "linear", names[id(mod.weight)]))
@@ -75,7 +89,7 @@ class PopulationForward:
         self.bias_delta: dict[str, torch.Tensor] = {}
         for mod, kind, name in self._plan:
             tensors = [(name, params[name])]
-            if kind == "linear" and mod.bias is not None:
+            if kind == "linear" and mod.bias is not None and not self.linear_only:
                 tensors.append((names[id(mod.bias)], mod.bias))
             for n, w in tensors:
                 if n in self.stacks:
@@ -108,6 +122,8 @@ class PopulationForward:
         """``mod``'s population forward, with its tensors looked up once (it runs every step)."""
         st, weight, bias = self.stacks[wname], mod.weight, mod.bias
         bname = self._names[id(bias)] if bias is not None else None
+        if bname is not None and bname not in self.stacks:  # targets=linear: the bias as is
+            bname = None
         if isinstance(st, tuple):  # y = (x W^T + b) + (b_i - b) + (x B_i)(c_i A_i)^T
             a, b = st
             delta = self.bias_delta.get(bname)
@@ -203,7 +219,8 @@ def _max_batch(engine, rows: int):
 
 
 def generate(engine, prompts: Sequence[str], members: Sequence[tuple[int, float]], sigma: float, *,
-             rank: int | None = 1, n: int = 1, max_rows: int | None = None, **gen_kwargs) -> list[Generation]:
+             rank: int | None = 1, n: int = 1, max_rows: int | None = None, targets: str = "all",
+             **gen_kwargs) -> list[Generation]:
     """Completions of every member on ``prompts``: one ``Generation`` per member.
 
     Members are packed ``max(1, max_rows // (len(prompts) * n))`` per ``engine.generate`` call
@@ -216,14 +233,9 @@ def generate(engine, prompts: Sequence[str], members: Sequence[tuple[int, float]
     out: list[Generation] = []
     for start in range(0, len(members), per_call):
         group = list(members[start:start + per_call])
-        pf = PopulationForward(engine.model, group, sigma, rank, R)
+        pf = PopulationForward(engine.model, group, sigma, rank, R, targets)
         with _max_batch(engine, len(group) * R), pf:
             g = engine.generate(list(prompts) * len(group), n=n, **gen_kwargs)
-        for k in range(len(group)):
-            sl = slice(k * P, (k + 1) * P)
-            out.append(Generation(
-                completions=g.completions[sl], token_ids=g.token_ids[sl], lengths=g.lengths[sl],
-                entropy=g.entropy[sl] if g.entropy is not None else None,
-                n_tokens=int(sum(sum(x) for x in g.lengths[sl]))))
+        out.extend(g.split(len(group)))
         del pf
     return out

@@ -31,8 +31,16 @@ Differences from the hf engine, by design of vLLM:
   top-k distribution at the sampling temperature, which underestimates the full-vocabulary
   value. Use the hf engine when entropy matters exactly.
 - Prefix caching is off (a KV cache computed under one ES perturbation must never serve another).
-- No population batching (``es.batched``): vLLM schedules its own batches over one set of
-  weights; ES scores members one after another (validation refuses ``es.batched=true``).
+- Population batching (``es.batched=true es.rank=r``) is low rank and LoRA only: each member
+  is a LoRA adapter (``esopt.engines.lora``: ``lora_B = c_i A``, ``lora_A = B^T``, the EGGROLL
+  factors ES's update is assembled from, drawn in the worker), and the whole population is one
+  ``generate`` call with one ``LoRARequest`` per member's prompts. LoRA reaches the linear
+  layers only, so a batched vLLM member perturbs (and the update moves) the linear layers'
+  weight matrices; embeddings, lm_head, norms and biases stay as they are (``es.targets=linear``;
+  the hf engine runs the same scope, tests/engines/test_vllm_lora.py). Full-rank batching
+  (``es.full_rank``) is refused. The engine starts with LoRA on when the run asks for it
+  (``engine.max_loras`` / ``max_lora_rank``, set by :meth:`VLLMEngine.prepare`). Adapters are
+  written to a temporary folder and unloaded and removed after the call.
 - Prompts are tokenized by esopt exactly as the hf engine does and passed as token ids;
   completions are decoded by the same HF tokenizer, so texts match for equal tokens.
 """
@@ -231,6 +239,11 @@ def _llm_args(cfg, model, source: str, on_cpu: bool) -> tuple[dict, bool]:
         args["kv_cache_memory_bytes"] = _kv_cache_bytes(cfg, model.config, itemsize, max_len)
     if not on_cpu:
         args["gpu_memory_utilization"] = float(cfg.gpu_memory_utilization)
+    if cfg.max_loras:  # ES members as LoRA adapters (generate_population)
+        from esopt.engines import lora
+
+        args.update(enable_lora=True, max_loras=int(cfg.max_loras), max_cpu_loras=int(cfg.max_loras),
+                    max_lora_rank=lora.vllm_max_lora_rank(int(cfg.max_lora_rank or 1)))
     in_process = on_cpu if cfg.in_process is None else bool(cfg.in_process)
     if in_process:
         args["distributed_executor_backend"] = "uni"   # the worker in the engine's process
@@ -240,7 +253,9 @@ def _llm_args(cfg, model, source: str, on_cpu: bool) -> tuple[dict, bool]:
 class VLLMEngine:
     """The ``Engine`` protocol over the process's one ``vllm.LLM`` (module docstring)."""
 
-    batches_population = False  # vLLM schedules its own batches over one set of weights
+    batches_population = True   # low rank only: members as LoRA adapters in one generate call
+    population_targets = ("linear",)  # what LoRA reaches (esopt.engines.lora)
+    population_full_rank = False      # no per-member weight copies
     holds_weights = True        # the worker's copy; the HF model is the host-side copy
     serves_rollouts = True      # rollouts(): GRPO's completions from this engine (grpo.use_vllm)
 
@@ -258,6 +273,7 @@ class VLLMEngine:
             raise ValueError("tokenizer has no eos_token_id")
         self.eos_ids = sorted(eos)
         self._weights = None
+        self._lora_checked = False
 
     @classmethod
     def from_config(cls, cfg, model, tokenizer) -> "VLLMEngine":
@@ -367,9 +383,101 @@ class VLLMEngine:
     def close(self) -> None:
         """Leave the engine to the next run of this process (``shutdown()`` ends it)."""
 
-    def generate_population(self, prompts, members, sigma: float, *, rank, **gen_kwargs):
-        """Not offered (``batches_population`` is False): vLLM batches over one set of weights."""
-        raise NotImplementedError("engine=vllm scores ES members one after another (es.batched=false)")
+    @classmethod
+    def prepare(cls, engine_cfg: dict, run_cfg) -> dict:
+        """The engine block for a run: with ``es.batched=true`` LoRA is switched on with room
+        for the whole population at ``es.rank`` (unless the block sets it)."""
+        es = run_cfg.block("es") if hasattr(run_cfg, "block") else (run_cfg.get("es") or {})
+        if not es.get("batched") or es.get("full_rank"):
+            return engine_cfg
+        out = dict(engine_cfg)
+        if not out.get("max_loras"):
+            out["max_loras"] = int(run_cfg.pop)
+        if not out.get("max_lora_rank"):
+            out["max_lora_rank"] = int(es.get("rank") or 1)
+        return out
+
+    @classmethod
+    def check_population(cls, cfg, model_cfg: Mapping, rank: int | None) -> None:
+        """Before any run with ``es.batched=true``: ConfigError (one line) when vLLM here has no
+        LoRA, the model's architecture has no LoRA in vLLM, or ``es.rank`` exceeds the smallest
+        dimension of a linear layer (a rank-r adapter of an m x n layer needs r <= min(m, n))."""
+        from esopt import models
+        from esopt.engines import lora
+
+        if rank is None:
+            raise ConfigError("engine=vllm batches low-rank members only (LoRA adapters): es.full_rank=true "
+                              "needs engine=hf, or use es.batched=false")
+        config = models.local_config(model_cfg["name"], model_cfg.get("path"))
+        smallest = lora.smallest_dim(config) if config is not None else None
+        if smallest is not None and rank > smallest:
+            raise ConfigError(f"es.rank={rank} is above the smallest linear layer dimension of model "
+                              f"{model_cfg['name']!r} ({smallest})")
+        try:
+            lora.vllm_max_lora_rank(rank)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if not available():
+            return  # check() says vLLM is missing
+        if importlib.util.find_spec("vllm.lora") is None:
+            raise ConfigError("es.batched=true with engine=vllm needs vLLM's LoRA support (vllm.lora), "
+                              "which this vLLM lacks (use es.batched=false)")
+        archs = list((config or {}).get("architectures") or [])
+        if archs:
+            _import_vllm()
+            from vllm.model_executor.models import ModelRegistry
+            from vllm.model_executor.models.interfaces import supports_lora
+
+            for arch in archs:
+                try:
+                    model_cls = ModelRegistry._try_load_model_cls(arch)
+                except Exception:  # noqa: BLE001 - unknown to vLLM: check_servable's / vLLM's error
+                    model_cls = None
+                if model_cls is not None and not supports_lora(model_cls):
+                    raise ConfigError(f"es.batched=true with engine=vllm: vLLM has no LoRA for {arch} "
+                                      f"(model {model_cfg['name']!r}); use es.batched=false")
+
+    def generate_population(self, prompts, members, sigma: float, *, rank, targets: str = "linear",
+                            n: int = 1, **gen_kwargs) -> list[Generation]:
+        """Every member's completions of ``prompts`` in one ``generate`` call: member k's rows
+        carry its LoRA adapter (module doc, ``esopt.engines.lora``). Request p of a member is
+        seeded as the member's sequential call seeds it, so its samples are those of the
+        member alone up to float summation order."""
+        from vllm.lora.request import LoRARequest
+
+        if rank is None or targets != "linear":
+            raise NotImplementedError("engine=vllm batches low-rank members of the linear layers only "
+                                      "(es.targets=linear, a rank)")
+        members = list(members)
+        if not members:
+            return []
+        cap = self.llm.llm_engine.vllm_config.lora_config
+        if cap is None or cap.max_loras < len(members) or cap.max_lora_rank < rank:
+            have = "LoRA off" if cap is None else f"max_loras={cap.max_loras}, max_lora_rank={cap.max_lora_rank}"
+            raise RuntimeError(f"the vLLM engine was started with {have}; {len(members)} members of rank {rank} "
+                               "need engine.max_loras and engine.max_lora_rank at least that (VLLMEngine.prepare)")
+        if not self._lora_checked:
+            missing = self.llm.collective_rpc("esopt_lora_unreached")[0]
+            if missing is not None:
+                raise ConfigError(f"vLLM's LoRA does not reach layer {missing} of this model: "
+                                  "use es.batched=false")
+            self._lora_checked = True
+        root = tempfile.mkdtemp(prefix="lora-", dir=_scratch_dir())
+        reqs = []
+        try:
+            paths = self.llm.collective_rpc("es_write_adapters", args=(root, [(int(s), float(g)) for s, g in members],
+                                                                        float(sigma), int(rank)))[0]
+            for path in paths:
+                _LIVE["lora_ids"] = _LIVE.get("lora_ids", 0) + 1
+                reqs.append(LoRARequest(f"esopt-member-{_LIVE['lora_ids']}", _LIVE["lora_ids"], path))
+            P = len(prompts)
+            g = self.generate(list(prompts) * len(members), n=n, _lora=[r for r in reqs for _ in range(P)],
+                              _seed_rows=P, **gen_kwargs)
+        finally:
+            for r in reqs:
+                self.llm.llm_engine.remove_lora(r.lora_int_id)
+            shutil.rmtree(root, ignore_errors=True)
+        return g.split(len(members))
 
     # --- generation ------------------------------------------------------------------------
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
@@ -407,16 +515,20 @@ class VLLMEngine:
 
     def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
                  max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
-                 return_entropy: bool = False) -> Generation:
+                 return_entropy: bool = False, _lora=None, _seed_rows: int | None = None) -> Generation:
+        """``_lora``: one LoRARequest per prompt (generate_population); ``_seed_rows``: request
+        p is seeded as request ``p % _seed_rows`` (each member's prompts as in its own call)."""
         from vllm.inputs import TokensPrompt
 
         check_generate_args(n, max_new_tokens, top_p)
         greedy = temperature <= 0
         encoded = self._encode(prompts)
-        params = [self._params(p, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                               seed=seed, stop=stop, logprobs=self.entropy_topk if return_entropy else None)
+        params = [self._params(p % (_seed_rows or len(prompts) or 1), n=n, temperature=temperature, top_p=top_p,
+                               max_new_tokens=max_new_tokens, seed=seed, stop=stop,
+                               logprobs=self.entropy_topk if return_entropy else None)
                   for p in range(len(prompts))]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False,
+                                 lora_request=_lora)
         ids, lens, ents = [], [], []
         eos = set(self.eos_ids)
         for out in outs:

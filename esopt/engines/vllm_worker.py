@@ -65,6 +65,94 @@ def _keep_cpu_weights_live() -> bool:
 NO_PACK = _keep_cpu_weights_live()
 
 
+# --- CPU multi-LoRA: one GEMM over every adapter slot instead of per-token weight copies ------
+def _slots(weights: torch.Tensor) -> torch.Tensor:
+    return weights.squeeze(1) if weights.dim() == 4 else weights  # [L, rows, cols]
+
+
+def _shrink(inputs, lora_a, idx, dtype):
+    """``x_t @ A[idx_t]^T`` for every token t: ``[T, r]``. One ``[T, n] x [n, L*r]`` GEMM over all
+    L adapter slots, then each token's slot is picked (vLLM's CPU op gathers a per-token copy of
+    the adapter, ``[T, r, n]``: in a prefill of thousands of tokens that copy is the cost)."""
+    w = _slots(lora_a).to(dtype)  # [L, r, n]
+    n_slots, r, n = w.shape
+    full = inputs.to(dtype) @ w.reshape(n_slots * r, n).t()  # [T, L*r]
+    idx = (idx.long() % n_slots).view(-1, 1, 1).expand(-1, 1, r)  # negative indices as Python's
+    return full.view(-1, n_slots, r).gather(1, idx).squeeze(1)
+
+
+def _placed(inputs, n_slots: int, r: int, idx, dtype):
+    """``[T, L*r]``: each token's inputs in its adapter slot's columns, zeros elsewhere."""
+    x = inputs.to(dtype)
+    placed = torch.zeros(x.shape[0], n_slots, r, dtype=dtype, device=x.device)
+    placed.scatter_(1, (idx.long() % n_slots).view(-1, 1, 1).expand(-1, 1, r), x[:, None, :r])
+    return placed.view(x.shape[0], n_slots * r)
+
+
+def _expand_into(out, inputs, lora_b, idx, add: bool) -> None:
+    """``out[t] (+)= B[idx_t] @ x_t`` for every token t, as one GEMM of the tokens' inputs placed
+    in their slot's columns with all slots' B stacked, accumulated into ``out`` in place."""
+    w = _slots(lora_b).to(out.dtype)  # [L, out, r]
+    n_slots, width, r = w.shape
+    placed = _placed(inputs, n_slots, r, idx, out.dtype)
+    stacked = w.transpose(1, 2).reshape(n_slots * r, width)
+    rows = placed.shape[0]
+    if rows == 1 and out.shape[0] != 1:  # vLLM's broadcast of a single row
+        placed, rows = placed.expand(out.shape[0], -1), out.shape[0]
+    cols = min(width, out.shape[1])
+    target = out[:rows, :cols]
+    if add:
+        target.addmm_(placed, stacked[:, :cols])
+    else:
+        torch.mm(placed, stacked[:, :cols], out=target) if target.is_contiguous() else \
+            target.copy_(placed @ stacked[:, :cols])
+
+
+def bgmv_shrink(inputs, lora_a_weights, output_tensor, lora_indices_tensor, scaling: float = 1.0):
+    outputs = _shrink(inputs, lora_a_weights, lora_indices_tensor, output_tensor.dtype)
+    output_tensor[:, : outputs.shape[1]] = scaling * outputs
+
+
+def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs: bool = True):
+    _expand_into(output_tensor, inputs, lora_b_weights, lora_indices_tensor, add_inputs)
+
+
+def bgmv_expand_slice(inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset: int,
+                      slice_size: int, add_inputs: bool = True):
+    _expand_into(output_tensor[:, slice_offset:slice_offset + slice_size], inputs, lora_b_weights,
+                 lora_indices_tensor, add_inputs)
+
+
+def _fast_cpu_lora() -> bool:
+    """On a CPU worker, replace vLLM's torch LoRA ops (``vllm.lora.ops.torch_ops``, which the CPU
+    punica wrapper and its sgmv ops call) with the GEMM forms above: the same sums in another
+    order. ``ESOPT_VLLM_CPU_LORA_OPS=vllm`` keeps vLLM's."""
+    if os.environ.get("ESOPT_VLLM_CPU_LORA_OPS", "") == "vllm":
+        return False
+    try:
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return False
+        import vllm.lora.ops.torch_ops.lora_ops as ops
+        import vllm.lora.punica_wrapper.punica_cpu as punica_cpu
+    except Exception:  # noqa: BLE001 - vllm absent, or another layout: vLLM's own ops stay
+        return False
+    for name, fn in (("bgmv_shrink", bgmv_shrink), ("bgmv_expand", bgmv_expand),
+                     ("bgmv_expand_slice", bgmv_expand_slice)):
+        if not hasattr(ops, name):
+            return False
+    for mod in (ops, punica_cpu):
+        for name, fn in (("bgmv_shrink", bgmv_shrink), ("bgmv_expand", bgmv_expand),
+                         ("bgmv_expand_slice", bgmv_expand_slice)):
+            if hasattr(mod, name):
+                setattr(mod, name, fn)
+    return True
+
+
+FAST_CPU_LORA = _fast_cpu_lora()
+
+
 def _split_sizes(module, parts: int) -> list[int]:
     """Row counts of the HF tensors fused into ``module`` (``output_sizes`` of vLLM's
     QKVParallelLinear / MergedColumnParallelLinear, one tensor-parallel rank)."""
@@ -89,12 +177,15 @@ def hf_views(model, vocab_size: int) -> list[tuple[str, torch.Tensor]]:
             raise RuntimeError(
                 f"vLLM parameter {name} is empty: its weight was repacked for the CPU kernels "
                 f"({PREPACK_ENV}=1?); ES and weight sync need live weights")
+        name = name.replace(".base_layer.", ".")  # LoRA on: vLLM wraps each layer (its weight: base_layer)
         module_name, _, leaf = name.rpartition(".")
         parent, _, short = module_name.rpartition(".")
         if short in packed:
             parts = packed[short]
             start = 0
-            for part, rows in zip(parts, _split_sizes(modules[module_name], len(parts))):
+            module = modules[module_name]
+            module = getattr(module, "base_layer", module)  # LoRA's wrapper holds the fused layer
+            for part, rows in zip(parts, _split_sizes(module, len(parts))):
                 out.append((f"{parent}.{part}.{leaf}", data[start:start + rows]))
                 start += rows
             if start != data.shape[0]:
@@ -123,16 +214,57 @@ class ESWorkerExtension:
         return hf_views(self.model_runner.model, vocab)
 
     # --- ES (esopt.engines.weights.Weights, keyed by HF names) ----------------------------
-    def es_perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
+    def es_perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None,
+                   targets: str = "all") -> int:
         """Perturb in place; returns the bytes held for the exact restore."""
-        return self._es().perturb(member_seed, sigma, sign, rank)
+        return self._es().perturb(member_seed, sigma, sign, rank, targets)
 
     def es_restore(self) -> None:
         self._es().restore()
 
     def es_update(self, seeds: list[int], weights: list[float], lr: float, rank: int | None = None,
-                  n: int | None = None) -> float:
-        return self._es().update(seeds, weights, lr, rank, n)
+                  n: int | None = None, targets: str = "all") -> float:
+        return self._es().update(seeds, weights, lr, rank, n, targets)
+
+    @torch.no_grad()
+    def es_write_adapters(self, root: str, members: list[tuple[int, float]], sigma: float, rank: int) -> list[str]:
+        """Write one LoRA adapter folder per member under ``root`` (``esopt.engines.lora``): the
+        member's low-rank perturbation of every linear layer, drawn here, on the worker's
+        device, from the same HF-named views the update uses (the same noise as ES's)."""
+        from pathlib import Path
+
+        from esopt.engines import lora
+
+        params = self._es().params
+        gen = torch.Generator(device=params[0][1].device)
+        out = []
+        for k, (seed, sign) in enumerate(members):
+            fac = lora.member_factors(params, int(seed), float(sign), float(sigma), int(rank), gen)
+            out.append(str(lora.write_adapter(Path(root) / f"member{k}", fac, int(rank))))
+        return out
+
+    def esopt_lora_unreached(self) -> str | None:
+        """The first linear layer (HF module name) that no LoRA-carrying vLLM module covers
+        (fused q/k/v and gate/up count for their parts); None when LoRA reaches them all."""
+        from esopt.engines import lora
+
+        mods = set(self.esopt_lora_modules() or [])
+        packed = dict(getattr(self.model_runner.model, "packed_modules_mapping", None) or {})
+        part_of = {part: fused for fused, parts in packed.items() for part in parts}
+        for name, _ in lora.select(self._es().params, "linear"):
+            module = name[: -len(".weight")]
+            parent, _, short = module.rpartition(".")
+            if f"{parent}.{part_of.get(short, short)}" not in mods:
+                return module
+        return None
+
+    def esopt_lora_modules(self) -> list[str] | None:
+        """Names of the worker model's modules that carry LoRA (None: LoRA is off)."""
+        mgr = getattr(self.model_runner, "lora_manager", None)
+        if mgr is None:
+            return None
+        inner = getattr(mgr, "_adapter_manager", mgr)
+        return sorted(getattr(inner, "modules", {}) or {})
 
     def es_anchor(self, decay: float) -> float:
         return self._es().anchor(decay)
@@ -207,15 +339,17 @@ class VLLMWeights:
     def _rpc(self, method: str, *args):
         return self.llm.collective_rpc(method, args=tuple(args))[0]
 
-    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
-        return int(self._rpc("es_perturb", int(member_seed), float(sigma), float(sign), rank))
+    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None,
+                targets: str = "all") -> int:
+        return int(self._rpc("es_perturb", int(member_seed), float(sigma), float(sign), rank, targets))
 
     def restore(self) -> None:
         self._rpc("es_restore")
 
-    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None) -> float:
+    def update(self, seeds, weights, lr: float, rank: int | None = None, n: int | None = None,
+               targets: str = "all") -> float:
         return float(self._rpc("es_update", [int(s) for s in seeds], [float(w) for w in weights], float(lr),
-                               rank, n))
+                               rank, n, targets))
 
     def anchor(self, decay: float) -> float:
         return float(self._rpc("es_anchor", float(decay)))

@@ -54,6 +54,7 @@ class Weights:
             raise ValueError("swap needs whole nn.Parameters of one dtype in host memory")
         self.swap = can_swap if swap is None else bool(swap)
         self._fixups: noise.RestoreState | None = None      # in place: the pending member's fix-ups
+        self._perturbed: list[tuple[str, torch.Tensor]] = []  # in place: the tensors it perturbed
         self._originals: list[torch.Tensor] | None = None   # swap: the tensors the parameters held
         self._buffer: torch.Tensor | None = None            # swap: the member's flat buffer, made once
         self.base: dict[str, torch.Tensor] | None = None
@@ -67,14 +68,29 @@ class Weights:
         """Whether a member is perturbed in and not yet restored."""
         return self._fixups is not None or self._originals is not None
 
+    def _select(self, targets: str) -> list[tuple[str, torch.Tensor]]:
+        """The seed-named tensors ``targets`` covers (``esopt.engines.lora``), selected by HF name."""
+        named = self._named()
+        if targets == "all":
+            return named
+        from esopt.engines import lora
+
+        keep = {n for n, _ in lora.select(self.params, targets)}
+        return [(sn, w) for (n, _), (sn, w) in zip(self.params, named) if n in keep]
+
     @torch.no_grad()
-    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None) -> int:
+    def perturb(self, member_seed: int, sigma: float, sign: float = 1.0, rank: int | None = None,
+                targets: str = "all") -> int:
         """``theta <- fl(theta + sign * sigma * eps(member_seed))``; returns the bytes held for the
-        restore beyond the weights themselves (the fix-ups; swap: the member buffer)."""
+        restore beyond the weights themselves (the fix-ups; swap: the member buffer).
+        ``targets``: as in ``update`` (a subset: in-place mode only)."""
         if self.pending:
             raise RuntimeError("perturb called twice without restore")
+        if targets != "all" and self.swap:
+            raise ValueError("perturbing a subset of the weights needs the in-place mode (swap=False)")
         if not self.swap:
-            self._fixups = noise.perturb(self._named(), member_seed, sigma, sign, rank)
+            self._perturbed = self._select(targets)
+            self._fixups = noise.perturb(self._perturbed, member_seed, sigma, sign, rank)
             return self._fixups.nbytes
         if self._buffer is None:
             w0 = self.params[0][1]
@@ -95,7 +111,7 @@ class Weights:
                 w.data = original
             self._originals = None
         else:
-            noise.restore(self._named(), self._fixups)
+            noise.restore(self._perturbed, self._fixups)
             self._fixups = None
 
     def discard(self) -> None:
@@ -106,11 +122,13 @@ class Weights:
         self._fixups = None
 
     def update(self, seeds: Sequence[int], weights: Sequence[float], lr: float, rank: int | None = None,
-               n: int | None = None) -> float:
-        """``theta += (lr / N) * sum_i weights_i * eps(seeds_i)`` (``noise.update``); the step's norm."""
+               n: int | None = None, targets: str = "all") -> float:
+        """``theta += (lr / N) * sum_i weights_i * eps(seeds_i)`` (``noise.update``); the step's norm.
+        ``targets``: ``all`` tensors, or ``linear`` (the linear layers' weights only,
+        ``esopt.engines.lora``: what a LoRA member perturbs)."""
         if self.pending:
             raise RuntimeError("update with a pending perturbation")
-        return noise.update(self._named(), seeds, weights, lr, rank, n)
+        return noise.update(self._select(targets), seeds, weights, lr, rank, n)
 
     def anchor(self, decay: float) -> float:
         """``theta <- theta - decay (theta - theta_0)`` toward the snapshot (``noise.anchor``);

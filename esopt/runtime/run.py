@@ -71,7 +71,9 @@ def placement(plan: RunPlan, device: str) -> tuple[Any, str]:
     generates with (``holds_weights``: vLLM) keeps its own copy;
     the HF model is then the host copy that saving uses, on the CPU, unless the algorithm trains
     it by gradients beside the engine on the same GPU (its entry's ``gpu_share``, GRPO): then
-    the engine's GPU memory share is capped by that key's value in the phase that trains so."""
+    the engine's GPU memory share is capped by that key's value in the phase that trains so.
+    The engine's own adjustments for the run (vLLM: LoRA room for es.batched) are in the plan's
+    engine config already (``validate.make_plan``)."""
     engine_cfg = plan.engine_config
     if not engines.engine_class(engine_cfg).holds_weights:
         return engine_cfg, device

@@ -86,7 +86,7 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
         phases.append(PhasePlan(name, int(n), offset, algorithms.get(name).resolve(rc, n)))
         offset += int(n)
     ood = rc.eval.ood_task
-    plan = RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine),
+    plan = RunPlan(rc, run_engine(rc, engine_config if engine_config is not None else engines.parse(rc.engine)),
                    task_spec(rc.task, rc), tuple(phases), inputs=input_fingerprints(rc) if ids else {},
                    tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
                    ood_spec=task_spec(ood, rc) if ood is not None else None,
@@ -96,6 +96,16 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
         return plan
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
                                config_id=config_id(plan))
+
+
+def run_engine(rc: RunConfig, engine_config: Any) -> Any:
+    """The typed engine block with the engine's own adjustments for this run (its class's
+    ``prepare``, e.g. vLLM: room for the population's LoRA adapters when ``es.batched``): what
+    the run builds its engine from (``plan.engine_config``). Other engines take it as it is."""
+    prepare = getattr(engines.engine_class(engine_config), "prepare", None)
+    if prepare is None:
+        return engine_config
+    return engines.parse(prepare(dataclasses.asdict(engine_config), rc))
 
 
 def check_names(rc: RunConfig) -> None:
@@ -265,6 +275,8 @@ def legacy_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
     if d["eval"].get("ood_task") is None:  # runs without an OOD set keep their earlier ids
         for key in ("ood_task", "ood_split", "ood_problems"):
             d["eval"].pop(key, None)
+    if isinstance(d.get("es"), dict) and d["es"].get("targets", "") is None:  # the engine's default:
+        d["es"].pop("targets")  # the ids ES runs had before es.targets (the engine name is in the id)
     algo = algorithms.get(rc.algo)
     for b in algo.blocks:  # how fast, never what: the same run (each is tested bitwise)
         for key in b.speed_keys():

@@ -152,6 +152,9 @@ def _summary_row(run_id: str, s: dict) -> dict:
             row[f"phase{i + 1}_iterations"] = ph.get("iterations")
             if isinstance(ph.get("eval"), dict):
                 flatten(ph["eval"], f"phase{i + 1}_", row)
+    eff = s.get("effective") if isinstance(s.get("effective"), dict) else {}
+    if eff.get("es_noise") is not None:  # low-rank ES is EGGROLL, not the study's full-rank ES
+        row["es_noise"] = eff["es_noise"]
     skip = set(row) | {"base", "final", "phases", "config", "model", "task", "run_id"}
     for key, v in s.items():  # anything else a later version adds (attempts, effective, ...)
         if key not in skip:

@@ -322,6 +322,11 @@ class EsoptSweeper(Sweeper):
                 row["status"] = job.before or "new"
                 row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
                 row["max_tokens"] = estimate_tokens(job.rc)
+                from esopt.algorithms.es import noise_label
+
+                label = noise_label(job.rc)  # low-rank ES is EGGROLL, not the study's full-rank ES
+                if label is not None:
+                    row["es_noise"] = label
                 row["engine"] = job.rc.engine_config.name  # what engine=auto picked, or the forced one
                 row["engine_version"] = job.rc.engine_config.library_version() or "not installed"
             else:
@@ -348,6 +353,8 @@ class EsoptSweeper(Sweeper):
         n_runs = len({j.rid for j in jobs})
         what = f"{n_runs} runs" if n_runs == len(jobs) else f"{len(jobs)} grid points = {n_runs} runs"
         print(f"esopt: dry run: {what} in {self.sweep_dir(jobs)} (nothing launched)")
+        if "es_noise" in df:  # runs that do not train with ES have no ES noise to name
+            df["es_noise"] = df["es_noise"].fillna("-")
         with wide():
             print(df.to_string(index=False))
         done = list({j.rid: j for j in jobs if self.skipped(j)}.values())

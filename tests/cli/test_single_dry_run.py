@@ -11,5 +11,5 @@ def test_single_run_dry_run_trains_nothing(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "esopt: dry run: run " in out.stdout and "not started; nothing launched" in out.stdout
-    assert "engine=hf)" in out.stdout             # the engine engine=auto picked here (no GPU)
+    assert "engine=hf es=full-rank)" in out.stdout             # the engine engine=auto picked here (no GPU)
     assert not (tmp_path / "d" / "runs").exists()  # no run directory, no summary, no weights

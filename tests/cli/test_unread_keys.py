@@ -20,7 +20,7 @@ def test_a_block_key_of_another_algorithm_is_a_note_and_applied_where_read(tmp_p
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stderr.splitlines().count("esopt: note: es.batch_size has no effect with algo=none") == 1
     assert "error" not in r.stderr and "dry run: 2 runs" in r.stdout
-    rows = dict(re.findall(r"^\s*\d+\s+[0-9a-f]{12}\s+(\w+)\s+new\s+run\s+(\d+)\s+hf\s+transformers==\S+\s*$", r.stdout, flags=re.M))
+    rows = dict(re.findall(r"^\s*\d+\s+[0-9a-f]{12}\s+(\w+)\s+new\s+run\s+(\d+)\s+hf\s+transformers==\S+(?:\s+(?:-|full-rank))?\s*$", r.stdout, flags=re.M))
     from helpers import run_config
 
     from hydra_plugins.esopt_sweeper.sweepers import estimate_tokens

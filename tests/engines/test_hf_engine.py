@@ -62,7 +62,9 @@ def test_shared_engine_keys_are_spelled_and_checked_alike(tok):
     assert {p.dtype for p in eng.model.parameters()} == {torch.bfloat16}
     assert len(eng.generate(PROMPTS, max_new_tokens=3).completions) == len(PROMPTS)
     assert engines.engine_class({"name": "hf"}).batches_population
-    assert not engines.engine_class({"name": "vllm"}).batches_population  # no vLLM import needed
+    vllm_cls = engines.engine_class({"name": "vllm"})  # no vLLM import needed
+    assert vllm_cls.batches_population and not vllm_cls.population_full_rank  # LoRA members: low rank
+    assert vllm_cls.population_targets == ("linear",)
     # GRPO's rollouts through the run's engine (grpo.use_vllm): vLLM serves them, hf leaves them to TRL
     assert engines.engine_class({"name": "vllm"}).serves_rollouts
     assert not engines.engine_class({"name": "hf"}).serves_rollouts

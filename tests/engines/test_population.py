@@ -102,3 +102,26 @@ def test_stack_memory_and_unsupported_modules():
     m = nn.Sequential(nn.Linear(8, 6))
     assert population.stack_bytes(m, 4, 2) == 4 * ((8 + 6) * 2 + 6) * 4
     assert population.stack_bytes(m, 4, None) == 4 * (48 + 6) * 4
+
+
+def test_linear_targets_perturb_the_linear_weights_only(engine):
+    """es.targets=linear (what a LoRA member reaches, engine=vllm's batched path): the batched
+    members' logits are those of the same low-rank edit of the linear layers' weights alone;
+    embeddings, norms and biases are left as they are."""
+    from esopt.engines import lora
+
+    model, tok = engine.model, engine.tokenizer
+    ids = tok(PROMPTS[:2] * len(MEMBERS), padding=True, return_tensors="pt")
+    with torch.no_grad(), population.PopulationForward(model, MEMBERS, SIGMA, 2, rows_per_member=2,
+                                                       targets="linear"):
+        batched = model(**ids).logits
+    linear = lora.select(model.named_parameters(), "linear")
+    names = {n for n, _ in linear}
+    assert names and all(w.dim() == 2 for _, w in linear)
+    assert not any("embed" in n or "norm" in n or n.endswith("bias") for n in names)
+    for k, (seed, sign) in enumerate(MEMBERS):
+        st = noise.perturb(linear, seed, SIGMA, sign, rank=2)
+        with torch.no_grad():
+            alone = model(**{n: v[2 * k:2 * k + 2] for n, v in ids.items()}).logits
+        noise.restore(linear, st)
+        torch.testing.assert_close(batched[2 * k:2 * k + 2], alone, atol=2e-5, rtol=1e-4)

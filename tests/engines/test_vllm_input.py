@@ -64,7 +64,28 @@ def test_vllm_engine_settings_are_checked():
     assert engines.parse({"name": "vllm"}).enforce_eager is None  # auto: eager on CPU
 
 
-def test_batched_population_with_vllm_is_refused_before_running(results_root):
-    proc = cli("esopt.sweep", "engine=vllm", "algo=es", "es.batched=true", f"sweep.root={results_root}")
-    _one_line_exit_2(proc, "es.batched needs an engine that batches a population; engine=vllm")
+@pytest.mark.parametrize("args, needle", [
+    (("es.full_rank=true",), "engine=vllm batches low-rank members only: es.full_rank=true needs engine=hf"),
+    (("es.targets=all",), "batches members over es.targets=linear only"),
+    (("es.rank=33",), "es.rank=33 is above the smallest linear layer dimension of model 'tiny-s' (32)"),
+], ids=["full-rank", "targets-all", "rank-above-layer"])
+def test_batched_population_with_vllm_bad_input_is_refused_before_running(tmp_path, results_root, args, needle):
+    """es.batched=true with engine=vllm is low-rank LoRA members of the linear layers (issue 43):
+    what LoRA cannot do is refused from the engine's declared capabilities, before any run."""
+    path = _model_dir(tmp_path, 32)  # hidden 64, one kv head of 32: the smallest layer dimension is 32
+    proc = cli("esopt.sweep", "engine=vllm", "algo=es", "model=tiny-s", f"model.path={path}", "es.batched=true",
+               *args, f"sweep.root={results_root}")
+    _one_line_exit_2(proc, needle)
     assert not (results_root / "default" / "runs").exists()
+
+
+def test_vllm_without_lora_is_refused(tmp_path, monkeypatch):
+    """A vLLM whose build has no LoRA (vllm.lora missing) cannot batch a population."""
+    from esopt.engines.vllm import VLLMEngine
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm.lora" else object() if name == "vllm" else real(name, *a))
+    path = _model_dir(tmp_path, 32)
+    with pytest.raises(ConfigError, match=r"needs vLLM's LoRA support \(vllm.lora\), which this vLLM lacks"):
+        VLLMEngine.check_population(engines.parse({"name": "vllm"}), {"name": "tiny-s", "path": str(path)}, 2)

@@ -376,7 +376,9 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
                  "seeds": {a: [r.get("seed") for r in rs] for a, rs in A.items()},
                  "test_draw": sorted({r.get("test_draw") for rs in A.values() for r in rs}, key=str),
                  "tokens_generated_mean": tokens,
-                 "tokens_vs_es": {a: (t / ref if ref else None) for a, t in tokens.items()}},
+                 "tokens_vs_es": {a: (t / ref if ref else None) for a, t in tokens.items()},
+                 # how the ES runs perturbed: low-rank ones are EGGROLL, not the study's full-rank ES
+                 "es_noise": sorted({str(r["es_noise"]) for r in sweep["es"] if r.get("es_noise")})},
         "summary": summary,
         "headline": summary if look["confirmatory"] else {v: [] for v in VERDICTS},
         "claims": out,
@@ -510,7 +512,10 @@ def look_line(result: dict) -> str:
 def table_lines(result: dict) -> list[str]:
     """Plain-text table: id, claim key, effect [95% CI], power at the smallest effect, verdict,
     reason; the first line says whether the verdicts are confirmatory or exploratory."""
+    low = [x for x in (result.get("cell") or {}).get("es_noise") or [] if x.startswith("EGGROLL")]
     lines = [f"# {look_line(result)}",
+             *([f"# low-rank ES runs ({'; '.join(low)}): verdicts about ES are EGGROLL's, not full-rank ES's"]
+               if low else []),
              f"{'#':<2} {'claim':<18} {'effect [95% CI]':<28} {'power':<6} {'verdict':<8} reason"]
     for c in result["claims"]:
         pw = "n/a" if c.get("power") is None else f"{c['power']:.0%}"

@@ -144,7 +144,14 @@ def _figure_block(fig_id: str, title: str, fig) -> str:
             f'<script type="application/json" class="figure-data" data-figure="{fig_id}">{data}</script></section>\n')
 
 
-def claims_html(result: dict | None) -> str:
+def low_rank_labels(runs) -> list[str]:
+    """The distinct low-rank ES labels (``EGGROLL r=...``) among the runs table's ``es_noise``."""
+    if runs is None or "es_noise" not in getattr(runs, "columns", ()):
+        return []
+    return sorted({str(v) for v in runs["es_noise"].dropna() if str(v).startswith("EGGROLL")})
+
+
+def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
     """The claims section (claims.json, esopt.study.claims) at the top of the page: one row per
     claim (claim, test, effect [95% CI], power at the smallest effect of interest, n, verdict,
     reason), then claim 7's per-size table; empty without claims. Every string is HTML-escaped."""
@@ -163,6 +170,8 @@ def claims_html(result: dict | None) -> str:
         n = ", ".join(f"{k} {v}" for k, v in (c.get("n") or {}).items())
         pw = "n/a" if c.get("power") is None else f"{c['power']:.0%}"
         verdict = c["reproduced"] + (f": {c['unclear']}" if c.get("unclear") else "")
+        if low_rank:  # computed on low-rank ES runs: EGGROLL's verdict, not the study's ES's
+            verdict += f" (low-rank ES runs: {'; '.join(low_rank)})"
         bound = f"boundary {c['boundary']:+g}, smallest effect of interest {c['sesoi']:g}"
         rows.append(
             f'<tr id="claim-{c["id"]}"><td>{c["id"]}</td><td>{cell(c["claim"])}</td>'
@@ -195,6 +204,9 @@ def claims_html(result: dict | None) -> str:
         f'error {cell(s.get("alpha"))}); power is the test\'s power at the smallest effect of '
         'interest; "unclear: power" or "unclear: data" says which is missing. Calibration: '
         'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claims/rules.py.</p>'
+        + (f'<p id="claims-low-rank"><b>The ES runs here include low-rank (EGGROLL) runs ({cell("; ".join(low_rank))}): '
+           'verdicts involving ES are computed from them, not from the study\'s full-rank ES.</b></p>'
+           if low_rank else '') +
         f'<p id="claims-look"><b>{cell(look_line(result))}</b></p>'
         '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>test</th><th>effect [95% CI]</th>'
         '<th>power</th><th>n</th><th>verdict</th><th>reason</th></tr></thead>'
@@ -271,7 +283,7 @@ table {{ border-collapse: collapse; font-size: 0.85em; }} td, th {{ border: 1px 
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
 <h1>{title}</h1>
-{claims_html(getattr(agg, "claims", None))}
+{claims_html(getattr(agg, "claims", None), low_rank_labels(runs))}
 <section id="summary"><h2>Summary</h2><ul>{summary}</ul>
 <p>Files beside this page: runs.csv / runs.parquet (one row per run), curves.parquet (every metrics line),
 trend.json (the fit), aggregate.json (skipped runs, notes).</p></section>
