@@ -166,7 +166,7 @@ def components(root: Path, reps: int):
             times["store writes"].append(time.perf_counter() - t)
 
             t = time.perf_counter()
-            trial = tuning.attach(rc, rid, {"pop": rc.pop, "seed": rc.seed})
+            trial = tuning.attach(rc.tuning_settings, rid, {"pop": rc.pop, "seed": rc.seed})
             for it in range(3):
                 trial.report({"pass@k": {"1": 0.1 * it}}, it)
                 trial.should_prune()

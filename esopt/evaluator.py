@@ -5,7 +5,8 @@
     print(format_table(result))
 
 With ``eval.ood_task`` set, ``evaluate_config`` also evaluates that out-of-domain task (built once
-by ``ood_task``) and adds its token entropy and Pass@K to the result as ``ood_*`` keys.
+by ``esopt.runtime.run.load_ood_task`` from the run's plan) and adds its token entropy and
+Pass@K to the result as ``ood_*`` keys.
 
 One sampled generate() call covers problems x samples (the engine chunks it), one greedy call
 covers the problems. Every headline number carries a 95% percentile-bootstrap interval over
@@ -22,7 +23,6 @@ import time
 
 import numpy as np
 
-from esopt import tasks
 from esopt.core import metrics, store
 from esopt.core.errors import ConfigError
 from esopt.engines.base import truncated
@@ -260,19 +260,11 @@ def format_table(result: dict) -> str:
 OOD_KEYS = ("n_problems", "entropy", "entropy_ci", "pass@k", "pass@k_ci", "format")
 
 
-def ood_task(ev, tokenizer=None, style: str | None = None):
-    """The out-of-domain task of an ``eval:`` block (``ev.ood_task``), or None when unset.
-    ``style``: the model's prompt style (the task config's own ``style`` wins)."""
-    if not ev.ood_task:
-        return None
-    return tasks.get(ev.ood_task, tokenizer=tokenizer, style=ev.ood_task.get("style") or style)
-
-
 def evaluate_config(ev, engine, task, ood=None, completions: list | None = None) -> dict:
     """``evaluate`` with the settings of an ``eval:`` block (``esopt.core.config.EvalConfig``):
     how every run, sweep and ``esopt.evaluate`` call evaluates.
 
-    With ``ev.ood_task`` set, ``ood`` (its task, from ``ood_task``) is evaluated too, on the
+    With ``ev.ood_task`` set, ``ood`` (its task, from ``esopt.runtime.run.load_ood_task``) is evaluated too, on the
     first ``ev.ood_problems`` rows of ``ev.ood_split`` with the same samples, temperature, top_p
     and seed, its own completion budget and no greedy pass; the result gains ``ood_task``,
     ``ood_split`` and ``ood_<key>`` for ``OOD_KEYS`` (``ood_entropy``: token-mean entropy in nats
@@ -288,7 +280,7 @@ def evaluate_config(ev, engine, task, ood=None, completions: list | None = None)
     if getattr(ev, "ood_task", None):
         if ood is None:
             raise ValueError("eval.ood_task is set but no out-of-domain task was given "
-                             "(build it with esopt.evaluator.ood_task)")
+                             "(build it with esopt.runtime.run.load_ood_task)")
         o = evaluate(engine, ood, split=ev.ood_split, problems=ev.ood_problems, samples=ev.samples,
                      temperature=ev.temperature, top_p=ev.top_p, seed=ev.seed, greedy=False)
         result["ood_task"], result["ood_split"] = ood.name, ev.ood_split

@@ -139,7 +139,8 @@ def test_out_of_domain_entropy_and_pass_at_k(setup):
     from dataclasses import replace
 
     from esopt.core.config import EvalConfig
-    from esopt.evaluator import evaluate_config, ood_task
+    from esopt import tasks
+    from esopt.evaluator import evaluate_config
 
     engine, task = setup
     ev = EvalConfig(problems=6, samples=4, temperature=1.0, greedy=False)
@@ -147,7 +148,7 @@ def test_out_of_domain_entropy_and_pass_at_k(setup):
     assert not any(k.startswith("ood") for k in plain)  # null control
     ev = replace(ev, ood_task={"name": "addition", "n_train": 10, "n_test": 8, "n_heldout": 8},
                  ood_split="heldout", ood_problems=5)
-    ood = ood_task(ev, engine.tokenizer, "compact")
+    ood = tasks.get(ev.ood_task, tokenizer=engine.tokenizer, style="compact")
     assert ood.name == "addition" and ood.style == "compact"
     r = evaluate_config(ev, engine, task, ood)
     direct = evaluate(engine, ood, split="heldout", problems=5, samples=4, temperature=1.0,

@@ -6,8 +6,9 @@ an algorithm its name:
 
 - ``module``: where its ``train(ctx)`` lives, beside the optional ``validate(cfg)`` (every check
   of its knobs, before any work), ``resolve(cfg, iterations)`` (its block with every default
-  filled in: what the run's plan holds and ``train`` reads as ``ctx.settings``), ``estimate_tokens(cfg, iterations, budget)`` (generated-token
-  upper bound) and ``budgets(cfg)`` (the iterations of each phase; default one phase of all of
+  filled in: what the run's plan holds and ``train`` reads as ``ctx.settings``),
+  ``estimate_tokens(settings, iterations, budget)`` (generated-token upper bound of a phase, from
+  those resolved settings) and ``budgets(cfg)`` (the iterations of each phase; default one phase of all of
   them). ``None``: it trains nothing (the base model is evaluated only);
 - ``blocks``: the config blocks it reads (:class:`Block`: ``es:``, ``grpo:``, ...), each a
   documented dataclass in its algorithm's module. The registry composes every algorithm's
@@ -22,7 +23,7 @@ an algorithm its name:
 - the study: ``family`` (what the claims count its runs as); the report: ``color`` and ``order``.
 
     algo = get("es")
-    algo.validate(rc); algo.resolve(rc); algo.train(ctx); algo.estimate_tokens(rc, budget); algo.uses("pop")
+    algo.validate(rc); algo.resolve(rc); algo.train(ctx); algo.estimate_tokens(phase, budget); algo.uses("pop")
 
 Adding an algorithm is one module (its config dataclass, ``train``, optionally ``validate`` /
 ``estimate_tokens``) plus one :func:`register` line below (from outside the package: the same
@@ -174,20 +175,20 @@ class Algorithm:
         split = getattr(self._module(), "budgets", None)
         return tuple(split(cfg)) if split is not None else (int(cfg.iterations),)
 
-    def estimate_tokens(self, cfg, budget: int, iterations: int | None = None,
-                        train_rows: int | None = None) -> int:
-        """Upper bound on generated training tokens over ``iterations`` (default the run's; a
-        sequence phase: its share), every completion using its whole ``budget``; ``train_rows``
-        (the train split's size, when known) clamps per-iteration sizes as the run does."""
+    def estimate_tokens(self, phase, budget: int, train_rows: int | None = None) -> int:
+        """Upper bound on the generated training tokens of one phase of a run's plan
+        (``esopt.runtime.runplan.PhasePlan``: its resolved settings over its iterations), every
+        completion using its whole ``budget``; ``train_rows`` (the train split's size, when
+        known) clamps per-iteration sizes as the run does. 0 when the module declares none."""
         estimate = getattr(self._module(), "estimate_tokens", None) if self.trains else None
-        n = int(cfg.iterations if iterations is None else iterations)
         if estimate is None:
             return 0
         import inspect
 
+        n = int(phase.iterations)
         if train_rows is not None and "train_rows" in inspect.signature(estimate).parameters:
-            return int(estimate(cfg, n, budget, train_rows=train_rows))
-        return int(estimate(cfg, n, budget))
+            return int(estimate(phase.settings, n, budget, train_rows=train_rows))
+        return int(estimate(phase.settings, n, budget))
 
 
 ALGORITHMS: dict[str, Algorithm] = {}

@@ -194,20 +194,20 @@ def noise_label(cfg) -> str | None:
     try:
         if not algorithms.get(cfg.algo).uses("es"):
             return None
-        return ESRun.from_run(cfg).label
+        planned = [p.settings for p in getattr(cfg, "phases", ()) if isinstance(p.settings, ESRun)]
+        return (planned[0] if planned else ESRun.from_run(cfg)).label  # a run's plan, or a bare config
     except Exception:  # noqa: BLE001 - a label never takes a table down
         return None
 
 
-def estimate_tokens(cfg, iterations: int, budget: int, train_rows: int | None = None) -> int:
-    """Upper bound on ES's generated training tokens: iterations * pop * prompts per iteration
-    (:func:`prompts_per_iteration`: es.batch_size clamped to the ``train_rows`` of the train
-    split, as the run draws them) * samples (1 when greedy) * budget (es.max_new_tokens or the
-    task's)."""
-    es = block(ESConfig, cfg.es, "es")
+def estimate_tokens(es: ESRun, iterations: int, budget: int, train_rows: int | None = None) -> int:
+    """Upper bound on ES's generated training tokens (``es``: the phase's resolved ``ESRun``):
+    iterations * pop * prompts per iteration (:func:`prompts_per_iteration`: es.batch_size
+    clamped to the ``train_rows`` of the train split, as the run draws them) * samples (1 when
+    greedy) * budget (es.max_new_tokens or the task's)."""
     per_prompt = 1 if es.temperature <= 0 else es.samples
     prompts = es.batch_size if train_rows is None else prompts_per_iteration(es.batch_size, train_rows)
-    return int(iterations * cfg.pop * prompts * per_prompt * (es.max_new_tokens or budget))
+    return int(iterations * es.pop * prompts * per_prompt * (es.max_new_tokens or budget))
 
 
 # --------------------------------------------------------------------------------------------

@@ -181,10 +181,9 @@ def resolve_lr(cfg, settings: GRPOSettings) -> float:
     return model_default(cfg, "grpo_lr")
 
 
-def estimate_tokens(cfg, iterations: int, budget: int) -> int:
-    """Upper bound on GRPO's generated training tokens: steps * prompts_per_step *
-    num_generations * budget (grpo.max_completion_length or the task's)."""
-    g = GRPOSettings.from_config(cfg.grpo)
+def estimate_tokens(g: GRPOSettings, iterations: int, budget: int) -> int:
+    """Upper bound on GRPO's generated training tokens (``g``: the phase's resolved settings):
+    steps * prompts_per_step * num_generations * budget (grpo.max_completion_length or the task's)."""
     return int(iterations * g.prompts_per_step * g.num_generations * (g.max_completion_length or budget))
 
 

@@ -79,12 +79,6 @@ def budgets(cfg) -> tuple[int, int]:
     return split_iterations(int(cfg.iterations), split_of(cfg))
 
 
-def estimate_tokens(cfg, iterations: int, budget: int, train_rows: int | None = None) -> int:
-    """The phases' estimates (``esopt.algorithms``), each over its share of ``iterations``."""
-    n = split_iterations(int(iterations), split_of(cfg))
-    return sum(algorithms.get(p).estimate_tokens(cfg, budget, iterations=k, train_rows=train_rows) for p, k in zip(phases(cfg), n))
-
-
 def phase_dir(ctx, index: int, algo: str) -> Path:
     """Phase k's own checkpoint directory: ``<run>/checkpoint/phase<k>-<algo>/``."""
     return Path(ctx.run.checkpoint_dir) / f"phase{index}-{algo}"
@@ -107,14 +101,22 @@ def _save_phase(ctx, path: Path, record: dict) -> None:
     atomic_write_json(path / "done.json", record)
 
 
+def planned(ctx) -> list[tuple[str, int, int]]:
+    """``(algo, iterations, offset)`` of each phase: the run plan's (``RunPlan.phases``, split
+    once by validate); a context made from a bare ``RunConfig`` splits here (:func:`budgets`)."""
+    if callable(getattr(ctx.cfg, "phase", None)):
+        return [(p.algo, p.iterations, p.offset) for p in ctx.cfg.phases]
+    n = split_iterations(int(getattr(ctx, "iterations", ctx.cfg.iterations)), split_of(ctx.cfg))
+    return [(name, k, sum(n[:i])) for i, (name, k) in enumerate(zip(phases(ctx.cfg), n))]
+
+
 def train(ctx) -> dict | None:
     """Run both phases on ``ctx.model`` in place; return the final evaluation."""
-    names = phases(ctx.cfg)
-    if len(names) != 2:
-        raise ConfigError(f"a sequence needs two phases, algo {ctx.cfg.algo!r} has {names}")
-    total = int(getattr(ctx, "iterations", ctx.cfg.iterations))
-    offset, result = 0, None
-    for index, (name, n) in enumerate(zip(names, split_iterations(total, split_of(ctx.cfg))), start=1):
+    plan = planned(ctx)
+    if len(plan) != 2:
+        raise ConfigError(f"a sequence needs two phases, algo {ctx.cfg.algo!r} has {[p[0] for p in plan]}")
+    result = None
+    for index, (name, n, offset) in enumerate(plan, start=1):
         where = phase_dir(ctx, index, name)
         view = _phase_view(ctx, name, n, offset, where)
         if (where / "done.json").exists():  # finished before a requeue
@@ -134,5 +136,4 @@ def train(ctx) -> dict | None:
             _save_phase(ctx, where, {"algo": name, "iterations": n, "offset": offset,
                                            "tokens_total": int(ctx.tokens_total), "eval": result})
         view.phase_done(name, result)
-        offset += n
     return result

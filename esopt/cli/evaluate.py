@@ -6,6 +6,7 @@ no Hydra output folder (``hydra.output_subdir=null``, run dir ``.``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -13,9 +14,9 @@ from esopt.cli.common import fail, hydra_app
 from esopt.core import store
 from esopt.core.config import check_output_file
 from esopt.core.errors import ConfigError
-from esopt.evaluator import evaluate_config, format_samples, format_table, ood_task, write_samples
+from esopt.evaluator import evaluate_config, format_samples, format_table, write_samples
 from esopt.runtime import budget
-from esopt.runtime.run import load_components
+from esopt.runtime.run import load_components, load_ood_task
 from esopt.runtime.validate import validate
 
 
@@ -27,13 +28,13 @@ def evaluate_model(cfg) -> dict:
             check_output_file("eval.out", str(rc.eval.out))
     except ConfigError as e:
         fail(str(e))
-    once = rc.replace_config(algo="none")  # one evaluation, whatever algo says
+    once = dataclasses.replace(rc, phases=()).replace_config(algo="none")  # one evaluation, whatever algo says
     line = budget.cpu_time_warning(once, budget.estimate_tokens(once))
     if line:
         print(f"esopt: warning: {line}", file=sys.stderr)
     try:
         model, tokenizer, engine, task = load_components(rc)
-        ood = ood_task(rc.eval, tokenizer, rc.model.get("prompt_style"))
+        ood = load_ood_task(rc, tokenizer)
     except ConfigError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001 - weights that pass the header check but do not load
@@ -43,7 +44,7 @@ def evaluate_model(cfg) -> dict:
     records: list = []
     result = evaluate_config(rc.eval, engine, task, ood, completions=records)
     result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
-    result["engine"] = rc.engine["name"]
+    result["engine"] = rc.engine_config.name
     print(format_table(result))
     if rc.eval.print_samples:
         print(format_samples(records, rc.eval.print_samples))

@@ -109,7 +109,7 @@ def dry_run(rc: RunConfig) -> dict:
 
     label = noise_label(rc)
     print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']} "
-          f"engine={rc.engine['name']}{f' es={label}' if label else ''}): {status}; "
+          f"engine={rc.engine_config.name}{f' es={label}' if label else ''}): {status}; "
           f"nothing launched\n  {rd.path}")
     budget_notes(rc, dry=True)
     return {"status": "dry_run", "run_id": rid}

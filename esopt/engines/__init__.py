@@ -231,7 +231,8 @@ def check(cfg: Mapping | None, model_cfg: Mapping) -> None:
     engine_class(c).check(c, model_cfg)
 
 
-def get(cfg: Mapping | None, model, tokenizer) -> Engine:
-    """Build the engine its block names around a loaded HF model."""
-    c = parse(cfg)
+def get(cfg: Mapping | EngineConfig | None, model, tokenizer) -> Engine:
+    """Build the engine its block (or its typed config: a run's ``plan.engine_config``) names
+    around a loaded HF model."""
+    c = cfg if isinstance(cfg, EngineConfig) else parse(cfg)
     return engine_class(c).from_config(c, model, tokenizer)

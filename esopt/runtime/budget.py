@@ -1,12 +1,14 @@
 """What a run will cost, known before it starts: generated tokens, disk, and time on a CPU.
 
-    tokens = estimate_tokens(rc)          # upper bound on generated tokens (the dry run's max_tokens)
+    tokens = estimate_tokens(plan)        # upper bound on generated tokens (the dry run's max_tokens)
     disk = run_disk(rc)                   # bytes of model/ and of the resume checkpoint, or None
     line = cpu_time_warning(rc, tokens)   # one warning when a CPU would need over an hour
 
 The sweeper prints these in its dry run and checks the disk before launching
 (hydra_plugins/esopt_sweeper); a single run and ``esopt.evaluate`` print the time warning.
-Only light imports at module level: the sweeper plugin imports this module at every start.
+Each reads the run's plan (``esopt.runtime.runplan.RunPlan``): its task specs (style, budget),
+its phases' resolved settings, its typed engine config. Only light imports at module level: the
+sweeper plugin imports this module at every start.
 """
 
 from __future__ import annotations
@@ -19,27 +21,27 @@ from pathlib import Path
 # --- generated tokens ------------------------------------------------------------------------
 
 
-def estimate_tokens(rc) -> int:
+def estimate_tokens(plan) -> int:
     """Upper bound on generated tokens of one run (every sample uses its whole budget).
 
     evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
     eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
-    ood budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
-    both phases of a sequence, its per-iteration sizes clamped to the train split as the run
-    clamps them). ``problems`` null (the whole split) counts the split's rows.
+    ood budget) (the budgets: the plan's task specs); plus each phase's training estimate from
+    its resolved settings (``Algorithm.estimate_tokens``: ES, GRPO, each phase of a sequence
+    over its share, per-iteration sizes clamped to the train split as the run clamps them).
+    ``problems`` null (the whole split) counts the split's rows.
     """
     from esopt import algorithms
 
-    budget = _budget(rc, rc.task)
-    ev = rc.eval
-    trains = algorithms.get(rc.algo).trains
-    per_eval = eval_rows(rc) * (ev.samples + (1 if ev.greedy else 0)) * (ev.max_new_tokens or budget)
-    if ev.ood_task:
-        per_eval += (_rows(rc, ev.ood_task, ev.ood_split, ev.ood_problems) * ev.samples
-                     * _budget(rc, ev.ood_task))
-    train_rows = _rows(rc, rc.task, "train", None) if trains else None  # the run clamps to it
-    train = algorithms.get(rc.algo).estimate_tokens(rc, budget, train_rows=train_rows)
-    return int((1 + n_evaluations(rc)) * per_eval + train)
+    budget = plan.task_spec.max_new_tokens
+    ev = plan.eval
+    per_eval = eval_rows(plan) * (ev.samples + (1 if ev.greedy else 0)) * (ev.max_new_tokens or budget)
+    if plan.ood_spec is not None:
+        per_eval += (_rows(plan.ood_spec, ev.ood_split, ev.ood_problems) * ev.samples
+                     * plan.ood_spec.max_new_tokens)
+    train_rows = _rows(plan.task_spec, "train", None) if plan.phases else None  # the run clamps to it
+    train = sum(algorithms.get(p.algo).estimate_tokens(p, budget, train_rows=train_rows) for p in plan.phases)
+    return int((1 + n_evaluations(plan)) * per_eval + train)
 
 
 def n_evaluations(rc) -> int:
@@ -53,33 +55,24 @@ def n_evaluations(rc) -> int:
     return rc.iterations // every + (1 if rc.iterations % every else 0)
 
 
-def eval_rows(rc) -> int:
+def eval_rows(plan) -> int:
     """Problems one evaluation of the run covers (``eval.problems``, or its split's rows)."""
-    return _rows(rc, rc.task, rc.eval.split, rc.eval.problems)
-
-
-def _task(rc, task_cfg: dict):
-    from esopt import tasks
-    from esopt.runtime.validate import task_style
-
-    return tasks.get(task_cfg, style=task_style(task_cfg, rc))
-
-
-def _budget(rc, task_cfg: dict) -> int:
-    """The task's default completion budget for this model's prompt style."""
-    return int(_task(rc, task_cfg).max_new_tokens)
+    return _rows(plan.task_spec, plan.eval.split, plan.eval.problems)
 
 
 _ROWS: dict[str, int] = {}
 
 
-def _rows(rc, task_cfg: dict, split: str, problems) -> int:
-    """Problems an evaluation covers: ``problems``, or (None) the split's length (cached)."""
+def _rows(spec, split: str, problems) -> int:
+    """Problems an evaluation covers: ``problems``, or (None) the length of the split of the
+    task a spec (``TaskSpec``) builds (cached)."""
     if problems is not None:
         return int(problems)
-    key = json.dumps([task_cfg, split], sort_keys=True, default=str)
+    key = json.dumps([spec.config, split], sort_keys=True, default=str)
     if key not in _ROWS:
-        _ROWS[key] = len(_task(rc, task_cfg).split(split))
+        from esopt import tasks
+
+        _ROWS[key] = len(tasks.get(spec.config, style=spec.style).split(split))
     return _ROWS[key]
 
 
@@ -180,9 +173,7 @@ def cpu_tokens_per_s(rc, params: int) -> tuple[float, str]:
     parameters, and where that number comes from: the engine's measured rate
     (``EngineConfig.cpu_param_tokens_per_s``: tokens/s x parameters of a measured model,
     docs/results/smollm2.md) scaled by parameters (each token costs ~2 x params FLOPs)."""
-    from esopt import engines
-
-    cfg = engines.ENGINES[rc.engine["name"]]
+    cfg = type(rc.engine_config)
     rate = float(cfg.cpu_param_tokens_per_s)
     if rate / params > SMALL_MODEL_CPU_TOKENS_PER_S:  # a tiny model is latency-bound, not FLOP-bound
         return SMALL_MODEL_CPU_TOKENS_PER_S, SMALL_MODEL_CPU_SOURCE
@@ -196,7 +187,7 @@ def cpu_seconds(rc, tokens: int, cuda: bool | None = None) -> float | None:
     from esopt import models
     from esopt.engines import cuda_visible
 
-    device = str(rc.engine.get("device", "auto"))
+    device = str(rc.engine_config.device)
     on_cpu = device == "cpu" or (device == "auto" and not (cuda_visible() if cuda is None else cuda))
     params = models.param_count(rc.model)
     if not on_cpu or not params:
@@ -216,14 +207,14 @@ def cpu_time_warning(rc, tokens: int, cuda: bool | None = None) -> str | None:
     params = models.param_count(rc.model)
     rate, source = cpu_tokens_per_s(rc, params)
     ev = rc.eval
-    budget = ev.max_new_tokens or _budget(rc, rc.task)
+    budget = ev.max_new_tokens or rc.task_spec.max_new_tokens
     per_eval = (f"eval.problems={eval_rows(rc)} x (eval.samples={ev.samples}" + (" + 1 greedy" if ev.greedy else "")
                 + f") x eval.max_new_tokens={budget}")
     evals = 1 + n_evaluations(rc)
     return (f"this run may take about {_duration(seconds)} on this CPU: up to {tokens:,} generated tokens "
             f"({per_eval} per evaluation, {evals} evaluation(s)"
             + (", plus training" if n_evaluations(rc) else "") + f") at about {rate:.3g} tokens/s "
-            f"({rc.engine['name']} engine, {params / 1e6:.0f}M parameters; {source}); lower eval.problems, "
+            f"({rc.engine_config.name} engine, {params / 1e6:.0f}M parameters; {source}); lower eval.problems, "
             "eval.samples or eval.max_new_tokens")
 
 

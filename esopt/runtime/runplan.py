@@ -5,12 +5,15 @@
     plan.phases[0].settings       # e.g. ES's ESRun: pop, sigma, lr, iterations, seed filled in
     plan.task_spec.style          # the prompt style the task is built with
     plan.engine_config            # the typed engine block (engine=auto already picked)
+    plan.tuning_settings          # the tuning block resolved: metric, pruner, study, storage
+    plan.layout                   # ranks x GPUs per rank, what the launcher is asked for
     run_id(plan)                  # the hash of the resolved plan (esopt.runtime.validate)
 
 What the registry resolves is resolved here, once: each algorithm's block through its entry
 (``Algorithm.resolve``: top-level sigma / lr, else the block's, else the model's
 ``hparams``), a sequence's phases with their share of the iterations, the engine, the task's
-knobs, prompt style and token budget. Nothing below re-resolves them: a trainer reads its
+knobs, prompt style and token budget, the tuning block (its study and storage named). Nothing
+below re-resolves them: a trainer reads its
 phase's settings (``RunContext.settings``). The plan also reads as its ``RunConfig``
 (``plan.model``, ``plan.eval``, ...: the validated config it was made from, which the legacy run
 id and ``config.yaml`` still come from).
@@ -30,6 +33,9 @@ from esopt import algorithms, engines
 from esopt.core import store
 from esopt.core.config import RunConfig, parse
 from esopt.core.errors import ConfigError
+from esopt.runtime import trackers
+from esopt.runtime.layout import Layout
+from esopt.runtime.tuning import TuningSettings
 
 PLAN_FILE = "plan.json"  # <run>/plan.json: the run's plan (RunPlan.to_json), beside config.yaml
 
@@ -45,6 +51,8 @@ class TaskSpec:
     #                       its loaded tokenizer decides at run time)
     max_new_tokens: int   # the task's generation budget for that style (used where eval.max_new_tokens,
     #                       es.max_new_tokens or grpo.max_completion_length is null)
+    stated: str | None = None  # the style the config states (task.style, else model.prompt_style), which the
+    #                            run builds the task with; None = the loaded tokenizer decides (as `style` read it)
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,10 @@ class RunPlan:
     legacy_id: str = ""        # the id the run had before ids hashed the plan (validate.legacy_identity)
     config_id: str = ""        # the run id without the seed: its seed replicates share it (the auto pruner)
     inputs: dict = field(default_factory=dict)  # fingerprints of its local inputs (data file, weights)
+    tuning_settings: TuningSettings | None = None  # the tuning block resolved (esopt.runtime.tuning.resolve)
+    ood_spec: TaskSpec | None = None  # eval.ood_task as it will be built; None = no out-of-domain set
+    layout: Layout | None = None      # its ranks x GPUs per rank (esopt.runtime.layout: the launcher request)
+    tracker_options: dict = field(default_factory=dict)  # logger=[...]: each tracker's typed options, in order
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "config":
@@ -101,6 +113,14 @@ class RunPlan:
         held = [getattr(p.settings, key) for p in self.phases if hasattr(p.settings, key)]
         return held[0] if len(held) == 1 else getattr(self.config, key)
 
+    def trial_attrs(self, params: int | None = None) -> dict:
+        """The user attributes of the run's Optuna trial (``esopt.runtime.tuning.start_trial``):
+        the model and its parameter count, the axes as the run resolved them (:meth:`axis`: ES's
+        sigma and lr filled in, None where the algorithm does not read one), seed, algo, config id."""
+        return {"model": self.config.model["name"], "params": params, "pop": self.axis("pop"),
+                "sigma": self.axis("sigma"), "lr": self.axis("lr"), "seed": self.config.seed,
+                "algo": self.config.algo, "config_id": self.config_id}
+
     def replace_config(self, **changes: Any) -> "RunPlan":
         """The same plan over a changed config (e.g. ``algo=none`` for a one-off evaluation)."""
         return dataclasses.replace(self, config=dataclasses.replace(self.config, **changes))
@@ -115,6 +135,10 @@ class RunPlan:
         return {"algo": self.config.algo, "run_id": self.run_id, "legacy_id": self.legacy_id,
                 "config_id": self.config_id, "inputs": self.inputs, "engine": dataclasses.asdict(self.engine_config),
                 "task": dataclasses.asdict(self.task_spec),
+                "tuning": None if self.tuning_settings is None else dataclasses.asdict(self.tuning_settings),
+                "ood_task": None if self.ood_spec is None else dataclasses.asdict(self.ood_spec),
+                "layout": None if self.layout is None else dataclasses.asdict(self.layout),
+                "trackers": {name: dataclasses.asdict(o) for name, o in self.tracker_options.items()},
                 "phases": [{"algo": p.algo, "iterations": p.iterations, "offset": p.offset,
                             "settings": settings_dict(p.settings), "type": settings_type(p.settings)}
                            for p in self.phases]}
@@ -134,9 +158,14 @@ class RunPlan:
         phases = tuple(PhasePlan(p["algo"], int(p["iterations"]), int(p["offset"]),
                                  None if p["settings"] is None else algorithms.load(p["type"])(**p["settings"]))
                        for p in resolved["phases"])
-        return cls(parse(d["config"], blocks=algorithms.blocks()), engines.ENGINES[engine["name"]](**engine),
+        config = parse(d["config"], blocks=algorithms.blocks())
+        tuning, ood, lay = (resolved.get(k) for k in ("tuning", "ood_task", "layout"))  # absent: an earlier plan.json
+        return cls(config, engines.ENGINES[engine["name"]](**engine),
                    TaskSpec(**resolved["task"]), phases, resolved["run_id"], resolved["legacy_id"],
-                   resolved["config_id"], dict(resolved["inputs"]))
+                   resolved["config_id"], dict(resolved["inputs"]),
+                   TuningSettings(**tuning) if tuning is not None else None,
+                   TaskSpec(**ood) if ood is not None else None, Layout(**lay) if lay is not None else None,
+                   {name: trackers.TRACKERS[name].Options(**o) for name, o in (resolved.get("trackers") or {}).items()})
 
 
 LEGACY_KEPT = ("completed", "pruned")  # a run recorded so under its legacy id is not run again

@@ -392,9 +392,10 @@ def _options(rc, name: str):
     return block(TRACKERS[name].Options, raw, f"logger_opts.{name}")
 
 
-def check(rc) -> None:
+def check(rc) -> dict:
     """Before dispatch: every name of ``logger`` is a tracker, its library is installed, its
-    options are well-formed (ConfigError, one line)."""
+    options are well-formed (ConfigError, one line). Returns the run's trackers' typed options,
+    by name in ``logger``'s order: what the run's plan keeps (``plan.tracker_options``)."""
     names = tuple(getattr(rc, "logger", ()) or ())
     unknown_opts = sorted(set(getattr(rc, "logger_opts", None) or {}) - set(TRACKERS))
     if unknown_opts:
@@ -410,9 +411,10 @@ def check(rc) -> None:
         if not found:
             raise ConfigError(f"logger={name} needs the {t.package} package, which is not installed: "
                               f"pip install {t.pip}  (or pip install 'esopt[trackers]')")
-    for name in TRACKERS:
-        t = TRACKERS[name](_options(rc, name), None)
-        t.check()
+    options = {name: _options(rc, name) for name in TRACKERS}
+    for name, opts in options.items():
+        TRACKERS[name](opts, None).check()
+    return {name: options[name] for name in dict.fromkeys(names)}
 
 
 # --- the observer a run's store calls -------------------------------------------------------------
@@ -512,14 +514,14 @@ def off_in_this_sweep(t: Tracker) -> bool:
         return False
 
 
-def attach(rc, rid: str, rd: store.RunDir) -> Trackers | None:
-    """Start the run's trackers (``rc.logger``) and let its store feed them; None when none."""
-    names = tuple(getattr(rc, "logger", ()) or ())
-    if not names:
+def attach(plan, rid: str, rd: store.RunDir) -> Trackers | None:
+    """Start the run's trackers (``logger``, with the options its plan holds:
+    ``plan.tracker_options``) and let its store feed them; None when none."""
+    if not plan.tracker_options:
         return None
-    config = {k: v for k, v in rc.to_dict().items() if k != "logger_opts"}  # URIs may hold passwords
-    info = RunInfo(sweep=rc.sweep.name, sweep_dir=store.sweep_dir(rc.sweep.root, rc.sweep.name), run_id=rid,
+    config = {k: v for k, v in plan.to_dict().items() if k != "logger_opts"}  # URIs may hold passwords
+    info = RunInfo(sweep=plan.sweep.name, sweep_dir=store.sweep_dir(plan.sweep.root, plan.sweep.name), run_id=rid,
                    config=config, run_dir=rd)
-    group = Trackers([TRACKERS[n](_options(rc, n), info) for n in dict.fromkeys(names)])
+    group = Trackers([TRACKERS[n](opts, info) for n, opts in plan.tracker_options.items()])
     rd.observers.append(group)
     return group

@@ -5,7 +5,7 @@ so it cannot prune. Here each run attaches to its own trial and reports its held
 every evaluation; the pruner decides whether it goes on.
 
 - Group and study: runs of one (sweep, model, algo, task) share a study named
-  ``esopt:<sweep>:<model>:<algo>:<task>`` (see :func:`study_name`), so pruners compare like with
+  ``esopt:<sweep>:<model>:<algo>:<task>`` (:func:`resolve`, which names the study and the storage once per run), so pruners compare like with
   like. The direction comes from ``tuning.direction`` (default maximize).
 - Storage: ``tuning.storage`` null = a journal file ``<sweep.root>/<sweep.name>/optuna.journal``
   (``JournalStorage(JournalFileBackend(path))``: several writers on a shared filesystem); a
@@ -38,7 +38,7 @@ import itertools
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -82,6 +82,31 @@ class TuningConfig:
     # wilcoxon
     p_threshold: float = 0.1
     n_startup_steps: int = 2
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """The ``tuning:`` block resolved for one run (:func:`resolve`): made once by
+    ``esopt.runtime.validate`` and kept in the run's plan (``plan.tuning_settings``, also in
+    ``plan.json``). The run's trial, its study, its pruner and the sweep's table read this; nothing
+    below validate reads the block itself."""
+
+    enabled: bool
+    metric: str           # reported at every evaluation, pruned on, shown in the sweep's table
+    direction: str        # maximize | minimize
+    pruner: str           # its registered name (esopt.runtime.pruners)
+    study: str            # tuning.study, else esopt:<sweep>:<model>:<algo>:<task>
+    storage: str          # tuning.storage, else <sweep.root>/<sweep.name>/optuna.journal
+    root: str             # sweep.root and sweep.name: where a run's pending mark goes (pending_path)
+    sweep: str
+    knobs: dict = field(default_factory=dict)  # the whole block, checked (settings): what the pruner is built from
+
+    @property
+    def prunes(self) -> bool:
+        """Whether its pruner can prune at all (``none`` cannot)."""
+        from esopt.runtime import pruners
+
+        return pruners.get(self.pruner).prunes
 
 
 JOURNAL_NAME = "optuna.journal"
@@ -172,18 +197,20 @@ def produced_metrics(ev) -> list[str]:
             + ["entropy", "format"])
 
 
-def check(rc) -> dict:
+def check(rc) -> TuningSettings:
     """Check the tuning block against the whole run (a RunConfig), before dispatch: the block
     itself (:func:`settings`), ``tuning.metric`` among the metrics the evaluator produces,
     ``auto`` given a per-problem metric, and a pruner with at least one evaluation it may
     prune: a step that is a multiple of ``eval.every`` (or a sequence's phase end), at or
     after ``tuning.n_warmup_steps`` and before the run's end (the last evaluation is never
-    pruned). Returns the settings; ConfigError (one line) otherwise."""
+    pruned). Returns the run's :class:`TuningSettings` (:func:`resolve`); ConfigError (one line)
+    otherwise."""
     from esopt import algorithms
 
-    t = settings(rc.tuning)
+    resolved = resolve(rc)
+    t = resolved.knobs
     if not t["enabled"]:
-        return t
+        return resolved
     metric = str(t["metric"])
     produced = produced_metrics(rc.eval)
     if metric not in produced:
@@ -197,7 +224,7 @@ def check(rc) -> dict:
         pruner.check(t)
     algo = algorithms.get(rc.algo)
     if not pruner.prunes or not algo.trains:
-        return t
+        return resolved
     warmup, total, every = int(t["n_warmup_steps"]), int(rc.iterations), int(rc.eval.every)
     if warmup >= total:
         raise ConfigError(f"tuning.n_warmup_steps={warmup} is not shorter than the run (iterations={total}): "
@@ -208,15 +235,16 @@ def check(rc) -> dict:
         raise ConfigError(f"tuning.pruner={t['pruner']} could prune nothing: no evaluation between the warmup "
                           f"(tuning.n_warmup_steps={warmup}) and the run's last one (iterations={total}, "
                           f"eval.every={every})")
-    return t
+    return resolved
 
 
-def make_pruner(tuning: Mapping | None):
+def make_pruner(tuning: TuningSettings | Mapping | None):
     """Build the pruner named by ``tuning.pruner`` from its knobs, identically in every worker
-    (its entry in ``esopt.runtime.pruners``: which knobs each reads, how it is built)."""
+    (its entry in ``esopt.runtime.pruners``: which knobs each reads, how it is built): a run's
+    :class:`TuningSettings`, or a raw block (checked by :func:`settings`; benchmarks, tests)."""
     from esopt.runtime import pruners
 
-    t = settings(tuning)
+    t = tuning.knobs if isinstance(tuning, TuningSettings) else settings(tuning)
     return pruners.get(t["pruner"]).make(t)
 
 
@@ -245,30 +273,23 @@ def _get(cfg: Any, key: str) -> Any:
     return cfg[key] if isinstance(cfg, Mapping) else getattr(cfg, key)
 
 
-def _sweep(cfg: Any) -> tuple[str, str]:
-    s = _get(cfg, "sweep")
-    return str(_get(s, "root")), str(_get(s, "name"))
-
-
-def study_name(cfg: Any) -> str:
-    """``esopt:<sweep>:<model>:<algo>:<task>`` unless ``tuning.study`` names one."""
+def resolve(cfg: Any) -> TuningSettings:
+    """The run's :class:`TuningSettings` from its config (a RunConfig, or a plain dict in tests):
+    the block checked (:func:`settings`), the study named ``esopt:<sweep>:<model>:<algo>:<task>``
+    unless ``tuning.study`` names one, the storage a journal file
+    ``<sweep.root>/<sweep.name>/optuna.journal`` unless ``tuning.storage`` names one (module doc).
+    Called once per run, by ``esopt.runtime.validate`` (through :func:`check`)."""
     t = settings(_get(cfg, "tuning"))
-    if t["study"]:
-        return str(t["study"])
-    _, sweep = _sweep(cfg)
-    return f"esopt:{sweep}:{_get(cfg, 'model')['name']}:{_get(cfg, 'algo')}:{_get(cfg, 'task')['name']}"
+    s = _get(cfg, "sweep")
+    root, sweep = str(_get(s, "root")), str(_get(s, "name"))
+    study = str(t["study"]) if t["study"] else (
+        f"esopt:{sweep}:{_get(cfg, 'model')['name']}:{_get(cfg, 'algo')}:{_get(cfg, 'task')['name']}")
+    storage = str(t["storage"]) if t["storage"] else str(Path(root) / sweep / JOURNAL_NAME)
+    return TuningSettings(bool(t["enabled"]), str(t["metric"]), str(t["direction"]), str(t["pruner"]),
+                          study, storage, root, sweep, t)
 
 
 _STORAGES: dict[str, Any] = {}
-
-
-def storage_url(cfg: Any) -> str:
-    """Where the studies live: a journal file path or a database URL (see module doc)."""
-    t = settings(_get(cfg, "tuning"))
-    if t["storage"]:
-        return str(t["storage"])
-    root, name = _sweep(cfg)
-    return str(Path(root) / name / JOURNAL_NAME)
 
 
 _CHECKED: set[str] = set()  # database URLs check_storage found working in this process
@@ -432,15 +453,15 @@ def repair_journal(path: str) -> int:
     return bad + recovered
 
 
-def open_study(cfg: Any, *, sampler=None, name: str | None = None):
-    """Create or load the run group's study, with the configured pruner attached."""
+def open_study(t: TuningSettings, *, sampler=None, name: str | None = None):
+    """Create or load the run group's study (``name``, default ``t.study``), with the configured
+    pruner attached."""
     import optuna
 
-    t = settings(_get(cfg, "tuning"))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.create_study(
-        storage=open_storage(storage_url(cfg)), study_name=name or study_name(cfg),
-        direction=t["direction"], pruner=make_pruner(t), sampler=sampler, load_if_exists=True,
+        storage=open_storage(t.storage), study_name=name or t.study,
+        direction=t.direction, pruner=make_pruner(t), sampler=sampler, load_if_exists=True,
     )
 
 
@@ -593,32 +614,28 @@ def start_trial(study, run_id: str, params: Mapping | None = None):
     return trial
 
 
-def attach(cfg: Any, run_id: str, params: Mapping | None = None) -> RunTrial | None:
+def attach(t: TuningSettings, run_id: str, params: Mapping | None = None) -> RunTrial | None:
     """The run's trial (:func:`start_trial` in the group's study) as a :class:`RunTrial`; a
     storage that does not answer through the retries gives a RunTrial without a trial (the run
     goes on; :meth:`RunTrial.finish` or the sweep's :func:`rereport` records it later).
 
-    Returns None when ``tuning.enabled`` is false.
+    ``t``: the run's :class:`TuningSettings` (``plan.tuning_settings``). Returns None when
+    ``tuning.enabled`` is false.
     """
-    t = settings(_get(cfg, "tuning"))
-    if not t["enabled"]:
+    if not t.enabled:
         return None
-    from esopt.runtime import pruners
-
-    where = re.sub(r":[^:/@]*@", ":***@", storage_url(cfg))
-    handle = RunTrial(None, None, str(t["metric"]), pruners.get(t["pruner"]).prunes, t["pruner"],
-                      run_id=run_id, where=where)
-    handle.reopen, handle.params = (lambda: open_study(cfg)), params
-    root, sweep = _sweep(cfg)
-    handle.pending = pending_path(root, sweep, run_id)
+    where = re.sub(r":[^:/@]*@", ":***@", t.storage)
+    handle = RunTrial(None, None, t.metric, t.prunes, t.pruner, run_id=run_id, where=where)
+    handle.reopen, handle.params = (lambda: open_study(t)), params
+    handle.pending = pending_path(t.root, t.sweep, run_id)
     try:
-        handle.study = retrying(open_study, cfg)
+        handle.study = retrying(open_study, t)
         handle.trial = retrying(start_trial, handle.study, run_id, params)
         handle.down = False
     except StorageDown as e:
         handle.off(e)
     except (ValueError, AssertionError) as e:  # Optuna's own words never name the journal
-        raise JournalError(f"Optuna storage {storage_url(cfg)}: {type(e).__name__}: {e}") from e
+        raise JournalError(f"Optuna storage {t.storage}: {type(e).__name__}: {e}") from e
     return handle
 
 
@@ -631,22 +648,20 @@ def pending_path(root: str, sweep: str, run_id: str) -> Path:
     return RunDir.for_run(root, sweep, run_id).path / PENDING
 
 
-def rereport(cfg: Any, run_id: str, summary: Mapping, params: Mapping | None = None) -> bool:
+def rereport(t: TuningSettings, run_id: str, summary: Mapping, params: Mapping | None = None) -> bool:
     """Tell the study the outcome of a run recorded in the store (its ``summary.json``) when its
     trial lost that record (e.g. a torn journal line, :func:`repair_journal`): a run kept by the
     sweeper whose trial is missing or still RUNNING is marked from its summary (completed ->
     COMPLETE with its final metric, pruned -> PRUNED). Called by the sweep before dispatch;
-    returns whether anything was written."""
-    t = settings(_get(cfg, "tuning"))
-    if not t["enabled"] or summary.get("status") not in ("completed", "pruned"):
+    returns whether anything was written. ``t``: the run's :class:`TuningSettings`."""
+    if not t.enabled or summary.get("status") not in ("completed", "pruned"):
         return False
-    study = open_study(cfg)
+    study = open_study(t)
     found = find_trial(study, run_id)
     done = found is not None and found.state.is_finished()
     if not done:
         trial = start_trial(study, run_id, params)
-        RunTrial(study, trial, str(t["metric"]), False, t["pruner"])._tell(
-            summary.get("status"), metric_value(summary.get("final"), str(t["metric"])))
-    root, sweep = _sweep(cfg)
-    pending_path(root, sweep, run_id).unlink(missing_ok=True)
+        RunTrial(study, trial, t.metric, False, t.pruner)._tell(
+            summary.get("status"), metric_value(summary.get("final"), t.metric))
+    pending_path(t.root, t.sweep, run_id).unlink(missing_ok=True)
     return not done

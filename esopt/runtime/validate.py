@@ -60,20 +60,24 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     engine_config = engines.parse(rc.engine)
     algo.validate(rc)
     engines.check(rc.engine, rc.model)
-    layout(rc)  # the GPUs the run asks for must be the GPUs it uses
-    tuning.check(rc)
-    trackers.check(rc)
+    lay = layout(rc)  # the GPUs the run asks for must be the GPUs it uses
+    tuning_settings = tuning.check(rc)
+    tracker_options = trackers.check(rc)
     if check_data:  # what the run will read and write: the task's data, a database tuning.storage
         _check_task_data(rc)
-        if rc.tuning.get("enabled", True):
-            tuning.check_storage(tuning.storage_url(rc))
-    return make_plan(rc, engine_config)
+        if tuning_settings.enabled:
+            tuning.check_storage(tuning_settings.storage)
+    return make_plan(rc, engine_config, tuning_settings, lay, tracker_options)
 
 
-def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None) -> RunPlan:
+def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_settings: Any = None,
+              lay: Any = None, tracker_options: dict | None = None, ids: bool = True) -> RunPlan:
     """The run's :class:`RunPlan` from its validated config: each phase's block resolved through
     its registry entry (``Algorithm.resolve``, over the phase's share of the iterations:
-    ``Algorithm.budgets``), the typed engine block and the task spec. A plan is returned as it is."""
+    ``Algorithm.budgets``), the typed engine block, the task specs, the tuning settings
+    (``esopt.runtime.tuning.resolve``), the layout (``esopt.runtime.layout``) and the trackers'
+    options (``esopt.runtime.trackers.check``). A plan is returned as it is. ``ids=False``: without
+    input fingerprints and ids (a what-if plan that only prices a run: esopt.plan's search)."""
     if isinstance(rc, RunPlan):
         return rc
     algo = algorithms.get(rc.algo)
@@ -81,12 +85,27 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None) -> RunPlan:
     for name, n in zip(algo.phase_names(), algo.budgets(rc)):
         phases.append(PhasePlan(name, int(n), offset, algorithms.get(name).resolve(rc, n)))
         offset += int(n)
-    style = task_style(rc.task, rc)
-    spec = TaskSpec(dict(rc.task), style, tasks.task_class(rc.task["name"]).budgets.get(style))
-    plan = RunPlan(rc, engine_config if engine_config is not None else engines.parse(rc.engine), spec,
-                   tuple(phases), inputs=input_fingerprints(rc))
+    ood = rc.eval.ood_task
+    plan = RunPlan(rc, run_engine(rc, engine_config if engine_config is not None else engines.parse(rc.engine)),
+                   task_spec(rc.task, rc), tuple(phases), inputs=input_fingerprints(rc) if ids else {},
+                   tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
+                   ood_spec=task_spec(ood, rc) if ood is not None else None,
+                   layout=lay if lay is not None else layout(rc),
+                   tracker_options=tracker_options if tracker_options is not None else trackers.check(rc))
+    if not ids:
+        return plan
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
                                config_id=config_id(plan))
+
+
+def run_engine(rc: RunConfig, engine_config: Any) -> Any:
+    """The typed engine block with the engine's own adjustments for this run (its class's
+    ``prepare``, e.g. vLLM: room for the population's LoRA adapters when ``es.batched``): what
+    the run builds its engine from (``plan.engine_config``). Other engines take it as it is."""
+    prepare = getattr(engines.engine_class(engine_config), "prepare", None)
+    if prepare is None:
+        return engine_config
+    return engines.parse(prepare(dataclasses.asdict(engine_config), rc))
 
 
 def check_names(rc: RunConfig) -> None:
@@ -154,6 +173,15 @@ def task_style(task_cfg: dict, rc: RunConfig) -> str:
     """The style the run will build this task with (``tasks.prompt_style``; before the
     tokenizer is loaded, the model's local directory tells whether it has a chat template)."""
     return tasks.prompt_style(task_cfg, models.local_dir(rc.model), rc.model.get("prompt_style"))
+
+
+def task_spec(task_cfg: dict, rc: RunConfig) -> TaskSpec:
+    """A task as the run will build it (the run's task, or its ``eval.ood_task``): its knobs,
+    prompt style (:func:`task_style`), that style's token budget, and the style the config
+    states (the task's own ``style``, else the model's ``prompt_style``)."""
+    style = task_style(task_cfg, rc)
+    return TaskSpec(dict(task_cfg), style, tasks.task_class(task_cfg["name"]).budgets.get(style),
+                    task_cfg.get("style") or rc.model.get("prompt_style"))
 
 
 def _check_task_data(rc: RunConfig) -> None:

@@ -24,9 +24,7 @@ def first_line(e: BaseException) -> str:
 
 def layout_notes(jobs: List[Job]) -> List[str]:
     """The distinct notes of the runs' layouts (fewer GPUs used than the model asks for, and why)."""
-    from esopt.runtime.layout import layout
-
-    return list(dict.fromkeys(n for n in (layout(j.rc).note for j in jobs) if n))
+    return list(dict.fromkeys(n for n in (j.rc.layout.note for j in jobs) if n))
 
 
 def unread_notes(jobs: List[Job]) -> List[str]:

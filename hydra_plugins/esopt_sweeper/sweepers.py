@@ -23,7 +23,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from esopt.runtime.budget import _budget, _rows, estimate_tokens  # noqa: F401 (their home; light imports)
+from esopt.runtime.budget import _rows, estimate_tokens  # noqa: F401 (their home; light imports)
 from hydra_plugins.esopt_sweeper.output import (SweepProgress, aggregate_sweep, first_line, layout_notes,
                                                 quiet_sacct, unread_notes, varying_keys, wide)
 
@@ -126,7 +126,6 @@ class EsoptSweeper(Sweeper):
         Raises ConfigError (esopt's validation) or Hydra's composition errors.
         """
         from esopt.core import store
-        from esopt.runtime import tuning
         from esopt.runtime.layout import launcher_request
         from esopt.runtime.runplan import recorded_id
         from esopt.runtime.validate import validate
@@ -136,9 +135,8 @@ class EsoptSweeper(Sweeper):
         with open_dict(cfg):
             del cfg["hydra"]
         rc = validate(cfg, cuda=remote_cuda(launcher, cfg))
-        if cfg.engine.name != rc.engine["name"]:  # engine=auto: the worker runs what was picked here
-            overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine['name']}"]
-        tuning.settings(rc.tuning)
+        if cfg.engine.name != rc.engine_config.name:  # engine=auto: the worker runs what was picked here
+            overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine_config.name}"]
         launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
         rid = recorded_id(rc)  # a run completed under its legacy id is found there and kept
         rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
@@ -222,16 +220,14 @@ class EsoptSweeper(Sweeper):
 
         n, down = 0, 0
         for job in {j.rid: j for j in jobs if self.skipped(j) != launched}.values():
-            rc = job.rc
-            if launched and not tuning.pending_path(rc.sweep.root, rc.sweep.name, job.rid).exists():
+            t = job.rc.tuning_settings
+            if launched and not tuning.pending_path(t.root, t.sweep, job.rid).exists():
                 continue
-            summary = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, job.rid).read_summary() or {}
-            params = {"model": rc.model["name"], "params": (summary.get("model") or {}).get("params"),
-                      "pop": rc.pop, "sigma": rc.sigma, "lr": rc.lr, "seed": rc.seed, "algo": rc.algo,
-                      "config_id": rc.config_id}
+            summary = store.RunDir.for_run(t.root, t.sweep, job.rid).read_summary() or {}
+            params = job.rc.trial_attrs((summary.get("model") or {}).get("params"))
             try:
-                n += tuning.retrying(tuning.rereport, rc, job.rid, summary, params) if launched else \
-                    tuning.rereport(rc, job.rid, summary, params)
+                n += tuning.retrying(tuning.rereport, t, job.rid, summary, params) if launched else \
+                    tuning.rereport(t, job.rid, summary, params)
             except Exception as e:  # noqa: BLE001 - bookkeeping; never takes the sweep down
                 down += 1
                 print(f"esopt: warning: run {job.rid}: its Optuna trial cannot be re-reported: "
@@ -308,12 +304,10 @@ class EsoptSweeper(Sweeper):
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):
         import pandas as pd
-        from esopt import engines
         from esopt.runtime import tuning
-        from esopt.runtime.layout import layout
 
         keys = varying_keys([j.overrides for j in jobs])
-        layouts = [layout(j.rc) for j in jobs] if dry else []
+        layouts = [j.rc.layout for j in jobs] if dry else []
         show_layout = any(lay.ranks > 1 or lay.gpus_requested for lay in layouts)  # not for CPU-only sweeps
         rows = []
         for i, job in enumerate(jobs):
@@ -333,11 +327,11 @@ class EsoptSweeper(Sweeper):
                 label = noise_label(job.rc)  # low-rank ES is EGGROLL, not the study's full-rank ES
                 if label is not None:
                     row["es_noise"] = label
-                row["engine"] = job.rc.engine["name"]  # what engine=auto picked, or the forced one
-                row["engine_version"] = engines.library_version(job.rc.engine) or "not installed"
+                row["engine"] = job.rc.engine_config.name  # what engine=auto picked, or the forced one
+                row["engine_version"] = job.rc.engine_config.library_version() or "not installed"
             else:
                 s = job.summary or {}
-                metric = tuning.settings(job.rc.tuning)["metric"]
+                metric = job.rc.tuning_settings.metric
                 row["status"] = s.get("status", "missing") + (" (kept)" if self.skipped(job) else "")
                 v = tuning.metric_value(s.get("final"), metric)
                 row[metric] = None if v is None else round(v, 4)
@@ -422,9 +416,7 @@ class EsoptSweeper(Sweeper):
             print(df.to_string(index=False))
         print(f"sweep dir: {sdir}")
         if jobs and jobs[0].rc.sweep.aggregate:
-            from esopt.runtime import tuning
-
-            aggregate_sweep(sdir, str(tuning.settings(jobs[0].rc.tuning)["metric"]))
+            aggregate_sweep(sdir, jobs[0].rc.tuning_settings.metric)
         bad = sum(s not in ("completed", "pruned") for s in statuses)
         if bad:
             how = ", ".join(f"{n} {s}" for s, n in counts.items() if s not in ("completed", "pruned"))

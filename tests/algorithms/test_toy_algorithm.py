@@ -83,7 +83,7 @@ def test_the_entry_says_what_the_toy_reads(toy):
     assert not toy.uses("pop") and not toy.uses("es.batch_size") and not algorithms.get("es").uses("toy")
     assert "toy" in algorithms.blocks() and toy.trains
     base = run_config(*TINY, "algo=toy", check_data=False)
-    assert toy.estimate_tokens(base, 24) == 0 and toy.budgets(base) == (2,)  # it generates nothing
+    assert toy.estimate_tokens(base.phases[0], 24) == 0 and toy.budgets(base) == (2,)  # it generates nothing
     assert base.blocks == {"toy": {"step": 0.01}}
     from esopt.runtime.validate import run_id
 

@@ -49,7 +49,7 @@ def test_dry_run_estimate_uses_the_clamped_batch(tmp_path):
 
     # above the train split's 2,000 rows, within esopt.runtime.limits' bound on es.batch_size
     huge = run_config("model=tiny-xs", "es.batch_size=60000", check_data=False)
-    rows = _rows(huge, huge.task, "train", None)
+    rows = _rows(huge.task_spec, "train", None)
     clamped = run_config("model=tiny-xs", f"es.batch_size={rows}", check_data=False)
     assert rows == 2000 and estimate_tokens(huge) == estimate_tokens(clamped)
     assert es.prompts_per_iteration(10**7, rows) == len(es.prompt_batch(0, 1, rows, 10**7)) == rows

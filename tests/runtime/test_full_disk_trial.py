@@ -35,7 +35,7 @@ def test_an_end_not_recorded_on_a_full_disk_leaves_one_trial_for_the_resume(tmp_
         filled[0].unlink()
         again = run(rc)                              # the rerun resumes it
         assert again["status"] == "completed" and rd.status == "completed"
-    study = optuna.load_study(study_name=tuning.study_name(rc), storage=tuning.open_storage(str(journal)))
+    study = optuna.load_study(study_name=rc.tuning_settings.study, storage=tuning.open_storage(str(journal)))
     mine = [t for t in study.get_trials() if t.user_attrs.get("run_id") == run_id(rc)]
     assert [t.state for t in mine] == [TrialState.COMPLETE], [t.state for t in mine]
     assert mine[0].value == tuning.metric_value(again["final"])

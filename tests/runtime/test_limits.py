@@ -77,7 +77,7 @@ from esopt.runtime.validate import own_blocks
 rc = parse(compose("algo=es", "iterations=1000000000", "tuning.pruner=median", "tuning.enabled=true"),
            blocks=algorithms.blocks())
 rc = own_blocks(rc, algorithms.get(rc.algo))
-print(tuning.check(rc)["pruner"])
+print(tuning.check(rc).pruner)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "median", out.stderr[-2000:]

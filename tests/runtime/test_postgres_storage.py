@@ -100,7 +100,7 @@ def _lane(attach, w, j, phase, state):
 
 
 def _worker(url, sweep, w, barrier, queue):
-    c = cfg(url, sweep)
+    c = tuning.resolve(cfg(url, sweep))
 
     def attach(rid, params):
         return tuning.attach(c, rid, params)
@@ -200,7 +200,7 @@ def test_four_parallel_workers_ten_trials_each_auto_pruner(storage):
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
     print(f"{url.split('://')[0]}: {WORKERS} workers x {ROUNDS} trials in {time.time() - t0:.1f}s")
 
-    study = optuna.load_study(study_name=tuning.study_name(cfg(url, sweep)), storage=tuning.open_storage(url))
+    study = optuna.load_study(study_name=tuning.resolve(cfg(url, sweep)).study, storage=tuning.open_storage(url))
     trials = study.get_trials()
     expected = sorted(plan(w, j)[0] for w in range(WORKERS) for j in range(ROUNDS))
     assert len(trials) == WORKERS * ROUNDS  # none lost, none duplicated
@@ -309,14 +309,14 @@ def test_real_run_records_its_trial_in_postgres(tmp_path):
     try:
         summary = run(rc)
         assert summary["status"] == "completed", summary.get("error")
-        study = optuna.load_study(study_name=tuning.study_name(rc), storage=tuning.open_storage(url))
+        study = optuna.load_study(study_name=rc.tuning_settings.study, storage=tuning.open_storage(url))
         (trial,) = study.get_trials()
         assert trial.user_attrs["run_id"] == summary["run_id"] and trial.state == TrialState.COMPLETE
         assert trial.value == pytest.approx(summary["final"]["pass@k"]["1"])
         assert sorted(trial.intermediate_values) == [1, 2]  # every evaluation, the last one too
         assert {"evidence@1", "evidence@2"} <= set(trial.user_attrs)
     finally:
-        optuna.delete_study(study_name=tuning.study_name(rc), storage=tuning.open_storage(url))
+        optuna.delete_study(study_name=rc.tuning_settings.study, storage=tuning.open_storage(url))
 
 
 # --- an outage: a TCP link to the real server that can be cut -------------------------------------
@@ -386,13 +386,13 @@ def cuttable(tmp_path):
         try:
             c = cfg(link.url, f"pg-{uuid.uuid4().hex[:8]}", pruner="none")
             c["sweep"]["root"] = str(tmp_path)
-            yield link, c
+            yield link, tuning.resolve(c)
         finally:
             link.close()
 
 
 def trials_of(c, rid):
-    study = optuna.load_study(study_name=tuning.study_name(c), storage=tuning.open_storage(c["tuning"]["storage"]))
+    study = optuna.load_study(study_name=c.study, storage=tuning.open_storage(c.storage))
     return [t for t in study.get_trials() if t.user_attrs.get("run_id") == rid]
 
 
@@ -436,7 +436,7 @@ def test_storage_down_past_the_retries_the_run_finishes_and_its_trial_is_reporte
         err = [x for x in capsys.readouterr().err.splitlines() if x]
         assert len(err) == 2 and all(x.startswith("esopt: warning: Optuna storage") for x in err), err
         assert "***" in err[0] and "esopt:esopt@" not in err[0]          # the password hidden
-        pending = tuning.pending_path(str(tmp_path), c["sweep"]["name"], "r-long")
+        pending = tuning.pending_path(str(tmp_path), c.sweep, "r-long")
         assert pending.read_text() == "completed"
         link.restore()
         assert tuning.rereport(c, "r-long", summary, {"seed": 0})

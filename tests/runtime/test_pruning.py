@@ -187,7 +187,7 @@ def test_good_tuning_passes():
 
     rc = run_config(*BASE, "tuning.pruner=auto", "tuning.n_warmup_steps=3", "tuning.metric=pass@8",
                     check_data=False)
-    assert tuning.check(rc)["pruner"] == "auto"
+    assert tuning.check(rc).pruner == "auto" and rc.tuning_settings == tuning.check(rc)
     # a base-model run in the same grid has nothing to prune: no warmup check
     run_config("model=tiny-xs", "algo=none", "iterations=1", "tuning.pruner=auto", check_data=False)
 

@@ -127,3 +127,33 @@ def test_the_summary_axes_are_the_plans_resolved_values():
     seq = plan("algo=grpo_es", "es.sigma=0.02")
     assert (seq.axis("sigma"), seq.axis("lr")) == (0.02, None)  # each phase has its own lr
     assert (plan("algo=none").axis("sigma"), plan("algo=none").axis("pop")) == (None, None)
+
+
+def test_the_optuna_trial_records_the_plans_resolved_values(tmp_path):
+    """A run's trial (and a kept run's re-report) records the plan's sigma / lr, not the
+    config's null: one home, RunPlan.trial_attrs, read by the run and the sweeper."""
+    from esopt.runtime import tuning
+
+    p = plan("algo=es", "tuning.pruner=median", "eval.every=1", root=tmp_path)
+    attrs = p.trial_attrs(1234)
+    assert attrs == {"model": "tiny-xs", "params": 1234, "pop": 4, "sigma": 0.01, "lr": 0.005, "seed": 0,
+                     "algo": "es", "config_id": p.config_id}
+    t = p.tuning_settings
+    assert (t.metric, t.pruner, t.study) == ("pass@1", "median", "esopt:default:tiny-xs:es:countdown")
+    assert t.storage == str(tmp_path / "default" / tuning.JOURNAL_NAME)
+    trial = tuning.attach(t, p.run_id, attrs)
+    assert trial.trial.user_attrs["sigma"] == 0.01 and trial.trial.user_attrs["lr"] == 0.005
+    assert plan("algo=grpo").trial_attrs()["sigma"] is None
+
+
+def test_the_plan_keeps_its_trackers_options_typed_and_reads_them_back():
+    """logger=[...]: validate checks logger_opts once and the plan keeps each tracker's typed
+    options, in logger's order; the run's trackers are built from them (trackers.attach)."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("tensorboard")
+    p = plan("algo=es", "logger=[wandb,tensorboard]", "logger_opts.wandb.project=mine")
+    assert list(p.tracker_options) == ["wandb", "tensorboard"]
+    assert p.tracker_options["wandb"].project == "mine"
+    back = RunPlan.from_json(p.to_json())
+    assert back == p and back.tracker_options["wandb"].project == "mine"
+    assert plan("algo=es").tracker_options == {}

@@ -12,15 +12,18 @@ from esopt.runtime.pruning import ConfidencePruner
 
 
 def cfg(root, **tun):
-    return {"sweep": {"root": str(root), "name": "s"}, "model": {"name": "tiny-xs"}, "algo": "es",
-            "task": {"name": "countdown"}, "tuning": tun}
+    """A run's resolved tuning settings (what its plan holds) for a tuning block ``tun``."""
+    return tuning.resolve({"sweep": {"root": str(root), "name": "s"}, "model": {"name": "tiny-xs"}, "algo": "es",
+                           "task": {"name": "countdown"}, "tuning": tun})
 
 
 def test_study_name_and_default_storage(tmp_path):
     c = cfg(tmp_path)
-    assert tuning.study_name(c) == "esopt:s:tiny-xs:es:countdown"
-    assert tuning.storage_url(c) == str(tmp_path / "s" / "optuna.journal")
-    assert tuning.study_name(cfg(tmp_path, study="mine")) == "mine"
+    assert c.study == "esopt:s:tiny-xs:es:countdown"
+    assert c.storage == str(tmp_path / "s" / "optuna.journal")
+    assert cfg(tmp_path, study="mine").study == "mine"
+    assert (c.metric, c.pruner, c.enabled, c.prunes) == ("pass@1", "none", True, False)
+    assert cfg(tmp_path, pruner="MEDIAN").pruner == "median" and cfg(tmp_path, pruner="median").prunes
 
 
 @pytest.mark.parametrize("name,cls,check", [
@@ -149,7 +152,7 @@ def test_real_run_is_pruned_and_recorded(tmp_path):
                  f"sweep.root={tmp_path}", "sweep.name=p", "tuning.pruner=median",
                  "tuning.n_startup_trials=1"]
     rc = run_config(*overrides)
-    best = tuning.attach(rc, "another-run", {})
+    best = tuning.attach(rc.tuning_settings, "another-run", {})
     for step in range(4):
         best.report(1.0, step)
     best.finish({"status": "completed", "final": {"pass@1": 1.0}})
@@ -157,7 +160,7 @@ def test_real_run_is_pruned_and_recorded(tmp_path):
     summary = run(rc)
     assert summary["status"] == "pruned", summary.get("error")
     assert "pruned at iteration 1" in summary["error"]
-    trial = tuning.find_trial(tuning.open_study(rc), summary["run_id"])
+    trial = tuning.find_trial(tuning.open_study(rc.tuning_settings), summary["run_id"])
     assert trial.state == TrialState.PRUNED
     assert list(trial.intermediate_values) == [1]
 
@@ -175,8 +178,8 @@ def test_journal_opens_in_optuna_dashboard(tmp_path):
     exe = shutil.which("optuna-dashboard")
     if exe is None:
         pytest.skip("optuna-dashboard is not installed (pip install -e '.[test]')")
-    cfg = {"sweep": {"root": str(tmp_path), "name": "s"}, "model": {"name": "tiny-s"}, "algo": "es",
-           "task": {"name": "countdown"}, "tuning": {}}
+    cfg = tuning.resolve({"sweep": {"root": str(tmp_path), "name": "s"}, "model": {"name": "tiny-s"},
+                          "algo": "es", "task": {"name": "countdown"}, "tuning": {}})
     trial = tuning.attach(cfg, "run-1", {"pop": 8})
     trial.report(0.25, 1)
     trial.finish({"status": "completed", "final": {"pass@1": 0.3}})

@@ -43,7 +43,7 @@ def test_the_rule(chat_dir):
 
 
 def test_dry_run_budget_equals_the_runs_for_a_local_chat_model(chat_dir):
-    from hydra_plugins.esopt_sweeper.sweepers import _budget, estimate_tokens
+    from hydra_plugins.esopt_sweeper.sweepers import estimate_tokens
 
     from esopt.runtime.run import load_components
 
@@ -52,8 +52,9 @@ def test_dry_run_budget_equals_the_runs_for_a_local_chat_model(chat_dir):
     _, tokenizer, _, task = load_components(rc)                  # what the run builds
     assert tokenizer.chat_template == TEMPLATE
     assert task.style == "chat" and task.max_new_tokens == tasks.task_class("countdown").budgets["chat"]
-    assert _budget(rc, rc.task) == task.max_new_tokens            # what the dry run counts
+    assert rc.task_spec.max_new_tokens == task.max_new_tokens    # what the dry run counts
+    assert rc.task_spec.style == "chat" and rc.task_spec.stated is None  # the tokenizer decided, as read
     compact = run_config("model=tiny-xs", *overrides)
-    assert _budget(compact, compact.task) == tasks.task_class("countdown").budgets["compact"]
-    ratio = task.max_new_tokens / _budget(compact, compact.task)
+    assert compact.task_spec.max_new_tokens == tasks.task_class("countdown").budgets["compact"]
+    ratio = task.max_new_tokens / compact.task_spec.max_new_tokens
     assert estimate_tokens(rc) == pytest.approx(ratio * estimate_tokens(compact))

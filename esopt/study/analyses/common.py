@@ -17,8 +17,6 @@ from esopt.core.metrics import bootstrap_ci, pass_at_k, percentile_interval, res
 from esopt.core.store import atomic_write_json
 from esopt.evaluator import evaluate
 
-ANALYSIS_MAX_BATCH = 256   # the analysis engine's batch when the run's engine config has none
-
 
 @dataclass
 class EvalOpts:
@@ -92,14 +90,17 @@ def paired_change(base: np.ndarray, trained: np.ndarray, *, n_boot: int = 1000, 
     return float(diff.mean()), list(bootstrap_ci(diff, n=n_boot, seed=seed))
 
 
-def analysis_task(rc, tokenizer, task_cfg: dict | None = None):
-    cfg = rc.task if task_cfg is None else task_cfg
-    return tasks.get(cfg, tokenizer=tokenizer, style=rc.model.get("prompt_style"))
+def analysis_task(plan, tokenizer, task_cfg: dict | None = None):
+    """The run's task as its plan builds it (``plan.task_spec``), or another task (``task_cfg``:
+    forgetting's) in the model's prompt style."""
+    if task_cfg is None:
+        return tasks.get(plan.task_spec.config, tokenizer=tokenizer, style=plan.task_spec.stated)
+    return tasks.get(task_cfg, tokenizer=tokenizer, style=plan.model.get("prompt_style"))
 
 
-def analysis_engine(rc, model, tokenizer, device: str):
+def analysis_engine(plan, model, tokenizer, device: str):
     # analyses edit the HF model's tensors in place: always the hf engine on the analysis device
-    return engines.get({"name": "hf", "device": device, "max_batch": rc.engine.get("max_batch", ANALYSIS_MAX_BATCH)},
+    return engines.get({"name": "hf", "device": device, "max_batch": plan.engine_config.max_batch},
                        model, tokenizer)
 
 

@@ -151,8 +151,8 @@ def load_model(rc, name: str, path: str | None, device: str):
                        trust_remote_code=bool(rc.model.get("trust_remote_code", False)))
 
 
-def analysis_device(rc, device: str | None) -> str:
-    return resolve_device(device or rc.engine.get("device", "auto"))
+def analysis_device(plan, device: str | None) -> str:
+    return resolve_device(device or plan.engine_config.device)
 
 
 @dataclass

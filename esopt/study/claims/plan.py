@@ -27,7 +27,6 @@ measured rate (``budget.cpu_tokens_per_s``) for runs that ask for no GPU, GPU-ho
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from collections import Counter
@@ -121,13 +120,13 @@ def grid_of(runs: list) -> Grid:
     if "sparsity" in ref.analysis:
         sp = (tuple(float(f) for f in ref.sparsity.fractions), tuple(str(m) for m in ref.sparsity.modes))
     grpo = next((rc for rc in cell if rc.algo == "grpo"), None)
-    es_block = dict(ref.blocks.get("es") or {})   # ES's members: sampled or greedy (claim 4)
+    es = next((p.settings for p in ref.phases if p.algo == "es"), None)   # ES's members: sampled or greedy (claim 4)
     return Grid(cell_model=cell_model, cell_seeds={a: len(s) for a, s in seeds.items()},
                 problems=budget.eval_rows(ref), samples=int(ref.eval.samples),
-                split_rows=budget._rows(ref, ref.task, ref.eval.split, None), iterations=int(ref.iterations),
+                split_rows=budget._rows(ref.task_spec, ref.eval.split, None), iterations=int(ref.iterations),
                 ood=bool(ref.eval.ood_task), sparsity=sp,
-                es_temperature=float(es_block.get("temperature", 0.0) or 0.0),
-                es_samples=int(es_block.get("samples", 1) or 1),
+                es_temperature=float(es.temperature) if es is not None else 0.0,
+                es_samples=int(es.samples) if es is not None else 1,
                 grpo_mid=grpo is not None and grpo.eval.every <= grpo.iterations / 2,
                 family=fam, models={m: models.param_count(rs[0].model) for m, rs in by_model.items()})
 
@@ -513,18 +512,21 @@ def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 
 
 # ---------------------------------------------------------------------------------------------
 # the cheapest design that decides
-def _variant(rc, *, pop=None, problems=None, samples=None, model=None):
-    """A copy of a composed run with another population, evaluation size or model (for costs)."""
-    new = copy.copy(rc)
+def _variant(plan, *, pop=None, problems=None, samples=None, model=None):
+    """The plan of a composed run with another population, evaluation size or model (for costs):
+    its config changed and planned again, without ids (``esopt.runtime.validate.make_plan``), so
+    the phases' settings and the task spec the estimates read follow the change."""
+    from esopt.runtime.validate import make_plan
+
+    changes: dict = {}
     if pop is not None:
-        object.__setattr__(new, "pop", int(pop))
+        changes["pop"] = int(pop)
     if model is not None:
-        object.__setattr__(new, "model", model)
+        changes["model"] = model
     if problems is not None or samples is not None:
-        object.__setattr__(new, "eval", replace(rc.eval,
-                                                problems=problems if problems is not None else rc.eval.problems,
-                                                samples=samples if samples is not None else rc.eval.samples))
-    return new
+        changes["eval"] = replace(plan.eval, problems=problems if problems is not None else plan.eval.problems,
+                                  samples=samples if samples is not None else plan.eval.samples)
+    return make_plan(replace(plan.config, **changes), ids=False) if changes else plan
 
 
 def _spread(items: list, k: int) -> list:
