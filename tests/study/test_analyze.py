@@ -331,6 +331,13 @@ def test_drift_module_decomposition(planted):
     layers = {x["layer"] for x in r["layers"]}
     assert layers == {"0", "1", "none"}
     assert json.loads((rd.path / "drift.json").read_text())["relative"] == pytest.approx(r["relative"])
+    # claim 9's measures: the update's l2 norm and its top-22% share of the squared norm (a full sort)
+    flat = torch.cat([x.reshape(-1) for x in d.values()]).double()
+    mags = flat[flat != 0].abs().sort(descending=True).values
+    k22 = analyses.keep_count(0.22, r["nnz"])
+    assert r["update_l2"] == pytest.approx(math.sqrt(dsq), rel=1e-9)
+    assert r["update_top_share"] == pytest.approx(float(mags[:k22].square().sum()) / dsq, rel=1e-6)
+    assert 0.22 < r["update_top_share"] < 1
 
 
 def test_module_type_and_layer_names():

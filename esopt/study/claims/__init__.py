@@ -356,7 +356,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
         if cid == 7 and trend:
             details["trend_json"] = {k: trend.get(k) for k in ("slope", "slope_ci", "verdict", "method")}
         out.append({
-            "id": cid, "key": c.key, "claim": c.text, "estimand": c.estimand, "boundary": c.boundary,
+            "id": cid, "key": c.key, "claim": c.text, "source": c.source, "estimand": c.estimand, "boundary": c.boundary,
             "sesoi": c.sesoi, "statistic": c.statistic, "variance": c.variance,
             "decision": (f"yes if Holm rejects theta <= {c.boundary:+g}; no if Holm rejects theta >= "
                          f"{c.boundary + c.sesoi:+g}; family-wise alpha {s['alpha']:g} over the {m_family} yes and "
