@@ -647,13 +647,42 @@ def _probe_change(runs) -> np.ndarray | None:
     return None if b is None or f is None else f - b
 
 
-def at_matched_gain(y: dict, g: dict, s: dict, what: str) -> dict:
+def gain_noise(runs) -> np.ndarray | None:
+    """Per run, the evaluation (binomial) variance of its measured Pass@1 gain: the final
+    evaluation's (``metrics.pass_at_k_noise_var``), plus the base's where the runs' base counts
+    differ (a base shared by every run shifts all gains alike: the intercept takes it). None
+    without per-problem counts."""
+    if not runs or any(r.get("final_counts") is None or not r.get("samples") for r in runs):
+        return None
+    base0 = runs[0].get("base_counts")
+    shared = all(r.get("base_counts") is not None and list(r["base_counts"]) == list(base0) for r in runs)
+    out = []
+    for r in runs:
+        n = int(r["samples"])
+        if n < 2:
+            return None
+        v = pass_at_k_noise_var(n, np.asarray(r["final_counts"], dtype=np.int64), 1)
+        if not shared and r.get("base_counts") is not None:
+            v += pass_at_k_noise_var(n, np.asarray(r["base_counts"], dtype=np.int64), 1)
+        out.append(max(float(v), 0.0))
+    return np.array(out)
+
+
+def at_matched_gain(y: dict, g: dict, s: dict, what: str, noise: dict | None = None) -> dict:
     """Claim 2's matched-gain design for any run-level y: least squares of
     y_r = a + beta [r is ES] + gamma gain_r over the ES and GRPO runs (one common slope on the
     run's Pass@1 gain, with an intercept), so beta is ES's minus GRPO's y at any common gain g*
     (reported at g* = the runs' mean gain), t at n - 3 df. ``y``, ``g``: {"ES": array, "GRPO":
     array}. unclear("power") when an algorithm's gain is not clearly > 0 (no reading at gains an
-    algorithm never reached); unclear("data") when the gain does not vary within an algorithm."""
+    algorithm never reached); unclear("data") when the gain does not vary within an algorithm.
+
+    ``noise`` ({"ES", "GRPO"}: each run's gain evaluation variance, ``gain_noise``): the measured
+    gain is the true one plus evaluation noise, which flattens the common slope (errors in
+    variables) and, where the algorithms' gains differ, leaves part of y's dependence on the gain
+    in beta: a false difference at matched gain. Corrected least squares removes it: b =
+    (X'X - D)^-1 X'y, D the summed noise variance in the gain's diagonal entry, cov = s^2 A^-1
+    X'X A^-1 (A = X'X - D, s^2 the residual variance at n - 3 df); unclear("power") when the
+    within-algorithm spread of the gains is not clearly more than noise (A not positive definite)."""
     for a in ("ES", "GRPO"):
         t = contrast([(g[a][:, None], 1.0)])
         if p_above(t["effect"], t["se"], t["df"], 0.0) > s["alpha"]:
@@ -662,14 +691,33 @@ def at_matched_gain(y: dict, g: dict, s: dict, what: str) -> dict:
     yy = np.concatenate([y["ES"], y["GRPO"]])
     gain = np.concatenate([g["ES"], g["GRPO"]])
     is_es = np.r_[np.ones(len(y["ES"])), np.zeros(len(y["GRPO"]))]
-    fit = ols(yy, np.column_stack([np.ones_like(yy), is_es, gain]))
+    X = np.column_stack([np.ones_like(yy), is_es, gain])
+    fit = ols(yy, X)
     if fit is None:
         return unclear("data", f"the Pass@1 gain does not vary within an algorithm: the common slope, and so the "
                        f"{what} at one gain, is not identified")
+    if noise is not None:
+        xtx = X.T @ X
+        A = xtx.copy()
+        A[2, 2] -= float(np.sum(noise["ES"]) + np.sum(noise["GRPO"]))
+        if np.any(np.linalg.eigvalsh(A) <= 1e-12 * np.trace(xtx)):
+            return unclear("power", "the runs' Pass@1 gains vary within each algorithm by little more than their "
+                           f"evaluation noise: the common slope, and so the {what} at one gain, is not measured "
+                           "(more problems or samples)")
+        A_inv = np.linalg.inv(A)
+        coef = A_inv @ (X.T @ yy)
+        resid = yy - X @ coef
+        cov = float(resid @ resid) / fit["df"] * (A_inv @ xtx @ A_inv)
+        fit = {**fit, "coef": coef, "cov": cov}
     a0, beta, gamma = (float(v) for v in fit["coef"])
     g_star = float(gain.mean())
     return {"beta": beta, "se": math.sqrt(float(fit["cov"][1, 1])), "df": fit["df"], "g_star": g_star,
             "es_at": a0 + beta + gamma * g_star, "grpo_at": a0 + gamma * g_star, "slope_per_gain": gamma}
+
+
+def _noise(es, grpo) -> dict | None:
+    nz = {"ES": gain_noise(es), "GRPO": gain_noise(grpo)}
+    return None if nz["ES"] is None or nz["GRPO"] is None else nz
 
 
 def _gains(es, grpo):
@@ -689,7 +737,8 @@ FORGET_SESOI = 0.01       # one point of the probes' Pass@1
                 "with an intercept): how much more ES loses than GRPO at any common gain g* (reported at the runs' "
                 "mean gain)",
        boundary=0.0, sesoi=FORGET_SESOI,
-       statistic="t = -beta_ES / se, least squares over the ES and GRPO runs (n - 3 df)",
+       statistic="t = -beta_ES / se, least squares over the ES and GRPO runs (n - 3 df), corrected for the "
+                 "gain's evaluation noise (errors in variables: at_matched_gain)",
        variance="seeds (runs): the residual spread around the common line; each algorithm's gain must be clearly "
                 "> 0 (no reading at gains an algorithm never reached)",
        select=_cell("es", "grpo"), source=ABDI)
@@ -704,7 +753,7 @@ def es_forgets(data, s):
         return unclear("data", PROBES_MISSING.format(who="ES and GRPO"))
     if (g := _gains(es, grpo)) is None:
         return unclear("data", "base and final Pass@1 of every ES and GRPO run")
-    m = at_matched_gain(c, g, s, "held-out probe change")
+    m = at_matched_gain(c, g, s, "held-out probe change", _noise(es, grpo))
     if "unclear" in m:
         return m
     t = {"effect": -m["beta"], "se": m["se"], "df": m["df"]}
@@ -751,7 +800,8 @@ def es_dense_large(data, s):
                        "or python -m esopt.analyze drift <run-dir>)")
     if (g := _gains(es, grpo)) is None:
         return unclear("data", "base and final Pass@1 of every ES and GRPO run")
-    d, big = at_matched_gain(share, g, s, "update's density"), at_matched_gain(l2, g, s, "update's norm")
+    nz = _noise(es, grpo)
+    d, big = at_matched_gain(share, g, s, "update's density", nz), at_matched_gain(l2, g, s, "update's norm", nz)
     for m in (d, big):
         if "unclear" in m:
             return m
