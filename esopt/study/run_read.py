@@ -2,7 +2,7 @@
 runs table (``esopt.study.tables``; the Arrow fast path, ``esopt.study.arrow_read``, must match it).
 
 A run directory is ``<sweep>/runs/<run_id>/{summary.json, metrics.jsonl}`` plus the optional
-analysis files (``sparsity.json``, ``drift.json``, ``forgetting.json``). A run that cannot be
+analysis files (``sparsity.json``, ``drift.json``, ``forgetting.json``, ``connectivity.json``). A run that cannot be
 read (no/corrupt summary.json, missing keys) is skipped with a reason, never fatal.
 """
 

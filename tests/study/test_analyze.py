@@ -530,3 +530,33 @@ def test_compare_drift_ratio_reads_the_registry_family():
     assert cmp["es_over_grpo"] == pytest.approx(40.0)
     assert [r["label"] for r in cmp["runs"]] == ["es_grpo", "es", "grpo", "es#2"]
     assert "es_over_grpo" not in analyses.compare_drift([res("es", 4.0), res("none", 0.0)])
+
+
+def test_connectivity_between_two_runs_of_one_base(planted, tmp_path, capsys):
+    """Claim 11's analysis. It needs a model: it evaluates interpolated weights, and t = 0 / 1 must
+    be the two trained models exactly (so their Pass@1 equals a plain evaluation of each). Two tiny-xs
+    runs from the same base with different planted updates stand for a seed's ES and GRPO runs;
+    the cosine is checked against full-tensor deltas, the barrier against the straight line."""
+    rc, es = planted
+    _, grpo = make_run(tmp_path / "other", seed=1, plant=lambda n: 0.0 if n == "model.norm.weight" else 0.1)
+    opts = analyses.EvalOpts(problems=PROBLEMS, samples=SAMPLES)
+    r = analyses.connectivity(es.path, grpo.path, device="cpu", opts=opts)
+    assert [p["t"] for p in r["points"]] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    d_es, base, _ = deltas(es)
+    d_gr, _, _ = deltas(grpo)
+    dot = sum(float((d_es[n].double() * d_gr[n].double()).sum()) for n in d_es)
+    n_es = math.sqrt(sum(float(x.double().square().sum()) for x in d_es.values()))
+    n_gr = math.sqrt(sum(float(x.double().square().sum()) for x in d_gr.values()))
+    assert r["cosine"] == pytest.approx(dot / (n_es * n_gr), rel=1e-9) and abs(r["cosine"]) < 0.05  # independent noise
+    assert r["es_l2"] == pytest.approx(n_es, rel=1e-9)
+    for path, p in ((es.model_dir, r["points"][0]), (grpo.model_dir, r["points"][-1])):
+        m, tok = models.load("tiny-xs", path=str(path))
+        assert p["correct_counts"] == eval_counts(m, tok, rc)["correct_counts"]       # the end points, exactly
+    inner = [p for p in r["points"] if 0 < p["t"] < 1]
+    assert r["barrier"] == pytest.approx(max(p["line"] - p["pass@1"] for p in inner))
+    saved = json.loads((es.path / "connectivity.json").read_text())
+    assert saved["barrier"] == pytest.approx(r["barrier"]) and saved["grpo_run"] == str(grpo.path.resolve())
+    assert analyze_main(["connectivity", str(es.path), str(es.path)]) == 2              # the same run twice
+    assert "two different runs" in capsys.readouterr().err
+    assert analyze_main(["connectivity", str(es.path)]) == 2
+    assert "an ES run and a GRPO run" in capsys.readouterr().err
