@@ -351,11 +351,11 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
             if algo in ("es", "grpo"):
                 extra["_g"] = g
             recs.append(rec(algo, seed, final, pop=None if algo == "grpo" else 16, **extra))
-    _rivals(recs, kn, c, p_algo["es"], rng.spawn(1)[0], ev)
+    _rivals(recs, kn, c, p_algo["es"], rng.spawn(1)[0], ev, nothing_trains)
     return recs + (_family(d, c, kn, rng, nothing_trains) if "family" in parts else [])
 
 
-def _rivals(recs: list[dict], kn: dict, c: Components, p_es, rng, ev: "_Evaluator") -> None:
+def _rivals(recs: list[dict], kn: dict, c: Components, p_es, rng, ev: "_Evaluator", nothing_trains: bool) -> None:
     """The rivals' measures (claims 8-11), in place, from their own random stream (``rng``: a
     spawned child, so the seven claims' draws are what they were without them). Per ES / GRPO run
     at its true Pass@1 shift g (the seed's included):
@@ -369,7 +369,8 @@ def _rivals(recs: list[dict], kn: dict, c: Components, p_es, rng, ev: "_Evaluato
     - connectivity (on the ES run, paired with the GRPO run of its seed): barrier = max over t in
       PROBE_T of barrier x (1 - |2t - 1|/2) + N(0, sigma_barrier), cosine = cosine + N(0, sigma_cosine);
     - an anchored ES run per seed (``es_anchor``: algo es, anchor_decay 0.01): Pass@1 shift ES's
-      + anchor_pass1, probe change anchor_probe + u + e."""
+      + anchor_pass1 (with its own seed x problem offset where the generator has one), probe
+      change anchor_probe + u + e."""
     ev2 = _Evaluator(ev.n, c, rng)
     ev2.U = ev.U                                     # a shared evaluation seed stays shared
     base_probe = c.probe_base + rng.normal(0, c.sigma_probe_eval)
@@ -396,7 +397,11 @@ def _rivals(recs: list[dict], kn: dict, c: Components, p_es, rng, ev: "_Evaluato
             r |= {"connectivity_barrier": max(prof), "connectivity_cosine": kn["cosine"] + rng.normal(0, c.sigma_cosine),
                   "connectivity_grpo_run": grpo_of.get(r["seed"])}
             ga = kn["g"][ES_ANCHOR] + rng.normal(0, c.sigma_seed)
-            fa = ev2(p_es, ga)
+            off = None
+            if c.sigma_seed_problem > 0 and not nothing_trains:
+                off = rng.normal(0, c.sigma_seed_problem, p_es.size)
+                off -= off.mean()
+            fa = ev2(p_es, ga, offset=off)
             pa = base_probe + kn["anchor_probe"] + rng.normal(0, c.sigma_probe) + e()
             anchored.append({**{k: v for k, v in r.items() if not k.startswith(("connectivity", "sparsity"))},
                              "run_id": f"{ES_ANCHOR}-{r['model']}-{r['pop']}-{r['seed']}", "anchor_decay": 0.01,
