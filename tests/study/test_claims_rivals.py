@@ -154,3 +154,18 @@ def test_claim11_connected_and_orthogonal_and_its_missing_data():
     assert decided(11, {"es": aligned})[0]["verdict"] == "no"               # the same direction: not orthogonal
     row, _ = decided(11, {"es": [{k: v for k, v in r.items() if "connectivity" not in k} for r in es]})
     assert row["unclear"] == "data" and "esopt.analyze connectivity" in row["why"], row
+
+
+def test_the_page_shows_the_rivals_beside_the_seven_with_their_sources():
+    from esopt.study.report.page import claims_html
+
+    recs = simulate(DESIGN, {}, rng=np.random.default_rng(6), parts=("cell",))
+    out = C.compute(recs)
+    html = claims_html(out)
+    rows = html.split('<tr id="claim-')[1:]
+    assert [int(r.split('"')[0]) for r in rows] == list(range(1, 12))
+    for r, c in zip(rows, out["claims"]):
+        assert f'<td class="claim-source">{c["source"]}</td>' in r
+    assert "arXiv 2608.27351" in rows[0] and "Abdi et al. 2026, arXiv 2601.20861" in rows[7]
+    assert "Schweighofer" in rows[9] and "Hoy et al. 2026" in rows[10]
+    assert C.table_lines(out)[-1].startswith("11 connected_orthogonal")

@@ -47,6 +47,7 @@ TREND_SIMS = 30            # the dry run's one line: sims per design
 MEASURED_ON = ("tiny family: paper_cpu (tiny-s, 8 seeds) and paper_cpu_family (tiny-xs..xl, 116 runs), "
                "esopt/study/claims/simulate.py MEASURED")
 CELL_ALGOS = ("none", "es", "grpo", *SEQUENCES)
+OPT_IN = {8: "probes", 9: "update_stats", 11: "connectivity"}   # bears_on: the rivals' opt-in measurements
 RIVAL_FIELDS = {"probes": ("base_probe_pass1", "final_probe_pass1", "min_probe_pass1"),
                 "update_stats": ("update_top_share", "update_l2"),
                 "connectivity": ("connectivity_barrier", "connectivity_cosine", "connectivity_grpo_run")}
@@ -180,9 +181,13 @@ def arms(cid: int) -> tuple:
 def bears_on(grid: Grid) -> list[int]:
     """The claims a grid bears on: its comparison cell has every arm the claim reads (the
     sequences aside: claim 6 is listed once ES and GRPO are there, to say what it lacks), or,
-    for the family claims, ES at >= 2 populations in some model."""
+    for the family claims, ES at >= 2 populations in some model. The rivals that need a
+    measurement a grid opts into (``OPT_IN``: held-out probes, drift.json, connectivity.json)
+    only where it asks for it; claim 10 where the grid has anchored ES (its own arm)."""
     out = []
     for cid in sorted(REGISTRY):
+        if cid in OPT_IN and not getattr(grid, OPT_IN[cid]):
+            continue
         if cid in FAMILY_CLAIMS:
             if grid.family:
                 out.append(cid)
