@@ -560,3 +560,43 @@ def test_connectivity_between_two_runs_of_one_base(planted, tmp_path, capsys):
     assert "two different runs" in capsys.readouterr().err
     assert analyze_main(["connectivity", str(es.path)]) == 2
     assert "an ES run and a GRPO run" in capsys.readouterr().err
+    # in a sweep (analysis=[connectivity]): the second of the pair computes it, into both folders
+    import shutil
+
+    runs = tmp_path / "sweep" / "runs"
+    for name, src, algo in (("es-0", es.path, "es"), ("grpo-0", grpo.path, "grpo")):
+        shutil.copytree(src, runs / name, ignore=shutil.ignore_patterns("connectivity.json"))
+        (runs / name / "summary.json").write_text(json.dumps({"status": "completed", "algo": algo, "seed": 0,
+                                                              "model": {"name": "tiny-xs"}}))
+    out = analyses.run_analyses(rc, runs / "grpo-0", ["connectivity"], opts={"device": "cpu"})
+    assert out == {"connectivity": str(runs / "grpo-0" / "connectivity.json")}
+    again = json.loads((runs / "es-0" / "connectivity.json").read_text())
+    assert again["cosine"] == pytest.approx(r["cosine"]) and (runs / "grpo-0" / "connectivity.json").exists()
+
+
+def test_connectivity_pairs_a_sweeps_es_and_grpo_runs_by_seed(tmp_path):
+    """partners / partner_of read only summary.json (no model): plain ES with GRPO of the same model
+    and seed, anchored ES left out (another arm), a run without its partner yet a one-line error."""
+    runs = tmp_path / "runs"
+
+    def fake(name, algo, seed, decay=0.0, saved=True, status="completed"):
+        d = runs / name
+        (d / "model").mkdir(parents=True)
+        if saved:
+            (d / "model" / "config.json").write_text("{}")
+        (d / "summary.json").write_text(json.dumps({
+            "status": status, "algo": algo, "seed": seed, "model": {"name": "tiny-xs"},
+            "config": {"es": {"anchor_decay": decay}}}))
+        return d
+
+    es0, grpo0 = fake("a-es-0", "es", 0), fake("b-grpo-0", "grpo", 0)
+    fake("c-es-anchor-0", "es", 0, decay=0.01)
+    es1 = fake("d-es-1", "es", 1)
+    fake("e-grpo-1", "grpo", 1, status="running")
+    fake("f-none-0", "none", 0)
+    assert analyses.partners(runs) == [(es0, grpo0)]
+    assert analyses.partner_of(grpo0) == (es0, grpo0)
+    with pytest.raises(analyses.ConfigError, match="no finished GRPO run of model tiny-xs seed 1"):
+        analyses.partner_of(es1)
+    with pytest.raises(analyses.ConfigError, match="pairs plain ES with GRPO"):
+        analyses.partner_of(runs / "c-es-anchor-0")
