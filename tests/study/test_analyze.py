@@ -468,6 +468,10 @@ def test_aggregator_columns_and_page_figures(planted, sparsity_result, tmp_path)
     assert runs.loc[rid, "sparsity_headline.keep"] == 0.22
     assert runs.loc[rid, "drift_modules.attn_q.relative"] == pytest.approx(drift["modules"]["attn_q"]["relative"])
     assert runs["sparsity_nnz"].notna().sum() == 4
+    grpo = written["grpo"][0]                                   # claim 9's columns, GRPO's too
+    assert runs.loc[grpo, "update_l2"] == pytest.approx(drift["update_l2"])
+    assert runs.loc[grpo, "update_top_share"] == pytest.approx(drift["update_top_share"])
+    assert runs["update_top_share"].notna().sum() == 4
     html = (root / "report.html").read_text()
     assert {"fig-sparsity", "fig-drift", "fig-drift-top"} <= set(report.figure_ids(html))
     fig = report.figure_data(html, "fig-sparsity")

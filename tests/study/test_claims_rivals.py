@@ -169,3 +169,25 @@ def test_the_page_shows_the_rivals_beside_the_seven_with_their_sources():
     assert "arXiv 2608.27351" in rows[0] and "Abdi et al. 2026, arXiv 2601.20861" in rows[7]
     assert "Schweighofer" in rows[9] and "Hoy et al. 2026" in rows[10]
     assert C.table_lines(out)[-1].startswith("11 connected_orthogonal")
+
+
+def test_claim9_reads_drift_json_through_the_runs_table(tmp_path):
+    """drift.json's update_top_share / update_l2 beside every ES and GRPO run reach claim 9 as
+    runs-table columns (before, it lacks them: unclear data naming analysis=[drift])."""
+    import json
+
+    from helpers import write_planted_sweep
+
+    sweep = tmp_path / "paper_drift"
+    write_planted_sweep(sweep, {}, seeds=(0, 1, 2, 3))
+    before = {c["id"]: c for c in C.claims(sweep)["claims"]}[9]
+    assert before["unclear"] == "data" and "analysis=[drift]" in before["reason"]
+    for d in (sweep / "runs").iterdir():
+        s = json.loads((d / "summary.json").read_text())
+        if s["algo"] in ("es", "grpo"):
+            es = s["algo"] == "es"
+            (d / "drift.json").write_text(json.dumps({"update_top_share": (0.4 if es else 0.7) + 0.01 * s["seed"],
+                                                      "update_l2": (3.0 if es else 0.01) * (1 + 0.1 * s["seed"])}))
+    after = {c["id"]: c for c in C.claims(sweep)["claims"]}[9]
+    assert "update_top_share" not in after["reason"], after["reason"]
+    assert after["reproduced"] == "yes" or after["unclear"] == "power", after["reason"]

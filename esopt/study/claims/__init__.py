@@ -38,7 +38,11 @@ params, pop, seed, iterations, sigma, lr, base_/final_ metrics; plus ``js_succ``
 ``reward_mean`` = the means of the run's ES train lines), and the per-problem lists read from
 the run directory: ``samples``, ``base_counts``, ``final_counts`` (correct samples per problem,
 summary.json), ``sparsity`` (sparsity.json) and the ES member scoring (``es_temperature``,
-``es_samples``).
+``es_samples``). The rivals read runs-table columns: ``base_probe_pass1`` / ``final_probe_pass1`` /
+``min_probe_pass1`` (the held-out probes, eval.probes; claims 8 and 10), ``update_top_share`` /
+``update_l2`` (drift.json; claim 9), ``connectivity_barrier`` / ``connectivity_cosine``
+(connectivity.json on the ES run; claim 11), and ``anchor_decay`` (summary.json's config; the
+``es_anchor`` arm).
 
 The comparison cell: the model with the most algorithms among none/es/grpo/grpo_es/es_grpo
 (ties: most runs, then name). ES runs with anchored weight decay (``es.anchor_decay`` > 0 in their
