@@ -24,6 +24,11 @@ the same P problems):
 - sparsity (claim 5): the pruned model at the trained shift + theta_5 (pruned - trained), the
   equal-norm control at the pruned shift - its own offset (effects["5c"], default (1 -
   s_equal_norm) g_E), the random mask at s_random g_E;
+- the rivals (claims 8-11): ``_rivals``'s docstring (held-out probes with ES's forgetting at the
+  same gain and its recovery, the update's top-22% share and l2 norm, the ES/GRPO barrier and
+  cosine, and an anchored ES arm); their components are assumed (``Components``: probe_*,
+  top_share, log_l2, sigma_*), not yet estimated from real runs (``estimate_components`` leaves
+  them);
 - ES family (claims 4 and 7): ``_family``'s docstring; per size j the population slope
   s0 + beta (ln params_j - mean) + w_j on log2 N, w_j ~ N(0, sigma_size^2).
 
