@@ -168,7 +168,7 @@ def test_the_page_shows_the_rivals_beside_the_seven_with_their_sources():
         assert f'<td class="claim-source">{c["source"]}</td>' in r
     assert "arXiv 2608.27351" in rows[0] and "Abdi et al. 2026, arXiv 2601.20861" in rows[7]
     assert "Schweighofer" in rows[9] and "Hoy et al. 2026" in rows[10]
-    assert C.table_lines(out)[-1].startswith("11 connected_orthogonal")
+    assert C.table_lines(out)[-1].startswith("11 connected ")
 
 
 def test_claim9_reads_drift_json_through_the_runs_table(tmp_path):

@@ -884,7 +884,7 @@ ORTHOGONAL = 0.1           # |cosine| of the two updates below 0.1
 ORTHOGONAL_SESOI = 0.05
 
 
-@claim(11, "connected_orthogonal", "The ES and GRPO solutions of one seed are linearly connected (along the line "
+@claim(11, "connected", "The ES and GRPO solutions of one seed are linearly connected (along the line "
                                    "between them held-out Pass@1 never falls more than 0.02 below the straight line "
                                    "between the end points) while their updates are nearly orthogonal (|cosine| < 0.1).",
        estimand="-barrier, barrier = mean over seeds of max over t in {0.25, 0.5, 0.75} of [(1 - t) Pass@1(ES) + "
