@@ -6,10 +6,14 @@ under the simulator's own model and under misspecified generators.
                                                   [--components assumed|measured] [--design-grid]
                                                   [--write-docs] [--from-sweeps CELL [FAMILY]]
 
-Draws synthetic sweeps (esopt.study.claims.simulate) and feeds each through the real claim rules and
+Every registered claim gets its lines: the seed paper's seven and the rivals (claims 8-11, their
+components assumed until real runs give them: simulate.Components). Draws synthetic sweeps
+(esopt.study.claims.simulate) and feeds each through the real claim rules and
 decision (esopt.study.claims.rules, esopt.study.claims.decide_all). Per claim and generator:
-    false_yes = P(yes) with the claim's effect at its boundary (its null; claim 5: the worse of
-                its two nulls, pruned 0.005 below trained or the equal-norm control as good)
+    false_yes = P(yes) with the claim's effect at its boundary (its null; an intersection-union
+                claim: the worst of its nulls, simulate.SECOND_NULLS: claim 5 pruned 0.005 below
+                trained or the equal-norm control as good; claim 9 ES's update no larger; claim 10
+                the anchored run at its margins; claim 11 |cosine| at 0.1)
     false_no  = P(no)  with the effect at boundary + the smallest effect of interest
     power     = P(yes) there
 with the Wilson 95% upper bound of each rate, and ``familywise`` = P(some claim says yes) where
@@ -48,8 +52,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_table  # noqa: E402
 
+from esopt.study.claims.rules import REGISTRY  # noqa: E402
 from esopt.study.claims.simulate import (GENERATORS, MEASURED, Components, Design, calibrate,  # noqa: E402
                                   components_from_sweeps, table)
+
+CLAIM_IDS = sorted(REGISTRY)
 
 # (seeds per cell, problems, family sizes, family seeds): paper_cpu's design first
 GRID = [(16, 500, 5, 10), (8, 500, 5, 8), (16, 1000, 5, 10), (32, 500, 5, 10), (16, 2000, 12, 10)]
@@ -104,15 +111,15 @@ def main(argv=None) -> int:
           + ("met" if not worst else "not met: " + ", ".join(f"{f['what']} gen={f['gen']}" for f in worst)))
     grid = []
     if args.design_grid:
-        only = [f"sesoi{i}" for i in range(1, 8)]
+        only = [f"sesoi{i}" for i in CLAIM_IDS]
         for seeds, problems, sizes, fam in GRID:
             d = Design(seeds=seeds, problems=problems, samples=args.samples, sizes=sizes, pops=(4, 8, 16),
                        family_seeds=fam)
             r = calibrate(d, sims=max(sims // 10, 50), seed=args.seed + 1, components=comp, only=only)
-            row = [seeds, problems, args.samples, sizes, fam] + [f"{r[f'sesoi{i}']['yes']:.2f}" for i in range(1, 8)]
+            row = [seeds, problems, args.samples, sizes, fam] + [f"{r[f'sesoi{i}']['yes']:.2f}" for i in CLAIM_IDS]
             grid.append(row)
             print("design seeds={} problems={} samples={} sizes={} family_seeds={} ".format(*row[:5])
-                  + " ".join(f"power{i}={v}" for i, v in zip(range(1, 8), row[5:])), flush=True)
+                  + " ".join(f"power{i}={v}" for i, v in zip(CLAIM_IDS, row[5:])), flush=True)
     if args.write_docs:
         rows = [[f["what"].replace("claim ", ""), f["gen"], f["false_yes"], f["fy_upper"], f.get("false_no", "-"),
                  f.get("fn_upper", "-"), f.get("power", "-"), f["sims"]] for f in fields]
@@ -131,7 +138,7 @@ def main(argv=None) -> int:
                            + f". Wall {wall:.0f} s."))
         if grid:
             write_table("claims_calibration", "Claims: power at the smallest effect of interest by design", None,
-                        ["seeds", "problems", "samples", "sizes", "family seeds"] + [f"claim {i}" for i in range(1, 8)],
+                        ["seeds", "problems", "samples", "sizes", "family seeds"] + [f"claim {i}" for i in CLAIM_IDS],
                         grid, notes=f"{max(sims // 10, 50)} sims per claim and design, components {args.components}; "
                                     ">= 0.80 is the goal.")
     return 0

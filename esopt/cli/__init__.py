@@ -3,7 +3,7 @@
     python -m esopt.sweep      (esopt.cli.sweep)      runs and grids (Hydra)
     python -m esopt.evaluate   (esopt.cli.evaluate)   one model on a task split (Hydra)
     python -m esopt.aggregate  (esopt.cli.aggregate)  a sweep's tables, trend, claims and page
-    python -m esopt.analyze    (esopt.cli.analyze)    sparsity, drift, forgetting of a run
+    python -m esopt.analyze    (esopt.cli.analyze)    sparsity, drift, forgetting, connectivity of runs
     python -m esopt.plan       (esopt.cli.plan)       a grid's power per claim and cost, before it runs
     python -m esopt.cli.pretrain                      pretraining of the tiny family
 """

@@ -1,4 +1,4 @@
-"""``python -m esopt.analyze sparsity|drift|forgetting <run-dir> ...``: the mechanism analyses
+"""``python -m esopt.analyze sparsity|drift|forgetting|connectivity <run-dir> ...``: the mechanism analyses
 of trained runs (``esopt.study.analyses``), printed as tables and written beside the run."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 from esopt.cli.common import quiet
 from esopt.core.errors import ConfigError
 from esopt.core.store import atomic_write_json
-from esopt.study.analyses import (CONTROL_FRACTIONS, DEFAULT_FRACTIONS, MODES, EvalOpts, compare_drift, drift,
-                                 forgetting, format_drift, sparsity)
+from esopt.study.analyses import (CONTROL_FRACTIONS, DEFAULT_FRACTIONS, INTERIOR, MODES, EvalOpts, compare_drift,
+                                 connectivity, drift, forgetting, format_drift, partners, sparsity)
 
 
 def _floats(text: str) -> list[float]:
@@ -75,6 +75,14 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--tasks", type=_names, default=None,
                    help="held-out tasks (default tiny: addition,compare,reverse; others: gsm8k)")
     eval_args(f, greedy_default=True)
+
+    c = sub.add_parser("connectivity", help="Pass@1 between an ES and a GRPO model; their updates' cosine "
+                                            "(connectivity.json in the ES run)")
+    c.add_argument("run_dirs", nargs="*", metavar="run_dir", help="an ES run and a GRPO run from the same base model")
+    c.add_argument("--sweep", default=None, help="every ES/GRPO seed pair of this sweep directory instead")
+    c.add_argument("--ts", type=_floats, default=list(INTERIOR),
+                   help="interior interpolation points (default 0.25,0.5,0.75; 0 and 1 are always evaluated)")
+    eval_args(c, greedy_default=False)
     return p
 
 
@@ -112,6 +120,24 @@ def main(argv: list[str] | None = None) -> int:
                 print("note: lm_head is tied to the embeddings (counted under embeddings)")
             if a.out:
                 atomic_write_json(a.out, cmp)
+        elif a.analysis == "connectivity":
+            if bool(a.sweep) == bool(a.run_dirs) or (a.run_dirs and len(a.run_dirs) != 2):
+                raise ConfigError("connectivity takes an ES run and a GRPO run, or --sweep <sweep-dir>")
+            if a.sweep:
+                from esopt.study import tables
+
+                pairs = partners(tables.find_runs_dir(a.sweep))
+                if not pairs:
+                    raise ConfigError(f"no ES/GRPO seed pair with saved models in {a.sweep}")
+            else:
+                pairs = [tuple(a.run_dirs)]
+            print(f"{'ES run':<28}{'GRPO run':<28}{'ES@1':>7}{'GRPO@1':>8}{'barrier':>9}{'at t':>6}{'cosine':>8}")
+            for es, grpo in pairs:
+                r = connectivity(es, grpo, ts=a.ts, base=a.base, device=a.device, opts=_eval_opts(a),
+                                 write=not a.no_write, log=say)
+                cos = "-" if r["cosine"] is None else f"{r['cosine']:+.3f}"
+                print(f"{str(es)[-27:]:<28}{str(grpo)[-27:]:<28}{r['es_pass@1']:>7.3f}{r['grpo_pass@1']:>8.3f}"
+                      f"{r['barrier']:>+9.3f}{r['barrier_t']:>6g}{cos:>8}")
         else:
             r = forgetting(a.run_dir, tasks=a.tasks, base=a.base, device=a.device, opts=_eval_opts(a),
                            write=not a.no_write, log=say)

@@ -2,7 +2,7 @@
 runs table (``esopt.study.tables``; the Arrow fast path, ``esopt.study.arrow_read``, must match it).
 
 A run directory is ``<sweep>/runs/<run_id>/{summary.json, metrics.jsonl}`` plus the optional
-analysis files (``sparsity.json``, ``drift.json``, ``forgetting.json``). A run that cannot be
+analysis files (``sparsity.json``, ``drift.json``, ``forgetting.json``, ``connectivity.json``). A run that cannot be
 read (no/corrupt summary.json, missing keys) is skipped with a reason, never fatal.
 """
 
@@ -19,6 +19,7 @@ from esopt.core.config import ANALYSES
 ID_COLUMNS = ("run_id", "status", "error", "algo", "task", "model", "params", "pop", "sigma", "lr",
               "seed", "iterations", "tokens_generated", "wall_s", "sweep")
 REQUIRED = ("status", "algo", "model")
+UPDATE_STATS = ("update_top_share", "update_l2")   # drift.json's, as plain runs-table columns
 NUMERIC_ID_COLUMNS = ("params", "pop", "sigma", "lr", "seed", "iterations", "tokens_generated", "wall_s")
 
 # Per-problem and per-member lists are dropped from the tables; emptying them in the raw bytes
@@ -166,7 +167,8 @@ def _summary_row(run_id: str, s: dict) -> dict:
 
 
 def analysis_columns(path: Path, names: set, notes: list, root: str | None = None) -> dict:
-    """Scalars of the optional analysis files beside a run, as ``<analysis>_<key>`` columns."""
+    """Scalars of the optional analysis files beside a run, as ``<analysis>_<key>`` columns; drift's
+    ``update_top_share`` and ``update_l2`` also as those plain names (claim 9 reads them)."""
     row: dict = {}
     for name in ANALYSES:
         if f"{name}.json" in names:
@@ -178,6 +180,9 @@ def analysis_columns(path: Path, names: set, notes: list, root: str | None = Non
                 flatten(a if isinstance(a, dict) else {"value": a}, f"{name}_", row)
             except (ValueError, OSError) as e:
                 notes.append(f"run {path.name}: {name}.json unreadable ({type(e).__name__}); ignored")
+    for key in UPDATE_STATS:     # the update's size and density (claim 9), any trained run: drift.json's
+        if row.get(f"drift_{key}") is not None:
+            row[key] = row[f"drift_{key}"]
     return row
 
 

@@ -1,7 +1,8 @@
 """A sweep's tables: one row per run, every metrics line (``load`` -> ``Aggregate``).
 
 Reads only run directories (``<sweep>/runs/<run_id>/{summary.json, metrics.jsonl}`` plus the
-optional analysis files ``sparsity.json``, ``drift.json``, ``forgetting.json``);
+optional analysis files ``sparsity.json``, ``drift.json``, ``forgetting.json``, ``connectivity.json``;
+drift's ``update_top_share`` and ``update_l2`` also as plain columns, for claim 9);
 ``write_tables`` writes:
 
     runs.parquet, runs.csv   one row per run: ids, status, hyperparameters, model size,

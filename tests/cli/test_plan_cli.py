@@ -84,7 +84,7 @@ def test_pilot_components_and_their_bounds(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (("-m", "model=tiny-s", "--claims", "9"), "unknown claim 9 (known: 1, 2, 3, 4, 5, 6, 7)"),
+    (("-m", "model=tiny-s", "--claims", "12"), "unknown claim 12 (known: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)"),
     (("-m", "model=tiny-s", "pop=8,16", "--claims", "7"), "claim 7 compares model sizes: the grid's ES runs have 1"),
     (("-m", "model=tiny-s", "--target-power", "0.8", "--max-hours", "-5"), "--max-hours must be > 0"),
     (("-m", "model=tiny-s", "plan.tokens_per_s=-3"), "plan.tokens_per_s must be > 0"),

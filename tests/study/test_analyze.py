@@ -331,6 +331,13 @@ def test_drift_module_decomposition(planted):
     layers = {x["layer"] for x in r["layers"]}
     assert layers == {"0", "1", "none"}
     assert json.loads((rd.path / "drift.json").read_text())["relative"] == pytest.approx(r["relative"])
+    # claim 9's measures: the update's l2 norm and its top-22% share of the squared norm (a full sort)
+    flat = torch.cat([x.reshape(-1) for x in d.values()]).double()
+    mags = flat[flat != 0].abs().sort(descending=True).values
+    k22 = analyses.keep_count(0.22, r["nnz"])
+    assert r["update_l2"] == pytest.approx(math.sqrt(dsq), rel=1e-9)
+    assert r["update_top_share"] == pytest.approx(float(mags[:k22].square().sum()) / dsq, rel=1e-6)
+    assert 0.22 < r["update_top_share"] < 1
 
 
 def test_module_type_and_layer_names():
@@ -461,6 +468,10 @@ def test_aggregator_columns_and_page_figures(planted, sparsity_result, tmp_path)
     assert runs.loc[rid, "sparsity_headline.keep"] == 0.22
     assert runs.loc[rid, "drift_modules.attn_q.relative"] == pytest.approx(drift["modules"]["attn_q"]["relative"])
     assert runs["sparsity_nnz"].notna().sum() == 4
+    grpo = written["grpo"][0]                                   # claim 9's columns, GRPO's too
+    assert runs.loc[grpo, "update_l2"] == pytest.approx(drift["update_l2"])
+    assert runs.loc[grpo, "update_top_share"] == pytest.approx(drift["update_top_share"])
+    assert runs["update_top_share"].notna().sum() == 4
     html = (root / "report.html").read_text()
     assert {"fig-sparsity", "fig-drift", "fig-drift-top"} <= set(report.figure_ids(html))
     fig = report.figure_data(html, "fig-sparsity")
@@ -523,3 +534,73 @@ def test_compare_drift_ratio_reads_the_registry_family():
     assert cmp["es_over_grpo"] == pytest.approx(40.0)
     assert [r["label"] for r in cmp["runs"]] == ["es_grpo", "es", "grpo", "es#2"]
     assert "es_over_grpo" not in analyses.compare_drift([res("es", 4.0), res("none", 0.0)])
+
+
+def test_connectivity_between_two_runs_of_one_base(planted, tmp_path, capsys):
+    """Claim 11's analysis. It needs a model: it evaluates interpolated weights, and t = 0 / 1 must
+    be the two trained models exactly (so their Pass@1 equals a plain evaluation of each). Two tiny-xs
+    runs from the same base with different planted updates stand for a seed's ES and GRPO runs;
+    the cosine is checked against full-tensor deltas, the barrier against the straight line."""
+    rc, es = planted
+    _, grpo = make_run(tmp_path / "other", seed=1, plant=lambda n: 0.0 if n == "model.norm.weight" else 0.1)
+    opts = analyses.EvalOpts(problems=PROBLEMS, samples=SAMPLES)
+    r = analyses.connectivity(es.path, grpo.path, device="cpu", opts=opts)
+    assert [p["t"] for p in r["points"]] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    d_es, base, _ = deltas(es)
+    d_gr, _, _ = deltas(grpo)
+    dot = sum(float((d_es[n].double() * d_gr[n].double()).sum()) for n in d_es)
+    n_es = math.sqrt(sum(float(x.double().square().sum()) for x in d_es.values()))
+    n_gr = math.sqrt(sum(float(x.double().square().sum()) for x in d_gr.values()))
+    assert r["cosine"] == pytest.approx(dot / (n_es * n_gr), rel=1e-9) and abs(r["cosine"]) < 0.05  # independent noise
+    assert r["es_l2"] == pytest.approx(n_es, rel=1e-9)
+    for path, p in ((es.model_dir, r["points"][0]), (grpo.model_dir, r["points"][-1])):
+        m, tok = models.load("tiny-xs", path=str(path))
+        assert p["correct_counts"] == eval_counts(m, tok, rc)["correct_counts"]       # the end points, exactly
+    inner = [p for p in r["points"] if 0 < p["t"] < 1]
+    assert r["barrier"] == pytest.approx(max(p["line"] - p["pass@1"] for p in inner))
+    saved = json.loads((es.path / "connectivity.json").read_text())
+    assert saved["barrier"] == pytest.approx(r["barrier"]) and saved["grpo_run"] == str(grpo.path.resolve())
+    assert analyze_main(["connectivity", str(es.path), str(es.path)]) == 2              # the same run twice
+    assert "two different runs" in capsys.readouterr().err
+    assert analyze_main(["connectivity", str(es.path)]) == 2
+    assert "an ES run and a GRPO run" in capsys.readouterr().err
+    # in a sweep (analysis=[connectivity]): the second of the pair computes it, into both folders
+    import shutil
+
+    runs = tmp_path / "sweep" / "runs"
+    for name, src, algo in (("es-0", es.path, "es"), ("grpo-0", grpo.path, "grpo")):
+        shutil.copytree(src, runs / name, ignore=shutil.ignore_patterns("connectivity.json"))
+        (runs / name / "summary.json").write_text(json.dumps({"status": "completed", "algo": algo, "seed": 0,
+                                                              "model": {"name": "tiny-xs"}}))
+    out = analyses.run_analyses(rc, runs / "grpo-0", ["connectivity"], opts={"device": "cpu"})
+    assert out == {"connectivity": str(runs / "grpo-0" / "connectivity.json")}
+    again = json.loads((runs / "es-0" / "connectivity.json").read_text())
+    assert again["cosine"] == pytest.approx(r["cosine"]) and (runs / "grpo-0" / "connectivity.json").exists()
+
+
+def test_connectivity_pairs_a_sweeps_es_and_grpo_runs_by_seed(tmp_path):
+    """partners / partner_of read only summary.json (no model): plain ES with GRPO of the same model
+    and seed, anchored ES left out (another arm), a run without its partner yet a one-line error."""
+    runs = tmp_path / "runs"
+
+    def fake(name, algo, seed, decay=0.0, saved=True, status="completed"):
+        d = runs / name
+        (d / "model").mkdir(parents=True)
+        if saved:
+            (d / "model" / "config.json").write_text("{}")
+        (d / "summary.json").write_text(json.dumps({
+            "status": status, "algo": algo, "seed": seed, "model": {"name": "tiny-xs"},
+            "config": {"es": {"anchor_decay": decay}}}))
+        return d
+
+    es0, grpo0 = fake("a-es-0", "es", 0), fake("b-grpo-0", "grpo", 0)
+    fake("c-es-anchor-0", "es", 0, decay=0.01)
+    es1 = fake("d-es-1", "es", 1)
+    fake("e-grpo-1", "grpo", 1, status="running")
+    fake("f-none-0", "none", 0)
+    assert analyses.partners(runs) == [(es0, grpo0)]
+    assert analyses.partner_of(grpo0) == (es0, grpo0)
+    with pytest.raises(analyses.ConfigError, match="no finished GRPO run of model tiny-xs seed 1"):
+        analyses.partner_of(es1)
+    with pytest.raises(analyses.ConfigError, match="pairs plain ES with GRPO"):
+        analyses.partner_of(runs / "c-es-anchor-0")

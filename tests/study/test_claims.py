@@ -1,13 +1,14 @@
 """esopt.study.claims: every claim a pre-registered test whose verdict can come out either way.
 
 - Controls through the results store (tests/helpers.write_planted_sweep): a sweep with each of
-  the study's effects planted says "yes" to all seven claims; one with each effect reversed (ES
+  the study's effects planted says "yes" to the seed paper's seven claims (the rivals, 8-11, lack
+  their data there: unclear, tested in test_claims_rivals.py); one with each effect reversed (ES
   still learning) says "no" to claims 2-7; one where ES loses says "no" to claim 1 and leaves
   the claims about what ES's training gives unclear; a sweep where nothing trains says "yes" to
   none. (Their error rates are measured in test_claims_calibration.py.)
 - Unit tests per claim on run records (yes, no, unclear: power or data).
 - The statistics: the contrast's variance components, Holm, the t interval (esopt.core.metrics).
-- The registry: an eighth claim is one registered function.
+- The registry: a twelfth claim is one registered function.
 - The real null control: paper_cpu_quick with es.lr and grpo.lr ~ 0 (nothing trains), end to
   end: claims.json and the page, and no "yes" anywhere."""
 
@@ -66,10 +67,10 @@ NOTHING_TRAINS = {"es_gain": 0.0, "grpo_gain": 0.0, "grpo_entropy": 0.0, "es_ent
 
 
 def verdicts_of(tmp_path, name, planted, **kw):
-    """The planted sweep's claims with 4 seeds per arm (3 leave claim 6 at Holm p ~0.06 over the
-    family of 14 hypotheses)."""
+    """The planted sweep's claims with 4 seeds per arm and 400 problems (200 leave claim 6 at
+    Holm p ~0.09 over the family of 22 hypotheses; 3 seeds at ~0.06 over the old 14)."""
     sweep = tmp_path / f"paper_{name}"
-    write_planted_sweep(sweep, planted, **{"seeds": (0, 1, 2, 3), **kw})
+    write_planted_sweep(sweep, planted, **{"seeds": (0, 1, 2, 3), "problems": 400, **kw})
     out = C.claims(sweep)
     return {c["id"]: c for c in out["claims"]}, out
 
@@ -79,14 +80,15 @@ def test_planted_effects_say_yes_to_every_claim(tmp_path):
     noise its reliability correction subtracts exceeds the runs' spread (its yes and no are
     tested on runs with sampled counts below, and by the calibration)."""
     by, out = verdicts_of(tmp_path, "planted", {})
-    assert {i: c["reproduced"] for i, c in by.items()} == {i: "unclear" if i == 4 else "yes" for i in range(1, 8)}, \
-        C.table_lines(out)
+    assert {i: c["reproduced"] for i, c in by.items()} == {i: "unclear" if i == 4 or i > 7 else "yes"
+                                                           for i in range(1, 12)}, C.table_lines(out)
+    assert all(by[i]["unclear"] == "data" for i in range(8, 12))     # no probes, drift.json, anchored runs
     assert by[4]["unclear"] == "power" and "reliability" in by[4]["reason"]
     assert by[2]["effect"] == pytest.approx(0.0 - (-0.4), rel=0.05)     # at the same gain: ES 0, GRPO -40%
     assert len(by[7]["details"]["per_size"]) == 5
     assert by[6]["details"]["orders"].keys() == {"es_grpo", "grpo_es"}   # both orders tested
     for c in out["claims"]:                                          # each states its test and power
-        if c["id"] == 4:
+        if c["id"] == 4 or c["id"] > 7:
             continue
         assert c["p_yes_holm"] <= S["alpha"] and 0 <= c["power"] <= 1 and c["unclear"] is None, c
         assert c["estimand"] and c["statistic"] and c["variance"] and c["sesoi"] > 0
@@ -101,7 +103,7 @@ def test_a_grpo_still_climbing_leaves_claim6_unclear_through_the_store(tmp_path)
     assert "GRPO had not saturated: its Pass@1 rose +0.05" in by[6]["reason"], by[6]["reason"]
     by, _ = verdicts_of(tmp_path, "saturated", {})
     assert by[6]["reproduced"] == "yes" and by[6]["details"]["saturation"]["from"] == [10]
-    assert out["family_size"] == 14 and out["look"]["confirmatory"] is False   # never registered
+    assert out["family_size"] == 22 and out["look"]["confirmatory"] is False   # never registered
     assert out["headline"] == {"yes": [], "no": [], "unclear": []} and all(c["exploratory"] for c in out["claims"])
 
 
@@ -515,17 +517,17 @@ def test_holm_p_values_and_intervals():
 
 
 def test_holm_over_a_fixed_family_counts_untested_hypotheses():
-    """m is fixed: one p-value among 14 hypotheses is adjusted by 14, not by 1; a claim measured
-    alone at p 0.004 is not a yes in the family of the 7 claims' 14 yes and no hypotheses."""
+    """m is fixed: one p-value among 22 hypotheses is adjusted by 22, not by 1; a claim measured
+    alone at p 0.004 is not a yes in the family of the 11 claims' 22 yes and no hypotheses."""
     assert metrics.holm({1: 0.01}, 0.05, m=14) == {1: (False, 0.14)}
     got = metrics.holm({1: 0.001, 2: 0.004}, 0.05, m=14)      # thresholds 0.05/14, then 0.05/13
     assert got[1] == (True, pytest.approx(0.014)) and got[2] == (False, pytest.approx(0.052))
     m = {i: R.unclear("data", "not part of this test") for i in R.REGISTRY}
     m[1] = R.measured({"effect": 0.0265, "se": 0.01, "df": math.inf}, "planted")   # p_yes 0.004
     row = C.decide_all(m, S)[1]
-    assert row["p_yes_holm"] == pytest.approx(14 * metrics.p_above(0.0265, 0.01, math.inf, 0.0))
-    assert row["verdict"] == "unclear" and "m 14" in row["why"]
-    assert C.family_size() == 14 and "14 yes and no hypotheses" in C.compute([rec("es", 0)])["claims"][0]["decision"]
+    assert row["p_yes_holm"] == pytest.approx(22 * metrics.p_above(0.0265, 0.01, math.inf, 0.0))
+    assert row["verdict"] == "unclear" and "m 22" in row["why"]
+    assert C.family_size() == 22 and "22 yes and no hypotheses" in C.compute([rec("es", 0)])["claims"][0]["decision"]
 
 
 def test_data_needed_uses_the_t_of_power():
@@ -546,7 +548,7 @@ def test_a_registered_design_is_confirmatory_once(tmp_path):
     ids = sorted(p.name for p in (sweep / "runs").iterdir())
     rc = run_config("model=tiny-xs")
     reg = C.register(sweep, [(i, rc) for i in ids], now="2026-12-03T00:00:00Z")
-    assert reg["design"]["run_ids"] == ids and reg["family_size"] == 14 and reg["amendments"] == []
+    assert reg["design"]["run_ids"] == ids and reg["family_size"] == 22 and reg["amendments"] == []
     assert C.register(sweep, [(i, rc) for i in ids]) == reg               # the same design: nothing changes
     out = C.claims(sweep)
     assert out["look"] == {"confirmatory": True, "why": "the registered design, first look"}
@@ -576,22 +578,22 @@ def _tables(sweep):
 
 
 # --- the registry ------------------------------------------------------------------------
-def test_an_eighth_claim_is_one_registered_function():
-    @R.claim(8, "always_half", "A test claim.", estimand="0.5", boundary=0.0, sesoi=0.1, statistic="t",
+def test_a_twelfth_claim_is_one_registered_function():
+    @R.claim(12, "always_half", "A test claim.", estimand="0.5", boundary=0.0, sesoi=0.1, statistic="t",
              variance="none", select=lambda sweep: {})
     def half(data, s):
         return R.measured({"effect": 0.5, "se": 0.01, "df": 10.0}, "planted")
     try:
         out = C.compute([rec("es", 0)])
         by = {c["id"]: c for c in out["claims"]}
-        assert by[8]["reproduced"] == "yes" and by[8]["key"] == "always_half" and len(out["claims"]) == 8
-        assert 8 in out["summary"]["yes"]
+        assert by[12]["reproduced"] == "yes" and by[12]["key"] == "always_half" and len(out["claims"]) == 12
+        assert 12 in out["summary"]["yes"] and by[12]["source"] == "arXiv 2608.27351"   # the default source
     finally:
-        del R.REGISTRY[8]
+        del R.REGISTRY[12]
 
 
-# --- all seven ---------------------------------------------------------------------------
-def test_compute_picks_the_cell_and_reports_all_seven():
+# --- all eleven --------------------------------------------------------------------------
+def test_compute_picks_the_cell_and_reports_all_eleven():
     recs = [rec("none", s) for s in range(3)]
     recs += [rec("es", s, 0.1, SPREAD + 0.2, h1=0.81, sparsity=sparsity_json(1.0, s)) for s in range(4)]
     recs += [rec("es", s, 0.3, 0.35, pop=4) for s in range(3)]
@@ -599,7 +601,7 @@ def test_compute_picks_the_cell_and_reports_all_seven():
     recs += [rec("es", 0, model="tiny-m")]                         # another model: not the cell
     recs += [dict(rec("grpo", 9), status="failed")]                # failed runs are ignored
     out = C.compute(recs, {"slope": -0.5, "slope_ci": [-0.8, -0.2]})
-    assert [c["id"] for c in out["claims"]] == list(range(1, 8))
+    assert [c["id"] for c in out["claims"]] == list(range(1, 12))
     assert out["cell"]["model"] == "tiny-s"
     assert out["cell"]["settings"]["es"]["pop"] == "16.0"           # most seeds; ties -> the larger pop
     assert out["cell"]["seeds"]["grpo"] == [0, 1, 2]
@@ -613,7 +615,7 @@ def test_compute_picks_the_cell_and_reports_all_seven():
         assert c["reproduced"] in C.VERDICTS and c["reason"] and c["estimand"] and c["decision"]
         assert (c["effect"] is not None and c["ci"] is not None) or c["unclear"] == "data"
         assert (c["unclear"] is not None) == (c["reproduced"] == "unclear")
-    assert sorted(sum(out["summary"].values(), [])) == list(range(1, 8))
+    assert sorted(sum(out["summary"].values(), [])) == list(range(1, 12))
     json.dumps(out)                                                  # JSON-serialisable
 
 
@@ -643,11 +645,11 @@ def test_null_control_end_to_end(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     sweep = tmp_path / "paper_cpu_quick"
     out = json.loads((sweep / "claims.json").read_text())
-    assert [c["id"] for c in out["claims"]] == list(range(1, 8))
+    assert [c["id"] for c in out["claims"]] == list(range(1, 12))
     assert out["summary"]["yes"] == [], C.table_lines(out)
     reg = out["registration"]                          # written by the sweep before any run started
     assert len(reg["design"]["run_ids"]) == 20 and reg["design"]["algos"]["es"]["seeds"] == [0, 1]
-    assert out["look"]["confirmatory"] is True and out["family_size"] == 14, out["look"]
+    assert out["look"]["confirmatory"] is True and out["family_size"] == 22, out["look"]
     for c in out["claims"]:
         assert c["reproduced"] in ("no", "unclear") and c["reason"]
     assert out["cell"]["model"] == "tiny-xs"
@@ -657,7 +659,7 @@ def test_null_control_end_to_end(tmp_path):
     assert out["claims"][0]["unclear"] == "data" and "fewer than 3 seeds" in out["claims"][0]["reason"]
     page = (sweep / "report.html").read_text()
     assert page.index('id="claims"') < page.index('id="summary"')
-    assert len(re.findall(r'<tr id="claim-\d">', page)) == 7
+    assert len(re.findall(r'<tr id="claim-\d+">', page)) == 11
 
 
 def test_claims_from_a_sweep_directory_and_the_aggregator(tmp_path):
@@ -670,7 +672,7 @@ def test_claims_from_a_sweep_directory_and_the_aggregator(tmp_path):
     from esopt.study.report.aggregate import aggregate
 
     sweep = tmp_path / "paper_syn"
-    write_planted_sweep(sweep, {}, seeds=(0, 1, 2, 3))
+    write_planted_sweep(sweep, {}, seeds=(0, 1, 2, 3), problems=400)   # claim 6 in the family of 22
     # the same ES training twice, once without sparsity.json: the cell takes the analysed one
     src = sweep / "runs" / "es-tiny-m-p16-s0"
     dup = sweep / "runs" / "zz-es-tiny-m-p16-s0-again"
@@ -683,7 +685,7 @@ def test_claims_from_a_sweep_directory_and_the_aggregator(tmp_path):
     by = {c["id"]: c for c in out["claims"]}
     assert [by[i]["reproduced"] for i in range(1, 8)] == ["yes"] * 3 + ["unclear"] + ["yes"] * 3, C.table_lines(out)
     for cid in (1, 3, 6):                                        # per-problem lists were read
-        assert by[cid]["n"]["problems"] == 200, by[cid]
+        assert by[cid]["n"]["problems"] == 400, by[cid]
     assert by[2]["effect"] == pytest.approx(0.4, rel=0.05)         # at the same gain: ES 0, GRPO -40%
     assert by[5]["details"]["control"]["effect"] > 0               # the equal-norm control was read
     assert by[5]["details"]["random_control"]["effect"] > 0        # and the random mask beside it

@@ -50,6 +50,10 @@ def test_wilson_interval():
     ({"cell_seeds": {"es": 2, "grpo": 4}}, 1, "fewer than 3 seeds"),
     ({"samples": 16}, 3, "Pass@8 needs >= 32 samples"),
     ({"cell_seeds": {"es": 4, "grpo": 4}}, 6, "no es_grpo or grpo_es runs"),
+    ({}, 8, "eval.probes"),                                   # the rivals: what each needs, in the rules' words
+    ({"probes": True}, 9, "analysis=[drift]"),
+    ({"cell_seeds": {"es": 4, "grpo": 4, "es_anchor": 4}}, 10, "eval.probes"),
+    ({}, 11, "esopt.analyze connectivity"),
 ])
 def test_what_a_grid_lacks_is_said_in_the_rules_words(kw, cid, words):
     g = grid(**kw)
@@ -66,6 +70,23 @@ def test_greedy_members_and_too_few_sizes_leave_the_family_claims_undecidable():
     assert "3 model size(s)" in P.data_gap(7, d, c, P.shaper(g))
     assert P.bears_on(g) == [1, 2, 3, 4, 5, 6, 7]
     assert P.bears_on(grid(cell_seeds={"es": 3})) == [1, 5]
+    # the rivals: where the grid measures what they read (probes, drift, connectivity, anchored ES)
+    assert P.bears_on(grid(probes=True, update_stats=True, connectivity=True)) == [1, 2, 3, 5, 6, 8, 9, 11]
+    assert 10 in P.bears_on(grid(cell_seeds={"es": 3, "es_anchor": 3}))
+
+
+def test_the_rivals_data_are_there_when_the_grid_makes_them():
+    """Probes, drift.json and connectivity.json, and the anchored ES arm: with them the rivals'
+    rules measure (no gap); the shaper drops each where the grid does not ask for it."""
+    g = grid(cell_seeds={"es": 4, "grpo": 4, "es_anchor": 4}, probes=True, update_stats=True, connectivity=True)
+    for cid in (8, 9, 10, 11):
+        assert P.data_gap(cid, P.design_of(g), MEASURED, P.shaper(g)) is None, cid
+    from esopt.study.claims.simulate import Design, simulate
+
+    recs = simulate(Design(seeds=4, problems=50), rng=np.random.default_rng(0), parts=("cell",))
+    bare = P.shaper(grid())(recs)
+    assert not any(r.get("anchor_decay") for r in bare)
+    assert not any(k in r for r in bare for k in ("final_probe_pass1", "update_l2", "connectivity_barrier"))
 
 
 def test_power_rises_with_seeds_and_false_yes_stays_low():

@@ -1,4 +1,5 @@
-"""Mechanism analyses of a trained run: functional sparsity, drift by module, forgetting, as a
+"""Mechanism analyses of a trained run: functional sparsity, drift by module, forgetting, the
+connectivity of a seed's ES and GRPO solutions, as a
 registry (``REGISTRY``: name -> :class:`Analysis`); adding one is its module plus one entry here
 and its name in ``esopt.core.config.ANALYSES`` (the list config validation checks before any
 run is dispatched; the registry must cover it exactly, checked at import).
@@ -8,12 +9,14 @@ run is dispatched; the registry must cover it exactly, checked at import).
                                        [--control-fractions 0.22] [--mask-seed S] [eval options]
     python -m esopt.analyze drift      <run-dir> [<run-dir> ...] [--top 0.01] [--out FILE]
     python -m esopt.analyze forgetting <run-dir> [--tasks addition,compare,reverse] [eval options]
+    python -m esopt.analyze connectivity <es-run> <grpo-run> | --sweep <sweep-dir> [eval options]
     eval options: --split heldout --problems 64 --samples 8 --temperature T --seed S
                   --max-new-tokens N --greedy --bootstrap 1000 --base NAME|PATH --device cpu|cuda
 
 Each writes ``sparsity.json`` / ``drift.json`` / ``forgetting.json`` into the run directory
-(the aggregator turns their scalars into ``sparsity_*`` / ``drift_*`` / ``forgetting_*``
-columns; the page draws sparsity curves and drift by module). The trained model is the run's
+(connectivity: ``connectivity.json`` into the ES run's, a copy into the GRPO run's; the
+aggregator turns their scalars into ``sparsity_*`` / ``drift_*`` / ``forgetting_*`` /
+``connectivity_*`` columns; the page draws sparsity curves and drift by module). The trained model is the run's
 ``model/`` (HF save_pretrained, safetensors); the base model is the run's ``config.yaml``
 ``model`` (name / path), or ``--base``. Bad input (no ``model/``, a base whose tensors do not
 match the trained ones) is one line ``esopt: error: ...`` and exit code 2.
@@ -27,6 +30,8 @@ weights as loaded in the run's dtype):
 * Drift (``esopt.study.analyses.drift``): ``||delta|| / ||theta_base||`` per module type and layer, and
   where the largest 1% of the update's entries sit.
 * Forgetting (``esopt.study.analyses.forgetting``): base against trained on tasks not trained on.
+* Connectivity (``esopt.study.analyses.connectivity``): held-out Pass@1 along the line between a
+  seed's ES and GRPO models (the barrier below the straight line) and the cosine of their updates.
 
 Each module states its definitions; the base/trained pair and the exact top-k over |delta|
 are ``esopt.study.analyses.delta``, the evaluation and intervals ``esopt.study.analyses.common``.
@@ -46,13 +51,14 @@ from esopt.study.analyses.common import EvalOpts, gain_share, paired_change, per
 from esopt.study.analyses.delta import (CHUNK, Pair, Rule, TrainedWeights, apply_rule, check_match, count_nonzero,
                                delta_chunks, keep_count, kept_norm, magnitude_bits, magnitude_key, make_rules,
                                open_pair, random_key, rank_thresholds, run_config, stream_bits, trained_dir)
+from esopt.study.analyses.connectivity import INTERIOR, connectivity, partner_of, partners
 from esopt.study.analyses.drift import TOP_FRACTION, compare_drift, drift, format_drift
 from esopt.study.analyses.forgetting import REAL_HELDOUT_TASKS, TINY_HELDOUT_TASKS, default_tasks, forgetting, task_config
 from esopt.study.analyses.module_types import MODULE_TYPES, layer_of, module_type
 from esopt.study.analyses.sparsity import CONTROL_FRACTIONS, CONTROL_MODES, DEFAULT_FRACTIONS, HEADLINE_KEEP, MODES, sparsity
 
 ERROR_CHARS = 500        # a failed analysis's error line is cut to this length
-__all__ = ["REGISTRY", "Analysis", "CHUNK", "CONTROL_FRACTIONS", "CONTROL_MODES", "DEFAULT_FRACTIONS", "HEADLINE_KEEP", "MODES",
+__all__ = ["REGISTRY", "Analysis", "CHUNK", "INTERIOR", "connectivity", "partner_of", "partners", "CONTROL_FRACTIONS", "CONTROL_MODES", "DEFAULT_FRACTIONS", "HEADLINE_KEEP", "MODES",
            "MODULE_TYPES", "REAL_HELDOUT_TASKS", "TINY_HELDOUT_TASKS", "TOP_FRACTION", "ConfigError", "EvalOpts",
            "Pair", "Rule", "TrainedWeights", "apply_rule", "check_match", "compare_drift", "count_nonzero",
            "default_tasks", "delta_chunks", "drift", "forgetting", "format_drift", "gain_share", "keep_count",
@@ -85,10 +91,24 @@ def _forgetting(run_dir, opts: dict, eo: EvalOpts) -> None:
                opts=dataclasses.replace(eo, greedy=bool(opts.get("greedy", True))))
 
 
+def _connectivity(run_dir, opts: dict, eo: EvalOpts) -> None:
+    """In a sweep: the second of a seed's ES / GRPO pair to finish computes it (the first finds no
+    partner yet: a warning); connectivity.json goes into the ES run's folder, a copy into the GRPO
+    run's (so neither asks for it again)."""
+    import shutil
+
+    es, grpo = partner_of(run_dir)
+    connectivity(es, grpo, device=opts.get("device"), opts=eo)
+    if Path(run_dir).resolve() == grpo.resolve():
+        shutil.copyfile(es / "connectivity.json", grpo / "connectivity.json")
+
+
 REGISTRY: dict[str, Analysis] = {a.name: a for a in (
     Analysis("sparsity", "the share of the gain kept by the largest update entries, against random masks", _sparsity),
     Analysis("drift", "relative update norm per module type and layer; where the largest entries sit", _drift),
     Analysis("forgetting", "base against trained on tasks not trained on", _forgetting),
+    Analysis("connectivity", "held-out Pass@1 between a seed's ES and GRPO models; the cosine of their updates",
+             _connectivity),
 )}
 if set(REGISTRY) != set(ANALYSES):  # config validation's names and the registry: one set
     raise ImportError(f"analyses registry {sorted(REGISTRY)} != esopt.core.config.ANALYSES {sorted(ANALYSES)}")

@@ -6,6 +6,13 @@ mlp, norm, lm_head, other); a tied LM head is one tensor with the embeddings (re
 Where the largest ``top`` fraction (default 1%) of the nonzero |delta| sit: counts per type
 and per layer, share and enrichment (= share / the type's share of parameters).
 
+The update's size and density, for any trained run (ES, GRPO, a sequence; claim 9):
+``update_l2 = ||delta||_2`` (float64 sum of squares of the float32 delta) and
+``update_top_share = ||T_k delta||^2 / ||delta||^2``, T_k the exact global top-k mask over |delta|
+at ``k = round(0.22 nnz)`` (claim 5's keep fraction, sparsity's HEADLINE_KEEP; the same mask the
+sparsity analysis keeps): a dense update spreads its squared norm, a sparse one concentrates it
+(a Gaussian update: ~0.68). The runs table carries both as ``update_l2`` / ``update_top_share``.
+
     python -m esopt.analyze drift <run-dir> [<run-dir> ...] [--top 0.01]   (writes drift.json)
 """
 
@@ -21,10 +28,12 @@ import numpy as np
 from esopt.algorithms import family
 from esopt.core.errors import ConfigError
 from esopt.study.analyses.common import result_header, write_result
-from esopt.study.analyses.delta import delta_chunks, keep_count, make_rules, open_pair, stream_bits, tied_embeddings, trained_tensor
+from esopt.study.analyses.delta import (delta_chunks, keep_count, kept_norm, make_rules, open_pair, stream_bits,
+                                        tied_embeddings, trained_tensor)
 from esopt.study.analyses.module_types import MODULE_TYPES, layer_of, module_type
 
 TOP_FRACTION = 0.01      # the default share of the largest nonzero |delta| entries located
+DENSE_KEEP = 0.22        # update_top_share's keep fraction: claim 5's (sparsity.HEADLINE_KEEP)
 
 
 def drift(run_dir: str | Path, *, top: float = TOP_FRACTION, base: str | None = None, device: str | None = "cpu",
@@ -48,8 +57,12 @@ def drift(run_dir: str | Path, *, top: float = TOP_FRACTION, base: str | None = 
     k = keep_count(top, nnz) if nnz else 0
     top_count = {name: 0 for name in acc}
     threshold = None
+    rules = make_rules(lambda: (bits for _, bits in stream_bits(pair)), nnz, sorted({top, DENSE_KEEP}),
+                       largest=True) if nnz else {}
+    d_sq = sum(a[1] for a in acc.values())
+    top_share = kept_norm(pair, lambda name, r=rules[DENSE_KEEP].copy(): r) ** 2 / d_sq if nnz and d_sq > 0 else None
     if k > 0:
-        rule = make_rules(lambda: (bits for _, bits in stream_bits(pair)), nnz, [top], largest=True)[top]
+        rule = rules[top]
         threshold = float(np.array([rule.thr], dtype=np.int32).view(np.float32)[0])
         for name, bits in stream_bits(pair):
             top_count[name] += int(rule.mask(bits).sum())
@@ -90,6 +103,7 @@ def drift(run_dir: str | Path, *, top: float = TOP_FRACTION, base: str | None = 
         "note": "lm_head is tied to the input embeddings: counted under embeddings" if tied else None,
         "n_params": n_all, "nnz": nnz, "changed_frac": nnz / max(n_all, 1),
         "delta_norm": math.sqrt(d_all), "base_norm": math.sqrt(b_all),
+        "update_l2": math.sqrt(d_all), "update_top_share": top_share, "update_top_keep": DENSE_KEEP,
         "relative": math.sqrt(d_all / b_all) if b_all > 0 else None,
         "delta_sq": d_all, "base_sq": b_all,
         "top_fraction": top, "top_k": k, "top_threshold": threshold,

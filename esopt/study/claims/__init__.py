@@ -1,5 +1,5 @@
-"""The study's seven claims, each a pre-registered test decided on a sweep, with the family-wise
-error across them controlled.
+"""The study's claims (the seed paper's seven and its four 2026 rivals', each naming its source),
+each a pre-registered test decided on a sweep, with the family-wise error across them controlled.
 
     python -m esopt.aggregate <sweep-dir> --claims     (prints the table, writes claims.json)
     claims(sweep_dir | Aggregate | records, trend=None) -> dict         (the aggregator calls this)
@@ -11,10 +11,10 @@ is ``esopt.study.report.page.claims_html``. This module reads the sweep, chooses
 cell, runs every claim and decides:
 
     p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim)
-    one Holm family of fixed size m = 2 x the registered claims (14): every claim's yes and no
+    one Holm family of fixed size m = 2 x the registered claims (22): every claim's yes and no
     hypothesis, an untested or gated one at p = 1 (``decide_all``)
     yes   = Holm rejects p_yes; no = Holm rejects p_no (and not yes)
-    a claim with ``needs`` (3, 4, 6: about what ES's training gives) is unclear unless claim 1 is yes
+    a claim with ``needs`` (3, 4, 6, 11: about what ES's training gives) is unclear unless claim 1 is yes
     unclear: "power": power_at(delta, se, df, alpha / m) is the test's power at the smallest
              effect of interest (Holm's first step), and data_needed (on the same t) is about
              how many times the test's units (the claim's ``units``: seeds; claim 4 ES runs;
@@ -38,10 +38,16 @@ params, pop, seed, iterations, sigma, lr, base_/final_ metrics; plus ``js_succ``
 ``reward_mean`` = the means of the run's ES train lines), and the per-problem lists read from
 the run directory: ``samples``, ``base_counts``, ``final_counts`` (correct samples per problem,
 summary.json), ``sparsity`` (sparsity.json) and the ES member scoring (``es_temperature``,
-``es_samples``).
+``es_samples``). The rivals read runs-table columns: ``base_probe_pass1`` / ``final_probe_pass1`` /
+``min_probe_pass1`` (the held-out probes, eval.probes; claims 8 and 10), ``update_top_share`` /
+``update_l2`` (drift.json; claim 9), ``connectivity_barrier`` / ``connectivity_cosine``
+(connectivity.json on the ES run; claim 11), and ``anchor_decay`` (summary.json's config; the
+``es_anchor`` arm).
 
 The comparison cell: the model with the most algorithms among none/es/grpo/grpo_es/es_grpo
-(ties: most runs, then name). Per algorithm one setting is used: ES the (pop, iterations) of
+(ties: most runs, then name). ES runs with anchored weight decay (``es.anchor_decay`` > 0 in their
+summary.json's config: ``anchor_decay``) are their own arm, ``es_anchor`` (claim 10), never plain ES
+(``arm``), and stay out of the ES family (claims 4 and 7). Per algorithm one setting is used: ES the (pop, iterations) of
 the sequences' runs when there are any, else its setting with the most seeds (ties: larger pop,
 then more iterations); GRPO the setting with ES's iterations when there is one, else the most
 seeds; one run per seed (a duplicate differing only in its analyses: the one with sparsity.json).
@@ -62,12 +68,20 @@ from esopt.algorithms import ALGORITHMS, family, trains
 from esopt.core.metrics import holm, p_above, power_at, t_interval
 from esopt.study import fit
 from esopt.study import tables
-from esopt.study.claims.rules import CLAIMS, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
+from esopt.study.claims.rules import CLAIMS, ES_ANCHOR, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
-__all__ = ["ALGOS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "attach_details", "claims",
+__all__ = ["ALGOS", "ARMS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "arm", "attach_details", "claims",
            "claims_sweep", "compute", "decide_all", "family_size", "judge_look", "records_from_tables", "register",
            "select_cell", "table_lines", "wanted"]
 ALGOS = tuple(ALGORITHMS)
+ARMS = (*ALGOS, ES_ANCHOR)      # the cell's arms: the algorithms, and ES with anchored weight decay
+
+
+def arm(r: Mapping) -> str | None:
+    """A record's arm in the comparison cell: its algorithm, or ``es_anchor`` for an ES run with
+    ``anchor_decay`` > 0 (read from summary.json's config by ``attach_details``)."""
+    a = r.get("algo")
+    return ES_ANCHOR if a == "es" and (_num(r.get("anchor_decay")) or 0.0) > 0 else a
 DEFAULTS = {"alpha": 0.05, "level": 0.95, "power": 0.80, "k": 8, "samples_per_k": 4, "min_runs": 3,
             "keep": 0.22, "keep_share": 0.90, "min_sizes": 5}
 MAX_DATA_NEEDED = 100
@@ -84,7 +98,7 @@ def _setting(r: Mapping) -> tuple:
 
 def select_cell(records: list[dict]) -> dict:
     """{"model", "algos": {algo: [records]}, "settings": {algo: setting}} (see module docstring)."""
-    done = [r for r in records if r.get("status", "completed") == "completed" and r.get("algo") in ALGOS]
+    done = [r for r in records if r.get("status", "completed") == "completed" and arm(r) in ARMS]
     models: dict = {}
     for r in done:
         models.setdefault(r["model"], []).append(r)
@@ -94,7 +108,7 @@ def select_cell(records: list[dict]) -> dict:
     runs = models[model]
     by_algo: dict = {}
     for r in runs:
-        by_algo.setdefault(r["algo"], {}).setdefault(_setting(r), []).append(r)
+        by_algo.setdefault(arm(r), {}).setdefault(_setting(r), []).append(r)
 
     def most_seeds(settings: dict, prefer=None):
         if prefer is not None:
@@ -114,6 +128,9 @@ def select_cell(records: list[dict]) -> dict:
     if "grpo" in by_algo:
         es_it = chosen["es"][1] if "es" in chosen else None
         chosen["grpo"] = most_seeds(by_algo["grpo"], (lambda s: s[1] == es_it) if es_it else None)
+    if ES_ANCHOR in by_algo:      # anchored ES at plain ES's setting where it has one
+        es_s = chosen.get("es")
+        chosen[ES_ANCHOR] = most_seeds(by_algo[ES_ANCHOR], (lambda s: s == es_s) if es_s else None)
     return {"model": model, "algos": {a: one_per_seed(by_algo[a][s]) for a, s in chosen.items()},
             "settings": {a: dict(zip(("pop", "iterations", "sigma", "lr"), s)) for a, s in chosen.items()}}
 
@@ -121,7 +138,7 @@ def select_cell(records: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------
 # the decision
 def family_size() -> int:
-    """m of the one Holm family: every registered claim's yes and no hypotheses (14 for 7 claims)."""
+    """m of the one Holm family: every registered claim's yes and no hypotheses (22 for 11 claims)."""
     return 2 * len(REGISTRY)
 
 
@@ -330,7 +347,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
     cell = select_cell(records)
     A = cell["algos"]
     done = [r for r in records if r.get("status", "completed") == "completed"]
-    sweep = {"cell": A, "es": [r for r in done if family(r.get("algo")) == "es"]}
+    sweep = {"cell": A, "es": [r for r in done if family(r.get("algo")) == "es" and arm(r) != ES_ANCHOR]}
     measures = {cid: c.rule(c.select(sweep), s) for cid, c in sorted(REGISTRY.items())}
     m_family = int((registration or {}).get("family_size") or family_size())
     decided = decide_all(measures, s, m_family)
@@ -343,7 +360,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
         if cid == 7 and trend:
             details["trend_json"] = {k: trend.get(k) for k in ("slope", "slope_ci", "verdict", "method")}
         out.append({
-            "id": cid, "key": c.key, "claim": c.text, "estimand": c.estimand, "boundary": c.boundary,
+            "id": cid, "key": c.key, "claim": c.text, "source": c.source, "estimand": c.estimand, "boundary": c.boundary,
             "sesoi": c.sesoi, "statistic": c.statistic, "variance": c.variance,
             "decision": (f"yes if Holm rejects theta <= {c.boundary:+g}; no if Holm rejects theta >= "
                          f"{c.boundary + c.sesoi:+g}; family-wise alpha {s['alpha']:g} over the {m_family} yes and "
@@ -433,6 +450,12 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
     the ES member scoring of every ES run and of the comparison cell's runs (the cell is chosen
     after sparsity is known: it breaks ties between runs)."""
     for r in records:
+        if r.get("algo") == "es" and r.get("anchor_decay") is None:   # the arm (es or es_anchor) first
+            try:
+                s = json.loads((Path(runs_dir) / str(r["run_id"]) / "summary.json").read_text())
+                r["anchor_decay"] = (((s.get("config") or {}).get("es") or {}).get("anchor_decay"))
+            except (OSError, ValueError, AttributeError):
+                pass
         sp = Path(runs_dir) / str(r["run_id"]) / "sparsity.json"
         if family(r.get("algo")) == "es" and sp.exists():
             try:

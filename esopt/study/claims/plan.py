@@ -36,7 +36,7 @@ import numpy as np
 
 from esopt.core.errors import ConfigError
 from esopt.core.metrics import wilson_interval
-from esopt.study.claims.rules import REGISTRY, SEQUENCES
+from esopt.study.claims.rules import ES_ANCHOR, REGISTRY, SEQUENCES
 from esopt.study.claims.simulate import (FAMILY_CLAIMS, GENERATOR_CLAIMS, GENERATORS, MEASURED, Components, Design,
                                   scenarios, simulate, verdict_of)
 
@@ -46,6 +46,10 @@ TREND_SIMS = 30            # the dry run's one line: sims per design
 MEASURED_ON = ("tiny family: paper_cpu (tiny-s, 8 seeds) and paper_cpu_family (tiny-xs..xl, 116 runs), "
                "esopt/study/claims/simulate.py MEASURED")
 CELL_ALGOS = ("none", "es", "grpo", *SEQUENCES)
+OPT_IN = {8: "probes", 9: "update_stats", 11: "connectivity"}   # bears_on: the rivals' opt-in measurements
+RIVAL_FIELDS = {"probes": ("base_probe_pass1", "final_probe_pass1", "min_probe_pass1"),
+                "update_stats": ("update_top_share", "update_l2"),
+                "connectivity": ("connectivity_barrier", "connectivity_cosine", "connectivity_grpo_run")}
 # the search's candidates (iterations stay at the grid's: the simulator sets each effect at its
 # smallest effect of interest whatever the budget, so fewer iterations would look free)
 SEARCH_SEEDS = (3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -70,6 +74,9 @@ class Grid:
     es_temperature: float
     es_samples: int
     grpo_mid: bool                        # an evaluation in the first half of GRPO's budget (claim 6)
+    probes: bool = False                  # eval.probes set: held-out probe curves (claims 8 and 10)
+    update_stats: bool = False            # analysis=[drift]: update_top_share and update_l2 per run (claim 9)
+    connectivity: bool = False            # analysis=[connectivity]: ES/GRPO interpolation per seed (claim 11)
     family: dict = field(default_factory=dict)   # model -> {"params", "pops", "seeds"} (ES, >= 2 pops)
     models: dict = field(default_factory=dict)   # every model of the grid -> params
 
@@ -106,8 +113,8 @@ def grid_of(runs: list) -> Grid:
     cell = [rc for rc in by_model[cell_model] if rc.algo in CELL_ALGOS]
     seeds: dict = {}
     for rc in cell:
-        seeds.setdefault(rc.algo, set()).add(rc.seed)
-    ref = next((rc for rc in cell if rc.algo == "es"), cell[0] if cell else rcs[0])
+        seeds.setdefault(_arm(rc), set()).add(rc.seed)
+    ref = next((rc for rc in cell if _arm(rc) == "es"), cell[0] if cell else rcs[0])
     fam: dict = {}
     for m, rs in by_model.items():
         es = [rc for rc in rs if rc.algo == "es"]   # the family claims read ES runs (not sequences)
@@ -128,7 +135,15 @@ def grid_of(runs: list) -> Grid:
                 es_temperature=float(es.temperature) if es is not None else 0.0,
                 es_samples=int(es.samples) if es is not None else 1,
                 grpo_mid=grpo is not None and grpo.eval.every <= grpo.iterations / 2,
+                probes=bool(getattr(ref.eval, "probes", None)), update_stats="drift" in ref.analysis,
+                connectivity="connectivity" in ref.analysis,
                 family=fam, models={m: models.param_count(rs[0].model) for m, rs in by_model.items()})
+
+
+def _arm(rc) -> str:
+    """A composed run's arm: its algorithm, or ``es_anchor`` for ES with es.anchor_decay > 0."""
+    decay = float((rc.blocks.get("es") or {}).get("anchor_decay") or 0.0) if rc.algo == "es" else 0.0
+    return ES_ANCHOR if decay > 0 else rc.algo
 
 
 def _claims_k() -> int:
@@ -165,9 +180,13 @@ def arms(cid: int) -> tuple:
 def bears_on(grid: Grid) -> list[int]:
     """The claims a grid bears on: its comparison cell has every arm the claim reads (the
     sequences aside: claim 6 is listed once ES and GRPO are there, to say what it lacks), or,
-    for the family claims, ES at >= 2 populations in some model."""
+    for the family claims, ES at >= 2 populations in some model. The rivals that need a
+    measurement a grid opts into (``OPT_IN``: held-out probes, drift.json, connectivity.json)
+    only where it asks for it; claim 10 where the grid has anchored ES (its own arm)."""
     out = []
     for cid in sorted(REGISTRY):
+        if cid in OPT_IN and not getattr(grid, OPT_IN[cid]):
+            continue
         if cid in FAMILY_CLAIMS:
             if grid.family:
                 out.append(cid)
@@ -177,9 +196,10 @@ def bears_on(grid: Grid) -> list[int]:
 
 
 def shaper(grid: Grid):
-    """records -> the records this grid would give: only its arms and seeds; no out-of-domain
-    entropy, sparsity point or GRPO mid-budget evaluation it does not ask for; ES members as
-    greedy as its ``es.temperature``."""
+    """records -> the records this grid would give: only its arms (anchored ES among them) and
+    seeds; no out-of-domain entropy, sparsity point, GRPO mid-budget evaluation, held-out probe,
+    update statistic or connectivity it does not ask for; ES members as greedy as its
+    ``es.temperature``."""
     fractions, modes = grid.sparsity or ((), ())
 
     def shape(recs: list[dict]) -> list[dict]:
@@ -188,9 +208,14 @@ def shaper(grid: Grid):
             fam = r["model"] != "cell"
             if fam and r["seed"] >= grid.family_seeds:
                 continue
-            if not fam and r["seed"] >= grid.cell_seeds.get(r["algo"], 0):
+            arm = ES_ANCHOR if (r.get("anchor_decay") or 0) > 0 else r["algo"]
+            if not fam and r["seed"] >= grid.cell_seeds.get(arm, 0):
                 continue
             r = dict(r)
+            for knob, keys in RIVAL_FIELDS.items():   # the rivals' measures only where the grid makes them
+                if not getattr(grid, knob):
+                    for k in keys:
+                        r.pop(k, None)
             if not grid.ood:
                 r.pop("base_ood_entropy", None)
                 r.pop("final_ood_entropy", None)

@@ -1,4 +1,7 @@
-"""The study's seven claims, each a pre-registered test: one registry entry per claim.
+"""The study's claims, each a pre-registered test: one registry entry per claim. Claims 1-7
+are the seed paper's (arXiv 2608.27351); claims 8-11 are its 2026 rivals' (Abdi et al., arXiv
+2601.20861; Schweighofer et al., arXiv 2605.30148; Hoy et al., arXiv 2604.01499), each naming
+its ``source``, decided on the same runs in the same Holm family.
 
 A claim is a ``Claim``: its estimand theta, the boundary b and the smallest effect of interest
 delta (fixed here, before any data), the test statistic, the variance model, the data it
@@ -10,12 +13,12 @@ The decision, the same for every claim (``esopt.study.claims.decide_all``):
     p_yes = P-value of H0: theta <= b          (one-sided t, ``metrics.p_above``)
     p_no  = P-value of H0: theta >= b + delta  (the effect is at least the smallest of interest)
     one Holm step-down over a family fixed at registration: every registered claim's yes and no
-    hypotheses (14 for 7 claims; untested or gated ones count with p = 1), family-wise alpha 0.05;
+    hypotheses (22 for 11 claims; untested or gated ones count with p = 1), family-wise alpha 0.05;
     yes: its p_yes rejected; no: its p_no rejected, and not yes;
     unclear: neither; it says "power" (the test's power at theta = b + delta, and about how
     many times the runs a power of 80% needs, on the same t) or "data" (what the sweep lacks).
 So at theta = b + delta "no" happens at most alpha of the time (the false-no rate) and "yes" at
-the design's power; at theta = b "yes" at most alpha. Claims 3, 4 and 6 (about what ES's
+the design's power; at theta = b "yes" at most alpha. Claims 3, 4, 6 and 11 (about what ES's
 training gives) also need claim 1's yes (``needs``): nothing trained never says yes. Claim 6 is
 tested only against a GRPO that has saturated (``grpo_saturation``: its second-half Pass@1 gain
 clearly below 0.01), else "unclear: data".
@@ -39,6 +42,8 @@ from esopt.core.metrics import contrast, ols, p_above, pass_at_k, pass_at_k_nois
 
 VERDICTS = ("yes", "no", "unclear")
 SEQUENCES = ("es_grpo", "grpo_es")  # the study's headline order first
+SEED_PAPER = "arXiv 2608.27351"     # the seven claims' source
+ES_ANCHOR = "es_anchor"             # the comparison cell's arm of ES runs with es.anchor_decay > 0 (claim 10)
 
 
 @dataclass(frozen=True)
@@ -56,17 +61,18 @@ class Claim:
     rule: Callable           # (data, settings) -> measured dict or unclear(...)
     needs: tuple = ()        # claims that must say yes first
     units: str = "seeds"     # what "80% power needs about x times the ..." counts (the test's units)
+    source: str = SEED_PAPER     # the paper whose claim this is (the seed paper; a rival's citation)
 
 
 REGISTRY: dict[int, Claim] = {}
 
 
 def claim(cid: int, key: str, text: str, *, estimand: str, boundary: float, sesoi: float, statistic: str,
-          variance: str, select: Callable, needs: tuple = (), units: str = "seeds"):
+          variance: str, select: Callable, needs: tuple = (), units: str = "seeds", source: str = SEED_PAPER):
     """Register the decorated rule as claim ``cid``."""
     def register(rule):
         REGISTRY[cid] = Claim(cid, key, text, estimand, float(boundary), float(sesoi), statistic, variance,
-                              select, rule, tuple(needs), units)
+                              select, rule, tuple(needs), units, source)
         return rule
     return register
 
@@ -620,6 +626,298 @@ def pop_vs_size(data, s):
                     "per-size Pass@1 per doubling of N: " + ", ".join(f"{t['model']} {t['slope']:+.4f}" for t in table),
                     {"model_sizes": len(table), "runs": sum(sum(t["seeds"]) for t in table)}, per_size=table,
                     beta=beta)
+
+# =======================================================================================
+# The rivals (2026): the same runs, their readings. Each claim names its source.
+ABDI = "Abdi et al. 2026, arXiv 2601.20861"
+SCHWEIGHOFER = "Schweighofer et al. 2026, arXiv 2605.30148"
+HOY = "Hoy et al. 2026, arXiv 2604.01499"
+PROBES_MISSING = ("held-out probe Pass@1 (base_probe_pass1, final_probe_pass1, min_probe_pass1) in every {who} run "
+                  "(set eval.probes: held-out tasks evaluated every eval.every)")
+
+
+def _probe(runs, key) -> np.ndarray | None:
+    v = [_num(r.get(key)) for r in runs]
+    return None if any(x is None for x in v) else np.array(v)
+
+
+def _probe_change(runs) -> np.ndarray | None:
+    """final_probe_pass1 - base_probe_pass1 per run (the held-out probes' mean Pass@1 change)."""
+    b, f = _probe(runs, "base_probe_pass1"), _probe(runs, "final_probe_pass1")
+    return None if b is None or f is None else f - b
+
+
+def gain_noise(runs) -> np.ndarray | None:
+    """Per run, the evaluation (binomial) variance of its measured Pass@1 gain: the final
+    evaluation's (``metrics.pass_at_k_noise_var``), plus the base's where the runs' base counts
+    differ (a base shared by every run shifts all gains alike: the intercept takes it). None
+    without per-problem counts."""
+    if not runs or any(r.get("final_counts") is None or not r.get("samples") for r in runs):
+        return None
+    base0 = runs[0].get("base_counts")
+    shared = all(r.get("base_counts") is not None and list(r["base_counts"]) == list(base0) for r in runs)
+    out = []
+    for r in runs:
+        n = int(r["samples"])
+        if n < 2:
+            return None
+        v = pass_at_k_noise_var(n, np.asarray(r["final_counts"], dtype=np.int64), 1)
+        if not shared and r.get("base_counts") is not None:
+            v += pass_at_k_noise_var(n, np.asarray(r["base_counts"], dtype=np.int64), 1)
+        out.append(max(float(v), 0.0))
+    return np.array(out)
+
+
+def at_matched_gain(y: dict, g: dict, s: dict, what: str, noise: dict | None = None) -> dict:
+    """Claim 2's matched-gain design for any run-level y: least squares of
+    y_r = a + beta [r is ES] + gamma gain_r over the ES and GRPO runs (one common slope on the
+    run's Pass@1 gain, with an intercept), so beta is ES's minus GRPO's y at any common gain g*
+    (reported at g* = the runs' mean gain), t at n - 3 df. ``y``, ``g``: {"ES": array, "GRPO":
+    array}. unclear("power") when an algorithm's gain is not clearly > 0 (no reading at gains an
+    algorithm never reached); unclear("data") when the gain does not vary within an algorithm.
+
+    ``noise`` ({"ES", "GRPO"}: each run's gain evaluation variance, ``gain_noise``): the measured
+    gain is the true one plus evaluation noise, which flattens the common slope (errors in
+    variables) and, where the algorithms' gains differ, leaves part of y's dependence on the gain
+    in beta: a false difference at matched gain. Corrected least squares removes it: b =
+    (X'X - D)^-1 X'y, D the summed noise variance in the gain's diagonal entry, cov = s^2 A^-1
+    X'X A^-1 (A = X'X - D, s^2 the residual variance at n - 3 df); unclear("power") when the
+    within-algorithm spread of the gains is not clearly more than noise (A not positive definite)."""
+    for a in ("ES", "GRPO"):
+        t = contrast([(g[a][:, None], 1.0)])
+        if p_above(t["effect"], t["se"], t["df"], 0.0) > s["alpha"]:
+            return unclear("power", f"{a}'s Pass@1 gain {t['effect']:+.3g} (se {t['se']:.2g}) is not clearly "
+                           f"above 0: no gain to compare the {what} at")
+    yy = np.concatenate([y["ES"], y["GRPO"]])
+    gain = np.concatenate([g["ES"], g["GRPO"]])
+    is_es = np.r_[np.ones(len(y["ES"])), np.zeros(len(y["GRPO"]))]
+    X = np.column_stack([np.ones_like(yy), is_es, gain])
+    fit = ols(yy, X)
+    if fit is None:
+        return unclear("data", f"the Pass@1 gain does not vary within an algorithm: the common slope, and so the "
+                       f"{what} at one gain, is not identified")
+    if noise is not None:
+        xtx = X.T @ X
+        A = xtx.copy()
+        A[2, 2] -= float(np.sum(noise["ES"]) + np.sum(noise["GRPO"]))
+        if np.any(np.linalg.eigvalsh(A) <= 1e-12 * np.trace(xtx)):
+            return unclear("power", "the runs' Pass@1 gains vary within each algorithm by little more than their "
+                           f"evaluation noise: the common slope, and so the {what} at one gain, is not measured "
+                           "(more problems or samples)")
+        A_inv = np.linalg.inv(A)
+        coef = A_inv @ (X.T @ yy)
+        resid = yy - X @ coef
+        cov = float(resid @ resid) / fit["df"] * (A_inv @ xtx @ A_inv)
+        fit = {**fit, "coef": coef, "cov": cov}
+    a0, beta, gamma = (float(v) for v in fit["coef"])
+    g_star = float(gain.mean())
+    return {"beta": beta, "se": math.sqrt(float(fit["cov"][1, 1])), "df": fit["df"], "g_star": g_star,
+            "es_at": a0 + beta + gamma * g_star, "grpo_at": a0 + gamma * g_star, "slope_per_gain": gamma}
+
+
+def _noise(es, grpo) -> dict | None:
+    nz = {"ES": gain_noise(es), "GRPO": gain_noise(grpo)}
+    return None if nz["ES"] is None or nz["GRPO"] is None else nz
+
+
+def _gains(es, grpo):
+    g = {"ES": _pass1_gain(es), "GRPO": _pass1_gain(grpo)}
+    return None if g["ES"] is None or g["GRPO"] is None else g
+
+
+# ---------------------------------------------------------------------------------------
+# 8. Abdi: ES forgets (held-out probes, at matched target gain)
+FORGET_SESOI = 0.01       # one point of the probes' Pass@1
+
+
+@claim(8, "es_forgets", "At the same target Pass@1 gain, ES loses more held-out ability than GRPO (the held-out "
+                        "probes' Pass@1 falls more under ES).",
+       estimand="-beta_ES in c_r = a + beta_ES [r is ES] + gamma gain_r, c_r = the run's held-out probes' Pass@1 "
+                "change (final_probe_pass1 - base_probe_pass1), gain_r its target Pass@1 gain (one common slope, "
+                "with an intercept): how much more ES loses than GRPO at any common gain g* (reported at the runs' "
+                "mean gain)",
+       boundary=0.0, sesoi=FORGET_SESOI,
+       statistic="t = -beta_ES / se, least squares over the ES and GRPO runs (n - 3 df), corrected for the "
+                 "gain's evaluation noise (errors in variables: at_matched_gain)",
+       variance="seeds (runs): the residual spread around the common line; each algorithm's gain must be clearly "
+                "> 0 (no reading at gains an algorithm never reached)",
+       select=_cell("es", "grpo"), source=ABDI)
+def es_forgets(data, s):
+    """Matched gain, as claim 2: the same loss per unit of gain in both algorithms at different
+    gains is no difference (a raw ES - GRPO difference would call it forgetting)."""
+    es, grpo = data["es"], data["grpo"]
+    if (few := _enough({"ES": es, "GRPO": grpo}, s)):
+        return few
+    c = {"ES": _probe_change(es), "GRPO": _probe_change(grpo)}
+    if c["ES"] is None or c["GRPO"] is None:
+        return unclear("data", PROBES_MISSING.format(who="ES and GRPO"))
+    if (g := _gains(es, grpo)) is None:
+        return unclear("data", "base and final Pass@1 of every ES and GRPO run")
+    m = at_matched_gain(c, g, s, "held-out probe change", _noise(es, grpo))
+    if "unclear" in m:
+        return m
+    t = {"effect": -m["beta"], "se": m["se"], "df": m["df"]}
+    return measured(t, f"at the same Pass@1 gain {m['g_star']:+.3f}: held-out probe change ES {m['es_at']:+.3f}, "
+                    f"GRPO {m['grpo_at']:+.3f} (raw: ES {c['ES'].mean():+.3f} at gain {g['ES'].mean():+.3f}, GRPO "
+                    f"{c['GRPO'].mean():+.3f} at {g['GRPO'].mean():+.3f})",
+                    {"es_runs": len(es), "grpo_runs": len(grpo)}, g_star=m["g_star"], es_at_g_star=m["es_at"],
+                    grpo_at_g_star=m["grpo_at"], slope_per_gain=m["slope_per_gain"],
+                    es_probe_change=float(c["ES"].mean()), grpo_probe_change=float(c["GRPO"].mean()),
+                    es_gain=float(g["ES"].mean()), grpo_gain=float(g["GRPO"].mean()))
+
+
+# ---------------------------------------------------------------------------------------
+# 9. Abdi: ES's updates are denser and larger
+DENSE_KEEP = 0.22          # the top 22% of entries: claim 5's keep fraction (sparsity's HEADLINE_KEEP)
+DENSE_SESOI = 0.02         # two points of the squared norm's share in the top 22%
+L2_SESOI = math.log(2.0)   # ES's l2 norm at least twice GRPO's (the paper: orders of magnitude)
+
+
+def _log_l2(runs) -> np.ndarray | None:
+    v = [_num(r.get("update_l2")) for r in runs]
+    return None if any(x is None or x <= 0 for x in v) else np.log(np.array(v))
+
+
+@claim(9, "es_dense_large", "At the same target Pass@1 gain, ES's update is denser than GRPO's (a smaller share of "
+                            "its squared norm in its largest 22% of entries) and larger (its l2 norm higher).",
+       estimand="at matched gain (claim 2's intercept model per measure): dense = GRPO's minus ES's share of the "
+                "update's squared norm in its top 22% of entries (update_top_share; claim 5's keep fraction), and "
+                "large = ln l2(ES) - ln l2(GRPO) (update_l2); the effect shown is dense, large in the details",
+       boundary=0.0, sesoi=DENSE_SESOI,
+       statistic="intersection-union: yes when dense > 0 and large > 0 (p = the larger of the two one-sided t "
+                 "p-values, n - 3 df each); no when dense < 0.02 or large < ln 2 (p = 2 x the smaller)",
+       variance="seeds (runs): residual spread around each measure's common line on the gain; each algorithm's "
+                "gain must be clearly > 0",
+       select=_cell("es", "grpo"), source=ABDI)
+def es_dense_large(data, s):
+    es, grpo = data["es"], data["grpo"]
+    if (few := _enough({"ES": es, "GRPO": grpo}, s)):
+        return few
+    share = {"ES": _probe(es, "update_top_share"), "GRPO": _probe(grpo, "update_top_share")}
+    l2 = {"ES": _log_l2(es), "GRPO": _log_l2(grpo)}
+    if any(v is None for v in (*share.values(), *l2.values())):
+        return unclear("data", "update_top_share and update_l2 of every ES and GRPO run (config analysis=[drift], "
+                       "or python -m esopt.analyze drift <run-dir>)")
+    if (g := _gains(es, grpo)) is None:
+        return unclear("data", "base and final Pass@1 of every ES and GRPO run")
+    nz = _noise(es, grpo)
+    d, big = at_matched_gain(share, g, s, "update's density", nz), at_matched_gain(l2, g, s, "update's norm", nz)
+    for m in (d, big):
+        if "unclear" in m:
+            return m
+    dense = {"effect": -d["beta"], "se": d["se"], "df": d["df"]}
+    large = {"effect": big["beta"], "se": big["se"], "df": big["df"]}
+    py = {"dense": p_above(dense["effect"], dense["se"], dense["df"], 0.0),
+          "large": p_above(large["effect"], large["se"], large["df"], 0.0)}
+    pn = {"dense": p_above(-dense["effect"], dense["se"], dense["df"], -DENSE_SESOI),
+          "large": p_above(-large["effect"], large["se"], large["df"], -L2_SESOI)}
+    binding = max(py, key=py.get)
+    bind = dense if binding == "dense" else large
+    t = {**dense, "p_yes": max(py.values()), "p_no": min(1.0, 2 * min(pn.values())),
+         "power_at": (DENSE_SESOI if binding == "dense" else L2_SESOI, bind["se"], bind["df"])}
+    return measured(t, f"at the same Pass@1 gain {d['g_star']:+.3f}: top-22% share of the squared norm ES "
+                    f"{d['es_at']:.3f}, GRPO {d['grpo_at']:.3f}; l2 ES/GRPO x{math.exp(large['effect']):.3g} "
+                    f"(ln {large['effect']:+.3g}, se {large['se']:.2g})",
+                    {"es_runs": len(es), "grpo_runs": len(grpo)}, g_star=d["g_star"], dense=dense, large=large,
+                    binding=binding, es_top_share=d["es_at"], grpo_top_share=d["grpo_at"],
+                    l2_ratio=math.exp(large["effect"]))
+
+
+# ---------------------------------------------------------------------------------------
+# 10. Schweighofer: the held-out drop is drift (it recovers), and anchored weight decay cures it
+RECOVERY = 0.01            # final >= min + 0.01 along the run
+ANCHOR_MARGIN = 0.01       # non-inferiority: the anchored run's probe change > -0.01, its Pass@1 > plain ES's - 0.01
+
+
+@claim(10, "drift_recovers", "Along ES runs the held-out probes' drop recovers (final >= the run's minimum + 0.01), "
+                             "and ES with anchored weight decay keeps the probes (change > -0.01) without losing the "
+                             "target gain (Pass@1 within 0.01 of plain ES).",
+       estimand="recovery = mean over ES seeds of final_probe_pass1 - min_probe_pass1 (the minimum over the run's "
+                "evaluations, the base's included); beside it, for the es_anchor arm (ES runs with es.anchor_decay "
+                "> 0): its probe change final - base, and Pass@1(es_anchor) - Pass@1(ES) at the end",
+       boundary=RECOVERY, sesoi=RECOVERY,
+       statistic="intersection-union of three one-sided t tests: recovery > 0.01, anchored probe change > -0.01, "
+                 "anchored - plain Pass@1 > -0.01 (p = the largest); no: recovery < 0.02, or anchored probe change "
+                 "< 0, or anchored - plain Pass@1 < 0 (p = 3 x the smallest)",
+       variance="recovery and the probe change: seeds (runs, t at R - 1 df; the minimum of noisy evaluations is "
+                "biased low by about one evaluation sd, so the probes' own noise should be well below 0.01); "
+                "Pass@1: seeds x problems, problems paired across the arms, Welch-Satterthwaite df",
+       select=_cell("es", ES_ANCHOR), source=SCHWEIGHOFER)
+def drift_recovers(data, s):
+    es, anc = data["es"], data[ES_ANCHOR]
+    if not anc:
+        return unclear("data", "no ES runs with anchored weight decay (es.anchor_decay > 0) in the comparison cell")
+    if (few := _enough({"ES": es, "anchored ES": anc}, s)):
+        return few
+    fin, low = _probe(es, "final_probe_pass1"), _probe(es, "min_probe_pass1")
+    change = _probe_change(anc)
+    if fin is None or low is None or change is None:
+        return unclear("data", PROBES_MISSING.format(who="ES and anchored ES"))
+    e1, a1 = scores(es, "final_counts", 1), scores(anc, "final_counts", 1)
+    if e1 is None or a1 is None:
+        return unclear("data", "per-problem final counts of the ES and anchored ES runs")
+    rec = contrast([((fin - low)[:, None], 1.0)])
+    kept = contrast([(change[:, None], 1.0)])
+    a, e = _cut(a1[0], e1[0])
+    gain = contrast([(a, 1.0), (e, -1.0)])
+    parts = {"recovery": (rec, RECOVERY), "anchored_probe": (kept, -ANCHOR_MARGIN),
+             "anchored_pass1": (gain, -ANCHOR_MARGIN)}
+    py = {k: p_above(t["effect"], t["se"], t["df"], b) for k, (t, b) in parts.items()}
+    pn = {k: p_above(-t["effect"], t["se"], t["df"], -(b + (RECOVERY if k == "recovery" else ANCHOR_MARGIN)))
+          for k, (t, b) in parts.items()}
+    binding = max(py, key=py.get)
+    bt = parts[binding][0]
+    t = {**rec, "p_yes": max(py.values()), "p_no": min(1.0, 3 * min(pn.values())),
+         "power_at": (RECOVERY if binding == "recovery" else ANCHOR_MARGIN, bt["se"], bt["df"])}
+    return measured(t, f"ES recovers {rec['effect']:+.3f} (se {rec['se']:.2g}) from its held-out minimum; anchored ES: "
+                    f"probe change {kept['effect']:+.3f} (se {kept['se']:.2g}), Pass@1 vs ES {gain['effect']:+.3f} "
+                    f"(se {gain['se']:.2g})", {"es_runs": len(es), "anchored_runs": len(anc), "problems": a.shape[1]},
+                    recovery=rec, anchored_probe_change=kept, anchored_minus_es_pass1=gain, binding=binding,
+                    es_probe_drop=float((low - _probe(es, "base_probe_pass1")).mean())
+                    if _probe(es, "base_probe_pass1") is not None else None)
+
+
+# ---------------------------------------------------------------------------------------
+# 11. Hoy: linearly connected, nearly orthogonal
+BARRIER = 0.02             # the interpolation's Pass@1 never more than 0.02 below the straight line
+ORTHOGONAL = 0.1           # |cosine| of the two updates below 0.1
+ORTHOGONAL_SESOI = 0.05
+
+
+@claim(11, "connected", "The ES and GRPO solutions of one seed are linearly connected (along the line "
+                                   "between them held-out Pass@1 never falls more than 0.02 below the straight line "
+                                   "between the end points) while their updates are nearly orthogonal (|cosine| < 0.1).",
+       estimand="-barrier, barrier = mean over seeds of max over t in {0.25, 0.5, 0.75} of [(1 - t) Pass@1(ES) + "
+                "t Pass@1(GRPO)] - Pass@1((1 - t) theta_ES + t theta_GRPO) (connectivity.json); beside it mean over "
+                "seeds of |cos(theta_ES - theta_0, theta_GRPO - theta_0)|",
+       boundary=-BARRIER, sesoi=BARRIER,
+       statistic="intersection-union: yes when barrier < 0.02 and mean |cosine| < 0.1 (p = the larger of the two "
+                 "one-sided t p-values); no when barrier > 0 or mean |cosine| > 0.05 (p = 2 x the smaller)",
+       variance="seeds (ES/GRPO pairs, t at R - 1 df); the max over three t is biased up (conservative for yes)",
+       select=_cell("es"), needs=(1,), source=HOY)
+def connected_orthogonal(data, s):
+    pairs = [r for r in data["es"] if _num(r.get("connectivity_barrier")) is not None
+             and _num(r.get("connectivity_cosine")) is not None]
+    if not pairs:
+        return unclear("data", "connectivity.json for the cell's ES/GRPO seed pairs (config analysis=[connectivity], "
+                       "or python -m esopt.analyze connectivity <es-run> <grpo-run>)")
+    if (few := _enough({"ES/GRPO pairs with connectivity.json": pairs}, s)):
+        return few
+    barrier = np.array([float(r["connectivity_barrier"]) for r in pairs])
+    cos = np.abs(np.array([float(r["connectivity_cosine"]) for r in pairs]))
+    b = contrast([(-barrier[:, None], 1.0)])
+    o = contrast([(-cos[:, None], 1.0)])
+    py = {"barrier": p_above(b["effect"], b["se"], b["df"], -BARRIER),
+          "orthogonal": p_above(o["effect"], o["se"], o["df"], -ORTHOGONAL)}
+    pn = {"barrier": p_above(-b["effect"], b["se"], b["df"], 0.0),
+          "orthogonal": p_above(-o["effect"], o["se"], o["df"], ORTHOGONAL - ORTHOGONAL_SESOI)}
+    binding = max(py, key=py.get)
+    bt = b if binding == "barrier" else o
+    t = {**b, "p_yes": max(py.values()), "p_no": min(1.0, 2 * min(pn.values())),
+         "power_at": (BARRIER if binding == "barrier" else ORTHOGONAL_SESOI, bt["se"], bt["df"])}
+    return measured(t, f"barrier {barrier.mean():+.3f} (se {b['se']:.2g}) over {len(pairs)} seed pairs; mean |cosine| "
+                    f"{cos.mean():.3f} (se {o['se']:.2g})", {"pairs": len(pairs)}, barrier=float(barrier.mean()),
+                    abs_cosine=float(cos.mean()), binding=binding)
 
 
 CLAIMS = {cid: (c.key, c.text) for cid, c in sorted(REGISTRY.items())}

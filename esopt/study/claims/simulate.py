@@ -24,6 +24,11 @@ the same P problems):
 - sparsity (claim 5): the pruned model at the trained shift + theta_5 (pruned - trained), the
   equal-norm control at the pruned shift - its own offset (effects["5c"], default (1 -
   s_equal_norm) g_E), the random mask at s_random g_E;
+- the rivals (claims 8-11): ``_rivals``'s docstring (held-out probes with ES's forgetting at the
+  same gain and its recovery, the update's top-22% share and l2 norm, the ES/GRPO barrier and
+  cosine, and an anchored ES arm); their components are assumed (``Components``: probe_*,
+  top_share, log_l2, sigma_*), not yet estimated from real runs (``estimate_components`` leaves
+  them);
 - ES family (claims 4 and 7): ``_family``'s docstring; per size j the population slope
   s0 + beta (ln params_j - mean) + w_j on log2 N, w_j ~ N(0, sigma_size^2).
 
@@ -51,9 +56,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from esopt.algorithms import family, trains
-from esopt.study.claims.rules import PRUNE_MARGIN, REGISTRY, pass_k_for
+from esopt.study.claims.rules import ES_ANCHOR, PRUNE_MARGIN, REGISTRY, pass_k_for
 
-STRONG = {1: 0.05, 2: 0.05, 3: 0.02, 4: 0.6, 5: 0.0, 6: 0.02, 7: 0.003}
+STRONG = {1: 0.05, 2: 0.05, 3: 0.02, 4: 0.6, 5: 0.0, 6: 0.02, 7: 0.003, 8: 0.04, 9: 0.08, 10: 0.04, 11: 0.0}
+# the second part of an intersection-union claim (its default: far beyond its margin): claim 9's
+# ln l2(ES) - ln l2(GRPO), claim 10's anchored probe change and anchored - plain Pass@1, claim 11's
+# -mean |cosine|; each has a null of its own (``SECOND_NULLS``) with the first part strong
+SECOND = {"9c": 2.0, "10c": 0.0, "10d": 0.0, "11c": -0.02}
+SECOND_NULLS = {5: {"5c": 0.0}, 9: {"9c": 0.0}, 10: {"10c": -0.01, "10d": -0.01}, 11: {"11c": -0.1}}
+PROBE_T = (0.25, 0.5, 0.75)   # claim 11: the interpolation points of the barrier
 GRPO_PER_GAIN = -2.3          # GRPO's relative entropy change per unit Pass@1 gain (paper_cpu: -16.8% / 0.074)
 HERMITE = np.polynomial.hermite_e.hermegauss(6)
 ITERATIONS = 40               # every simulated run's budget; GRPO is also evaluated at half of it
@@ -96,6 +107,18 @@ class Components:
     sigma_seed_problem: float = 0.0        # seed x problem: each run's own per-problem offset of p
     shared_eval_seed: bool = False         # every evaluation of a model family draws the same uniforms
     sigma_count_js: float = 0.0            # claim 4: count noise of a run's js_succ / p_pop (sd of its mean)
+    # the rivals' measures (claims 8-11; assumed, no real runs yet)
+    probe_base: float = 0.4                # held-out probes' base Pass@1
+    probe_per_gain: float = -0.3           # the probes' change per unit of target gain (both algorithms)
+    sigma_probe: float = 0.004             # a run's probe change: seed spread
+    sigma_probe_eval: float = 0.003        # one evaluation of the probes: measurement noise
+    top_share: float = 0.6                 # GRPO's share of its squared norm in its top 22% of entries
+    share_per_gain: float = 0.5            # that share's change per unit of gain (both algorithms)
+    sigma_share: float = 0.01
+    log_l2: float = -3.0                   # GRPO's ln l2 norm of its update
+    sigma_log_l2: float = 0.1
+    sigma_barrier: float = 0.004           # claim 11: one interpolated evaluation's noise
+    sigma_cosine: float = 0.02
 
 
 # the components estimated from the tuning runs of paper_cpu (8 seeds) and paper_cpu_family (its
@@ -198,6 +221,26 @@ def _plant_pop_vs_size(theta, k, p, c, K, th):
     k["beta"] = -theta                     # claim 7: the population slope's trend in log params
 
 
+@plants(8)
+def _plant_forgetting(theta, k, p, c, K, th):
+    k["forget"] = theta                    # claim 8: ES's probe change below GRPO's at the same gain
+
+
+@plants(9)
+def _plant_dense(theta, k, p, c, K, th):
+    k["dense"], k["large"] = theta, th["9c"]   # claim 9: GRPO's minus ES's top share; ln l2 ES / GRPO
+
+
+@plants(10)
+def _plant_recovery(theta, k, p, c, K, th):
+    k["recovery"], k["anchor_probe"], k["anchor_pass1"] = theta, th["10c"], th["10d"]   # claim 10's three parts
+
+
+@plants(11)
+def _plant_barrier(theta, k, p, c, K, th):
+    k["barrier"], k["cosine"] = -theta, -th["11c"]   # claim 11: the barrier at t = 0.5; mean |cosine|
+
+
 _unplanted = sorted(set(REGISTRY) - set(PLANT)) + sorted(set(REGISTRY) - set(STRONG))
 if _unplanted:
     raise ImportError(f"claims {_unplanted} have no simulation hook (PLANT) or no STRONG effect: "
@@ -208,16 +251,22 @@ def knobs(p: np.ndarray, effects: dict, c: Components, K: int, nothing_trains: b
     """Generator settings (gains per algorithm, ES's entropy offset at the same gain, rho, the
     pruned model's and the equal-norm control's Pass@1 offsets, beta) that put each claim's
     effect at ``effects[id]`` on this problem set, each through its claim's hook (``PLANT``)."""
-    th = {**STRONG, **({1: c.es_gain} if c.es_gain is not None else {}), **effects}
-    if nothing_trains:
-        return {"g": {a: 0.0 for a in ("es", "grpo", "es_grpo", "grpo_es")}, "h_es": 0.0, "per_gain": 0.0,
-                "rho": 0.0, "pruned": 0.0, "control": 0.0, "s_random": 1.0, "beta": 0.0, "s0": 0.0}
+    th = {**STRONG, **SECOND, **({1: c.es_gain} if c.es_gain is not None else {}), **effects}
+    if nothing_trains:   # nothing trains: no gain, no forgetting, no recovery, the same update shapes
+        return {"g": {a: 0.0 for a in ("es", "grpo", "es_grpo", "grpo_es", ES_ANCHOR)}, "h_es": 0.0,
+                "per_gain": 0.0, "rho": 0.0, "pruned": 0.0, "control": 0.0, "s_random": 1.0, "beta": 0.0, "s0": 0.0,
+                "forget": 0.0, "dense": 0.0, "large": 0.0, "recovery": 0.0, "anchor_probe": 0.0,
+                "anchor_pass1": 0.0, "probe_per_gain": 0.0, "barrier": 0.0, "cosine": 0.0}
     k: dict = {}
     for cid in sorted(REGISTRY):
         PLANT[cid](th[cid], k, p, c, K, th)
-    return {"g": {"es": k["g_es"], "grpo": k["g_grpo"], "es_grpo": k["g_seq"], "grpo_es": k["g_seq"]},
+    return {"g": {"es": k["g_es"], "grpo": k["g_grpo"], "es_grpo": k["g_seq"], "grpo_es": k["g_seq"],
+                  ES_ANCHOR: k["g_es"] + k["anchor_pass1"]},
             "h_es": k["h_es"], "per_gain": c.grpo_per_gain, "rho": k["rho"], "pruned": k["pruned"],
-            "control": k["control"], "s_random": c.s_random, "beta": k["beta"], "s0": c.s0}
+            "control": k["control"], "s_random": c.s_random, "beta": k["beta"], "s0": c.s0,
+            "forget": k["forget"], "dense": k["dense"], "large": k["large"], "recovery": k["recovery"],
+            "anchor_probe": k["anchor_probe"], "anchor_pass1": k["anchor_pass1"],
+            "probe_per_gain": c.probe_per_gain, "barrier": k["barrier"], "cosine": k["cosine"]}
 
 
 class _Evaluator:
@@ -304,8 +353,66 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
                     {"mode": "global", "keep": 0.22, "correct_counts": ev(pa, g + kn["pruned"], offset=off)},
                     {"mode": "equal_norm", "keep": 0.22, "correct_counts": ev(pa, g + kn["control"], offset=off)},
                     {"mode": "random", "keep": 0.22, "correct_counts": ev(pa, kn["s_random"] * g, offset=off)}]}
+            if algo in ("es", "grpo"):
+                extra["_g"] = g
             recs.append(rec(algo, seed, final, pop=None if algo == "grpo" else 16, **extra))
+    _rivals(recs, kn, c, p_algo["es"], rng.spawn(1)[0], ev, nothing_trains)
     return recs + (_family(d, c, kn, rng, nothing_trains) if "family" in parts else [])
+
+
+def _rivals(recs: list[dict], kn: dict, c: Components, p_es, rng, ev: "_Evaluator", nothing_trains: bool) -> None:
+    """The rivals' measures (claims 8-11), in place, from their own random stream (``rng``: a
+    spawned child, so the seven claims' draws are what they were without them). Per ES / GRPO run
+    at its true Pass@1 shift g (the seed's included):
+    - held-out probes: base = probe_base (one evaluation per model, shared), final = base +
+      probe_per_gain g - forget [ES] + u (u ~ N(0, sigma_probe), the seed's) + e (sigma_probe_eval
+      per evaluation); ES's trough, one evaluation, at final - recovery, min = the smallest of
+      base, trough and final as evaluated (real runs evaluate often near the trough: their min is
+      biased lower than this one's);
+    - the update: top-22% share = top_share + share_per_gain g - dense [ES] + N(0, sigma_share),
+      ln l2 = log_l2 + large [ES] + N(0, sigma_log_l2);
+    - connectivity (on the ES run, paired with the GRPO run of its seed): barrier = max over t in
+      PROBE_T of barrier x (1 - |2t - 1|/2) + N(0, sigma_barrier), cosine = cosine + N(0, sigma_cosine);
+    - an anchored ES run per seed (``es_anchor``: algo es, anchor_decay 0.01): Pass@1 shift ES's
+      + anchor_pass1 (with its own seed x problem offset where the generator has one), probe
+      change anchor_probe + u + e."""
+    ev2 = _Evaluator(ev.n, c, rng)
+    ev2.U = ev.U                                     # a shared evaluation seed stays shared
+    base_probe = c.probe_base + rng.normal(0, c.sigma_probe_eval)
+    e = lambda: rng.normal(0, c.sigma_probe_eval)
+    grpo_of = {r["seed"]: r["run_id"] for r in recs if r["algo"] == "grpo"}
+    anchored = []
+    for r in recs:
+        g = r.pop("_g", None)
+        if g is None:
+            continue
+        es = r["algo"] == "es"
+        u = rng.normal(0, c.sigma_probe)
+        final_true = base_probe + kn["probe_per_gain"] * g - (kn["forget"] if es else 0.0) + u
+        final = final_true + e()
+        low = min(base_probe, final)
+        if es:
+            low = min(low, final_true - kn["recovery"] + e())
+        share = c.top_share + c.share_per_gain * g - (kn["dense"] if es else 0.0) + rng.normal(0, c.sigma_share)
+        r |= {"base_probe_pass1": base_probe, "final_probe_pass1": final, "min_probe_pass1": low,
+              "update_top_share": share,
+              "update_l2": math.exp(c.log_l2 + (kn["large"] if es else 0.0) + rng.normal(0, c.sigma_log_l2))}
+        if es:
+            prof = [kn["barrier"] * (1 - abs(2 * t - 1) / 2) + rng.normal(0, c.sigma_barrier) for t in PROBE_T]
+            r |= {"connectivity_barrier": max(prof), "connectivity_cosine": kn["cosine"] + rng.normal(0, c.sigma_cosine),
+                  "connectivity_grpo_run": grpo_of.get(r["seed"])}
+            ga = kn["g"][ES_ANCHOR] + rng.normal(0, c.sigma_seed)
+            off = None
+            if c.sigma_seed_problem > 0 and not nothing_trains:
+                off = rng.normal(0, c.sigma_seed_problem, p_es.size)
+                off -= off.mean()
+            fa = ev2(p_es, ga, offset=off)
+            pa = base_probe + kn["anchor_probe"] + rng.normal(0, c.sigma_probe) + e()
+            anchored.append({**{k: v for k, v in r.items() if not k.startswith(("connectivity", "sparsity"))},
+                             "run_id": f"{ES_ANCHOR}-{r['model']}-{r['pop']}-{r['seed']}", "anchor_decay": 0.01,
+                             "final_counts": fa, "final_pass@1": float(fa.mean() / ev.n), "final_probe_pass1": pa,
+                             "min_probe_pass1": min(base_probe, pa)})
+    recs.extend(anchored)
 
 
 def _family(d: Design, c: Components, kn: dict, rng, nothing_trains: bool) -> list[dict]:
@@ -366,13 +473,15 @@ def _family(d: Design, c: Components, kn: dict, rng, nothing_trains: bool) -> li
 
 def scenarios() -> list[tuple[str, int | None, dict, bool]]:
     """(name, claim, effects, nothing_trains): per claim its null (theta = b) and its smallest
-    effect of interest (theta = b + delta), the others strong; claim 5's second null (the
-    equal-norm control as good as the pruned model: ``null5c``); then the global null."""
+    effect of interest (theta = b + delta), the others strong; the second nulls of the
+    intersection-union claims (``SECOND_NULLS``: ``null5c``, the equal-norm control as good as the
+    pruned model; ``null9c``, ES's update no larger; ``null10c``, the anchored run at its margins;
+    ``null11c``, |cosine| at 0.1), each with the claim's own effect strong; then the global null."""
     out = []
     for cid, cl in sorted(REGISTRY.items()):
         out.append((f"null{cid}", cid, {cid: cl.boundary}, False))
-        if cid == 5:
-            out.append(("null5c", 5, {CONTROL: 0.0}, False))
+        if cid in SECOND_NULLS:
+            out.append((f"null{cid}c", cid, dict(SECOND_NULLS[cid]), False))
         out.append((f"sesoi{cid}", cid, {cid: cl.boundary + cl.sesoi}, False))
     out.append(("nothing_trains", None, {}, True))
     return out
@@ -390,7 +499,7 @@ def _planted(cid: int) -> dict:
 def verdict_of(cid: int, records: list[dict], s: dict) -> str:
     """Claim ``cid``'s verdict on ``records`` with every other claim planted as a clear yes (its
     needs met): Holm's step-down then reaches the most lenient threshold it can give ``cid``
-    (alpha / 8 of 14), so the rates measured this way bound those of the full family from above
+    (alpha / 12 of 22), so the rates measured this way bound those of the full family from above
     for false yes and false no, at a fraction of the cost (one rule, one part of the sweep)."""
     from esopt.study.claims import decide_all, select_cell
 
@@ -435,7 +544,7 @@ def table(rates: dict, gen: str | None = None) -> list[str]:
     """The calibration lines: ``claim <n> [gen=<name>] false_yes=<r> fy_upper=<u> false_no=<r>
     fn_upper=<u> power=<p> sims=<n>`` per claim (false yes at its null, the worse of its nulls
     for claim 5; false no and power at its smallest effect of interest; upper: the Wilson 95%
-    upper bound), then ``familywise [gen=<name>] false_yes=<r> fy_upper=<u> sims=<n>`` (some
+    upper bound; a claim's second null, ``null<n>c``, counts among its nulls), then ``familywise [gen=<name>] false_yes=<r> fy_upper=<u> sims=<n>`` (some
     claim says yes where nothing trains)."""
     from esopt.core.metrics import wilson_upper
 

@@ -45,6 +45,7 @@ from esopt.study import fit
 from esopt.study import tables
 from esopt.study.report.analysis_figures import fig_drift, fig_sparsity
 from esopt.study.claims import look_line
+from esopt.study.claims.rules import SEED_PAPER
 from esopt.study.report.figures import (best_groups, fig_curves, fig_entropy, fig_heatmap, fig_parcoords, fig_passk,
                                  fig_pruning, fig_status, fig_trend, optuna_figures)
 from esopt.study.report.plotting import algo_key, fmt_params
@@ -153,8 +154,9 @@ def low_rank_labels(runs) -> list[str]:
 
 def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
     """The claims section (claims.json, esopt.study.claims) at the top of the page: one row per
-    claim (claim, test, effect [95% CI], power at the smallest effect of interest, n, verdict,
-    reason), then claim 7's per-size table; empty without claims. Every string is HTML-escaped."""
+    claim (claim, its source: the seed paper's seven, then its 2026 rivals', test, effect [95% CI],
+    power at the smallest effect of interest, n, verdict, reason), then claim 7's per-size table;
+    empty without claims. Every string is HTML-escaped."""
     if not result:
         return ""
 
@@ -175,6 +177,7 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
         bound = f"boundary {c['boundary']:+g}, smallest effect of interest {c['sesoi']:g}"
         rows.append(
             f'<tr id="claim-{c["id"]}"><td>{c["id"]}</td><td>{cell(c["claim"])}</td>'
+            f'<td class="claim-source">{cell(c.get("source") or SEED_PAPER)}</td>'
             f'<td><small>{cell(c["estimand"])}; {cell(c["statistic"])}; {cell(c["variance"])}; '
             f'{cell(c["decision"])}</small></td>'
             f'<td>{cell(fmt(c["effect"], c["ci"]))}<br><small>{cell(bound)}</small></td>'
@@ -196,19 +199,21 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
     ratio = ", ".join(f"{a} {v:.2f}" for a, v in (info.get("tokens_vs_es") or {}).items() if v is not None)
     s = result.get("settings") or {}
     return (
-        '<section id="claims"><h2>Claims of the study, tested on this sweep</h2>'
+        '<section id="claims"><h2>Claims of the study and its rivals, tested on this sweep</h2>'
         f'<p>Comparison cell: model <b>{cell(info.get("model"))}</b>; generated training tokens relative '
         f'to ES: {cell(ratio or "-")}. Each claim is a pre-registered one-sided test (t over seeds and '
         f'problems, problems paired); yes and no are decided by Holm\'s step-down over the yes and no '
         f'hypotheses of every registered claim ({cell(result.get("family_size") or "all")} of them, family-wise '
         f'error {cell(s.get("alpha"))}); power is the test\'s power at the smallest effect of '
         'interest; "unclear: power" or "unclear: data" says which is missing. Calibration: '
-        'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claims/rules.py.</p>'
+        'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claims/rules.py. Claims 1-7 '
+        f'are the seed paper\'s ({SEED_PAPER}); the later ones are its 2026 rivals\', each with its source, '
+        'decided on the same runs in the same family.</p>'
         + (f'<p id="claims-low-rank"><b>The ES runs here include low-rank (EGGROLL) runs ({cell("; ".join(low_rank))}): '
            'verdicts involving ES are computed from them, not from the study\'s full-rank ES.</b></p>'
            if low_rank else '') +
         f'<p id="claims-look"><b>{cell(look_line(result))}</b></p>'
-        '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>test</th><th>effect [95% CI]</th>'
+        '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>source</th><th>test</th><th>effect [95% CI]</th>'
         '<th>power</th><th>n</th><th>verdict</th><th>reason</th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table>{sizes}</section>\n')
 
