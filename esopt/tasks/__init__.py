@@ -42,6 +42,10 @@ _CLASSES = {
     "reverse": ("esopt.tasks.synthetic", "ReverseTask"),
     "math": ("esopt.tasks.math", "MathTask"),
     "arith": ("esopt.tasks.arith", "ArithTask"),
+    "successor": ("esopt.tasks.probes", "SuccessorTask"),
+    "copy": ("esopt.tasks.probes", "CopyTask"),
+    "upper": ("esopt.tasks.probes", "UpperTask"),
+    "first_letter": ("esopt.tasks.probes", "FirstLetterTask"),
 }
 TASK_NAMES: tuple[str, ...] = tuple(_CLASSES)
 
