@@ -5,7 +5,10 @@
     print(format_table(result))
 
 With ``eval.ood_task`` set, ``evaluate_config`` also evaluates that out-of-domain task (built once
-by ``ood_task``) and adds its token entropy and Pass@K to the result as ``ood_*`` keys.
+by ``ood_task``) and adds its token entropy and Pass@K to the result as ``ood_*`` keys. With
+``eval.probes`` set, it evaluates each forgetting probe (built once by ``probe_tasks``) and adds
+its Pass@1 as ``probe_<name>`` and their mean as ``probe_pass1``; ``probe_scores`` reads a run's
+evaluations into the summary's base / final / min probe Pass@1 and per-probe curve.
 
 One sampled generate() call covers problems x samples (the engine chunks it), one greedy call
 covers the problems. Every headline number carries a 95% percentile-bootstrap interval over
@@ -253,6 +256,10 @@ def format_table(result: dict) -> str:
         for k, v in result["ood_pass@k"].items():
             lines.append(row(f"pass@{k}", v, result["ood_pass@k_ci"][k]))
         lines.append(row("entropy", result["ood_entropy"], result["ood_entropy_ci"]))
+    if result.get("probe_names"):
+        lines.append("forgetting probes (Pass@1):")
+        for name in result["probe_names"]:
+            lines.append(row(name[:10], result[f"probe_{name}"], result[f"probe_{name}_ci"]))
     lines.append(f"{result['tokens_generated']} tokens in {result['wall_s']:.1f} s")
     return "\n".join(lines)
 
@@ -268,7 +275,55 @@ def ood_task(ev, tokenizer=None, style: str | None = None):
     return tasks.get(ev.ood_task, tokenizer=tokenizer, style=ev.ood_task.get("style") or style)
 
 
-def evaluate_config(ev, engine, task, ood=None, completions: list | None = None) -> dict:
+def probe_tasks(ev, tokenizer=None, style: str | None = None) -> dict:
+    """The forgetting probes of an ``eval:`` block (``ev.probes``) by name, built once ({} when
+    none). ``style``: the model's prompt style (a probe's own ``style``, or its task's default, wins)."""
+    return {p["name"]: tasks.get(p, tokenizer=tokenizer, style=p.get("style") or style)
+            for p in getattr(ev, "probes", ()) or ()}
+
+
+PROBE_FLOOR = 0.3  # a probe whose base Pass@1 is below this cannot show forgetting well (issue 41's bar)
+PROBE_MEAN = "probe_pass1"  # the evaluation's mean Pass@1 over its probes
+
+
+def probe_floor_warnings(result: dict, floor: float = PROBE_FLOOR) -> list[str]:
+    """One line per probe whose Pass@1 in ``result`` (the base model's evaluation) is below
+    ``floor``: its held-out curve has little room to fall."""
+    return [f"eval.probes: {name}: the base model's Pass@1 is {result['probe_' + name]:.3f}, at the floor "
+            f"(< {floor:g}); its curve can hardly show forgetting (pick a probe it does well)"
+            for name in result.get("probe_names") or () if result["probe_" + name] < floor]
+
+
+def probe_scores(evals: list[tuple[int, dict]]) -> dict:
+    """The summary's probe record from a run's evaluations ``[(iteration, result), ...]`` in
+    order (the base model's at iteration 0 first): ``base_probe_pass1``, ``final_probe_pass1``
+    and ``min_probe_pass1`` (the mean over the probes, ``probe_pass1``, at the base model, at the
+    last evaluation, and its minimum over all of them, base included) and ``probe_curve``
+    (per probe and for the mean, ``{iteration: Pass@1}``). {} when the evaluations hold no probes."""
+    evals = [(int(i), r) for i, r in evals if r.get(PROBE_MEAN) is not None]
+    if not evals:
+        return {}
+    names = list(evals[0][1].get("probe_names") or ())
+    curve = {name: {str(i): r.get("probe_" + name) for i, r in evals} for name in names}
+    curve["mean"] = {str(i): r[PROBE_MEAN] for i, r in evals}
+    means = [r[PROBE_MEAN] for _, r in evals]
+    return {"base_probe_pass1": means[0], "final_probe_pass1": means[-1], "min_probe_pass1": min(means),
+            "probe_curve": curve}
+
+
+def _side(engine, task, ev, split, problems, samples, entropy=True) -> dict:
+    """A side evaluation beside the run's task (out-of-domain set, probe): the eval block's
+    temperature, top_p and seed, the task's own completion budget, no greedy pass."""
+    return evaluate(engine, task, split=split, problems=problems, samples=samples, temperature=ev.temperature,
+                    top_p=ev.top_p, seed=ev.seed, greedy=False, entropy=entropy)
+
+
+def _add_cost(result: dict, other: dict) -> None:
+    result["tokens_generated"] += other["tokens_generated"]
+    result["wall_s"] = round(result["wall_s"] + other["wall_s"], 3)
+
+
+def evaluate_config(ev, engine, task, ood=None, completions: list | None = None, probes: dict | None = None) -> dict:
     """``evaluate`` with the settings of an ``eval:`` block (``esopt.core.config.EvalConfig``):
     how every run, sweep and ``esopt.evaluate`` call evaluates.
 
@@ -279,6 +334,11 @@ def evaluate_config(ev, engine, task, ood=None, completions: list | None = None)
     of the sampled completions, with ``ood_entropy_ci``; ``ood_pass@k``), and its tokens and
     time are added to ``tokens_generated`` and ``wall_s``. ``completions``: as in ``evaluate``
     (the in-domain task's records).
+
+    With ``ev.probes`` set, ``probes`` (name -> task, from ``probe_tasks``) are evaluated the
+    same way on the first ``ev.probe_problems`` rows of ``ev.probe_split`` with
+    ``ev.probe_samples`` samples and no entropy; the result gains ``probe_<name>`` (Pass@1, with
+    ``probe_<name>_ci``), ``probe_pass1`` (their mean), ``probe_names``, and their cost.
     """
     result = evaluate(
         engine, task, split=ev.split, problems=ev.problems, samples=ev.samples,
@@ -289,10 +349,19 @@ def evaluate_config(ev, engine, task, ood=None, completions: list | None = None)
         if ood is None:
             raise ValueError("eval.ood_task is set but no out-of-domain task was given "
                              "(build it with esopt.evaluator.ood_task)")
-        o = evaluate(engine, ood, split=ev.ood_split, problems=ev.ood_problems, samples=ev.samples,
-                     temperature=ev.temperature, top_p=ev.top_p, seed=ev.seed, greedy=False)
+        o = _side(engine, ood, ev, ev.ood_split, ev.ood_problems, ev.samples)
         result["ood_task"], result["ood_split"] = ood.name, ev.ood_split
         result.update({f"ood_{k}": o[k] for k in OOD_KEYS})
-        result["tokens_generated"] += o["tokens_generated"]
-        result["wall_s"] = round(result["wall_s"] + o["wall_s"], 3)
+        _add_cost(result, o)
+    wanted = [p["name"] for p in getattr(ev, "probes", ()) or ()]
+    if wanted:
+        if sorted(probes or {}) != sorted(wanted):
+            raise ValueError("eval.probes is set but its tasks were not given (build them with "
+                             "esopt.evaluator.probe_tasks)")
+        for name in wanted:
+            o = _side(engine, probes[name], ev, ev.probe_split, ev.probe_problems, ev.probe_samples, entropy=False)
+            result[f"probe_{name}"], result[f"probe_{name}_ci"] = o["pass@k"]["1"], o["pass@k_ci"]["1"]
+            _add_cost(result, o)
+        result["probe_names"] = wanted
+        result[PROBE_MEAN] = float(np.mean([result[f"probe_{name}"] for name in wanted]))
     return result

@@ -13,7 +13,8 @@ from esopt.cli.common import fail, hydra_app
 from esopt.core import store
 from esopt.core.config import check_output_file
 from esopt.core.errors import ConfigError
-from esopt.evaluator import evaluate_config, format_samples, format_table, ood_task, write_samples
+from esopt.evaluator import (evaluate_config, format_samples, format_table, ood_task, probe_floor_warnings,
+                             probe_tasks, write_samples)
 from esopt.runtime import budget
 from esopt.runtime.run import load_components
 from esopt.runtime.validate import validate
@@ -34,6 +35,7 @@ def evaluate_model(cfg) -> dict:
     try:
         model, tokenizer, engine, task = load_components(rc)
         ood = ood_task(rc.eval, tokenizer, rc.model.get("prompt_style"))
+        probes = probe_tasks(rc.eval, tokenizer, rc.model.get("prompt_style"))
     except ConfigError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001 - weights that pass the header check but do not load
@@ -41,7 +43,9 @@ def evaluate_model(cfg) -> dict:
         fail(f"cannot load model {rc.model['name']!r}"
              + (f" from {rc.model['path']}" if rc.model.get("path") else "") + f": {type(e).__name__}: {first}")
     records: list = []
-    result = evaluate_config(rc.eval, engine, task, ood, completions=records)
+    result = evaluate_config(rc.eval, engine, task, ood, completions=records, probes=probes)
+    for line in probe_floor_warnings(result):
+        print(f"esopt: warning: {line}", file=sys.stderr)
     result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
     result["engine"] = rc.engine["name"]
     print(format_table(result))

@@ -22,7 +22,7 @@ from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
 from esopt.engines.base import resolve_device
-from esopt.evaluator import ood_task
+from esopt.evaluator import ood_task, probe_floor_warnings, probe_scores, probe_tasks
 from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line, evaluate_recorded
 from esopt.runtime.layout import slurm_job_state
@@ -241,13 +241,16 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
               "config_id": cfg.config_id}
     shared.trial = tuning.attach(cfg, rid, params)
     ood = ood_task(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
+    probes = probe_tasks(cfg.eval, tokenizer, cfg.model.get("prompt_style"))
     ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
-                     iterations=cfg.iterations, shared=shared, ood_task=ood)
+                     iterations=cfg.iterations, shared=shared, ood_task=ood, probes=probes)
     if summary["base"] is None:
         rd.truncate_metrics(lambda line: line.get("phase") != "base")  # an earlier attempt's, unrecorded
-        summary["base"] = evaluate_recorded(cfg, engine, task, ood, rd, 0)
+        summary["base"] = evaluate_recorded(cfg, engine, task, ood, rd, 0, probes)
         ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
         rd.write_summary(summary)
+        for line in probe_floor_warnings(summary["base"]):  # the run goes on: its curve says little
+            print(f"esopt: warning: {line}", file=sys.stderr)
     if shared.trial is not None:  # the auto pruner's base-model reference
         shared.trial.record_base(summary["base"])
     if not algo.trains:
@@ -269,6 +272,7 @@ def _close(rd: store.RunDir, summary: dict, shared: Shared) -> None:
     summary["tokens_generated"] = shared.tokens_total
     summary["wall_s"] = round(time.time() - shared.t0, 3)
     summary["effective"] = dict(shared.effective)
+    summary.update(probe_scores([(line.get("iteration", 0), line) for line in rd.lines() if line.get("kind") == "eval"]))
     if summary["status"] == "running":
         return
     if not _record_end(rd, summary):  # it stays 'running' and resumes: its trial stays RUNNING for it

@@ -1,5 +1,7 @@
-"""Easy held-out tasks asked in chat: forgetting probes for small instruct models
-(``eval.probes``), disjoint from the training task ``arith`` (no sums asked).
+"""Easy held-out tasks with one-word answers: forgetting probes for small models
+(``eval.probes``), disjoint from the training task ``arith`` (no sums asked). Their style is
+``compact`` (three answered examples, then the question: SmolLM2-135M-Instruct answers them far
+better so than asked in one chat turn) unless the probe's config sets ``style: chat``.
 
   * ``successor``: ``"What number comes after 417? Answer with the number only."`` -> ``418``
     (``n`` in ``min_number..max_number``); verdict as arith's (the last integer written).
@@ -37,7 +39,7 @@ def _features():
             "question": datasets.Value("string"), "answer": datasets.Value("string")}
 
 
-class ChatProbe(Task):
+class ShortProbe(Task):
     """A generated question with a short gold answer: in ``chat`` style one user turn, in
     ``compact`` style plain text after ``shots`` answered examples (``Q: ...`` / ``A: ...``
     lines; the answer ends at the line's end)."""
@@ -48,6 +50,10 @@ class ChatProbe(Task):
     eval_problems = 200
     question = ""
     shots: tuple = ()  # (fields, answer) examples of the compact prompt, outside the generated range
+
+    @classmethod
+    def resolve(cls, cfg: dict) -> dict:
+        return {**cfg, "style": cfg.get("style") or "compact"}
 
     def prompt(self, q: str) -> str:
         if self.style == "chat":
@@ -80,7 +86,7 @@ class ChatProbe(Task):
         return str(row["answer"])
 
 
-class SuccessorTask(ChatProbe):
+class SuccessorTask(ShortProbe):
     name = "successor"
     question = "What number comes after {n}? Answer with the number only."
     shots = (({"n": 6}, "7"), ({"n": 29}, "30"), ({"n": 4099}, "4100"))
@@ -103,7 +109,7 @@ class SuccessorTask(ChatProbe):
         return number_verdict(completion, int(row["answer"]))
 
 
-class WordProbe(ChatProbe):
+class WordProbe(ShortProbe):
     """A made-up word of consonant-vowel syllables; the answer is ``transform(word)``."""
 
     knobs = {"min_syllables": 2,  # fewest consonant-vowel syllables of the word (>= 1)
