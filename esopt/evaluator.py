@@ -311,9 +311,35 @@ def probe_scores(evals: list[tuple[int, dict]]) -> dict:
             "probe_curve": curve}
 
 
+def evaluate_likelihood(engine, task, *, split: str = "test", problems: int | None = None) -> dict:
+    """Score the first ``problems`` rows of a text task (``scored_by = "likelihood"``) teacher-forced
+    (``engine.score_text``): ``pass@k["1"]`` = the share of scored tokens that are the model's
+    top-1 prediction (ratio of sums over passages), ``loglik`` = mean log probability per token
+    (nats); both with 95% intervals resampling passages. Nothing is generated."""
+    t0 = time.perf_counter()
+    data = task.split(split)
+    rows = data.select(range(len(data) if problems is None else min(problems, len(data)))).to_list()
+    if not rows:
+        raise ConfigError(f"task {task.name} split {split!r} is empty")
+    scored = np.array(engine.score_text([r["prompt"] for r in rows]), dtype=float)  # [P, (n, sum logp, hits)]
+    ratio = lambda col: lambda a: a[:, col].sum() / max(a[:, 0].sum(), 1)  # noqa: E731
+    return {"task": task.name, "split": split, "n_problems": len(rows), "tokens_scored": int(scored[:, 0].sum()),
+            "pass@k": {"1": float(ratio(2)(scored))}, "pass@k_ci": {"1": _ci(scored, stat=ratio(2))},
+            "loglik": float(ratio(1)(scored)), "loglik_ci": _ci(scored, stat=ratio(1)),
+            "tokens_generated": 0, "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+def scored_by_likelihood(task) -> bool:
+    """Whether a task is scored by likelihood (``Task.scored_by``), not by generation."""
+    return getattr(task, "scored_by", "generation") == "likelihood"
+
+
 def _side(engine, task, ev, split, problems, samples, entropy=True) -> dict:
     """A side evaluation beside the run's task (out-of-domain set, probe): the eval block's
-    temperature, top_p and seed, the task's own completion budget, no greedy pass."""
+    temperature, top_p and seed, the task's own completion budget, no greedy pass; a text
+    task scored by likelihood is scored instead (``evaluate_likelihood``)."""
+    if scored_by_likelihood(task):
+        return evaluate_likelihood(engine, task, split=split, problems=problems)
     return evaluate(engine, task, split=split, problems=problems, samples=samples, temperature=ev.temperature,
                     top_p=ev.top_p, seed=ev.seed, greedy=False, entropy=entropy)
 
@@ -338,7 +364,9 @@ def evaluate_config(ev, engine, task, ood=None, completions: list | None = None,
     With ``ev.probes`` set, ``probes`` (name -> task, from ``probe_tasks``) are evaluated the
     same way on the first ``ev.probe_problems`` rows of ``ev.probe_split`` with
     ``ev.probe_samples`` samples and no entropy; the result gains ``probe_<name>`` (Pass@1, with
-    ``probe_<name>_ci``), ``probe_pass1`` (their mean), ``probe_names``, and their cost.
+    ``probe_<name>_ci``), ``probe_pass1`` (their mean), ``probe_names``, and their cost. A text
+    probe (``passages``) is scored by likelihood: its Pass@1 is the top-1 next-token accuracy,
+    and ``probe_<name>_loglik`` its mean log-likelihood per token.
     """
     result = evaluate(
         engine, task, split=ev.split, problems=ev.problems, samples=ev.samples,
@@ -361,6 +389,8 @@ def evaluate_config(ev, engine, task, ood=None, completions: list | None = None,
         for name in wanted:
             o = _side(engine, probes[name], ev, ev.probe_split, ev.probe_problems, ev.probe_samples, entropy=False)
             result[f"probe_{name}"], result[f"probe_{name}_ci"] = o["pass@k"]["1"], o["pass@k_ci"]["1"]
+            if "loglik" in o:
+                result[f"probe_{name}_loglik"], result[f"probe_{name}_loglik_ci"] = o["loglik"], o["loglik_ci"]
             _add_cost(result, o)
         result["probe_names"] = wanted
         result[PROBE_MEAN] = float(np.mean([result[f"probe_{name}"] for name in wanted]))

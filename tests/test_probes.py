@@ -83,6 +83,34 @@ def test_probes_are_evaluated_beside_the_task_with_their_own_settings(engine):
         evaluate_config(ev, engine, task)
 
 
+def test_a_text_probe_is_scored_by_likelihood(engine):
+    """passages: no generation; its Pass@1 is the top-1 next-token accuracy over the passages'
+    tokens and loglik the mean log probability per token, as one forward pass computes them."""
+    from esopt.evaluator import evaluate_likelihood
+
+    task = tasks.get({"name": "passages"}, tokenizer=engine.tokenizer, style="compact")
+    test, held = task.split("test").to_list(), task.split("heldout").to_list()
+    assert len(test) >= 10 and not {r["prompt"] for r in test} & {r["prompt"] for r in held}
+    r = evaluate_likelihood(engine, task, split="test", problems=3)
+    n = hits = 0
+    logp_sum = 0.0
+    for row in test[:3]:
+        ids = torch.tensor([engine.tokenizer(row["prompt"])["input_ids"]])
+        with torch.no_grad():
+            logp = torch.log_softmax(engine.model(input_ids=ids).logits[0, :-1].float(), -1)
+        target = ids[0, 1:]
+        n += len(target)
+        hits += int((logp.argmax(-1) == target).sum())
+        logp_sum += float(logp.gather(-1, target[:, None]).sum())
+    assert r["n_problems"] == 3 and r["tokens_scored"] == n and r["tokens_generated"] == 0
+    assert r["pass@k"]["1"] == pytest.approx(hits / n) and r["loglik"] == pytest.approx(logp_sum / n, rel=1e-5)
+    assert r["pass@k_ci"]["1"][0] <= r["pass@k"]["1"] <= r["pass@k_ci"]["1"][1] and r["loglik"] < 0
+    ev = EvalConfig(problems=2, samples=2, greedy=False, probes=({"name": "passages"},), probe_problems=3)
+    out = evaluate_config(ev, engine, tasks.get({"name": "compare", **SMALL}, style="compact"),
+                          probes=probe_tasks(ev, engine.tokenizer, "compact"))
+    assert out["probe_passages"] == r["pass@k"]["1"] and out["probe_passages_loglik"] == r["loglik"]
+
+
 def test_probe_scores_read_base_final_and_min_over_the_evaluations():
     def ev(a, b):
         return {"probe_names": ["a", "b"], "probe_a": a, "probe_b": b, "probe_pass1": (a + b) / 2}
@@ -148,10 +176,12 @@ TINY = ("model=tiny-xs", "algo=es", "iterations=2", "pop=2", "es.batch_size=4", 
     ("eval.require_probes=true", "has no held-out probes and eval.require_probes is set"),
     ("eval.probe_samples=0", "eval.probe_samples must be >= 1"),
     ("eval.probe_split=dev", "eval.probe_split must be one of"),
+    ("engine=vllm eval.probes=[passages]", "passages is scored by likelihood, which engine vllm cannot do"),
+    ("task=passages", "task passages is scored by likelihood"),
 ])
 def test_bad_probe_settings_are_one_error_line_before_dispatch(override, message):
     with pytest.raises(ConfigError, match=message):
-        run_config(*TINY, override, check_data=False)
+        run_config(*TINY, *override.split(), check_data=False)
 
 
 def test_a_probe_split_too_small_is_caught_with_the_data(results_root):

@@ -24,11 +24,11 @@ def estimate_tokens(rc) -> int:
 
     evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
     eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
-    ood budget + per probe: probe_problems * probe_samples * its budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
+    ood budget + per generated probe: probe_problems * probe_samples * its budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
     both phases of a sequence, its per-iteration sizes clamped to the train split as the run
     clamps them). ``problems`` null (the whole split) counts the split's rows.
     """
-    from esopt import algorithms
+    from esopt import algorithms, tasks
 
     budget = _budget(rc, rc.task)
     ev = rc.eval
@@ -38,6 +38,8 @@ def estimate_tokens(rc) -> int:
         per_eval += (_rows(rc, ev.ood_task, ev.ood_split, ev.ood_problems) * ev.samples
                      * _budget(rc, ev.ood_task))
     for probe in getattr(ev, "probes", ()) or ():
+        if getattr(tasks.task_class(probe["name"]), "scored_by", "generation") == "likelihood":
+            continue  # scored, nothing generated
         per_eval += _rows(rc, probe, ev.probe_split, ev.probe_problems) * ev.probe_samples * _budget(rc, probe)
     train_rows = _rows(rc, rc.task, "train", None) if trains else None  # the run clamps to it
     train = algorithms.get(rc.algo).estimate_tokens(rc, budget, train_rows=train_rows)

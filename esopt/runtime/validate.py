@@ -143,9 +143,16 @@ def check_probes(rc: RunConfig) -> None:
     if rc.eval.require_probes and not probes:
         raise ConfigError(f"model {rc.model['name']!r} has no held-out probes and eval.require_probes is set: "
                           "set eval.probes (e.g. eval.probes=[copy,first_letter]; docs/results/probes.md)")
+    if getattr(tasks.task_class(rc.task["name"]), "scored_by", "generation") == "likelihood":
+        raise ConfigError(f"task {rc.task['name']} is scored by likelihood: it can be an eval.probes entry, "
+                          "not the task a run trains and evaluates on")
     for p in probes:
         if p["name"] not in tasks.TASK_NAMES:
             raise ConfigError(f"unknown eval.probes task {p['name']!r} (known: {', '.join(tasks.TASK_NAMES)})")
+        if getattr(tasks.task_class(p["name"]), "scored_by", "generation") == "likelihood" \
+                and not getattr(engines.engine_class(rc.engine), "scores_text", False):
+            raise ConfigError(f"eval.probes: {p['name']} is scored by likelihood, which engine "
+                              f"{rc.engine.get('name')} cannot do here (use engine=hf)")
         if p["name"] == rc.task.get("name"):
             raise ConfigError(f"eval.probes names the training task {p['name']!r}: a probe must be held out "
                               "from training (pick another task)")
@@ -192,8 +199,9 @@ def _check_task_data(rc: RunConfig) -> None:
     fp = input_fingerprints(rc).get("task.source")
     for cfg, split in uses + probes:
         problems = rc.eval.problems if (cfg is rc.task and split == rc.eval.split) else None
-        if (cfg, split) in probes:
-            problems = rc.eval.probe_problems
+        if (cfg, split) in probes:  # a text probe scores its passages, up to probe_problems of them
+            text = getattr(tasks.task_class(cfg["name"]), "scored_by", "generation") == "likelihood"
+            problems = None if text else rc.eval.probe_problems
         key = json.dumps([cfg, task_style(cfg, rc), split, problems, fp, limits.context_key(rc)],
                          sort_keys=True, default=str)
         if key in _CHECKED_TASKS:

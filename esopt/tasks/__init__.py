@@ -46,6 +46,7 @@ _CLASSES = {
     "copy": ("esopt.tasks.probes", "CopyTask"),
     "upper": ("esopt.tasks.probes", "UpperTask"),
     "first_letter": ("esopt.tasks.probes", "FirstLetterTask"),
+    "passages": ("esopt.tasks.probes", "PassagesTask"),
 }
 TASK_NAMES: tuple[str, ...] = tuple(_CLASSES)
 

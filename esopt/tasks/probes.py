@@ -164,3 +164,33 @@ class FirstLetterTask(WordProbe):
     @staticmethod
     def transform(word: str) -> str:
         return word[0]
+
+
+class PassagesTask(Task):
+    """Held-out English text scored by likelihood, not by generation (``scored_by``): each row
+    is one passage of ``esopt.tasks.passages`` (public-domain openings shipped in the package),
+    dealt alternately to test and heldout; train is empty. The evaluator scores it with
+    ``evaluator.evaluate_likelihood``: its Pass@1 is the share of the text's tokens the model
+    predicts top-1 (greedy next-token accuracy), beside the mean log-likelihood per token. The
+    plain text is scored whatever the prompt style (no chat template)."""
+
+    name = "passages"
+    styles = ("compact", "chat")
+    budgets = {"compact": 1, "chat": 1}  # nothing is generated
+    scored_by = "likelihood"
+    knobs = {}
+    eval_problems = None  # every passage of the split
+
+    def _build(self) -> dict:
+        import datasets
+
+        from esopt.tasks.passages import passages
+
+        feats = {"prompt": datasets.Value("string"), "id": datasets.Value("string")}
+        texts = passages()
+        parts = {"test": texts[0::2], "heldout": texts[1::2], "train": []}
+        return {name: make_dataset([{"prompt": t, "id": f"passages/{name}/{i}"} for i, t in enumerate(ts)], feats)
+                for name, ts in parts.items()}
+
+    def verify(self, completion: str, row: Mapping) -> Verdict:
+        raise ConfigError("task passages is scored by likelihood (an eval.probes entry), not by a verifier")
