@@ -209,6 +209,15 @@ def test_runs_without_probes_keep_their_ids_and_probes_change_them():
     assert with_probes.eval.probes[0]["style"] == "compact" and with_probes.eval.probe_problems == 200
 
 
+def test_the_token_estimate_counts_generated_probes_and_not_text_ones():
+    from esopt.runtime.budget import estimate_tokens, n_evaluations
+
+    plain = run_config(*TINY, check_data=False)
+    copy = run_config(*TINY, "eval.probes=[copy,passages]", check_data=False)
+    # copy: 200 problems x 4 samples x its 16-token budget per evaluation; passages generates nothing
+    assert estimate_tokens(copy) - estimate_tokens(plain) == (1 + n_evaluations(plain)) * 200 * 4 * 16
+
+
 # --- the real model (a separate stage) ---------------------------------------------------------------
 @pytest.mark.smollm2
 def test_smollm2_copies_a_word_well_above_the_floor():
