@@ -57,8 +57,8 @@ class EvalConfig:
     # evaluated at every evaluation (base, every `every`, final) with `probe_samples` samples per
     # problem at `temperature`, no greedy pass; metrics get probe_<name> (Pass@1) and probe_pass1
     # (their mean); summary.json base_/final_/min_probe_pass1 and probe_curve. SmolLM2-135M's:
-    # [copy, first_letter] (docs/results/probes.md). Each probe costs probe_problems x
-    # probe_samples short completions per evaluation.
+    # [copy, first_letter, passages] (docs/results/probes.md; passages is scored by likelihood,
+    # engine=hf). Each task probe costs probe_problems x probe_samples short completions per evaluation.
     probes: tuple = ()                   # task names or task configs (e.g. [copy, first_letter]); () = none
     probe_split: str = "test"            # their split (train | test | heldout)
     probe_problems: Optional[int] = 200  # problems per probe (the first N); null = the task's default

@@ -24,9 +24,10 @@ def estimate_tokens(rc) -> int:
 
     evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
     eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
-    ood budget + per generated probe: probe_problems * probe_samples * its budget); plus the algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or
-    both phases of a sequence, its per-iteration sizes clamped to the train split as the run
-    clamps them). ``problems`` null (the whole split) counts the split's rows.
+    ood budget + per generated probe: probe_problems * probe_samples * its budget); plus the
+    algorithm's own training estimate (``esopt.algorithms``: ES, GRPO, or both phases of a
+    sequence, its per-iteration sizes clamped to the train split as the run clamps them).
+    ``problems`` null (the whole split) counts the split's rows.
     """
     from esopt import algorithms, tasks
 

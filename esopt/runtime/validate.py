@@ -142,7 +142,7 @@ def check_probes(rc: RunConfig) -> None:
     probes = rc.eval.probes
     if rc.eval.require_probes and not probes:
         raise ConfigError(f"model {rc.model['name']!r} has no held-out probes and eval.require_probes is set: "
-                          "set eval.probes (e.g. eval.probes=[copy,first_letter]; docs/results/probes.md)")
+                          "set eval.probes (e.g. eval.probes=[copy,first_letter,passages]; docs/results/probes.md)")
     if getattr(tasks.task_class(rc.task["name"]), "scored_by", "generation") == "likelihood":
         raise ConfigError(f"task {rc.task['name']} is scored by likelihood: it can be an eval.probes entry, "
                           "not the task a run trains and evaluates on")
