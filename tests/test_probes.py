@@ -13,7 +13,7 @@ from esopt.core.errors import ConfigError
 from esopt.evaluator import (PROBE_FLOOR, evaluate, evaluate_config, format_table, probe_floor_warnings,
                              probe_scores, probe_tasks)
 from esopt.models import char_tokenizer
-from helpers import cli, random_model, require_smollm2, run_config
+from helpers import cli, random_model, run_config
 
 torch.set_num_threads(1)
 
@@ -216,19 +216,3 @@ def test_the_token_estimate_counts_generated_probes_and_not_text_ones():
     copy = run_config(*TINY, "eval.probes=[copy,passages]", check_data=False)
     # copy: 200 problems x 4 samples x its 16-token budget per evaluation; passages generates nothing
     assert estimate_tokens(copy) - estimate_tokens(plain) == (1 + n_evaluations(plain)) * 200 * 4 * 16
-
-
-# --- the real model (a separate stage) ---------------------------------------------------------------
-@pytest.mark.smollm2
-def test_smollm2_copies_a_word_well_above_the_floor():
-    """Runs SmolLM2-135M (its own stage): the copy probe's base Pass@1 on 40 problems is above
-    the floor (docs/results/probes.md: 0.855 on 200 x 4)."""
-    require_smollm2(package=True)
-    from esopt.models import load
-
-    model, tok = load("smollm2-135m")
-    eng = engines.get({"name": "hf", "device": "cpu"}, model, tok)
-    task = tasks.get({"name": "copy"}, tokenizer=tok, style="chat")  # the probe's own compact style wins
-    assert task.style == "compact"
-    r = evaluate(eng, task, problems=40, samples=2, greedy=False, entropy=False)
-    assert r["pass@k"]["1"] >= PROBE_FLOOR
