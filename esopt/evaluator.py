@@ -259,7 +259,9 @@ def format_table(result: dict) -> str:
     if result.get("probe_names"):
         lines.append("forgetting probes (Pass@1):")
         for name in result["probe_names"]:
-            lines.append(row(name[:10], result[f"probe_{name}"], result[f"probe_{name}_ci"]))
+            ll = result.get(f"probe_{name}_loglik")
+            lines.append(row(name[:10], result[f"probe_{name}"], result[f"probe_{name}_ci"])
+                         + ("" if ll is None else f"  top-1 tokens; log-lik {ll:.3f} nats/token"))
     lines.append(f"{result['tokens_generated']} tokens in {result['wall_s']:.1f} s")
     return "\n".join(lines)
 

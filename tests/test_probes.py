@@ -109,6 +109,7 @@ def test_a_text_probe_is_scored_by_likelihood(engine):
     out = evaluate_config(ev, engine, tasks.get({"name": "compare", **SMALL}, style="compact"),
                           probes=probe_tasks(ev, engine.tokenizer, "compact"))
     assert out["probe_passages"] == r["pass@k"]["1"] and out["probe_passages_loglik"] == r["loglik"]
+    assert f"log-lik {r['loglik']:.3f} nats/token" in format_table(out)
 
 
 def test_probe_scores_read_base_final_and_min_over_the_evaluations():
