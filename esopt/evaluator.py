@@ -6,7 +6,10 @@
 
 With ``eval.ood_task`` set, ``evaluate_config`` also evaluates that out-of-domain task (built once
 by ``esopt.runtime.run.load_ood_task`` from the run's plan) and adds its token entropy and
-Pass@K to the result as ``ood_*`` keys.
+Pass@K to the result as ``ood_*`` keys. With ``eval.probes`` set, it evaluates each forgetting
+probe (built once by ``esopt.runtime.run.load_probe_tasks``) and adds its Pass@1 as
+``probe_<name>`` and their mean as ``probe_pass1``; ``probe_scores`` reads a run's evaluations
+into the summary's base / final / min probe Pass@1 and per-probe curve.
 
 One sampled generate() call covers problems x samples (the engine chunks it), one greedy call
 covers the problems. Every headline number carries a 95% percentile-bootstrap interval over
@@ -253,6 +256,12 @@ def format_table(result: dict) -> str:
         for k, v in result["ood_pass@k"].items():
             lines.append(row(f"pass@{k}", v, result["ood_pass@k_ci"][k]))
         lines.append(row("entropy", result["ood_entropy"], result["ood_entropy_ci"]))
+    if result.get("probe_names"):
+        lines.append("forgetting probes (Pass@1):")
+        for name in result["probe_names"]:
+            ll = result.get(f"probe_{name}_loglik")
+            lines.append(row(name[:10], result[f"probe_{name}"], result[f"probe_{name}_ci"])
+                         + ("" if ll is None else f"  top-1 tokens; log-lik {ll:.3f} nats/token"))
     lines.append(f"{result['tokens_generated']} tokens in {result['wall_s']:.1f} s")
     return "\n".join(lines)
 
@@ -260,7 +269,74 @@ def format_table(result: dict) -> str:
 OOD_KEYS = ("n_problems", "entropy", "entropy_ci", "pass@k", "pass@k_ci", "format")
 
 
-def evaluate_config(ev, engine, task, ood=None, completions: list | None = None) -> dict:
+PROBE_FLOOR = 0.3  # a probe whose base Pass@1 is below this cannot show forgetting well (issue 41's bar)
+PROBE_MEAN = "probe_pass1"  # the evaluation's mean Pass@1 over its probes
+
+
+def probe_floor_warnings(result: dict, floor: float = PROBE_FLOOR) -> list[str]:
+    """One line per probe whose Pass@1 in ``result`` (the base model's evaluation) is below
+    ``floor``: its held-out curve has little room to fall."""
+    return [f"eval.probes: {name}: the base model's Pass@1 is {result['probe_' + name]:.3f}, at the floor "
+            f"(< {floor:g}); its curve can hardly show forgetting (pick a probe it does well)"
+            for name in result.get("probe_names") or () if result["probe_" + name] < floor]
+
+
+def probe_scores(evals: list[tuple[int, dict]]) -> dict:
+    """The summary's probe record from a run's evaluations ``[(iteration, result), ...]`` in
+    order (the base model's at iteration 0 first): ``base_probe_pass1``, ``final_probe_pass1``
+    and ``min_probe_pass1`` (the mean over the probes, ``probe_pass1``, at the base model, at the
+    last evaluation, and its minimum over all of them, base included) and ``probe_curve``
+    (per probe and for the mean, ``{iteration: Pass@1}``). {} when the evaluations hold no probes."""
+    evals = [(int(i), r) for i, r in evals if r.get(PROBE_MEAN) is not None]
+    if not evals:
+        return {}
+    names = list(evals[0][1].get("probe_names") or ())
+    curve = {name: {str(i): r.get("probe_" + name) for i, r in evals} for name in names}
+    curve["mean"] = {str(i): r[PROBE_MEAN] for i, r in evals}
+    means = [r[PROBE_MEAN] for _, r in evals]
+    return {"base_probe_pass1": means[0], "final_probe_pass1": means[-1], "min_probe_pass1": min(means),
+            "probe_curve": curve}
+
+
+def evaluate_likelihood(engine, task, *, split: str = "test", problems: int | None = None) -> dict:
+    """Score the first ``problems`` rows of a text task (``scored_by = "likelihood"``) teacher-forced
+    (``engine.score_text``): ``pass@k["1"]`` = the share of scored tokens that are the model's
+    top-1 prediction (ratio of sums over passages), ``loglik`` = mean log probability per token
+    (nats); both with 95% intervals resampling passages. Nothing is generated."""
+    t0 = time.perf_counter()
+    data = task.split(split)
+    rows = data.select(range(len(data) if problems is None else min(problems, len(data)))).to_list()
+    if not rows:
+        raise ConfigError(f"task {task.name} split {split!r} is empty")
+    scored = np.array(engine.score_text([r["prompt"] for r in rows]), dtype=float)  # [P, (n, sum logp, hits)]
+    ratio = lambda col: lambda a: a[:, col].sum() / max(a[:, 0].sum(), 1)  # noqa: E731
+    return {"task": task.name, "split": split, "n_problems": len(rows), "tokens_scored": int(scored[:, 0].sum()),
+            "pass@k": {"1": float(ratio(2)(scored))}, "pass@k_ci": {"1": _ci(scored, stat=ratio(2))},
+            "loglik": float(ratio(1)(scored)), "loglik_ci": _ci(scored, stat=ratio(1)),
+            "tokens_generated": 0, "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+def scored_by_likelihood(task) -> bool:
+    """Whether a task is scored by likelihood (``Task.scored_by``), not by generation."""
+    return task.scored_by == "likelihood"
+
+
+def _side(engine, task, ev, split, problems, samples, entropy=True) -> dict:
+    """A side evaluation beside the run's task (out-of-domain set, probe): the eval block's
+    temperature, top_p and seed, the task's own completion budget, no greedy pass; a text
+    task scored by likelihood is scored instead (``evaluate_likelihood``)."""
+    if scored_by_likelihood(task):
+        return evaluate_likelihood(engine, task, split=split, problems=problems)
+    return evaluate(engine, task, split=split, problems=problems, samples=samples, temperature=ev.temperature,
+                    top_p=ev.top_p, seed=ev.seed, greedy=False, entropy=entropy)
+
+
+def _add_cost(result: dict, other: dict) -> None:
+    result["tokens_generated"] += other["tokens_generated"]
+    result["wall_s"] = round(result["wall_s"] + other["wall_s"], 3)
+
+
+def evaluate_config(ev, engine, task, ood=None, completions: list | None = None, probes: dict | None = None) -> dict:
     """``evaluate`` with the settings of an ``eval:`` block (``esopt.core.config.EvalConfig``):
     how every run, sweep and ``esopt.evaluate`` call evaluates.
 
@@ -271,6 +347,13 @@ def evaluate_config(ev, engine, task, ood=None, completions: list | None = None)
     of the sampled completions, with ``ood_entropy_ci``; ``ood_pass@k``), and its tokens and
     time are added to ``tokens_generated`` and ``wall_s``. ``completions``: as in ``evaluate``
     (the in-domain task's records).
+
+    With ``ev.probes`` set, ``probes`` (name -> task, from ``esopt.runtime.run.load_probe_tasks``)
+    are evaluated the same way on the first ``ev.probe_problems`` rows of ``ev.probe_split`` with
+    ``ev.probe_samples`` samples and no entropy; the result gains ``probe_<name>`` (Pass@1, with
+    ``probe_<name>_ci``), ``probe_pass1`` (their mean), ``probe_names``, and their cost. A text
+    probe (``passages``) is scored by likelihood: its Pass@1 is the top-1 next-token accuracy,
+    and ``probe_<name>_loglik`` its mean log-likelihood per token.
     """
     result = evaluate(
         engine, task, split=ev.split, problems=ev.problems, samples=ev.samples,
@@ -281,10 +364,21 @@ def evaluate_config(ev, engine, task, ood=None, completions: list | None = None)
         if ood is None:
             raise ValueError("eval.ood_task is set but no out-of-domain task was given "
                              "(build it with esopt.runtime.run.load_ood_task)")
-        o = evaluate(engine, ood, split=ev.ood_split, problems=ev.ood_problems, samples=ev.samples,
-                     temperature=ev.temperature, top_p=ev.top_p, seed=ev.seed, greedy=False)
+        o = _side(engine, ood, ev, ev.ood_split, ev.ood_problems, ev.samples)
         result["ood_task"], result["ood_split"] = ood.name, ev.ood_split
         result.update({f"ood_{k}": o[k] for k in OOD_KEYS})
-        result["tokens_generated"] += o["tokens_generated"]
-        result["wall_s"] = round(result["wall_s"] + o["wall_s"], 3)
+        _add_cost(result, o)
+    wanted = [p["name"] for p in getattr(ev, "probes", ()) or ()]
+    if wanted:
+        if sorted(probes or {}) != sorted(wanted):
+            raise ValueError("eval.probes is set but its tasks were not given (build them with "
+                             "esopt.runtime.run.load_probe_tasks)")
+        for name in wanted:
+            o = _side(engine, probes[name], ev, ev.probe_split, ev.probe_problems, ev.probe_samples, entropy=False)
+            result[f"probe_{name}"], result[f"probe_{name}_ci"] = o["pass@k"]["1"], o["pass@k_ci"]["1"]
+            if "loglik" in o:
+                result[f"probe_{name}_loglik"], result[f"probe_{name}_loglik_ci"] = o["loglik"], o["loglik_ci"]
+            _add_cost(result, o)
+        result["probe_names"] = wanted
+        result[PROBE_MEAN] = float(np.mean([result[f"probe_{name}"] for name in wanted]))
     return result

@@ -21,7 +21,8 @@ export ESOPT_TEST_SMOLLM2_CACHE
 trap 'rm -rf "$ESOPT_TEST_SMOLLM2_CACHE"' EXIT
 PYTHON=$PY bash scripts/install_smollm2.sh >/dev/null
 # (the tiny-GGUF tests of that file ran in the main suite already)
-ESOPT_REQUIRE_SMOLLM2=1 "$PY" -m pytest -q -n0 -p no:cacheprovider -m smollm2 tests/models/test_smollm2.py
+ESOPT_REQUIRE_SMOLLM2=1 "$PY" -m pytest -q -n0 -p no:cacheprovider -m smollm2 tests/models/test_smollm2.py \
+  tests/models/test_smollm2_probes.py
 t1=$(date +%s)
 VENV=${ESOPT_VLLM_VENV:-.venv-vllm}
 if [ -x "$VENV/bin/python" ]; then

@@ -14,9 +14,9 @@ from esopt.cli.common import fail, hydra_app
 from esopt.core import store
 from esopt.core.config import check_output_file
 from esopt.core.errors import ConfigError
-from esopt.evaluator import evaluate_config, format_samples, format_table, write_samples
+from esopt.evaluator import evaluate_config, format_samples, format_table, probe_floor_warnings, write_samples
 from esopt.runtime import budget
-from esopt.runtime.run import load_components, load_ood_task
+from esopt.runtime.run import load_components, load_ood_task, load_probe_tasks
 from esopt.runtime.validate import validate
 
 
@@ -35,6 +35,7 @@ def evaluate_model(cfg) -> dict:
     try:
         model, tokenizer, engine, task = load_components(rc)
         ood = load_ood_task(rc, tokenizer)
+        probes = load_probe_tasks(rc, tokenizer)
     except ConfigError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001 - weights that pass the header check but do not load
@@ -42,7 +43,9 @@ def evaluate_model(cfg) -> dict:
         fail(f"cannot load model {rc.model['name']!r}"
              + (f" from {rc.model['path']}" if rc.model.get("path") else "") + f": {type(e).__name__}: {first}")
     records: list = []
-    result = evaluate_config(rc.eval, engine, task, ood, completions=records)
+    result = evaluate_config(rc.eval, engine, task, ood, completions=records, probes=probes)
+    for line in probe_floor_warnings(result):
+        print(f"esopt: warning: {line}", file=sys.stderr)
     result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
     result["engine"] = rc.engine_config.name
     print(format_table(result))

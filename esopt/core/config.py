@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, ClassVar, Collection, Mapping, Optional
+from typing import Any, ClassVar, Collection, Mapping, Optional, Sequence
 
 from esopt.core.errors import ConfigError
 
@@ -53,6 +53,17 @@ class EvalConfig:
     #                                      ({name: countdown, source: file.json}); null = none
     ood_split: str = "test"              # its split (train | test | heldout)
     ood_problems: Optional[int] = 100    # its problems (the first N); null = the task's default
+    # Forgetting probes (esopt.evaluator.evaluate_config): held-out tasks the base model does well,
+    # evaluated at every evaluation (base, every `every`, final) with `probe_samples` samples per
+    # problem at `temperature`, no greedy pass; metrics get probe_<name> (Pass@1) and probe_pass1
+    # (their mean); summary.json base_/final_/min_probe_pass1 and probe_curve. SmolLM2-135M's:
+    # [copy, first_letter, passages] (docs/results/probes.md; passages is scored by likelihood,
+    # engine=hf). Each task probe costs probe_problems x probe_samples short completions per evaluation.
+    probes: tuple = ()                   # task names or task configs (e.g. [copy, first_letter]); () = none
+    probe_split: str = "test"            # their split (train | test | heldout)
+    probe_problems: Optional[int] = 200  # problems per probe (the first N); null = the task's default
+    probe_samples: int = 4               # samples per problem (Pass@1 is the mean over them)
+    require_probes: bool = False         # refuse (exit 2) a run without probes: for presets whose claims read them
 
 
 @dataclass(frozen=True)
@@ -226,14 +237,33 @@ def block(cls, raw: Mapping | None, name: str):
     return cls(**raw)
 
 
+def _probe_configs(probes: Any) -> tuple:
+    """``eval.probes`` as a tuple of task configs (a name is ``{name: <name>}``); names unique."""
+    if probes is None:
+        return ()
+    if isinstance(probes, (str, Mapping)) or not isinstance(probes, Sequence):
+        probes = [probes]
+    out = []
+    for p in probes:
+        if isinstance(p, str):
+            p = {"name": p}
+        if not isinstance(p, Mapping) or not p.get("name") or not isinstance(p.get("name"), str):
+            raise ConfigError(f"eval.probes must be task names or task configs with a name, got {p!r}")
+        out.append(dict(p))
+    names = [p["name"] for p in out]
+    if len(set(names)) < len(names):
+        raise ConfigError(f"eval.probes names a task twice: {', '.join(names)} (each probe's metric is probe_<name>)")
+    return tuple(out)
+
+
 def _eval_config(raw: Mapping) -> EvalConfig:
     ev = block(EvalConfig, raw, "eval")
     raw = {**ev.__dict__}
-    for key in ("split", "ood_split"):
+    for key in ("split", "ood_split", "probe_split"):
         if raw[key] not in SPLITS:
             raise ConfigError(f"eval.{key} must be one of {', '.join(SPLITS)}, got {raw[key]!r}")
-    for key in ("samples", "problems", "every", "ood_problems"):
-        value = number(raw, key, int, allow_none=key in ("problems", "ood_problems"), where="eval.")
+    for key in ("samples", "problems", "every", "ood_problems", "probe_problems", "probe_samples"):
+        value = number(raw, key, int, allow_none=key in ("problems", "ood_problems", "probe_problems"), where="eval.")
         if value is not None and value < 1:
             raise ConfigError(f"eval.{key} must be >= 1, got {raw[key]}")
     ood = raw["ood_task"]
@@ -243,6 +273,9 @@ def _eval_config(raw: Mapping) -> EvalConfig:
         raise ConfigError(f"eval.ood_task must be a task name or a task config with a name, got {ood!r}")
     if ood is not None:
         ev = replace(ev, ood_task=dict(ood))
+    ev = replace(ev, probes=_probe_configs(raw["probes"]))
+    if not isinstance(ev.require_probes, bool):
+        raise ConfigError(f"eval.require_probes must be true or false, got {ev.require_probes!r}")
     if not 0.0 <= number(raw, "temperature", float, where="eval."):
         raise ConfigError(f"eval.temperature must be >= 0, got {ev.temperature}")
     if not 0.0 < number(raw, "top_p", float, where="eval.") <= 1.0:

@@ -78,9 +78,13 @@ class Engine(Protocol):
         ``rollouts(prompt_ids, ...)`` samples one completion per prompt as token ids (what a
         gradient trainer's rollout function returns: GRPO with ``grpo.use_vllm=true`` then
         samples through the run's own engine instead of starting a second generator).
+    ``scores_text``
+        ``score_text(texts)`` scores given texts token by token (the likelihood probes of
+        ``eval.probes``); an engine without it cannot run those probes (validation says so).
     """
 
     batches_population: ClassVar[bool]
+    scores_text: ClassVar[bool]
     holds_weights: ClassVar[bool]
     serves_rollouts: ClassVar[bool]
     tokenizer: object
@@ -102,6 +106,10 @@ class Engine(Protocol):
                             rank: int | None, **gen_kwargs) -> list[Generation]:
         """One ``Generation`` per member ``(seed, sign)``: its completions of ``prompts`` under the
         weights ``theta + sign * sigma * eps(seed)`` (rank: EGGROLL low rank, None: full rank)."""
+
+    def score_text(self, texts: Sequence[str]) -> list[tuple[int, float, int]]:
+        """Per text, teacher-forced after its first token: (tokens scored, the sum of their log
+        probabilities in nats, how many were the model's top-1 prediction)."""
 
     def weights(self) -> WeightOps: ...
 

@@ -127,6 +127,7 @@ class HFEngine:
     population_full_rank = True  # es.full_rank: per-member weight copies
     holds_weights = False       # generates with the caller's model object
     serves_rollouts = False     # GRPO samples its rollouts through TRL's own generate
+    scores_text = True          # score_text: one teacher-forced forward pass per chunk of texts
 
     def __init__(self, model, tokenizer, device="auto", max_batch: int = 256, dtype: str = "auto"):
         if max_batch < 1:
@@ -189,6 +190,27 @@ class HFEngine:
 
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
         return encode_prompts(self.tokenizer, prompts)
+
+    @torch.inference_mode()
+    def score_text(self, texts: Sequence[str]) -> list[tuple[int, float, int]]:
+        """Per text: (tokens scored after the first, sum of their log probabilities in nats,
+        top-1 hits), in right-padded chunks of ``max_batch`` texts (fp32 log-softmax)."""
+        out = []
+        encoded = self._encode(texts)
+        for i in range(0, len(encoded), self.max_batch):
+            chunk = encoded[i:i + self.max_batch]
+            width = max(len(ids) for ids in chunk)
+            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long, device=self.device)
+            mask = torch.zeros_like(ids)
+            for r, seq in enumerate(chunk):
+                ids[r, :len(seq)], mask[r, :len(seq)] = torch.tensor(seq, device=self.device), 1
+            logp = torch.log_softmax(self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float(), dim=-1)
+            target, keep = ids[:, 1:], mask[:, 1:].bool()
+            picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            hits = (logp.argmax(-1) == target) & keep
+            for r in range(len(chunk)):
+                out.append((int(keep[r].sum()), float(picked[r][keep[r]].sum()), int(hits[r].sum())))
+        return out
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,

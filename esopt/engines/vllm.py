@@ -258,6 +258,7 @@ class VLLMEngine:
     population_full_rank = False      # no per-member weight copies
     holds_weights = True        # the worker's copy; the HF model is the host-side copy
     serves_rollouts = True      # rollouts(): GRPO's completions from this engine (grpo.use_vllm)
+    scores_text = False         # no teacher-forced scoring here: likelihood probes run on hf
 
     def __init__(self, llm, tokenizer, max_batch: int = 256, entropy_topk: int = 20, device: str = "cpu",
                  eos_ids: Sequence[int] = ()):

@@ -26,12 +26,13 @@ def estimate_tokens(plan) -> int:
 
     evals = 1 (base) + iterations // eval.every (+1 final if iterations % every);
     eval tokens = evals * (problems * (samples + greedy) * budget + ood_problems * samples *
-    ood budget) (the budgets: the plan's task specs); plus each phase's training estimate from
-    its resolved settings (``Algorithm.estimate_tokens``: ES, GRPO, each phase of a sequence
-    over its share, per-iteration sizes clamped to the train split as the run clamps them).
+    ood budget + per generated probe: probe_problems * probe_samples * its budget) (the
+    budgets: the plan's task specs); plus each phase's training estimate from its resolved
+    settings (``Algorithm.estimate_tokens``: ES, GRPO, each phase of a sequence over its
+    share, per-iteration sizes clamped to the train split as the run clamps them).
     ``problems`` null (the whole split) counts the split's rows.
     """
-    from esopt import algorithms
+    from esopt import algorithms, tasks
 
     budget = plan.task_spec.max_new_tokens
     ev = plan.eval
@@ -39,6 +40,10 @@ def estimate_tokens(plan) -> int:
     if plan.ood_spec is not None:
         per_eval += (_rows(plan.ood_spec, ev.ood_split, ev.ood_problems) * ev.samples
                      * plan.ood_spec.max_new_tokens)
+    for spec in plan.probe_specs:
+        if tasks.task_class(spec.config["name"]).scored_by == "likelihood":
+            continue  # scored, nothing generated
+        per_eval += _rows(spec, ev.probe_split, ev.probe_problems) * ev.probe_samples * spec.max_new_tokens
     train_rows = _rows(plan.task_spec, "train", None) if plan.phases else None  # the run clamps to it
     train = sum(algorithms.get(p.algo).estimate_tokens(p, budget, train_rows=train_rows) for p in plan.phases)
     return int((1 + n_evaluations(plan)) * per_eval + train)

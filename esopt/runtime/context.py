@@ -22,11 +22,13 @@ def samples_path(run_dir, iteration: int) -> Path:
     return Path(run_dir) / SAMPLES_DIR / f"iteration_{int(iteration)}.json"
 
 
-def evaluate_recorded(cfg: RunConfig, engine, task, ood, run: store.RunDir | None, iteration: int) -> dict:
-    """``evaluate_config`` with the run's eval block, its completions written to
-    :func:`samples_path` (``eval.save_samples`` problems in full; 0 or no run directory: none)."""
+def evaluate_recorded(cfg: RunConfig, engine, task, ood, run: store.RunDir | None, iteration: int,
+                      probes: dict | None = None) -> dict:
+    """``evaluate_config`` with the run's eval block (``probes``: its forgetting probes,
+    ``esopt.runtime.run.load_probe_tasks``), its completions written to :func:`samples_path`
+    (``eval.save_samples`` problems in full; 0 or no run directory: none)."""
     records = [] if cfg.eval.save_samples and run is not None else None
-    result = evaluate_config(cfg.eval, engine, task, ood, completions=records)
+    result = evaluate_config(cfg.eval, engine, task, ood, completions=records, probes=probes)
     if records is not None:
         write_samples(samples_path(run.path, iteration), records, cfg.eval.save_samples, result,
                       iteration=int(iteration))
@@ -52,7 +54,8 @@ class RunContext:
 
     ``iterations`` is this phase's budget; ``iteration_offset`` shifts the iteration numbers
     it logs, so a sequence's second phase continues the first one's count. ``ood_task`` is the
-    out-of-domain task of ``eval.ood_task`` (None when unset).
+    out-of-domain task of ``eval.ood_task`` (None when unset); ``probes`` the forgetting probes
+    of ``eval.probes`` by name ({} when none).
     """
 
     cfg: RunConfig
@@ -66,6 +69,7 @@ class RunContext:
     iteration_offset: int = 0
     shared: Shared = field(default_factory=lambda: Shared(time.time()))
     ood_task: Any = None
+    probes: dict = field(default_factory=dict)
 
     @property
     def settings(self) -> Any:
@@ -112,7 +116,7 @@ class RunContext:
     def evaluate(self, iteration: int) -> dict:
         """Shared held-out evaluation: log an eval line, report to Optuna, maybe prune."""
         step = int(iteration) + self.iteration_offset
-        result = evaluate_recorded(self.cfg, self.engine, self.task, self.ood_task, self.run, step)
+        result = evaluate_recorded(self.cfg, self.engine, self.task, self.ood_task, self.run, step, self.probes)
         self.shared.last_eval, self.shared.last_eval_iteration = result, step
         self.log(kind="eval", iteration=iteration, **eval_line(result))
         trial = self.shared.trial
@@ -127,7 +131,7 @@ class RunContext:
         return RunContext(
             self.cfg, self.model, self.tokenizer, self.engine, self.task, self.run,
             phase=algo, iterations=int(iterations), iteration_offset=int(iteration_offset),
-            shared=self.shared, ood_task=self.ood_task,
+            shared=self.shared, ood_task=self.ood_task, probes=self.probes,
         )
 
     def phase_done(self, algo: str, eval_result: dict | None = None) -> None:

@@ -57,6 +57,8 @@ def check_sizes(rc) -> None:
     _bound("eval.samples", ev.samples, MAX_SAMPLES, "completions per problem")
     _bound("eval.problems", ev.problems, MAX_PROBLEMS, "problems evaluated")
     _bound("eval.ood_problems", ev.ood_problems, MAX_PROBLEMS, "problems evaluated")
+    _bound("eval.probe_problems", ev.probe_problems, MAX_PROBLEMS, "problems evaluated per probe")
+    _bound("eval.probe_samples", ev.probe_samples, MAX_SAMPLES, "completions per problem")
     _bound("eval.max_new_tokens", ev.max_new_tokens, MAX_NEW_TOKENS, "generation budget")
     for block in algorithms.blocks().values():  # each block's size-like keys, as it declares them
         values = rc.blocks.get(block.name) or {}

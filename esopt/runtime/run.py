@@ -24,6 +24,7 @@ from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
 from esopt.engines.base import resolve_device
+from esopt.evaluator import probe_floor_warnings, probe_scores
 from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line, evaluate_recorded
 from esopt.runtime.layout import slurm_job_state
@@ -64,6 +65,13 @@ def load_ood_task(plan: RunPlan, tokenizer):
     """The run's out-of-domain task (``eval.ood_task``, its plan's ``ood_spec``), or None."""
     spec = plan.ood_spec
     return None if spec is None else tasks.get(spec.config, tokenizer=tokenizer, style=spec.stated)
+
+
+def load_probe_tasks(plan: RunPlan, tokenizer) -> dict:
+    """The run's forgetting probes (``eval.probes``, its plan's ``probe_specs``) by name, built
+    once ({} when none)."""
+    return {spec.config["name"]: tasks.get(spec.config, tokenizer=tokenizer, style=spec.stated)
+            for spec in plan.probe_specs}
 
 
 def placement(plan: RunPlan, device: str) -> tuple[Any, str]:
@@ -249,13 +257,16 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
     summary["model"]["params"] = models.n_params(model)
     shared.trial = tuning.attach(cfg.tuning_settings, rid, cfg.trial_attrs(summary["model"]["params"]))
     ood = load_ood_task(cfg, tokenizer)
+    probes = load_probe_tasks(cfg, tokenizer)
     ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
-                     iterations=cfg.iterations, shared=shared, ood_task=ood)
+                     iterations=cfg.iterations, shared=shared, ood_task=ood, probes=probes)
     if summary["base"] is None:
         rd.truncate_metrics(lambda line: line.get("phase") != "base")  # an earlier attempt's, unrecorded
-        summary["base"] = evaluate_recorded(cfg, engine, task, ood, rd, 0)
+        summary["base"] = evaluate_recorded(cfg, engine, task, ood, rd, 0, probes)
         ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
         rd.write_summary(summary)
+        for line in probe_floor_warnings(summary["base"]):  # the run goes on: its curve says little
+            print(f"esopt: warning: {line}", file=sys.stderr)
     if shared.trial is not None:  # the auto pruner's base-model reference
         shared.trial.record_base(summary["base"])
     if not algo.trains:
@@ -277,6 +288,7 @@ def _close(rd: store.RunDir, summary: dict, shared: Shared) -> None:
     summary["tokens_generated"] = shared.tokens_total
     summary["wall_s"] = round(time.time() - shared.t0, 3)
     summary["effective"] = dict(shared.effective)
+    summary.update(probe_scores([(line.get("iteration", 0), line) for line in rd.lines() if line.get("kind") == "eval"]))
     if summary["status"] == "running":
         return
     if not _record_end(rd, summary):  # it stays 'running' and resumes: its trial stays RUNNING for it

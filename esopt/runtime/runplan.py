@@ -85,6 +85,7 @@ class RunPlan:
     inputs: dict = field(default_factory=dict)  # fingerprints of its local inputs (data file, weights)
     tuning_settings: TuningSettings | None = None  # the tuning block resolved (esopt.runtime.tuning.resolve)
     ood_spec: TaskSpec | None = None  # eval.ood_task as it will be built; None = no out-of-domain set
+    probe_specs: tuple = ()           # eval.probes as they will be built (TaskSpec each, in order)
     layout: Layout | None = None      # its ranks x GPUs per rank (esopt.runtime.layout: the launcher request)
     tracker_options: dict = field(default_factory=dict)  # logger=[...]: each tracker's typed options, in order
 
@@ -137,6 +138,7 @@ class RunPlan:
                 "task": dataclasses.asdict(self.task_spec),
                 "tuning": None if self.tuning_settings is None else dataclasses.asdict(self.tuning_settings),
                 "ood_task": None if self.ood_spec is None else dataclasses.asdict(self.ood_spec),
+                "probes": [dataclasses.asdict(p) for p in self.probe_specs],
                 "layout": None if self.layout is None else dataclasses.asdict(self.layout),
                 "trackers": {name: dataclasses.asdict(o) for name, o in self.tracker_options.items()},
                 "phases": [{"algo": p.algo, "iterations": p.iterations, "offset": p.offset,
@@ -164,7 +166,8 @@ class RunPlan:
                    TaskSpec(**resolved["task"]), phases, resolved["run_id"], resolved["legacy_id"],
                    resolved["config_id"], dict(resolved["inputs"]),
                    TuningSettings(**tuning) if tuning is not None else None,
-                   TaskSpec(**ood) if ood is not None else None, Layout(**lay) if lay is not None else None,
+                   TaskSpec(**ood) if ood is not None else None, tuple(TaskSpec(**p) for p in resolved.get("probes") or ()),
+                   Layout(**lay) if lay is not None else None,
                    {name: trackers.TRACKERS[name].Options(**o) for name, o in (resolved.get("trackers") or {}).items()})
 
 

@@ -52,6 +52,7 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     ood = rc.eval.ood_task
     if ood is not None and ood.get("name") not in tasks.TASK_NAMES:
         raise ConfigError(f"unknown eval.ood_task {ood.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
+    check_probes(rc)
     rc = resolve_defaults(rc)
     models.check_dtype(rc.model.get("dtype", "float32"))
     if rc.model.get("path"):
@@ -90,6 +91,7 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
                    task_spec(rc.task, rc), tuple(phases), inputs=input_fingerprints(rc) if ids else {},
                    tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
                    ood_spec=task_spec(ood, rc) if ood is not None else None,
+                   probe_specs=tuple(task_spec(p, rc) for p in rc.eval.probes),
                    layout=lay if lay is not None else layout(rc),
                    tracker_options=tracker_options if tracker_options is not None else trackers.check(rc))
     if not ids:
@@ -135,7 +137,7 @@ def resolve_defaults(rc: RunConfig) -> RunConfig:
     """Fill in the defaults that depend on the task, so that the run's config (and its id)
     holds the values it uses: the task's source-dependent knobs (``tasks.resolved``), its
     ``eval.problems`` when null (``Task.eval_problems``; None stays = the whole split), and the
-    same for ``eval.ood_task`` / ``eval.ood_problems``."""
+    same for ``eval.ood_task`` / ``eval.ood_problems`` and ``eval.probes`` / ``eval.probe_problems``."""
     task = tasks.resolved(rc.task)
     ev = rc.eval
     if ev.problems is None:
@@ -144,7 +146,36 @@ def resolve_defaults(rc: RunConfig) -> RunConfig:
         ood = tasks.resolved(ev.ood_task)
         ev = dataclasses.replace(ev, ood_task=ood, ood_problems=ev.ood_problems if ev.ood_problems
                                  is not None else tasks.task_class(ood["name"]).eval_problems)
+    if ev.probes:
+        probes = tuple(tasks.resolved(p) for p in ev.probes)
+        problems = ev.probe_problems
+        if problems is None:  # the smallest task default, so every probe is measured on as many
+            problems = min(tasks.task_class(p["name"]).eval_problems or limits.MAX_PROBLEMS for p in probes)
+        ev = dataclasses.replace(ev, probes=probes, probe_problems=problems)
     return dataclasses.replace(rc, task=task, eval=ev)
+
+
+def check_probes(rc: RunConfig) -> None:
+    """``eval.probes``: known task names, none the training task itself (a probe measures what
+    training does not touch), and at least one when ``eval.require_probes`` (a preset whose
+    claims read the held-out curve switches it on)."""
+    probes = rc.eval.probes
+    if rc.eval.require_probes and not probes:
+        raise ConfigError(f"model {rc.model['name']!r} has no held-out probes and eval.require_probes is set: "
+                          "set eval.probes (e.g. eval.probes=[copy,first_letter,passages]; docs/results/probes.md)")
+    if tasks.task_class(rc.task["name"]).scored_by == "likelihood":
+        raise ConfigError(f"task {rc.task['name']} is scored by likelihood: it can be an eval.probes entry, "
+                          "not the task a run trains and evaluates on")
+    for p in probes:
+        if p["name"] not in tasks.TASK_NAMES:
+            raise ConfigError(f"unknown eval.probes task {p['name']!r} (known: {', '.join(tasks.TASK_NAMES)})")
+        if tasks.task_class(p["name"]).scored_by == "likelihood" \
+                and not getattr(engines.engine_class(rc.engine), "scores_text", False):
+            raise ConfigError(f"eval.probes: {p['name']} is scored by likelihood, which engine "
+                              f"{rc.engine.get('name')} cannot do here (use engine=hf)")
+        if p["name"] == rc.task.get("name"):
+            raise ConfigError(f"eval.probes names the training task {p['name']!r}: a probe must be held out "
+                              "from training (pick another task)")
 
 
 def check_remote_code(model_cfg: dict) -> None:
@@ -193,9 +224,13 @@ def _check_task_data(rc: RunConfig) -> None:
     uses = [(rc.task, "train"), (rc.task, rc.eval.split)] if trains else [(rc.task, rc.eval.split)]
     if rc.eval.ood_task is not None:
         uses.append((rc.eval.ood_task, rc.eval.ood_split))
+    probes = [(p, rc.eval.probe_split) for p in rc.eval.probes]
     fp = input_fingerprints(rc).get("task.source")
-    for cfg, split in uses:
+    for cfg, split in uses + probes:
         problems = rc.eval.problems if (cfg is rc.task and split == rc.eval.split) else None
+        if (cfg, split) in probes:  # a text probe scores its passages, up to probe_problems of them
+            text = tasks.task_class(cfg["name"]).scored_by == "likelihood"
+            problems = None if text else rc.eval.probe_problems
         key = json.dumps([cfg, task_style(cfg, rc), split, problems, fp, limits.context_key(rc)],
                          sort_keys=True, default=str)
         if key in _CHECKED_TASKS:
@@ -209,6 +244,9 @@ def _check_task_data(rc: RunConfig) -> None:
             raise ConfigError(f"task {cfg['name']}: the {split} split is empty ({sizes}); held-out rows "
                               "are carved from train and rows that repeat earlier ones are dropped")
         if problems is not None and problems > n:
+            if (cfg, split) in probes:
+                raise ConfigError(f"eval.probe_problems={problems} exceeds the {split} split of probe "
+                                  f"{cfg['name']} ({n} problems); set eval.probe_problems <= {n}")
             raise ConfigError(f"eval.problems={problems} exceeds the {split} split of task {cfg['name']} "
                               f"({n} problems); set eval.problems <= {n}")
         limits.check_context(rc, task, split, rows)
@@ -277,6 +315,10 @@ def legacy_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
             d["eval"].pop(key, None)
     if isinstance(d.get("es"), dict) and d["es"].get("targets", "") is None:  # the engine's default:
         d["es"].pop("targets")  # the ids ES runs had before es.targets (the engine name is in the id)
+    if not d["eval"].get("probes"):  # runs without probes keep their earlier ids
+        for key in ("probes", "probe_split", "probe_problems", "probe_samples"):
+            d["eval"].pop(key, None)
+    d["eval"].pop("require_probes", None)  # a check before dispatch, not what is measured
     algo = algorithms.get(rc.algo)
     for b in algo.blocks:  # how fast, never what: the same run (each is tested bitwise)
         for key in b.speed_keys():

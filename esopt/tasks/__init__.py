@@ -42,6 +42,11 @@ _CLASSES = {
     "reverse": ("esopt.tasks.synthetic", "ReverseTask"),
     "math": ("esopt.tasks.math", "MathTask"),
     "arith": ("esopt.tasks.arith", "ArithTask"),
+    "successor": ("esopt.tasks.probes", "SuccessorTask"),
+    "copy": ("esopt.tasks.probes", "CopyTask"),
+    "upper": ("esopt.tasks.probes", "UpperTask"),
+    "first_letter": ("esopt.tasks.probes", "FirstLetterTask"),
+    "passages": ("esopt.tasks.probes", "PassagesTask"),
 }
 TASK_NAMES: tuple[str, ...] = tuple(_CLASSES)
 
@@ -69,6 +74,7 @@ class Task:
     verifier: str | None = None  # what decides Verdict.correct, when a task has several ways (recorded)
     budgets: dict[str, int] = {"compact": 24, "chat": 1024}  # style -> default max_new_tokens
     stops: dict[str, tuple[str, ...]] = {}  # style -> extra stop strings
+    scored_by: str = "generation"  # or "likelihood": a text scored teacher-forced, nothing generated
 
     def __init__(self, cfg: Mapping | None = None, tokenizer=None, style: str | None = None):
         self.cfg: dict[str, Any] = self.resolve(resolve_knobs(self.name, cfg or {}, self.knobs))
