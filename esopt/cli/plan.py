@@ -4,13 +4,17 @@ can decide each claim and what it costs; launches nothing.
     python -m esopt.plan +experiment=pop_vs_size_gpu
     python -m esopt.plan -m model=qwen1.5b,qwen7b pop=8,16,32
     python -m esopt.plan +experiment=paper_cpu --pilot results/paper_cpu_quick
+    python -m esopt.plan --pilot results/pilot_smollm2 --print-components   # the literal for MODEL_COMPONENTS
     python -m esopt.plan +experiment=es_vs_grpo_gpu --target-power 0.8 --claims 1,3 --max-hours 5000
     python -m esopt.plan ... plan.tokens_per_s=3000        # the throughput the hours are computed at
 
 The grid is composed and validated by the esopt sweeper exactly as ``esopt.sweep`` composes it
 (``EsoptSweeper.composed``: same presets, validation, run ids); the plan is
 ``esopt.study.claims.plan``'s. Flags: ``--claims 1,3`` (default: the claims the grid bears on),
-``--pilot DIR`` (variance components from a finished pilot sweep, with bootstrap bounds),
+``--pilot DIR`` (variance components from a finished pilot sweep, with bootstrap bounds; what it
+does not measure stays the model's: each line says which), ``--print-components`` (with --pilot:
+print the pilot's ``Components(...)`` for ``simulate.MODEL_COMPONENTS`` and exit; no grid needed),
+without --pilot the cell model's shipped components (``MODEL_COMPONENTS``, else the tiny family's),
 ``--target-power P --max-hours H`` (search the cheapest design meeting P for every named claim),
 ``--sims N`` (synthetic sweeps per scenario and generator, default 100), ``--seed S``.
 Exit codes: 0 ok (whatever the verdicts), 2 bad input.
@@ -28,6 +32,7 @@ from esopt.core.errors import ConfigError
 
 FLAGS = {"--pilot": str, "--target-power": float, "--claims": str, "--max-hours": float, "--sims": int,
          "--seed": int}
+SWITCHES = ("--print-components",)
 PLAN_KEYS = {"plan.tokens_per_s": float}
 
 
@@ -38,7 +43,9 @@ def split_argv(argv: list[str]) -> tuple[dict, dict, list[str]]:
     while i < len(argv):
         a = argv[i]
         name, eq, value = a.partition("=")
-        if name in FLAGS:
+        if a in SWITCHES:
+            flags[a] = True
+        elif name in FLAGS:
             if not eq:
                 if i + 1 >= len(argv):
                     fail(f"{name} needs a value")
@@ -87,6 +94,8 @@ def check(flags: dict, keys: dict) -> None:
         fail(f"--sims must be >= 1 (got {flags['--sims']})")
     if "--max-hours" in flags and "--target-power" not in flags:
         fail("--max-hours caps the search of --target-power: give both")
+    if "--print-components" in flags and "--pilot" not in flags:
+        fail("--print-components prints a pilot's components: give --pilot DIR")
 
 
 def compose(overrides: list[str]) -> list:
@@ -142,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     flags, keys, overrides = split_argv(argv)
     check(flags, keys)
     claims = parse_claims(flags.get("--claims"))
+    if "--print-components" in flags:
+        try:
+            print("\n".join(P.pilot_literal(flags["--pilot"])))
+        except (ConfigError, FileNotFoundError, NotADirectoryError) as e:
+            fail(f"--pilot {flags['--pilot']}: {e}" if "--pilot" not in str(e) else str(e))
+        return 0
     t0 = time.time()
     runs = compose(overrides)
     try:
@@ -152,10 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     if claims and 7 in claims and sizes < 2:
         fail(f"claim 7 compares model sizes: the grid's ES runs have {sizes} "
              f"({grid.cell_model}); sweep model=a,b,c,... with >= 2 populations each")
-    comps, source, bounds = None, P.MEASURED_ON, None
+    comps, source, bounds = None, None, None
     if "--pilot" in flags:
         try:
-            comps, pess, opt, how = P.pilot_components(flags["--pilot"])
+            start, start_source = P.model_components(grid.cell_model)   # what the pilot does not measure
+            comps, pess, opt, how = P.pilot_components(flags["--pilot"], start=start, start_source=start_source)
         except (ConfigError, FileNotFoundError, NotADirectoryError) as e:
             fail(f"--pilot {flags['--pilot']}: {e}" if "--pilot" not in str(e) else str(e))
         source, bounds = f"pilot {flags['--pilot']}", (pess, opt)

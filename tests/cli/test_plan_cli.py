@@ -79,6 +79,8 @@ def test_pilot_components_and_their_bounds(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "# component sigma_seed: within-algorithm spread" in r.stdout
     assert "# component bounds: 80% bootstrap bounds" in r.stdout
+    assumed = next(ln for ln in r.stdout.splitlines() if ln.startswith("# component assumed: "))
+    assert "probe_base" in assumed and "(not measured by this pilot: tiny family's values)" in assumed
     assert f"components (pilot {pilot})" in r.stdout
     assert "power at the components' bounds" in r.stdout
 

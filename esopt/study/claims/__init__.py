@@ -37,12 +37,13 @@ Input: one record per completed run (the aggregator's runs-table row: run_id, al
 params, pop, seed, iterations, sigma, lr, base_/final_ metrics; plus ``js_succ`` / ``p_pop`` /
 ``reward_mean`` = the means of the run's ES train lines), and the per-problem lists read from
 the run directory: ``samples``, ``base_counts``, ``final_counts`` (correct samples per problem,
-summary.json), ``sparsity`` (sparsity.json) and the ES member scoring (``es_temperature``,
-``es_samples``). The rivals read runs-table columns: ``base_probe_pass1`` / ``final_probe_pass1`` /
-``min_probe_pass1`` (the held-out probes, eval.probes; claims 8 and 10), ``update_top_share`` /
-``update_l2`` (drift.json; claim 9), ``connectivity_barrier`` / ``connectivity_cosine``
-(connectivity.json on the ES run; claim 11), and ``anchor_decay`` (summary.json's config; the
-``es_anchor`` arm).
+summary.json), ``sparsity`` (sparsity.json), the ES member scoring (``es_temperature``,
+``es_samples``) and, with eval.probes, ``probe_samples`` / ``probe_problems`` (the planner's
+estimate of a probe evaluation's noise). The rivals read runs-table columns:
+``base_probe_pass1`` / ``final_probe_pass1`` / ``min_probe_pass1`` (the held-out probes,
+eval.probes; claims 8 and 10), ``update_top_share`` / ``update_l2`` (drift.json; claim 9),
+``connectivity_barrier`` / ``connectivity_cosine`` (connectivity.json on the ES run; claim 11),
+and ``anchor_decay`` (summary.json's config; the ``es_anchor`` arm).
 
 The comparison cell: the model with the most algorithms among none/es/grpo/grpo_es/es_grpo
 (ties: most runs, then name). ES runs with anchored weight decay (``es.anchor_decay`` > 0 in their
@@ -477,6 +478,9 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
         es_cfg = ((s.get("config") or {}).get("es") or {})
         r["es_temperature"], r["es_samples"] = es_cfg.get("temperature"), es_cfg.get("samples")
         r["test_draw"] = (((s.get("config") or {}).get("task") or {}).get("test_draw"))
+        ev = (s.get("config") or {}).get("eval") or {}
+        if ev.get("probes"):   # one probe evaluation's sampling noise (simulate.probe_eval_var)
+            r["probe_samples"], r["probe_problems"] = ev.get("probe_samples"), ev.get("probe_problems")
 
 
 def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:

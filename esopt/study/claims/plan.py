@@ -17,9 +17,12 @@ grid runs), so what a grid lacks is said in the rules' own words. Per claim:
     false yes  = P(yes) at theta = b (claim 5: the worse of its two nulls), the worst generator
 each with its Wilson 95% Monte Carlo interval; ``decidable`` when power >= ``TARGET``.
 
-Components: ``simulate.MEASURED`` (the tiny family: paper_cpu and paper_cpu_family), with the
-family's parameter range set to the grid's; or a pilot sweep's (:func:`pilot_components`, with
-bootstrap bounds: power is also reported at the pessimistic and optimistic ends).
+Components: the comparison cell's model's own (``simulate.MODEL_COMPONENTS``, from a pilot of that
+model) where it has them, else ``simulate.MEASURED`` (the tiny family: paper_cpu and
+paper_cpu_family), with the family's parameter range set to the grid's (:func:`model_components`);
+or a pilot sweep's (:func:`pilot_components`, with bootstrap bounds: power is also reported at the
+pessimistic and optimistic ends; what the pilot does not measure stays the model's).
+``pilot_literal`` prints a pilot's as the ``Components(...)`` to paste into MODEL_COMPONENTS.
 Cost: runs, the token bound (``esopt.runtime.budget.estimate_tokens``), CPU-hours at this machine's
 measured rate (``budget.cpu_tokens_per_s``) for runs that ask for no GPU, GPU-hours at
 ``budget.gpu_tokens_per_s`` for those that do.
@@ -37,8 +40,8 @@ import numpy as np
 from esopt.core.errors import ConfigError
 from esopt.core.metrics import wilson_interval
 from esopt.study.claims.rules import ES_ANCHOR, REGISTRY, SEQUENCES
-from esopt.study.claims.simulate import (FAMILY_CLAIMS, GENERATOR_CLAIMS, GENERATORS, MEASURED, Components, Design,
-                                  scenarios, simulate, verdict_of)
+from esopt.study.claims.simulate import (FAMILY_CLAIMS, GENERATOR_CLAIMS, GENERATORS, MEASURED, MODEL_COMPONENTS,
+                                         Components, Design, scenarios, simulate, verdict_of)
 
 TARGET = 0.8               # power at which a claim counts as decidable (claims.DEFAULTS["power"])
 SIMS = 100                 # synthetic sweeps per scenario and generator (the CLI's --sims)
@@ -161,8 +164,22 @@ def design_of(grid: Grid) -> Design:
                   family_seeds=max(grid.family_seeds, 1))
 
 
-def components_for(grid: Grid, base: Components = MEASURED) -> Components:
-    """``base`` with the family's parameter range set to the grid's (the trend is per ln params)."""
+def model_components(model: str | None) -> tuple[Components, str]:
+    """(components, source) assumed for a grid whose comparison cell runs ``model``: its own
+    (``simulate.MODEL_COMPONENTS``, measured by a pilot of that model) where it has them, else the
+    tiny family's (``MEASURED``)."""
+    if model in MODEL_COMPONENTS:
+        c = MODEL_COMPONENTS[model]
+        note = (" (a placeholder: the simulator's assumed defaults until its pilot's are filled in)"
+                if c == Components() else "")
+        return c, f"{model}: esopt/study/claims/simulate.py MODEL_COMPONENTS{note}"
+    return MEASURED, MEASURED_ON
+
+
+def components_for(grid: Grid, base: Components | None = None) -> Components:
+    """``base`` (default: the grid's model's, ``model_components``) with the family's parameter
+    range set to the grid's (the trend is per ln params)."""
+    base = base or model_components(grid.cell_model)[0]
     rng = grid.params_range
     return replace(base, params=rng) if rng else base
 
@@ -347,12 +364,16 @@ def cost(runs: list, tokens_per_s: float | None = None) -> dict:
 # ---------------------------------------------------------------------------------------------
 # the plan of a grid
 def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Components | None = None,
-         comp_source: str = MEASURED_ON, bounds: tuple | None = None, sims: int = SIMS, seed: int = 0,
+         comp_source: str | None = None, bounds: tuple | None = None, sims: int = SIMS, seed: int = 0,
          tokens_per_s: float | None = None, target: float = TARGET) -> dict:
     """Per claim (``claims``, default: those the grid bears on): what it lacks, or its power and
     false yes (``claim_power``) and at the pilot's ``bounds`` (pessimistic, optimistic
-    components) its power there; the cost; the components and their source."""
-    comps = components_for(grid, comps or MEASURED)
+    components) its power there; the cost; the components and their source (``comps`` None:
+    the grid's model's, ``model_components``)."""
+    if comps is None:
+        comps, src = model_components(grid.cell_model)
+        comp_source = comp_source or src
+    comps = components_for(grid, comps)
     design, shape = design_of(grid), shaper(grid)
     out = {"design": design, "family": bool(grid.family), "components": comps, "source": comp_source,
            "cost": cost(runs, tokens_per_s),
@@ -411,6 +432,8 @@ def component_lines(report: dict) -> list[str]:
     c = report["components"]
     d = report["design"]
     shown = ("sigma_seed", "sigma_problem_algo", "sigma_entropy", "s0", "sigma_size", "es_gain", "params")
+    if any(cid in OPT_IN or cid == 10 for cid in report["claims"]):   # the rivals'
+        shown += ("probe_per_gain", "sigma_probe", "sigma_probe_eval", "top_share", "sigma_share", "sigma_log_l2")
     note = "" if report["source"].startswith("pilot") else " (point values; --pilot estimates a pilot's, with bounds)"
     return ([f"components ({report['source']}){note}: " + ", ".join(f"{k} {_short(getattr(c, k))}" for k in shown)]
             + [f"design (simulated): {d.seeds} seeds per arm (max; each arm its own), {d.problems} problems x "
@@ -486,25 +509,38 @@ def trend_what(grid: Grid, design: Design, comps: Components, sims: int = TREND_
 
 # ---------------------------------------------------------------------------------------------
 # components from a pilot sweep
-def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 0) -> tuple:
-    """(point, pessimistic, optimistic, how) from a finished pilot sweep: ``estimate_components``
-    on its runs, and on ``boot`` bootstrap resamples of its runs (the ES family's model sizes
-    resampled when there are >= 3, then seeds within each (model, algo, pop) group); the noise
-    components' ``level`` percentile bounds: pessimistic =
-    every noise sd at its upper bound, optimistic at its lower. ConfigError without finished runs."""
-    from esopt.study.claims import select_cell
-    from esopt.study.claims.simulate import estimate_components, sweep_records
+PILOT_NOISE = ("sigma_seed", "sigma_problem_algo", "sigma_entropy", "sigma_size", "sigma_step",
+               "sigma_probe", "sigma_probe_eval", "sigma_share", "sigma_log_l2", "sigma_cosine")
+
+
+def _pilot_records(sweep_dir) -> list[dict]:
+    from esopt.study.claims.simulate import sweep_records
 
     recs = [r for r in sweep_records(sweep_dir) if r.get("status", "completed") == "completed"
             and r.get("final_counts") is not None]
     if not recs:
         raise ConfigError(f"--pilot {sweep_dir}: no finished runs with per-problem counts (run the pilot sweep first)")
-    point, how = estimate_components(recs, recs, start=MEASURED)
+    return recs
+
+
+def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 0,
+                     start: Components = MEASURED, start_source: str = MEASURED_ON) -> tuple:
+    """(point, pessimistic, optimistic, how) from a finished pilot sweep: ``estimate_components``
+    on its runs (what it cannot estimate keeps ``start``'s: ``how["assumed"]`` names those), and on
+    ``boot`` bootstrap resamples of its runs (the ES family's model sizes resampled when there are
+    >= 3, then seeds within each (model, algo, pop) group); the estimated noise components'
+    ``level`` percentile bounds: pessimistic = every noise sd at its upper bound, optimistic at its
+    lower. ConfigError without finished runs."""
+    from esopt.study.claims import select_cell
+    from esopt.study.claims.simulate import estimate_components
+
+    recs = _pilot_records(sweep_dir)
+    point, how = estimate_components(recs, recs, start=start)
     groups: dict = {}
     for r in recs:
         groups.setdefault((r.get("model"), r.get("algo"), r.get("pop")), []).append(r)
     rng = np.random.default_rng(seed)
-    noise = ("sigma_seed", "sigma_problem_algo", "sigma_entropy", "sigma_size", "sigma_step")
+    noise = [k for k in PILOT_NOISE if how.get(k, "assumed") != "assumed"]
     draws = {k: [] for k in noise}
     models = sorted({m for m, a, _ in groups if a == "es"} - {None}, key=str)
     cell = select_cell(recs)["model"]
@@ -529,10 +565,28 @@ def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 
     lo_q, hi_q = (1 - level) / 2 * 100, (1 + level) / 2 * 100
     pess = replace(point, **{k: float(np.percentile(v, hi_q)) for k, v in draws.items() if v})
     opt = replace(point, **{k: float(np.percentile(v, lo_q)) for k, v in draws.items() if v})
+    assumed = [k for k, v in how.items() if v == "assumed" or v.startswith("assumed (")]
     how = {k: v for k, v in how.items() if v != "assumed"}
     how["bounds"] = (f"{level:.0%} bootstrap bounds over {boot} resamples of the pilot's sizes and seeds: "
                      + ", ".join(f"{k} {getattr(opt, k):.3g}-{getattr(pess, k):.3g}" for k in noise if draws[k]))
+    how["assumed"] = (f"{', '.join(assumed)} (not measured by this pilot: {start_source.split(':')[0]}'s values)"
+                      if assumed else "none")
     return point, pess, opt, how
+
+
+def pilot_literal(sweep_dir) -> list[str]:
+    """A pilot's components as lines to paste into ``simulate.MODEL_COMPONENTS``: how each was
+    estimated (comments), the ones it cannot estimate (left at ``Components()``'s defaults, which
+    the estimates that lean on them assumed too), then ``Components(...)`` of the estimated ones."""
+    from esopt.study.claims.simulate import estimate_components, literal
+
+    recs = _pilot_records(sweep_dir)
+    c, how = estimate_components(recs, recs, start=Components())
+    fields = [k for k, v in how.items() if not v.startswith("assumed")]
+    assumed = [k for k in how if k not in fields]
+    return ([f"# components of {sweep_dir} ({len(recs)} finished runs; estimate_components)"]
+            + [f"#   {k}: {how[k]}" for k in fields]
+            + [f"# assumed (Components() defaults): {', '.join(assumed) or 'none'}", literal(c, fields)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,7 +628,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
     "hours", "overrides", "best"} (best: the highest power reached within ``max_hours``)."""
     from esopt.runtime.budget import estimate_tokens
 
-    comps0 = comps or MEASURED
+    comps0 = comps or model_components(grid.cell_model)[0]
     rcs = list({rid: rc for rid, rc in runs}.values())
     cell_claims = [c for c in claims if c not in FAMILY_CLAIMS]
     fam_claims = [c for c in claims if c in FAMILY_CLAIMS]

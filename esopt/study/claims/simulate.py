@@ -26,9 +26,9 @@ the same P problems):
   s_equal_norm) g_E), the random mask at s_random g_E;
 - the rivals (claims 8-11): ``_rivals``'s docstring (held-out probes with ES's forgetting at the
   same gain and its recovery, the update's top-22% share and l2 norm, the ES/GRPO barrier and
-  cosine, and an anchored ES arm); their components are assumed (``Components``: probe_*,
-  top_share, log_l2, sigma_*), not yet estimated from real runs (``estimate_components`` leaves
-  them);
+  cosine, and an anchored ES arm); ``estimate_components`` estimates their components where the
+  runs carry the probes (eval.probes) and drift.json's update statistics (analysis=[drift]); the
+  barrier's noise stays assumed;
 - ES family (claims 4 and 7): ``_family``'s docstring; per size j the population slope
   s0 + beta (ln params_j - mean) + w_j on log2 N, w_j ~ N(0, sigma_size^2).
 
@@ -39,7 +39,8 @@ js_succ / p_pop (``sigma_count_js``, with its variance estimated from ``TRAIN_LI
 
 Default magnitudes are assumed (base Pass@1 ~0.20 and Pass@16 ~0.72 from unsolvable 0.2 and
 Beta(2, 6); sigma_seed 0.005; sigma_entropy 0.005; s0 0.006; sigma_size 0.001; sigma_step
-0.005); ``MEASURED`` holds those estimated from the paper_cpu runs (``estimate_components``).
+0.005); ``MEASURED`` holds those estimated from the paper_cpu runs (``estimate_components``),
+``MODEL_COMPONENTS`` a real model's, from its pilot (the planner uses them for grids of that model).
 
 ``effects`` maps a claim id to its effect theta on the claim's own scale (claim_rules' estimand):
 its boundary (null), boundary + delta (true at the smallest effect of interest), or beyond
@@ -127,6 +128,14 @@ class Components:
 MEASURED = Components(unsolvable=0.146, beta=(0.649, 2.05), sigma_seed=0.00413, sigma_problem_algo=0.0998,
                       es_gain=0.0185, sigma_entropy=0.0217, grpo_per_gain=-0.0834, grpo_climb=0.034,
                       sigma_step=0.00262, s_random=0.185, s0=0.0085, sigma_size=0.000684, params=(3.01e4, 8.01e5))
+
+# per model, its components from a pilot sweep of that model (esopt.plan uses them for a grid whose
+# comparison cell runs it; other models get MEASURED). Regenerate a model's with
+#   python -m esopt.plan --pilot results/<pilot> --print-components
+# TO BE FILLED from results/pilot_smollm2 (2 seeds x es,grpo, eval.probes=[copy,first_letter,passages],
+# analysis=[drift]): until then the simulator's assumed defaults (the planner says "placeholder")
+SMOLLM2 = Components()
+MODEL_COMPONENTS = {"smollm2-135m": SMOLLM2}
 
 # the misspecified generators of the calibration (issue 39): name -> Components overrides
 GENERATORS = {
@@ -611,7 +620,22 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     - the family (``family_records``, ES runs, >= 2 populations per model): per size the OLS slope
       of Pass@1 on log2 N with its se; ``s0`` = mean slope, ``sigma_size``^2 = the slopes' residual
       variance around their line on ln params (sizes - 2 df) - mean se^2;
-      ``params`` = the smallest and largest size.
+      ``params`` = the smallest and largest size;
+    - the rivals (the cell's ES and GRPO runs, where they carry the probes and drift.json's
+      statistics; ``_rival_components``): each run-level measure y on the simulator's line
+      y_r = a_A + gamma gain_r + N(0, sd^2) (an intercept per algorithm, ES's offset the claim's
+      effect; one common slope, the rules' matched-gain model), gamma fitted as the rules fit it
+      (corrected for the gain's evaluation noise) where the runs identify it
+      (``MIN_SLOPE_DF``, ``MIN_RELIABILITY``), else ``start``'s:
+      ``probe_base`` = mean base_probe_pass1; ``probe_per_gain`` = gamma of the probe change
+      final - base; ``sigma_probe_eval`` = one evaluation's sampling sd of the probes' mean Pass@1
+      (``probe_eval_var``); ``sigma_probe``^2 = the change's residual variance - gamma^2 x the gain's
+      evaluation variance - sigma_probe_eval^2; ``share_per_gain`` = gamma of update_top_share,
+      ``top_share`` = GRPO's mean share - gamma x its mean gain (its share at gain 0),
+      ``sigma_share``^2 = the residual variance - gamma^2 x the gain's evaluation variance;
+      ``log_l2`` = GRPO's mean ln update_l2, ``sigma_log_l2`` = its pooled within-algorithm sd;
+      ``sigma_cosine`` = the sd of the ES runs' connectivity_cosine (``sigma_barrier`` stays assumed:
+      a run records only the largest of its noisy interpolation points).
     Every variance is floored at 0 (a negative estimate: the noise explains the spread).
     """
     from dataclasses import replace
@@ -622,7 +646,8 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     est: dict = {}
     how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "sigma_problem_algo", "es_gain",
                                   "sigma_entropy", "grpo_per_gain",
-                                  "grpo_climb", "sigma_step", "s_random", "s0", "sigma_size", "params")}
+                                  "grpo_climb", "sigma_step", "s_random", "s0", "sigma_size", "params",
+                                  *RIVAL_COMPONENTS)}
     cell = select_cell(cell_records)["algos"]
     runs = [r for rs in cell.values() for r in rs if r.get("final_counts") is not None and r.get("samples")]
     base = next((r for r in runs if r.get("base_counts") is not None), None)
@@ -730,7 +755,187 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         if all(p for p in params):
             est["params"] = (float(min(params)), float(max(params)))
             how["params"] = f"{len(cells)} sizes"
+    _rival_components(cell, start, est, how)
     return replace(start, **est), how
+
+
+RIVAL_COMPONENTS = ("probe_base", "probe_per_gain", "sigma_probe", "sigma_probe_eval", "top_share", "share_per_gain",
+                    "sigma_share", "log_l2", "sigma_log_l2", "sigma_barrier", "sigma_cosine")
+MIN_SLOPE_DF = 2         # a common slope on the gain needs >= 2 residual df (5 ES + GRPO runs): on 1 it is wild
+MIN_RELIABILITY = 0.5    # ... and within-algorithm gains at least half signal (a slope corrected beyond x2: noise)
+Z95 = 1.959963984540054  # a 95% interval's half-width in sds
+
+
+def _common_line(y: dict, g: dict, noise: dict | None, slope: float) -> dict | None:
+    """y_r = a_A + gamma gain_r + e_r over the algorithms of ``y`` ({algo: array}; ``g`` their
+    Pass@1 gains, ``noise`` each gain's evaluation variance or None): gamma = S_gy / (S_gg - D) on
+    the within-algorithm deviations, D their noise (errors in variables, as ``at_matched_gain``),
+    where >= ``MIN_SLOPE_DF`` residual df remain and the gains' within spread is >= ``MIN_RELIABILITY``
+    signal; else ``slope``. {"slope", "fitted", "why" (not fitted), "se", "level": {algo: mean y -
+    gamma mean gain}, "raw": residual variance, "var": raw - gamma^2 x mean noise, "df", "n"};
+    None without a residual df."""
+    algos = [a for a in y if len(y[a])]
+    n, k = sum(len(y[a]) for a in algos), len(algos)
+    yc = np.concatenate([y[a] - y[a].mean() for a in algos]) if algos else np.zeros(0)
+    gc = np.concatenate([g[a] - g[a].mean() for a in algos]) if algos else np.zeros(0)
+    sxx, sxy = float(gc @ gc), float(gc @ yc)
+    d = 0.0 if noise is None else sum(float(noise[a].sum()) * (len(y[a]) - 1) / len(y[a]) for a in algos)
+    why = None
+    if n - k - 1 < MIN_SLOPE_DF:
+        why = f"{n} runs over {k} algorithm(s): {max(n - k - 1, 0)} df for a slope (needs {MIN_SLOPE_DF})"
+    elif sxx <= 0 or sxx - d < MIN_RELIABILITY * sxx:
+        why = "the gains vary within each algorithm by little more than their evaluation noise"
+    fitted = why is None
+    b = sxy / (sxx - d) if fitted else float(slope)
+    df = n - k - fitted
+    if df < 1:
+        return None
+    e = yc - b * gc
+    raw = float(e @ e) / df
+    mean_noise = float(np.mean(np.concatenate([noise[a] for a in algos]))) if noise is not None else 0.0
+    return {"slope": b, "fitted": fitted, "why": why, "se": math.sqrt(raw * sxx) / (sxx - d) if fitted else None,
+            "level": {a: float(y[a].mean() - b * g[a].mean()) for a in algos}, "raw": raw,
+            "var": raw - b * b * mean_noise, "df": df, "n": n}
+
+
+def probe_eval_var(r: dict, when: str = "base") -> tuple[float, str] | None:
+    """(variance, how) of one evaluation's sampling noise in a run's probes' mean Pass@1
+    (``<when>_probe_pass1``, the mean of its K probes), or None without the per-probe columns
+    (``<when>_probe_<name>``) and ``probe_samples`` / ``probe_problems``. The probes' problems are
+    fixed, so what another evaluation redraws is the samples: per probe mean_p q_p(1 - q_p) / (n P).
+    From the probe's percentile-bootstrap interval over problems (se^2 ~ Var_p(x_p) / P) and its
+    Pass@1 x: mean_p x_p(1 - x_p) = x(1 - x) - Var_p(x_p), unbiased for mean q(1-q) x (n - 1) / n
+    ("intervals"); without an interval the binomial bound x(1 - x) / (n P) ("binomial bound"). A
+    probe scored by likelihood (``_loglik``: teacher-forced, nothing sampled) adds none. The mean's
+    variance: their sum / K^2."""
+    from esopt.study.claims.rules import _num
+
+    pre = f"{when}_probe_"
+    names = sorted({k[len(pre):] for k in r if k.startswith(pre) and k != pre + "pass1"
+                    and not k.endswith(("_lo", "_hi", "_loglik"))})
+    n, P = _num(r.get("probe_samples")), _num(r.get("probe_problems"))
+    if not names:
+        return None
+    total, kinds = 0.0, set()
+    for name in names:
+        x = _num(r.get(pre + name))
+        if x is None:
+            return None
+        if _num(r.get(f"{pre}{name}_loglik")) is not None:
+            kinds.add("likelihood")
+            continue
+        if not n or not P:
+            return None
+        q = x * (1 - x)
+        lo, hi = _num(r.get(f"{pre}{name}_lo")), _num(r.get(f"{pre}{name}_hi"))
+        if lo is not None and hi is not None and n >= 2:
+            se = (hi - lo) / (2 * Z95)
+            m = min(q, max(0.0, (q - P * se * se) * n / (n - 1)))
+            kinds.add("intervals")
+        else:
+            m = q
+            kinds.add("binomial bound")
+        total += m / (n * P)
+    return total / len(names) ** 2, ", ".join(sorted(kinds))
+
+
+def _rival_components(cell: dict, start: Components, est: dict, how: dict) -> None:
+    """The rivals' components (``estimate_components``'s last item) from the comparison cell's ES
+    and GRPO runs, into ``est`` and ``how``."""
+    from esopt.study.claims.rules import _num, gain_noise
+
+    def runs_with(*keys, positive=()):
+        out = {}
+        for a in ("es", "grpo"):
+            rs = [r for r in cell.get(a, []) if all(_num(r.get(k)) is not None for k in keys)
+                  and all(_num(r.get(k)) > 0 for k in positive)]
+            if rs:
+                out[a] = rs
+        return out
+
+    def col(groups, key):
+        return {a: np.array([float(_num(r.get(key))) for r in rs]) for a, rs in groups.items()}
+
+    def line(groups, y, slope):
+        f, b = col(groups, "final_pass@1"), col(groups, "base_pass@1")
+        g = {a: f[a] - b[a] for a in groups}
+        nz = {a: gain_noise(rs) for a, rs in groups.items()}
+        return _common_line(y, g, nz if all(v is not None for v in nz.values()) else None, slope)
+
+    def slope_how(fit, what):
+        if fit["fitted"]:
+            return (f"common slope of {what} on the Pass@1 gain, an intercept per algorithm, {fit['n']} runs "
+                    f"({fit['df']} df; se {fit['se']:.3g}; corrected for the gain's evaluation noise)")
+        return "assumed (" + fit["why"] + ")"
+
+    def tagged(field, value):
+        return f"{value:.4g}" + ("" if field in est else " assumed")
+
+    gain = ("base_pass@1", "final_pass@1")
+    base = [float(_num(r["base_probe_pass1"])) for rs in runs_with("base_probe_pass1").values() for r in rs]
+    if base:
+        est["probe_base"] = float(np.mean(base))
+        how["probe_base"] = f"mean base_probe_pass1 of {len(base)} runs"
+    evals = [v for r in cell.get("es", []) + cell.get("grpo", [])
+             for v in (probe_eval_var(r, "base"), probe_eval_var(r, "final")) if v is not None]
+    if evals:
+        est["sigma_probe_eval"] = math.sqrt(float(np.mean([v for v, _ in evals])))
+        how["sigma_probe_eval"] = (f"sampling sd of one evaluation of the probes' mean Pass@1 at probe_samples x "
+                                   f"probe_problems, {len(evals)} evaluations (per probe from: "
+                                   f"{'; '.join(sorted({k for _, k in evals}))})")
+    pr = runs_with("base_probe_pass1", "final_probe_pass1", *gain)
+    if sum(map(len, pr.values())) >= 3:
+        fit = line(pr, {a: v - col(pr, "base_probe_pass1")[a] for a, v in col(pr, "final_probe_pass1").items()},
+                   start.probe_per_gain)
+        if fit is not None:
+            if fit["fitted"]:
+                est["probe_per_gain"] = fit["slope"]
+            how["probe_per_gain"] = slope_how(fit, "the probe change (final - base probe Pass@1)")
+            ev = est.get("sigma_probe_eval", start.sigma_probe_eval)
+            est["sigma_probe"] = math.sqrt(max(0.0, fit["var"] - ev * ev))
+            how["sigma_probe"] = (f"residual sd of {fit['n']} runs' probe change on the gain ({fit['df']} df; "
+                                  f"{math.sqrt(fit['raw']):.4f}, less the gain's noise x slope "
+                                  f"{tagged('probe_per_gain', fit['slope'])} and one probe evaluation's "
+                                  f"{tagged('sigma_probe_eval', ev)})")
+    sh = runs_with("update_top_share", *gain)
+    if sum(map(len, sh.values())) >= 3:
+        fit = line(sh, col(sh, "update_top_share"), start.share_per_gain)
+        if fit is not None:
+            if fit["fitted"]:
+                est["share_per_gain"] = fit["slope"]
+            how["share_per_gain"] = slope_how(fit, "update_top_share")
+            est["sigma_share"] = math.sqrt(max(0.0, fit["var"]))
+            how["sigma_share"] = (f"within-algorithm residual sd of {fit['n']} runs' update_top_share on the gain "
+                                  f"({fit['df']} df; slope {tagged('share_per_gain', fit['slope'])})")
+            if "grpo" in fit["level"]:
+                est["top_share"] = fit["level"]["grpo"]
+                how["top_share"] = (f"GRPO's mean update_top_share ({len(sh['grpo'])} runs) - slope "
+                                    f"{tagged('share_per_gain', fit['slope'])} x its mean gain: its share at gain 0")
+    l2 = {a: np.log(v) for a, v in col(runs_with("update_l2", positive=("update_l2",)), "update_l2").items()}
+    if "grpo" in l2:
+        est["log_l2"] = float(l2["grpo"].mean())
+        how["log_l2"] = f"GRPO's mean ln update_l2, {len(l2['grpo'])} runs"
+    var, df = _pool(list(l2.values()))
+    if var is not None:
+        est["sigma_log_l2"] = math.sqrt(var)
+        how["sigma_log_l2"] = f"pooled within-algorithm sd of ln update_l2 ({df} df)"
+    cos = [float(_num(r["connectivity_cosine"])) for r in runs_with("connectivity_cosine").get("es", [])]
+    if len(cos) >= 2:
+        est["sigma_cosine"] = float(np.std(cos, ddof=1))
+        how["sigma_cosine"] = f"sd of {len(cos)} ES runs' connectivity_cosine"
+
+
+def literal(c: Components, fields) -> str:
+    """``Components(field=value, ...)`` of ``fields`` (3 significant digits), one per line: what a
+    pilot's estimate pastes into ``MODEL_COMPONENTS``."""
+    def fmt(v):
+        if isinstance(v, tuple):
+            return "(" + ", ".join(fmt(x) for x in v) + ")"
+        if not isinstance(v, float):
+            return repr(v)
+        s = f"{v:.3g}"
+        return s if any(ch in s for ch in ".en") else s + ".0"   # a float stays a float
+    return "Components(\n" + "".join(f"    {k}={fmt(getattr(c, k))},\n" for k in fields) + ")"
 
 
 def components_from_sweeps(cell_dir, family_dir=None) -> tuple[Components, dict]:
