@@ -207,9 +207,15 @@ def test_every_preset_value_composes_and_validates(preset, tmp_path):
     from esopt.cli import configs
     from esopt.core.errors import ConfigError
     from esopt.engines import vllm as vllm_engine
+    from esopt.models import smollm2
     from esopt.runtime.validate import validate
 
     configs.register()
+    try:
+        smollm2.package_gguf()
+        smollm2_installed = True
+    except ConfigError:
+        smollm2_installed = False
 
     def values(v):
         return [x.strip() for x in re.split(r",(?![^\[]*\])", str(v))]
@@ -231,6 +237,11 @@ def test_every_preset_value_composes_and_validates(preset, tmp_path):
                     point = {**first, key: value}
                     overrides = [f"+experiment={preset}", *data] + [f"{k}={v}" for k, v in point.items()]
                     cfg = compose(config_name="config", overrides=overrides)
+                    if cfg.model.name == smollm2.NAME and not smollm2_installed:
+                        # the real model: refused up front, naming its install, where it is missing
+                        with pytest.raises(ConfigError, match="scripts/install_smollm2.sh"):
+                            validate(cfg)
+                        continue
                     if preset.endswith("_gpu") and not vllm_engine.available():
                         # engine=vllm: refused up front where vLLM is missing; the rest still checks
                         with pytest.raises(ConfigError, match="scripts/install_vllm.sh"):

@@ -96,15 +96,14 @@ def test_one_probe_evaluation_noise_from_the_intervals():
 def test_the_planner_uses_the_models_shipped_components(monkeypatch):
     g = P.Grid(cell_model="smollm2-135m", cell_seeds={"es": 3, "grpo": 3}, problems=100, samples=32, split_rows=500,
                iterations=30, ood=False, sparsity=(), es_temperature=1.0, es_samples=4, grpo_mid=True)
-    comps, source = P.model_components("smollm2-135m")   # shipped: a placeholder until the pilot's are in
+    comps, source = P.model_components("smollm2-135m")   # shipped: its pilot's (not the simulator's defaults)
     assert comps == sim.MODEL_COMPONENTS["smollm2-135m"] and source.startswith("smollm2-135m: ")
-    assert ("placeholder" in source) == (comps == Components())
+    assert comps != Components() and comps.es_gain is not None and comps.log_l2 != Components().log_l2
     assert P.model_components("tiny-s") == (sim.MEASURED, P.MEASURED_ON)
     mine = Components(sigma_seed=0.0123, probe_per_gain=-0.9)
     monkeypatch.setitem(sim.MODEL_COMPONENTS, "smollm2-135m", mine)
     report = P.plan(g, [], claims=[1], sims=2)
     assert report["components"] == mine and report["source"].startswith("smollm2-135m: ")
-    assert "placeholder" not in report["source"]
     line = next(ln for ln in P.lines(report) if ln.startswith("components ("))
     assert line.startswith("components (smollm2-135m: esopt/study/claims/simulate.py MODEL_COMPONENTS)")
     assert "sigma_seed 0.0123" in line

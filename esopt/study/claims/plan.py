@@ -169,10 +169,7 @@ def model_components(model: str | None) -> tuple[Components, str]:
     (``simulate.MODEL_COMPONENTS``, measured by a pilot of that model) where it has them, else the
     tiny family's (``MEASURED``)."""
     if model in MODEL_COMPONENTS:
-        c = MODEL_COMPONENTS[model]
-        note = (" (a placeholder: the simulator's assumed defaults until its pilot's are filled in)"
-                if c == Components() else "")
-        return c, f"{model}: esopt/study/claims/simulate.py MODEL_COMPONENTS{note}"
+        return MODEL_COMPONENTS[model], f"{model}: esopt/study/claims/simulate.py MODEL_COMPONENTS"
     return MEASURED, MEASURED_ON
 
 

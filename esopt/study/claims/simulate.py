@@ -132,9 +132,26 @@ MEASURED = Components(unsolvable=0.146, beta=(0.649, 2.05), sigma_seed=0.00413, 
 # per model, its components from a pilot sweep of that model (esopt.plan uses them for a grid whose
 # comparison cell runs it; other models get MEASURED). Regenerate a model's with
 #   python -m esopt.plan --pilot results/<pilot> --print-components
-# TO BE FILLED from results/pilot_smollm2 (2 seeds x es,grpo, eval.probes=[copy,first_letter,passages],
-# analysis=[drift]): until then the simulator's assumed defaults (the planner says "placeholder")
-SMOLLM2 = Components()
+# SmolLM2-135M-Instruct on arith, from its pilot (2 seeds x es,grpo, 16 iterations, 100 held-out
+# problems x 4 samples, eval.probes=[copy,first_letter,passages], analysis=[drift]; run 2026-12-04 at
+# ae3bb9a; docs/results/claims_smollm2.md, "Pilot"), printed by
+# `python -m esopt.plan --pilot results/pilot_smollm2 --print-components`. Two seeds per algorithm:
+# the slopes on the gain (probe_per_gain, share_per_gain), beta, GRPO's climb and the entropy terms
+# stay at the simulator's assumed defaults; sigma_seed is pooled over ES and GRPO, whose two seeds
+# went +0.025 and -0.052.
+SMOLLM2 = Components(
+    unsolvable=0.74,
+    sigma_seed=0.0372,
+    sigma_problem_algo=0.127,
+    es_gain=0.0125,
+    probe_base=0.676,
+    sigma_probe=0.00751,
+    sigma_probe_eval=0.011,
+    top_share=0.65,
+    sigma_share=0.00823,
+    log_l2=-0.531,
+    sigma_log_l2=0.0394,
+)
 MODEL_COMPONENTS = {"smollm2-135m": SMOLLM2}
 
 # the misspecified generators of the calibration (issue 39): name -> Components overrides
