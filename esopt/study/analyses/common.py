@@ -50,6 +50,14 @@ class EvalOpts:
             raise ConfigError(f"--bootstrap must be >= 1, got {self.bootstrap}")
 
 
+def checked(opts: EvalOpts | None, log, default: EvalOpts) -> tuple:
+    """An analysis's evaluation options (``default`` when None), checked, and its progress
+    logger (a no-op when None)."""
+    opts = opts or default
+    opts.check()
+    return opts, log or (lambda s: None)
+
+
 def run_evaluate(engine, task, o: EvalOpts) -> dict:
     return evaluate(engine, task, split=o.split, problems=o.problems, samples=o.samples,
                     temperature=o.temperature, top_p=o.top_p, max_new_tokens=o.max_new_tokens,

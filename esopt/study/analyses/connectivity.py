@@ -32,8 +32,8 @@ from typing import Callable, Sequence
 import torch
 
 from esopt.core.errors import ConfigError
-from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, result_header, run_evaluate,
-                                         scores, write_result)
+from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, checked, result_header,
+                                         run_evaluate, scores, write_result)
 from esopt.study.analyses.delta import (TrainedWeights, check_match, delta_chunks, load_model, open_pair, params,
                                         run_config, trained_dir, trained_tensor)
 
@@ -52,9 +52,7 @@ def connectivity(es_run: str | Path, grpo_run: str | Path, *, ts: Sequence[float
         raise ConfigError(f"interpolation points must lie in (0, 1), got {ts}")
     if Path(es_run).resolve() == Path(grpo_run).resolve():
         raise ConfigError(f"connectivity needs two different runs, got {es_run} twice")
-    opts = opts or EvalOpts()
-    opts.check()
-    log = log or (lambda s: None)
+    opts, log = checked(opts, log, EvalOpts())
     pair = open_pair(es_run, base, device)
     rc = pair.rc
     grc = run_config(grpo_run)

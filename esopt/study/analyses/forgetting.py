@@ -17,8 +17,8 @@ import numpy as np
 
 from esopt import models, tasks as task_registry
 from esopt.core.errors import ConfigError
-from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, paired_change, per_problem,
-                                         result_header, run_evaluate, scores, write_result)
+from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, checked, paired_change,
+                                         per_problem, result_header, run_evaluate, scores, write_result)
 from esopt.study.analyses.delta import (TrainedWeights, analysis_device, base_source, check_match, load_model, params,
                                run_config, trained_dir)
 
@@ -45,9 +45,7 @@ def forgetting(run_dir: str | Path, *, tasks: Sequence[str] | None = None, base:
 
     One model in memory at a time (base first, then trained)."""
     t0 = time.time()
-    opts = opts or EvalOpts(greedy=True)
-    opts.check()
-    log = log or (lambda s: None)
+    opts, log = checked(opts, log, EvalOpts(greedy=True))
     run_dir = Path(run_dir)
     rc = run_config(run_dir)
     tdir = trained_dir(run_dir)

@@ -48,7 +48,7 @@ import numpy as np
 
 from esopt.core.config import SparsityConfig
 from esopt.core.errors import ConfigError
-from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, gain_share, per_problem,
+from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, checked, gain_share, per_problem,
                                          result_header, run_evaluate, scores, write_result)
 from esopt.study.analyses.delta import (Rule, apply_rule, count_nonzero, kept_norm, load_model, make_rules, open_pair,
                                params, random_key, stream_bits)
@@ -82,9 +82,7 @@ def sparsity(run_dir: str | Path, *, fractions: Sequence[float] = DEFAULT_FRACTI
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise ConfigError(f"unknown sparsity mode(s) {bad or modes} (known: {', '.join(MODES)})")
-    opts = opts or EvalOpts()
-    opts.check()
-    log = log or (lambda s: None)
+    opts, log = checked(opts, log, EvalOpts())
     pair = open_pair(run_dir, base, device)
     rc = pair.rc
     o = opts.resolved(rc)
