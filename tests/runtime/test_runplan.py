@@ -157,3 +157,19 @@ def test_the_plan_keeps_its_trackers_options_typed_and_reads_them_back():
     back = RunPlan.from_json(p.to_json())
     assert back == p and back.tracker_options["wandb"].project == "mine"
     assert plan("algo=es").tracker_options == {}
+
+
+def test_the_plan_holds_the_probes_as_specs_and_reads_them_back():
+    """eval.probes: validate resolves each probe once into a TaskSpec (its style and budget), in
+    eval.probes' order; the run builds its probe tasks from those specs (run.load_probe_tasks)."""
+    from esopt.models import char_tokenizer
+    from esopt.runtime.run import load_probe_tasks
+
+    p = plan("algo=es", "eval.probes=[addition,reverse]", "eval.probe_problems=3", "eval.probe_samples=2")
+    assert [s.config["name"] for s in p.probe_specs] == ["addition", "reverse"]
+    assert all(s.style == "compact" and s.max_new_tokens for s in p.probe_specs)
+    back = RunPlan.from_json(p.to_json())
+    assert back == p and back.probe_specs == p.probe_specs
+    built = load_probe_tasks(back, char_tokenizer())
+    assert list(built) == ["addition", "reverse"] and all(t.style == "compact" for t in built.values())
+    assert plan("algo=es").probe_specs == () and load_probe_tasks(plan("algo=es"), None) == {}
