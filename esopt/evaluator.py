@@ -317,7 +317,7 @@ def evaluate_likelihood(engine, task, *, split: str = "test", problems: int | No
 
 
 def scored_by_likelihood(task) -> bool:
-    """Whether a task is scored by likelihood (``Task.scored_by``), not by generation."""
+    """Whether a task (or its class) is scored by likelihood (``Task.scored_by``), not by generation."""
     return task.scored_by == "likelihood"
 
 

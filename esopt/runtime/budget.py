@@ -33,6 +33,7 @@ def estimate_tokens(plan) -> int:
     ``problems`` null (the whole split) counts the split's rows.
     """
     from esopt import algorithms, tasks
+    from esopt.evaluator import scored_by_likelihood
 
     budget = plan.task_spec.max_new_tokens
     ev = plan.eval
@@ -41,7 +42,7 @@ def estimate_tokens(plan) -> int:
         per_eval += (_rows(plan.ood_spec, ev.ood_split, ev.ood_problems) * ev.samples
                      * plan.ood_spec.max_new_tokens)
     for spec in plan.probe_specs:
-        if tasks.task_class(spec.config["name"]).scored_by == "likelihood":
+        if scored_by_likelihood(tasks.task_class(spec.config["name"])):
             continue  # scored, nothing generated
         per_eval += _rows(spec, ev.probe_split, ev.probe_problems) * ev.probe_samples * spec.max_new_tokens
     train_rows = _rows(plan.task_spec, "train", None) if plan.phases else None  # the run clamps to it

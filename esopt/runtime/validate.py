@@ -25,6 +25,7 @@ from esopt import algorithms, engines, models, tasks
 from esopt.core import store
 from esopt.core.config import ANALYSIS_KEYS, RunConfig, block, parse
 from esopt.core.errors import ConfigError
+from esopt.evaluator import scored_by_likelihood
 from esopt.runtime import limits, trackers, tuning
 from esopt.runtime.layout import layout
 from esopt.runtime.runplan import PhasePlan, RunPlan, TaskSpec
@@ -163,13 +164,13 @@ def check_probes(rc: RunConfig) -> None:
     if rc.eval.require_probes and not probes:
         raise ConfigError(f"model {rc.model['name']!r} has no held-out probes and eval.require_probes is set: "
                           "set eval.probes (e.g. eval.probes=[copy,first_letter,passages]; docs/results/probes.md)")
-    if tasks.task_class(rc.task["name"]).scored_by == "likelihood":
+    if scored_by_likelihood(tasks.task_class(rc.task["name"])):
         raise ConfigError(f"task {rc.task['name']} is scored by likelihood: it can be an eval.probes entry, "
                           "not the task a run trains and evaluates on")
     for p in probes:
         if p["name"] not in tasks.TASK_NAMES:
             raise ConfigError(f"unknown eval.probes task {p['name']!r} (known: {', '.join(tasks.TASK_NAMES)})")
-        if tasks.task_class(p["name"]).scored_by == "likelihood" \
+        if scored_by_likelihood(tasks.task_class(p["name"])) \
                 and not getattr(engines.engine_class(rc.engine), "scores_text", False):
             raise ConfigError(f"eval.probes: {p['name']} is scored by likelihood, which engine "
                               f"{rc.engine.get('name')} cannot do here (use engine=hf)")
@@ -229,7 +230,7 @@ def _check_task_data(rc: RunConfig) -> None:
     for cfg, split in uses + probes:
         problems = rc.eval.problems if (cfg is rc.task and split == rc.eval.split) else None
         if (cfg, split) in probes:  # a text probe scores its passages, up to probe_problems of them
-            text = tasks.task_class(cfg["name"]).scored_by == "likelihood"
+            text = scored_by_likelihood(tasks.task_class(cfg["name"]))
             problems = None if text else rc.eval.probe_problems
         key = json.dumps([cfg, task_style(cfg, rc), split, problems, fp, limits.context_key(rc)],
                          sort_keys=True, default=str)
