@@ -140,3 +140,22 @@ def test_every_claim_has_a_simulation_hook_that_moves_its_effect():
         null = sim.knobs(p, {cid: cl.boundary}, sim.MEASURED, 8)
         sesoi = sim.knobs(p, {cid: cl.boundary + cl.sesoi}, sim.MEASURED, 8)
         assert null != sesoi, cid
+
+
+def test_grpo_gain_is_its_own_component_outside_claim_3():
+    """GRPO's gain comes from the components where claim 3 is not under test (claims 2, 8 and 9
+    compare at matched gain, and claim 3's planted coverage would put GRPO's gain below ES's),
+    from claim 3's effect where it is; a pilot's GRPO runs give it back (8 seeds, sd 0.005)."""
+    from esopt.study.claims import simulate as sim
+    from esopt.study.claims.simulate import estimate_components
+
+    c = Components(grpo_gain=0.07)
+    p = sim.difficulty(500, c, np.random.default_rng(0))
+    assert sim.knobs(p, {8: 0.0}, c, 8)["g"]["grpo"] == 0.07
+    assert sim.knobs(p, {8: 0.0}, Components(), 8)["g"]["grpo"] < sim.STRONG[1]   # coupled: below ES's
+    at3 = sim.knobs(p, {3: 0.0}, c, 8)["g"]                                         # claim 3: PassK equal
+    assert at3["grpo"] == pytest.approx(at3["es"], abs=0.01) and at3["grpo"] != 0.07
+    recs = simulate(Design(seeds=8, problems=500, samples=32), components=c, rng=np.random.default_rng(1),
+                    parts=("cell",))
+    est, how = estimate_components(recs)
+    assert est.grpo_gain == pytest.approx(0.07, abs=0.01) and how["grpo_gain"].endswith("use it)")

@@ -102,6 +102,7 @@ class Components:
     grpo_climb: float = 0.0                # GRPO's mean Pass@1 gain over the second half of its budget
     params: tuple = (3e4, 1.7e6)           # the family's smallest and largest size (geometric between)
     es_gain: float | None = None           # ES's Pass@1 gain where claim 1 is not under test (None: STRONG[1])
+    grpo_gain: float | None = None         # GRPO's, where claim 3 is not under test (None: from claim 3's effect)
     grpo_per_gain: float = GRPO_PER_GAIN   # GRPO's relative OOD entropy change per unit of Pass@1 gain
     s_equal_norm: float = 0.3              # share of the gain the equal-norm control keeps
     entropy_intercept: float = 0.0         # a relative OOD entropy change every run makes, whatever its gain
@@ -124,9 +125,10 @@ class Components:
 
 # the components estimated from the tuning runs of paper_cpu (8 seeds) and paper_cpu_family (its
 # first 116 runs) by estimate_components (docs/results/claims_calibration.md, "components from
-# real runs"; those sweeps are gone, so the values are kept here)
+# real runs"; those sweeps are gone, so the values are kept here); grpo_gain is ES's 0.0185 plus
+# "GRPO - ES at Pass@1 +0.063" of that tuning run (docs/results/claims_paper_cpu.md)
 MEASURED = Components(unsolvable=0.146, beta=(0.649, 2.05), sigma_seed=0.00413, sigma_problem_algo=0.0998,
-                      es_gain=0.0185, sigma_entropy=0.0217, grpo_per_gain=-0.0834, grpo_climb=0.034,
+                      es_gain=0.0185, grpo_gain=0.0815, sigma_entropy=0.0217, grpo_per_gain=-0.0834, grpo_climb=0.034,
                       sigma_step=0.00262, s_random=0.185, s0=0.0085, sigma_size=0.000684, params=(3.01e4, 8.01e5))
 
 # per model, its components from a pilot sweep of that model (esopt.plan uses them for a grid whose
@@ -138,12 +140,13 @@ MEASURED = Components(unsolvable=0.146, beta=(0.649, 2.05), sigma_seed=0.00413, 
 # `python -m esopt.plan --pilot results/pilot_smollm2 --print-components`. Two seeds per algorithm:
 # the slopes on the gain (probe_per_gain, share_per_gain), beta, GRPO's climb and the entropy terms
 # stay at the simulator's assumed defaults; sigma_seed is pooled over ES and GRPO, whose two seeds
-# went +0.025 and -0.052.
+# went +0.025 and -0.052 (grpo_gain, their mean: at the pilot GRPO's gain is not above 0).
 SMOLLM2 = Components(
     unsolvable=0.74,
     sigma_seed=0.0372,
     sigma_problem_algo=0.127,
     es_gain=0.0125,
+    grpo_gain=-0.0137,
     probe_base=0.676,
     sigma_probe=0.00751,
     sigma_probe_eval=0.011,
@@ -223,7 +226,12 @@ def _plant_entropy(theta, k, p, c, K, th):
 
 @plants(3)
 def _plant_coverage(theta, k, p, c, K, th):
-    k["g_grpo"] = _solve_shift(p, k["pk_es"] - theta, c, K)                 # claim 3: PassK(ES) - PassK(GRPO)
+    """Claim 3: PassK(ES) - PassK(GRPO) = theta sets GRPO's gain; where claim 3 is not under test and
+    the components carry GRPO's own gain (``grpo_gain``), that gain, whatever coverage it gives (a
+    uniform shift cannot give GRPO the larger Pass@1 gain and the smaller Pass@K at once: taken from
+    claim 3, GRPO's gain would sit below ES's, and the matched-gain claims read it)."""
+    own = th.get("grpo_gain")
+    k["g_grpo"] = own if own is not None else _solve_shift(p, k["pk_es"] - theta, c, K)
 
 
 @plants(4)
@@ -277,7 +285,8 @@ def knobs(p: np.ndarray, effects: dict, c: Components, K: int, nothing_trains: b
     """Generator settings (gains per algorithm, ES's entropy offset at the same gain, rho, the
     pruned model's and the equal-norm control's Pass@1 offsets, beta) that put each claim's
     effect at ``effects[id]`` on this problem set, each through its claim's hook (``PLANT``)."""
-    th = {**STRONG, **SECOND, **({1: c.es_gain} if c.es_gain is not None else {}), **effects}
+    th = {**STRONG, **SECOND, **({1: c.es_gain} if c.es_gain is not None else {}), **effects,
+          "grpo_gain": None if 3 in effects else c.grpo_gain}
     if nothing_trains:   # nothing trains: no gain, no forgetting, no recovery, the same update shapes
         return {"g": {a: 0.0 for a in ("es", "grpo", "es_grpo", "grpo_es", ES_ANCHOR)}, "h_es": 0.0,
                 "per_gain": 0.0, "rho": 0.0, "pruned": 0.0, "control": 0.0, "s_random": 1.0, "beta": 0.0, "s0": 0.0,
@@ -630,7 +639,8 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     - ``sigma_entropy``^2 = pooled residual variance of rel = h_final / h_base - 1 on the gain,
       within ES and within GRPO (the simulator's rel = Q g + N(0, sigma_entropy^2)); ``grpo_per_gain``
       = GRPO's mean rel / its mean gain; ``es_gain`` = ES's mean gain (the operating point of the
-      scenarios that do not test claim 1: claim 2's ratio, for one, is as noisy as ES's gain is small);
+      scenarios that do not test claim 1: claim 2's ratio, for one, is as noisy as ES's gain is small),
+      ``grpo_gain`` = GRPO's (the scenarios that do not test claim 3: claims 2, 8 and 9 read it);
     - GRPO's curve: d = Pass@1(final) - Pass@1(nearest to half the budget); ``grpo_climb`` = mean d,
       ``sigma_step``^2 = Var d - 2 x binomial variance;
     - ``s_random`` = sum over ES runs of (random-mask - base) / sum of (trained - base) Pass@1;
@@ -661,7 +671,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     from esopt.study.claims import select_cell
 
     est: dict = {}
-    how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "sigma_problem_algo", "es_gain",
+    how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "sigma_problem_algo", "es_gain", "grpo_gain",
                                   "sigma_entropy", "grpo_per_gain",
                                   "grpo_climb", "sigma_step", "s_random", "s0", "sigma_size", "params",
                                   *RIVAL_COMPONENTS)}
@@ -705,10 +715,11 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         est["sigma_problem_algo"] = math.sqrt(max(0.0, (float(d.var(ddof=1)) - noise) / 2))
         how["sigma_problem_algo"] = (f"per-problem ES - GRPO Pass@1 difference over {int(keep.sum())} problems the base "
                                      f"solves (sd {float(d.std(ddof=1)):.3f}, binomial part {math.sqrt(noise):.3f}) / sqrt(2)")
-    es_gains = [gain(r) for r in with_base.get("es", [])]
-    if len(es_gains) >= 2:
-        est["es_gain"] = float(np.mean(es_gains))
-        how["es_gain"] = f"mean Pass@1 gain of {len(es_gains)} ES runs (the other claims' scenarios use it)"
+    for a, field in (("es", "es_gain"), ("grpo", "grpo_gain")):
+        gains = [gain(r) for r in with_base.get(a, [])]
+        if len(gains) >= 2:
+            est[field] = float(np.mean(gains))
+            how[field] = f"mean Pass@1 gain of {len(gains)} {a.upper()} runs (the other claims' scenarios use it)"
     resid, per_gain = [], {}
     for a in ("es", "grpo"):
         pts = [(gain(r), _num(r.get("final_ood_entropy")) / _num(r.get("base_ood_entropy")) - 1)
