@@ -15,7 +15,7 @@ from esopt.algorithms import distributed, es
 TESTS = Path(__file__).resolve().parent.parent  # helpers.py
 
 WORKER = textwrap.dedent("""
-    import sys, json, torch
+    import os, sys, json, torch
     torch.set_num_threads(1)
     sys.path.insert(0, {tests!r})
     from helpers import SevensTask, tiny_model
@@ -46,6 +46,9 @@ WORKER = textwrap.dedent("""
     else:
         assert caught
     distributed.shutdown()
+    sys.stdout.flush()
+    os._exit(0)  # gloo's teardown at interpreter exit aborted a rank once under load (SIGABRT, a joinable
+                 # std::thread) after everything above had run and been written: skip the teardown
 """)
 
 
