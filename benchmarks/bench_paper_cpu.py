@@ -1,16 +1,18 @@
-"""Wall time of the whole paper_cpu preset (runs + aggregate + claims) against its goal.
+"""Wall time of a study preset (runs + aggregate + claims) against its goal, and its claims table.
 
-    python benchmarks/bench_paper_cpu.py [--quick | --family] [--confirm [--draw D]] [--root DIR] [--keep] [--threads 1]
-                                         [--write-docs] [overrides ...]
+    python benchmarks/bench_paper_cpu.py [--quick | --family | --preset NAME] [--confirm [--draw D]] [--root DIR]
+                                         [--keep] [--threads 1] [--write-docs] [overrides ...]
 
 Runs ``python -m esopt.sweep -m +experiment=paper_cpu`` (``--quick``: paper_cpu_quick, goal 5
-minutes; ``--family``: paper_cpu_family, goal 90 minutes) into a fresh results root (a temporary
+minutes; ``--family``: paper_cpu_family, goal 90 minutes; ``--preset paper_smollm2``: the
+real-model study, goal 120 minutes, its tables in docs/results/claims_smollm2.md) into a fresh results root (a temporary
 directory unless ``--root``), prints the wall time against the goal (60 minutes on a 2-core CPU,
 issue 14), the per-algorithm run time from the summaries, and the claims table from claims.json.
 ``--confirm`` is the confirmatory run (issue 27): a fresh draw of test problems and seeds the
 rules were never tuned on (``task.test_draw=D``, ``--draw D`` default 1, and seeds the preset
 does not run: for draw D, 16D..16D+15 for paper_cpu, 10D..10D+9 for paper_cpu_family, 8D..8D+7
-for paper_cpu_quick), in a sweep named ``<preset>_confirm<D>``. One look per draw: draw 1 was
+for paper_cpu_quick, 16 + 3(D-1).. for paper_smollm2, whose held-out split no test draw changes: it
+draws seeds only), in a sweep named ``<preset>_confirm<D>``. One look per draw: draw 1 was
 looked at twice (issue 39), so the next confirmatory run is ``--draw 2``. The sweep writes its
 design into claims.json before any run (the registration); a claims table whose verdicts are
 exploratory (data not the registered design, or a second look at one draw)
@@ -34,12 +36,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# preset: (goal s, first confirmatory seed, seeds per draw, docs topic, confirms on a fresh test draw)
+PRESETS = {"paper_cpu": (3600, 16, 16, "claims_paper_cpu", True),
+           "paper_cpu_quick": (300, 8, 8, "claims_paper_cpu", True),
+           "paper_cpu_family": (5400, 10, 10, "claims_paper_cpu", True),
+           "paper_smollm2": (7200, 16, 3, "claims_smollm2", False)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the paper_cpu_quick preset (goal 5 minutes)")
     ap.add_argument("--family", action="store_true", help="the paper_cpu_family preset (goal 90 minutes)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default=None, help="any study preset by name")
     ap.add_argument("--confirm", action="store_true",
                     help="confirmatory run: task.test_draw=D, fresh seeds, sweep <preset>_confirm<D>")
     ap.add_argument("--draw", type=int, default=1,
@@ -55,14 +63,13 @@ def main() -> int:
     ap.add_argument("--write-docs", action="store_true", help="write to docs/results/claims_paper_cpu.md")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hydra/launcher=submitit_local")
     a = ap.parse_args()
-    preset, goal = (("paper_cpu_quick", 300) if a.quick else ("paper_cpu_family", 5400) if a.family
-                    else ("paper_cpu", 3600))
+    preset = a.preset or ("paper_cpu_quick" if a.quick else "paper_cpu_family" if a.family else "paper_cpu")
+    goal, first, per, topic, test_draw = PRESETS[preset]
     if a.draw < 1:
         ap.error(f"--draw must be >= 1, got {a.draw}")
     name = f"{preset}_confirm{a.draw}" if a.confirm else preset
-    first, per = {"paper_cpu": (16, 16), "paper_cpu_family": (10, 10)}.get(preset, (8, 8))  # seeds the preset never runs
-    fresh = f"range({first + per * (a.draw - 1)},{first + per * a.draw})"
-    confirm = [f"task.test_draw={a.draw}", f"seed={fresh}", f"sweep.name={name}"] if a.confirm else []
+    fresh = f"range({first + per * (a.draw - 1)},{first + per * a.draw})"   # seeds the preset never runs
+    confirm = ([f"task.test_draw={a.draw}"] * test_draw + [f"seed={fresh}", f"sweep.name={name}"]) if a.confirm else []
     root = Path(a.root) if a.root else Path(tempfile.mkdtemp(prefix="bench_paper_cpu_"))
     cmd = [sys.executable, "-m", "esopt.sweep", "-m", f"+experiment={preset}", f"sweep.root={root}", *confirm,
            *a.overrides]
@@ -95,23 +102,24 @@ def main() -> int:
     else:
         print(f"no {cj}")
     if a.write_docs:
-        write_docs(name, goal, wall, returncode, by_algo, cj)
+        write_docs(name, goal, wall, returncode, by_algo, cj, topic)
     print(f"results: {sweep}")
     if not a.root and not a.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0 if returncode == 0 and wall <= goal and cj.exists() else 1
 
 
-def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: dict, cj: Path) -> None:
-    """The wall time and (when claims.json exists) the claims table into
-    docs/results/claims_paper_cpu.md (benchmarks/_results.py)."""
+def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: dict, cj: Path,
+               topic: str = "claims_paper_cpu") -> None:
+    """The wall time and (when claims.json exists) the claims table, with each claim's source,
+    into docs/results/<topic>.md (benchmarks/_results.py)."""
     from _results import write_table
 
     def num(v):
         return "-" if v is None else f"{v:+.3f}"
 
     command = " ".join(["python", *sys.argv])
-    write_table("claims_paper_cpu", f"{preset}: wall time", command,
+    write_table(topic, f"{preset}: wall time", command,
                 ["preset", "runs", "wall min", "goal min", "met", "exit code"],
                 [[preset, sum(map(len, by_algo.values())), f"{wall / 60:.1f}", goal // 60,
                   "yes" if wall <= goal else "no", returncode]],
@@ -132,9 +140,9 @@ def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: di
 
         # one registered look: an exploratory verdict goes to a section of its own, never the headline
         exploratory = not (result.get("look") or {}).get("confirmatory")
-        write_table("claims_paper_cpu", f"{preset}: claims" + (" (exploratory)" if exploratory else ""), command,
-                    ["#", "claim", "effect [95% CI]", "power at the smallest effect", "verdict", "reason"],
-                    [[c["id"], c["key"], num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]"
+        write_table(topic, f"{preset}: claims" + (" (exploratory)" if exploratory else ""), command,
+                    ["#", "claim", "source", "effect [95% CI]", "power at the smallest effect", "verdict", "reason"],
+                    [[c["id"], c["key"], c.get("source", "-"), num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]"
                                                              if c.get("ci") else ""),
                       "-" if c.get("power") is None else f"{c['power']:.0%}",
                       c["reproduced"] + (f": {c['unclear']}" if c.get("unclear") else ""), c["reason"]]
