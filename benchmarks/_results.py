@@ -16,7 +16,8 @@ file:
 
     - command: `the command line`
     - date: 2026-12-01 17:12 UTC
-    - commit: 7fb1a5f (``git rev-parse --short HEAD``, "-dirty" when the tree has changes)
+    - commit: 7fb1a5f (``git rev-parse --short HEAD``, "-dirty" when tracked files outside
+      docs/results/ have changes)
     - machine: Linux x86_64, 2 CPUs (Intel(R) Xeon(R) Processor), 23.4 GiB, CPU only
 
 The benchmark scripts call this only with ``--write-docs``: exploratory runs (fewer
@@ -50,7 +51,8 @@ def commit(repo: Path = REPO) -> str:
                               text=True, timeout=10)
         if head.returncode != 0:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)docs/results"], cwd=repo,   # a table written earlier in the run
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"

@@ -132,7 +132,7 @@ def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: di
         draws = [d for d in cell.get("test_draw", []) if d not in (None, 0, "None")]
         design = (f"Cell: {cell.get('model')}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), "
                   + (f"test draw {', '.join(map(str, draws))} (task.test_draw: a fresh test split); " if draws
-                     else "the standard test split; ") +
+                     else "no fresh test draw; ") +
                   "generated tokens against ES: " + ", ".join(
                       f"{k} {v:.2f}" for k, v in (cell.get("tokens_vs_es") or {}).items() if v is not None) + "."
                   if seeds else "")
