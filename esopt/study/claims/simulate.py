@@ -10,8 +10,8 @@ the same P problems):
 - problem difficulty: a share ``unsolvable`` of the problems is never solved (p = 0, untouched
   by training), the others p ~ Beta(a, b) clipped to [0.05, 0.85];
 - a run r of algorithm A: p_rp = p_p + (g_A + u_r) / (1 - unsolvable) on the solvable
-  problems, u_r ~ N(0, sigma_seed^2) the seed's deviation (so the mean Pass@1 gain over all
-  problems is g_A + u_r); base evaluations: one draw per model, shared by its runs;
+  problems, u_r ~ N(0, sigma_seed^2) the seed's deviation (GRPO's: ``sigma_seed_grpo`` where a
+  pilot measured it apart; so the mean Pass@1 gain over all problems is g_A + u_r); base evaluations: one draw per model, shared by its runs;
 - problem x algorithm (``sigma_problem_algo``, default 0): algorithm A's runs see p_p + d_Ap,
   d_Ap ~ N(0, sigma^2) drawn once per sweep (ES and GRPO change different problems), clipped to
   [0.01, 0.99] and re-centred so that the mean over problems stays that of p;
@@ -93,6 +93,7 @@ class Components:
     unsolvable: float = 0.2
     beta: tuple = (2.0, 6.0)
     sigma_seed: float = 0.005
+    sigma_seed_grpo: float | None = None   # GRPO's own seed spread, where it differs (None: sigma_seed)
     sigma_entropy: float = 0.005
     sigma_size: float = 0.001
     s0: float = 0.006
@@ -139,11 +140,13 @@ MEASURED = Components(unsolvable=0.146, beta=(0.649, 2.05), sigma_seed=0.00413, 
 # ae3bb9a; docs/results/claims_smollm2.md, "Pilot"), printed by
 # `python -m esopt.plan --pilot results/pilot_smollm2 --print-components`. Two seeds per algorithm:
 # the slopes on the gain (probe_per_gain, share_per_gain), beta, GRPO's climb and the entropy terms
-# stay at the simulator's assumed defaults; sigma_seed is pooled over ES and GRPO, whose two seeds
-# went +0.025 and -0.052 (grpo_gain, their mean: at the pilot GRPO's gain is not above 0).
+# stay at the simulator's assumed defaults. ES's two seeds (+0.015, +0.010) agree within their
+# binomial noise (sigma_seed 0: floored); GRPO's went +0.025 and -0.052 (sigma_seed_grpo; grpo_gain,
+# their mean: at the pilot GRPO's gain is not above 0).
 SMOLLM2 = Components(
     unsolvable=0.74,
-    sigma_seed=0.0372,
+    sigma_seed=0.0,
+    sigma_seed_grpo=0.0539,
     sigma_problem_algo=0.127,
     es_gain=0.0125,
     grpo_gain=-0.0137,
@@ -368,7 +371,7 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
     for seed in range(R):
         recs.append(rec("none", seed, base, pop=None))
         for algo in ("es", "grpo", "es_grpo", "grpo_es"):
-            u = rng.normal(0, c.sigma_seed)
+            u = rng.normal(0, c.sigma_seed_grpo if algo == "grpo" and c.sigma_seed_grpo is not None else c.sigma_seed)
             g = kn["g"][algo] + u
             pa, off = p_algo[algo], seed_problem(P)
             final = ev(pa, g, offset=off)
@@ -633,7 +636,8 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
       c_p = 0; ``beta`` by moments on the others, E q = a / (a + b), Var q - mean q(1-q)/n =
       ab / ((a+b)^2 (a+b+1)) (binomial noise removed);
     - ``sigma_seed``^2 = pooled within-algorithm variance of the runs' Pass@1 gains - the mean
-      binomial variance of a final Pass@1 (every run scores the same problems);
+      binomial variance of a final Pass@1 (every run scores the same problems); with >= 2 GRPO
+      runs and >= 2 of another algorithm, GRPO's apart (``sigma_seed_grpo``), the others pooled;
     - ``sigma_problem_algo``^2 = (Var over the problems the base solves of mean_ES q_p - mean_GRPO q_p
       - its binomial part) / 2;
     - ``sigma_entropy``^2 = pooled residual variance of rel = h_final / h_base - 1 on the gain,
@@ -671,7 +675,8 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     from esopt.study.claims import select_cell
 
     est: dict = {}
-    how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "sigma_problem_algo", "es_gain", "grpo_gain",
+    how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "sigma_seed_grpo", "sigma_problem_algo",
+                                  "es_gain", "grpo_gain",
                                   "sigma_entropy", "grpo_per_gain",
                                   "grpo_climb", "sigma_step", "s_random", "s0", "sigma_size", "params",
                                   *RIVAL_COMPONENTS)}
@@ -696,13 +701,19 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
 
     with_base = {a: [r for r in rs if r.get("final_counts") is not None and r.get("base_counts") is not None
                      and r.get("samples")] for a, rs in cell.items() if trains(a)}
-    var, df = _pool([np.array([gain(r) for r in rs]) for rs in with_base.values()])
-    if var is not None:
-        noise = float(np.mean([_noise_var(r["final_counts"], int(r["samples"])) for rs in with_base.values()
-                               for r in rs]))
-        est["sigma_seed"] = math.sqrt(max(0.0, var - noise))
-        how["sigma_seed"] = (f"within-algorithm spread of {sum(map(len, with_base.values()))} runs' Pass@1 gains "
-                             f"({df} df; sd {math.sqrt(var):.4f}, binomial part {math.sqrt(noise):.4f})")
+    # GRPO's seed spread apart from the others' where each has >= 2 runs (on SmolLM2 one GRPO seed
+    # collapsed and one gained +0.39 while ES's seeds agreed within their binomial noise)
+    apart = len(with_base.get("grpo", [])) >= 2 and sum(len(rs) >= 2 for a, rs in with_base.items() if a != "grpo")
+    for field, algos in ((("sigma_seed", [a for a in with_base if a != "grpo"]), ("sigma_seed_grpo", ["grpo"]))
+                         if apart else (("sigma_seed", list(with_base)),)):
+        var, df = _pool([np.array([gain(r) for r in with_base[a]]) for a in algos])
+        if var is None:
+            continue
+        noise = float(np.mean([_noise_var(r["final_counts"], int(r["samples"])) for a in algos
+                               for r in with_base[a]]))
+        est[field] = math.sqrt(max(0.0, var - noise))
+        how[field] = (f"within-algorithm spread of {sum(len(with_base[a]) for a in algos)} {'/'.join(algos)} runs' "
+                      f"Pass@1 gains ({df} df; sd {math.sqrt(var):.4f}, binomial part {math.sqrt(noise):.4f})")
     es_r, grpo_r = with_base.get("es", []), with_base.get("grpo", [])
     if len(es_r) >= 2 and len(grpo_r) >= 2 and base is not None:  # spread of the per-problem ES - GRPO gap
         P = min(len(r["final_counts"]) for r in es_r + grpo_r)
