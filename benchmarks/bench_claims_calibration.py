@@ -73,9 +73,13 @@ def _task(args):
 
 
 def calibrate_jobs(pool, jobs: list[tuple]) -> list[dict]:
-    """``calibrate`` for each (design, sims, seed, components, full) in ``jobs``, its scenarios in
-    chunks of CHUNK sims over ``pool`` (chunk j seeded seed + 10**6 j; chunk 0 is calibrate's own
-    draw): one rates dict per job, the chunks' rates weighted by their sims."""
+    """``calibrate`` for each (design, sims, seed, components, full, scenario names) in ``jobs``: one
+    rates dict per job. Without a pool, one ``calibrate`` call per job (its own draw); with one, its
+    scenarios in chunks of CHUNK sims over ``pool`` (chunk j seeded seed + 10**6 j; chunk 0 is
+    calibrate's own draw), the chunks' rates weighted by their sims."""
+    if pool is None:
+        return [calibrate(design, sims=sims, seed=seed, components=comp, full=full, only=only)
+                for design, sims, seed, comp, full, only in jobs]
     tasks, owner = [], []
     for i, (design, sims, seed, comp, full, only) in enumerate(jobs):
         for name in only:
@@ -126,9 +130,9 @@ def main(argv=None) -> int:
     pool = ProcessPoolExecutor(args.jobs) if args.jobs > 1 else None
     names = [s[0] for s in scenarios()]
     for i, gen in enumerate(args.gens):
-        t, gen_comp = time.time(), replace(comp, **GENERATORS[gen])
-        rates = (calibrate_jobs(pool, [(design, sims, args.seed + 1000 * i, gen_comp, args.full, names)])[0] if pool
-                 else calibrate(design, sims=sims, seed=args.seed + 1000 * i, components=gen_comp, full=args.full))
+        t = time.time()
+        rates = calibrate_jobs(pool, [(design, sims, args.seed + 1000 * i, replace(comp, **GENERATORS[gen]),
+                                       args.full, names)])[0]
         walls[gen] = time.time() - t
         for ln in table(rates, gen):
             print(ln, flush=True)
@@ -163,12 +167,9 @@ def main(argv=None) -> int:
         only = [f"sesoi{i}" for i in CLAIM_IDS]
         designs = [Design(seeds=seeds, problems=problems, samples=args.samples, sizes=sizes, pops=(4, 8, 16),
                           family_seeds=fam) for seeds, problems, sizes, fam in GRID]
-        if pool:
-            per_design = calibrate_jobs(pool, [(d, max(sims // 10, 50), args.seed + 1, comp, False, only)
-                                               for d in designs])
-        for (seeds, problems, sizes, fam), d, i in zip(GRID, designs, range(len(GRID))):
-            r = per_design[i] if pool else calibrate(d, sims=max(sims // 10, 50), seed=args.seed + 1,
-                                                     components=comp, only=only)
+        per_design = calibrate_jobs(pool, [(d, max(sims // 10, 50), args.seed + 1, comp, False, only)
+                                           for d in designs])
+        for (seeds, problems, sizes, fam), r in zip(GRID, per_design):
             row = [seeds, problems, args.samples, sizes, fam] + [f"{r[f'sesoi{i}']['yes']:.2f}" for i in CLAIM_IDS]
             grid.append(row)
             print("design seeds={} problems={} samples={} sizes={} family_seeds={} ".format(*row[:5])

@@ -45,9 +45,10 @@ PRESETS = {"paper_cpu": (3600, 16, 16, "claims_paper_cpu", True),
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="the paper_cpu_quick preset (goal 5 minutes)")
-    ap.add_argument("--family", action="store_true", help="the paper_cpu_family preset (goal 90 minutes)")
-    ap.add_argument("--preset", choices=sorted(PRESETS), default=None, help="any study preset by name")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true", help="the paper_cpu_quick preset (goal 5 minutes)")
+    which.add_argument("--family", action="store_true", help="the paper_cpu_family preset (goal 90 minutes)")
+    which.add_argument("--preset", choices=sorted(PRESETS), default=None, help="any study preset by name")
     ap.add_argument("--confirm", action="store_true",
                     help="confirmatory run: task.test_draw=D, fresh seeds, sweep <preset>_confirm<D>")
     ap.add_argument("--draw", type=int, default=1,
@@ -60,7 +61,8 @@ def main() -> int:
                          "the environment's)")
     ap.add_argument("--report-only", action="store_true", help="no sweep: report the finished one under --root")
     ap.add_argument("--wall-s", type=float, default=None, help="with --report-only: the wall time measured before")
-    ap.add_argument("--write-docs", action="store_true", help="write to docs/results/claims_paper_cpu.md")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write to docs/results/claims_paper_cpu.md (claims_smollm2.md for paper_smollm2)")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hydra/launcher=submitit_local")
     a = ap.parse_args()
     preset = a.preset or ("paper_cpu_quick" if a.quick else "paper_cpu_family" if a.family else "paper_cpu")
@@ -142,8 +144,8 @@ def write_docs(preset: str, goal: int, wall: float, returncode: int, by_algo: di
         exploratory = not (result.get("look") or {}).get("confirmatory")
         write_table(topic, f"{preset}: claims" + (" (exploratory)" if exploratory else ""), command,
                     ["#", "claim", "source", "effect [95% CI]", "power at the smallest effect", "verdict", "reason"],
-                    [[c["id"], c["key"], c.get("source", "-"), num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]"
-                                                             if c.get("ci") else ""),
+                    [[c["id"], c["key"], c.get("source", "-"),
+                      num(c["effect"]) + (f" [{num(c['ci'][0])}, {num(c['ci'][1])}]" if c.get("ci") else ""),
                       "-" if c.get("power") is None else f"{c['power']:.0%}",
                       c["reproduced"] + (f": {c['unclear']}" if c.get("unclear") else ""), c["reason"]]
                      for c in claims], notes=f"{look_line(result)[0].upper()}{look_line(result)[1:]}. {design}")

@@ -428,7 +428,8 @@ def hours_text(h: float) -> str:
 def component_lines(report: dict) -> list[str]:
     c = report["components"]
     d = report["design"]
-    shown = ("sigma_seed", "sigma_seed_grpo", "sigma_problem_algo", "sigma_entropy", "s0", "sigma_size", "es_gain", "grpo_gain", "params")
+    shown = ("sigma_seed", "sigma_seed_grpo", "sigma_problem_algo", "sigma_entropy", "s0", "sigma_size", "es_gain",
+             "grpo_gain", "params")
     if any(cid in OPT_IN or cid == 10 for cid in report["claims"]):   # the rivals'
         shown += ("probe_per_gain", "sigma_probe", "sigma_probe_eval", "top_share", "sigma_share", "sigma_log_l2")
     note = "" if report["source"].startswith("pilot") else " (point values; --pilot estimates a pilot's, with bounds)"

@@ -703,7 +703,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
                      and r.get("samples")] for a, rs in cell.items() if trains(a)}
     # GRPO's seed spread apart from the others' where each has >= 2 runs (on SmolLM2 one GRPO seed
     # collapsed and one gained +0.39 while ES's seeds agreed within their binomial noise)
-    apart = len(with_base.get("grpo", [])) >= 2 and sum(len(rs) >= 2 for a, rs in with_base.items() if a != "grpo")
+    apart = len(with_base.get("grpo", [])) >= 2 and any(len(rs) >= 2 for a, rs in with_base.items() if a != "grpo")
     for field, algos in ((("sigma_seed", [a for a in with_base if a != "grpo"]), ("sigma_seed_grpo", ["grpo"]))
                          if apart else (("sigma_seed", list(with_base)),)):
         var, df = _pool([np.array([gain(r) for r in with_base[a]]) for a in algos])
