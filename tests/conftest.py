@@ -2,6 +2,7 @@
 Shared helpers live in tests/helpers.py (this directory is on sys.path for every test)."""
 
 import os
+import types
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -49,6 +50,7 @@ def _module_scoped(item) -> bool:
     return any(d.scope in ("module", "class", "package") for fixturedefs in defs for d in fixturedefs)
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's own hook, which reads the marker into the node id
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
@@ -56,3 +58,15 @@ def pytest_collection_modifyitems(config, items):
         group = SHARED_SERVICE_GROUPS.get(item.path.name) or (str(item.path) if _module_scoped(item) else None)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config):
+    """--dist loadgroup sends a group to one worker by the ``@group`` suffix pytest-xdist writes
+    into each grouped test's ``_nodeid``. pytest 9.2 reads node ids from elsewhere (with xdist 3.8),
+    so groups silently spread over workers, and two of them once built one wheel in one tree at
+    once. Check what xdist does, on a stand-in node, and stop with one line if it is lost."""
+    if config.getoption("dist", "no") != "loadgroup" or hasattr(config, "workerinput"):
+        return
+    if not pytest.Item.nodeid.fget(types.SimpleNamespace(_nodeid="t@group", _id="t")).endswith("@group"):
+        raise pytest.UsageError(f"pytest-xdist's --dist loadgroup does not group tests under pytest "
+                                f"{pytest.__version__}: install pytest<9.2 (pyproject's test extra)")
