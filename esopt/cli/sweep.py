@@ -62,9 +62,12 @@ def main_run(cfg, single: bool = False) -> dict:
     from esopt.algorithms import distributed
 
     quiet()  # also in launcher workers (submitit, Slurm), which start from this function
+    job = hasattr(cfg, "get") and cfg.get(SHIPPED) is not None
     try:
         rc = shipped_plan(cfg) or validate(cfg)
     except ConfigError as e:
+        if job:  # a multirun's job: raised, its launcher returns it and the sweeper records the run failed
+            raise
         fail(str(e))
     if distributed.launched_rank() > 0:  # torchrun / srun rank > 0: a silent ES worker
         return run_worker(rc)
@@ -77,7 +80,13 @@ def main_run(cfg, single: bool = False) -> dict:
     return summary
 
 
-SHIPPED = "run_plan"  # +run_plan=<run id>: the sweeper wrote that run's plan.json; the worker reads it
+SHIPPED = "run_plan"  # +run_plan='<run id>': the sweeper wrote that run's plan.json; the worker reads it
+
+
+def ship(rid: str) -> str:
+    """The override that hands a job its plan. Quoted: Hydra reads an unquoted value as a number
+    where it can, and a run id is hex (621e01573466 would become inf, 012345678901 lose its 0)."""
+    return f"+{SHIPPED}='{rid}'"
 
 
 def shipped_plan(cfg):

@@ -291,15 +291,15 @@ class EsoptSweeper(Sweeper):
 
     @staticmethod
     def shipped(job: Job) -> List[str]:
-        """The job's overrides plus ``+run_plan=<run id>``, its plan written to ``<run>/plan.json``
+        """The job's overrides plus ``+run_plan='<run id>'``, its plan written to ``<run>/plan.json``
         first: the worker reads the plan validated here (``esopt.cli.sweep.shipped_plan``)
         instead of validating and resolving again."""
-        from esopt.cli.sweep import SHIPPED
+        from esopt.cli.sweep import ship
         from esopt.core import store
         from esopt.runtime import runplan
 
         runplan.write(job.rc, store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
-        return list(job.overrides) + [f"+{SHIPPED}={job.rid}"]
+        return list(job.overrides) + [ship(job.rid)]
 
     # --- output -----------------------------------------------------------------------------
     def table(self, jobs: List[Job], *, dry: bool = False):

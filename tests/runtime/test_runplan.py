@@ -100,18 +100,25 @@ def test_the_plan_reads_back_from_its_json_as_it_was(algo):
 
 
 def test_a_multirun_worker_reads_the_plan_the_sweeper_shipped(tmp_path):
-    """The sweeper writes <run>/plan.json and adds +run_plan=<run id>; the worker's task
-    function takes that plan as it is (no second validation), and a torn file is one line."""
-    from esopt.cli.sweep import SHIPPED, shipped_plan
+    """The sweeper writes <run>/plan.json and adds +run_plan='<run id>'; the worker's task
+    function takes that plan as it is (no second validation), and a torn file is one line.
+    Run ids Hydra would read as numbers unquoted (621e01573466 -> inf: a real sweep lost a run
+    to it) reach the worker as written."""
+    from esopt.cli.sweep import SHIPPED, main_run, ship, shipped_plan
     from esopt.core.errors import ConfigError
     from esopt.runtime import runplan
     from helpers import compose
 
     p = plan("algo=es", root=tmp_path)
-    rid = run_id(p)
-    path = runplan.write(p, store.RunDir.for_run(p.sweep.root, p.sweep.name, rid).path)
-    cfg = compose(*TINY, "algo=es", f"sweep.root={tmp_path}", f"+{SHIPPED}={rid}")
-    assert shipped_plan(cfg) == p and SHIPPED not in cfg
+    for rid in ("621e01573466", "012345678901", run_id(p)):
+        runplan.write(p, store.RunDir.for_run(p.sweep.root, p.sweep.name, rid).path)
+        cfg = compose(*TINY, "algo=es", f"sweep.root={tmp_path}", ship(rid))
+        assert shipped_plan(cfg) == p and SHIPPED not in cfg, rid
+    path = store.RunDir.for_run(p.sweep.root, p.sweep.name, run_id(p)).path / "plan.json"
+    # a job whose plan is missing raises (its launcher returns the error and the sweeper records
+    # the run failed), where a single run would exit: one job never ends the sweep
+    with pytest.raises(ConfigError, match="run 0123456789ab: its plan.json is missing"):
+        main_run(compose(*TINY, "algo=es", f"sweep.root={tmp_path}", ship("0123456789ab")))
     assert shipped_plan(compose(*TINY, "algo=es", f"sweep.root={tmp_path}")) is None
     assert runplan.load(path.parent) == p
     path.write_text(path.read_text()[:40])
