@@ -27,7 +27,8 @@ from _results import REPO, commit, write_table
 
 GOALS_S = {"total": 25 * 60, "main suite": 8 * 60}
 # pytest's --durations lines: "12.34s call     tests/x.py::test_y[param]"
-DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(call|setup|teardown)\s+(\S.*)$")
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(call|setup|teardown)\s+(\S.*?)(?:@[^@\]]*)?$")
+# (pytest-xdist's --dist loadgroup appends "@<group>" to a grouped test's id: dropped)
 SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed).*?) in ([\d.]+)s")
 
 

@@ -48,9 +48,12 @@ def test_bench_ci_reads_stage_times_durations_and_counts():
     log = ("============================= slowest 25 durations ==============================\n"
            "41.20s call     tests/cli/test_sweeper.py::test_failing_run[a b]\n"
            "3.05s setup    tests/models/test_tiny_competence.py::test_larger_is_better\n"
-           "97.51s call     tests/cli/test_packaging.py::test_installed_wheel_runs_outside_the_checkout\n"
+           "97.51s call     tests/cli/test_packaging.py::test_installed_wheel_runs_outside_the_checkout"
+           "@/check/tests/cli/test_packaging.py\n"
+           "42.34s call     tests/cli/test_slurm.py::test_grid[a@b]@slurm\n"
            "=========== 740 passed, 37 skipped, 12 warnings in 421.77s (0:07:01) ============\n")
-    assert bench_ci.parse_durations(log, n=2) == [
+    assert bench_ci.parse_durations(log, n=3) == [
         (97.51, "call", "tests/cli/test_packaging.py::test_installed_wheel_runs_outside_the_checkout"),
+        (42.34, "call", "tests/cli/test_slurm.py::test_grid[a@b]"),
         (41.2, "call", "tests/cli/test_sweeper.py::test_failing_run[a b]")]
     assert bench_ci.parse_summary(log) == "740 passed, 37 skipped, 12 warnings"
