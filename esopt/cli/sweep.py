@@ -62,13 +62,14 @@ def main_run(cfg, single: bool = False) -> dict:
     from esopt.algorithms import distributed
 
     quiet()  # also in launcher workers (submitit, Slurm), which start from this function
-    job = hasattr(cfg, "get") and cfg.get(SHIPPED) is not None
-    try:
-        rc = shipped_plan(cfg) or validate(cfg)
-    except ConfigError as e:
-        if job:  # a multirun's job: raised, its launcher returns it and the sweeper records the run failed
-            raise
-        fail(str(e))
+    # a multirun's job: an unreadable plan raises, its launcher returns the error and the sweeper
+    # records that run failed; a run of its own is validated here, bad input one line and exit 2
+    rc = shipped_plan(cfg)
+    if rc is None:
+        try:
+            rc = validate(cfg)
+        except ConfigError as e:
+            fail(str(e))
     if distributed.launched_rank() > 0:  # torchrun / srun rank > 0: a silent ES worker
         return run_worker(rc)
     if rc.sweep.dry_run:  # one run (no -m; a multirun's dry run is the sweeper's table)
