@@ -309,8 +309,9 @@ class Aggregate:
     claims: dict | None = None            # esopt.study.claims result (claims.json), when computed
 
 
-def find_runs_dir(sweep_dir: Path) -> Path:
+def find_runs_dir(sweep_dir: str | os.PathLike) -> Path:
     """``<sweep>/runs`` (or the directory itself if it directly holds run directories)."""
+    sweep_dir = Path(sweep_dir)
     if not sweep_dir.exists():
         raise ConfigError(f"no such directory: {sweep_dir}")
     if not sweep_dir.is_dir():

@@ -576,6 +576,12 @@ def test_connectivity_between_two_runs_of_one_base(planted, tmp_path, capsys):
     assert out == {"connectivity": str(runs / "grpo-0" / "connectivity.json")}
     again = json.loads((runs / "es-0" / "connectivity.json").read_text())
     assert again["cosine"] == pytest.approx(r["cosine"]) and (runs / "grpo-0" / "connectivity.json").exists()
+    capsys.readouterr()
+    assert analyze_main(["connectivity", "--sweep", str(tmp_path / "sweep"), "--ts", "0.5", "--no-write",
+                         "--problems", str(PROBLEMS), "--samples", str(SAMPLES), "--device", "cpu"]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[0].endswith("es-0") and row[1].endswith("grpo-0") and float(row[6]) == pytest.approx(r["cosine"], abs=1e-3)
+    assert float(row[2]) == pytest.approx(r["es_pass@1"], abs=1e-3)  # same seeds: the pair evaluated again
 
 
 def test_connectivity_pairs_a_sweeps_es_and_grpo_runs_by_seed(tmp_path):
@@ -604,3 +610,14 @@ def test_connectivity_pairs_a_sweeps_es_and_grpo_runs_by_seed(tmp_path):
         analyses.partner_of(es1)
     with pytest.raises(analyses.ConfigError, match="pairs plain ES with GRPO"):
         analyses.partner_of(runs / "c-es-anchor-0")
+
+
+def test_connectivity_sweep_option_reads_a_folder_given_as_text(tmp_path, capsys):
+    """``--sweep DIR`` arrives as a string; a sweep without a pair, or no folder, is one line and exit 2
+    (it was an AttributeError, exit 1, on any folder)."""
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "summary.json").write_text(json.dumps({"status": "completed", "algo": "es"}))
+    assert analyze_main(["connectivity", "--sweep", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"esopt: error: no ES/GRPO seed pair with saved models in {tmp_path}"
+    assert analyze_main(["connectivity", "--sweep", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.startswith("esopt: error: no such directory")
