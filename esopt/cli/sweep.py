@@ -20,7 +20,7 @@ from esopt.core.config import RunConfig
 from esopt.core.errors import ConfigError
 from esopt.runtime.run import print_summary, run, run_worker
 from esopt.runtime.runplan import recorded_id
-from esopt.runtime.validate import run_id, uses, validate
+from esopt.runtime.validate import run_id, uses, validate, verify_shipped
 
 
 def missing_analyses(cfg: RunConfig, rid: str) -> list[str]:
@@ -93,7 +93,9 @@ def ship(rid: str) -> str:
 def shipped_plan(cfg):
     """The plan the sweeper validated and shipped for this job (``+run_plan=<run id>``: its
     ``<run>/plan.json``, ``esopt.runtime.runplan``), so a multirun's worker neither re-validates
-    nor re-resolves (engine=auto's pick included); None when the job has none (a single run)."""
+    nor re-resolves (engine=auto's pick included); None when the job has none (a single run).
+    Its ids are recomputed from its content (``validate.verify_shipped``): an edited file fails
+    the run, on every attempt (a Slurm requeue reads it again)."""
     from omegaconf import open_dict
 
     from esopt.runtime import runplan
@@ -103,10 +105,11 @@ def shipped_plan(cfg):
         return None
     with open_dict(cfg):
         del cfg[SHIPPED]
-    plan = runplan.load(store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, str(rid)).path)
+    where = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, str(rid)).path
+    plan = runplan.load(where)
     if plan is None:
         raise ConfigError(f"run {rid}: its plan.json is missing (the sweep writes it before launching)")
-    return plan
+    return verify_shipped(plan, str(rid), where / runplan.PLAN_FILE)  # its ids recomputed from its content
 
 
 def dry_run(rc: RunConfig) -> dict:

@@ -346,6 +346,33 @@ def run_id(plan: RunPlan | RunConfig) -> str:
     return store.run_id(identity(plan))
 
 
+def verify_shipped(plan: RunPlan, rid: str, path) -> RunPlan:
+    """The plan a job read from ``path`` (``<run rid>/plan.json``), checked against its content:
+    its run id, legacy id and config id recomputed (:func:`identity`) must be the ones it states,
+    and ``rid`` one of its ids. A file edited after the sweeper wrote it (pop 2 made 4 under the
+    pop-2 id), or copied from another run, is a ConfigError naming the file, so that run fails
+    (a Slurm requeue reads the file again and fails again) instead of recording other numbers
+    under its id. Its training phases and task specs are resolved again from its config (pure:
+    the registry entries' ``resolve``, :func:`task_spec`) and must be the ones it holds, since
+    the id hashes the config's axes, not the resolved block's copy of them."""
+    again = make_plan(plan.config, plan.engine_config, plan.tuning_settings, plan.layout, plan.tracker_options,
+                      ids=False)
+    for what in ("phases", "task_spec", "ood_spec", "probe_specs"):
+        if getattr(again, what) != getattr(plan, what):
+            raise ConfigError(f"{path}: its resolved {what} are not what its config resolves to (edited after "
+                              "the sweep wrote it?); rerun the sweep to write it again")
+    ids = {"run id": (plan.run_id, run_id(plan)), "legacy id": (plan.legacy_id, legacy_run_id(plan)),
+           "config id": (plan.config_id, config_id(plan))}
+    for what, (stated, content) in ids.items():
+        if stated != content:
+            raise ConfigError(f"{path}: its content is {what} {content}, the file says {stated} "
+                              "(edited after the sweep wrote it?); rerun the sweep to write it again")
+    if rid not in (plan.run_id, plan.legacy_id):
+        raise ConfigError(f"{path}: the plan of run {plan.run_id} is in the folder of run {rid} (copied?); "
+                          "rerun the sweep to write it again")
+    return plan
+
+
 def legacy_run_id(plan: RunPlan | RunConfig) -> str:
     """The id the run had before ids hashed the resolved plan (:func:`legacy_identity`)."""
     if isinstance(plan, RunPlan):

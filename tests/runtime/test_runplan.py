@@ -110,10 +110,14 @@ def test_a_multirun_worker_reads_the_plan_the_sweeper_shipped(tmp_path):
     from helpers import compose
 
     p = plan("algo=es", root=tmp_path)
-    for rid in ("621e01573466", "012345678901", run_id(p)):
+    for rid in ("621e01573466", "012345678901"):  # reach the worker as written: the folder named in the error
         runplan.write(p, store.RunDir.for_run(p.sweep.root, p.sweep.name, rid).path)
-        cfg = compose(*TINY, "algo=es", f"sweep.root={tmp_path}", ship(rid))
-        assert shipped_plan(cfg) == p and SHIPPED not in cfg, rid
+        with pytest.raises(ConfigError, match=f"runs/{rid}/plan.json: the plan of run {p.run_id} is in the folder "
+                                              f"of run {rid} "):
+            shipped_plan(compose(*TINY, "algo=es", f"sweep.root={tmp_path}", ship(rid)))
+    runplan.write(p, store.RunDir.for_run(p.sweep.root, p.sweep.name, p.run_id).path)
+    cfg = compose(*TINY, "algo=es", f"sweep.root={tmp_path}", ship(p.run_id))
+    assert shipped_plan(cfg) == p and SHIPPED not in cfg
     path = store.RunDir.for_run(p.sweep.root, p.sweep.name, run_id(p)).path / "plan.json"
     # a job whose plan is missing raises (its launcher returns the error and the sweeper records
     # the run failed), where a single run would exit: one job never ends the sweep
@@ -124,6 +128,40 @@ def test_a_multirun_worker_reads_the_plan_the_sweeper_shipped(tmp_path):
     path.write_text(path.read_text()[:40])
     with pytest.raises(ConfigError, match="unreadable .*plan.json"):
         runplan.load(path.parent)
+
+
+def test_an_edited_shipped_plan_fails_its_run_on_every_attempt(tmp_path):
+    """A queued run's plan.json edited (pop 4 made 8, in the config or in the resolved block)
+    must not run pop 8 under the pop-4 id: the worker recomputes the ids from the file's content,
+    and the run fails with one line naming the file. A Slurm requeue calls the same task function
+    with the same overrides, so every attempt reads the file again and fails the same way; nothing
+    is written into the run's folder but the failure (runtime.run.record_ended)."""
+    from esopt.cli.sweep import main_run, ship
+    from esopt.core.errors import ConfigError
+    from esopt.runtime import runplan
+    from esopt.runtime.run import record_ended
+    from helpers import compose
+
+    p = plan("algo=es", root=tmp_path)
+    rd = store.RunDir.for_run(p.sweep.root, p.sweep.name, p.run_id)
+    path = runplan.write(p, rd.path)
+    shipped = json.loads(path.read_text())
+    resolves = "its resolved phases are not what its config resolves to"
+    for edit, says in ((lambda d: d["config"].update(pop=8), resolves),
+                       (lambda d: d["resolved"]["phases"][0]["settings"].update(pop=8), resolves),
+                       (lambda d: d["config"]["eval"].update(samples=8), "its content is run id "),
+                       (lambda d: d["resolved"].update(run_id="0123456789ab"), "its content is run id ")):
+        d = json.loads(json.dumps(shipped))
+        edit(d)
+        path.write_text(json.dumps(d))
+        for attempt in range(2):  # the job, then its requeue
+            with pytest.raises(ConfigError) as e:
+                main_run(compose(*TINY, "algo=es", f"sweep.root={tmp_path}", ship(p.run_id)))
+            line = str(e.value)
+            assert "\n" not in line and line.startswith(f"{path}: {says}"), line
+        assert sorted(x.name for x in rd.path.iterdir()) == ["plan.json"]
+    assert record_ended(p.config, p.run_id, e.value)
+    assert rd.read_summary()["error"] == f"ConfigError: {line}" and rd.status == "failed"
 
 
 def test_the_summary_axes_are_the_plans_resolved_values():
