@@ -120,6 +120,12 @@ class EsoptSlurmLauncher(SlurmLauncher):
         self.poll_s = max(1.0, float(poll_s or 10))
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Submit the runs as one job array and wait for all of them (Hydra's launcher API)."""
+        return self.submit(job_overrides, initial_job_idx).results()
+
+    def submit(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> "Submitted":
+        """Submit the runs as one job array (``sbatch``) and return at once: the esopt sweeper
+        submits every resource group's array before it waits on any (:class:`Submitted`)."""
         import logging
         from pathlib import Path
 
@@ -148,9 +154,26 @@ class EsoptSlurmLauncher(SlurmLauncher):
             args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
         packs = [args[i:i + k] for i in range(0, len(args), k)]
         log.info(f"{len(args)} runs in {len(packs)} Slurm tasks of up to {k} runs")
-        jobs = executor.map_array(_Pack(self), packs)
+        return Submitted(executor.map_array(_Pack(self), packs), packs)
+
+
+class Submitted:
+    """One submitted job array: ``done()`` without blocking, then ``results()``."""
+
+    def __init__(self, jobs: list, packs: List[List[tuple]]):
+        self.jobs, self.packs = jobs, packs
+
+    def done(self) -> bool:
+        """Whether every task of the array has ended (a result file, else the watcher's state,
+        read at most every ``poll_s``)."""
+        return all(job.done() for job in self.jobs)
+
+    def results(self) -> List[JobReturn]:
+        """Every task waited for, even after one has ended badly: one JobReturn per run."""
+        import submitit
+
         out: List[JobReturn] = []
-        for job, pack in zip(jobs, packs):  # every job waited for, even after one has ended badly
+        for job, pack in zip(self.jobs, self.packs):
             try:
                 out += job.results()[0]
             except submitit.core.utils.UncompletedJobError as e:  # no result file: cancelled, lost, ...

@@ -30,6 +30,7 @@ from hydra_plugins.esopt_sweeper.output import (SweepProgress, aggregate_sweep, 
 log = logging.getLogger(__name__)
 WARNING_CHARS = 500  # a launcher's error for a run, as printed: at most this long
 ERROR_COLUMN = 60    # the final table's error column: its first this many characters
+LAUNCH_POLL_S = 1.0  # how often the sweeper looks whether a submitted job array has ended
 
 @dataclass
 class EsoptSweeperConf:
@@ -267,27 +268,68 @@ class EsoptSweeper(Sweeper):
                 job.summary = {"status": store.UNREADABLE, "error": f"{rd.summary_path} cannot be read"}
 
     def _launch_groups(self, groups: Dict[str, List[Job]]) -> None:
-        for group in groups.values():
-            n = self.max_batch_size or len(group)
-            for start in range(0, len(group), n):
-                batch = group[start:start + n]
-                launcher = self._launcher(batch[0].launcher)
-                try:
-                    results = launcher.launch([self.shipped(j) for j in batch], initial_job_idx=self._job_idx)
-                except Exception as e:  # noqa: BLE001 - e.g. a Slurm job killed: see summaries
-                    print(f"esopt: warning: launcher: {first_line(e)}", file=sys.stderr)
-                    results = [None] * len(batch)
-                self._job_idx += len(batch)
-                for job, r in zip(batch, results):
-                    job.dispatched = True
-                    ok = r is not None and getattr(getattr(r, "status", None), "name", "") == "COMPLETED"
-                    if not ok and r is not None:
-                        err = getattr(r, "_return_value", None)
-                        print(f"esopt: warning: run {job.rid} raised: {err!r}"[:WARNING_CHARS], file=sys.stderr)
-                        if isinstance(err, BaseException):  # e.g. its Slurm job was cancelled
-                            from esopt.runtime.run import record_ended
+        """Every group's first batch is submitted before any is waited on (Slurm: one job array
+        per resource shape, all queued at once, so a grid over model sizes takes the longest
+        group's time, not their sum); a group's next batch (``max_batch_size``) goes when its
+        previous one has ended. A launcher without ``submit`` (in process, submitit's local
+        one) runs each batch as it is started, one after another."""
+        import time
 
-                            record_ended(job.rc, job.rid, err)
+        queues = [[g[i:i + (self.max_batch_size or len(g))] for i in range(0, len(g), self.max_batch_size or len(g))]
+                  for g in groups.values()]
+        flying: List[tuple] = []  # (queue, batch, Submitted or the finished results)
+
+        def start(queue: list) -> None:
+            batch = queue.pop(0)
+            launcher = self._launcher(batch[0].launcher)
+            shipped = [self.shipped(j) for j in batch]
+            try:
+                if hasattr(launcher, "submit"):
+                    handle = launcher.submit(shipped, initial_job_idx=self._job_idx)
+                else:
+                    handle = launcher.launch(shipped, initial_job_idx=self._job_idx)
+            except Exception as e:  # noqa: BLE001 - e.g. sbatch refused the array: see summaries
+                print(f"esopt: warning: launcher: {first_line(e)}", file=sys.stderr)
+                handle = [None] * len(batch)
+            self._job_idx += len(batch)
+            flying.append((queue, batch, handle))
+
+        for queue in queues:
+            if queue:
+                start(queue)
+        while flying:
+            ended = [f for f in flying if not hasattr(f[2], "done") or f[2].done()]
+            if not ended:
+                time.sleep(LAUNCH_POLL_S)
+                continue
+            for queue, batch, handle in ended:
+                flying.remove((queue, batch, handle))
+                self._record(batch, self._results(handle, batch) if hasattr(handle, "done") else list(handle))
+                if queue:
+                    start(queue)
+
+    @staticmethod
+    def _results(handle, batch: List[Job]) -> list:
+        try:
+            return list(handle.results())
+        except Exception as e:  # noqa: BLE001 - e.g. a Slurm job killed: see summaries
+            print(f"esopt: warning: launcher: {first_line(e)}", file=sys.stderr)
+            return [None] * len(batch)
+
+    @staticmethod
+    def _record(batch: List[Job], results: list) -> None:
+        """A batch's launcher results: a run that raised (or whose job ended without a result)
+        gets one warning and is recorded failed (``esopt.runtime.run.record_ended``)."""
+        for job, r in zip(batch, results):
+            job.dispatched = True
+            ok = r is not None and getattr(getattr(r, "status", None), "name", "") == "COMPLETED"
+            if not ok and r is not None:
+                err = getattr(r, "_return_value", None)
+                print(f"esopt: warning: run {job.rid} raised: {err!r}"[:WARNING_CHARS], file=sys.stderr)
+                if isinstance(err, BaseException):  # e.g. its Slurm job was cancelled
+                    from esopt.runtime.run import record_ended
+
+                    record_ended(job.rc, job.rid, err)
 
     @staticmethod
     def shipped(job: Job) -> List[str]:

@@ -80,3 +80,35 @@ def test_es_with_two_slurm_tasks_equals_one_task(tmp_path):
     logs = "".join(f.read_text() for p in arrays for f in p.glob("*_log.*"))
     assert "_0_log" in " ".join(f.name for p in arrays for f in p.glob("*_log.*"))
     assert "completed:" in logs
+
+
+def _slurm_times(job_id: str) -> tuple:
+    """(StartTime, EndTime) of a finished Slurm job, from ``scontrol show job`` (the local Slurm
+    has no accounting daemon for sacct; it keeps ended jobs MinJobAge=300 s)."""
+    import datetime
+    import subprocess
+
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
+    t = dict(re.findall(r"\b(StartTime|EndTime)=(\S+)", out))
+    return tuple(datetime.datetime.fromisoformat(t[k]) for k in ("StartTime", "EndTime"))
+
+
+def test_two_resource_groups_run_at_once(tmp_path):
+    """Two runs whose launcher requests differ (seed=1,2 with mem_gb=${seed}: two resource
+    groups, so two job arrays) through the real local Slurm, each job sleeping 8 s before its run: both arrays are
+    submitted before either is waited on, so both jobs start before either ends (one after
+    another, the second would start after the first's end)."""
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    r = run_cli(
+        "esopt.sweep", "-m", "hydra/launcher=slurm", "model=tiny-xs", "algo=none", "eval.problems=4",
+        "eval.samples=2", "task.n_train=16", "task.n_test=8", "task.n_heldout=8", "seed=1,2",
+        "hydra.launcher.mem_gb=${seed}",
+        "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1", "hydra.launcher.poll_s=1",
+        "hydra.launcher.setup=[sleep 8]", f"sweep.root={tmp_path}", "sweep.name=groups", "sweep.aggregate=false",
+        env=env, timeout=900)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    tasks = [p.name for p in (tmp_path / "groups" / ".hydra").glob("*/.submitit/*") if re.fullmatch(r"\d+(_\d+)?", p.name)]
+    assert len({t.split("_")[0] for t in tasks}) == 2, tasks   # two arrays, one per resource shape
+    (s1, e1), (s2, e2) = [_slurm_times(t) for t in sorted(tasks)]
+    assert max(s1, s2) < min(e1, e2), ((s1, e1), (s2, e2))      # they overlapped
+    assert (min(e1, e2) - max(s1, s2)).total_seconds() >= 6     # by about the sleep: ~T in all, not 2T
