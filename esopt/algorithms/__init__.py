@@ -4,12 +4,16 @@ Each entry of :data:`ALGORITHMS` declares, in one place, everything that differs
 the run lifecycle (``esopt.runtime``), the sweepers and the study read the entry and never ask
 an algorithm its name:
 
-- ``module``: where its ``train(ctx)`` lives, beside the optional ``validate(cfg)`` (every check
-  of its knobs, before any work), ``resolve(cfg, iterations)`` (its block with every default
-  filled in: what the run's plan holds and ``train`` reads as ``ctx.settings``),
-  ``estimate_tokens(settings, iterations, budget)`` (generated-token upper bound of a phase, from
-  those resolved settings) and ``budgets(cfg)`` (the iterations of each phase; default one phase of all of
-  them). ``None``: it trains nothing (the base model is evaluated only);
+- ``module``: where its ``train(ctx)`` lives, beside ``validate(cfg)`` (every check of its
+  knobs, before any work: required of an algorithm that trains), ``resolve(cfg, iterations)``
+  (its block with every default filled in: what the run's plan holds and ``train`` reads as
+  ``ctx.settings``), ``estimate_tokens(settings, iterations, budget)`` (generated-token upper
+  bound of a phase, from those resolved settings) and ``budgets(cfg)`` (the iterations of each
+  phase; default one phase of all of them). ``None``: it trains nothing (the base model is
+  evaluated only). A population strategy over weight perturbations (ES, random search) is one
+  class instead (``"esopt.algorithms.es:ES"``, an ``esopt.algorithms.strategy.Strategy``):
+  those functions are its own, inherited by a variant, and the shared loop
+  (``esopt.algorithms.trainer``) checkpoints its state;
 - ``blocks``: the config blocks it reads (:class:`Block`: ``es:``, ``grpo:``, ...), each a
   documented dataclass in its algorithm's module. The registry composes every algorithm's
   blocks into the Hydra config (``esopt.cli.configs``), so a grid holding several algorithms
@@ -25,15 +29,17 @@ an algorithm its name:
     algo = get("es")
     algo.validate(rc); algo.resolve(rc); algo.train(ctx); algo.estimate_tokens(phase, budget); algo.uses("pop")
 
-Adding an algorithm is one module (its config dataclass, ``train``, optionally ``validate`` /
+Adding an algorithm is one module (its config dataclass, ``train``, ``validate``, optionally
 ``estimate_tokens``) plus one :func:`register` line below (from outside the package: the same
-call; tests/algorithms/test_toy_algorithm.py does it).
+call; tests/algorithms/test_toy_algorithm.py does it); adding a population strategy is one
+class and its line (tests/algorithms/test_toy_strategy.py).
 
 - ``none``: evaluate the base model only.
-- ``es``: evolution strategies (``esopt.algorithms.es``; noise in ``esopt.noise``).
+- ``es``: evolution strategies (``esopt.algorithms.es.ES``; noise in ``esopt.noise``).
 - ``grpo``: GRPO through TRL's GRPOTrainer (``esopt.algorithms.grpo``).
 - ``grpo_es`` / ``es_grpo``: one after the other (``esopt.algorithms.sequence``).
-- ``random_search``: ES's perturbations, moving to the best one (``esopt.algorithms.random_search``).
+- ``random_search``: ES's perturbations, moving to the best one
+  (``esopt.algorithms.random_search.RandomSearch``).
 """
 
 from __future__ import annotations
@@ -100,7 +106,8 @@ class Algorithm:
 
     name: str
     summary: str                       # one line for --help and the docs
-    module: Any = None                 # "esopt.algorithms.es" or a module; None = trains nothing
+    module: Any = None                 # "esopt.algorithms.grpo", "esopt.algorithms.es:ES" (a strategy
+    #                                    class), or either object; None = trains nothing
     blocks: tuple[Block, ...] = ()     # the config blocks it reads
     reads: tuple[str, ...] = ()        # the top-level axes (AXES) it reads
     phases: tuple[str, ...] = ()       # a sequence: the registered algorithms it runs, in order
@@ -147,9 +154,12 @@ class Algorithm:
 
     def validate(self, cfg) -> None:
         """Every check of this algorithm's knobs, before any work (ConfigError, one line)."""
-        check = getattr(self._module(), "validate", None) if self.trains else None
-        if check is not None:
-            check(cfg)
+        if not self.trains:
+            return
+        check = getattr(self._module(), "validate", None)
+        if check is None:  # a module without checks would run unchecked: never silently
+            raise TypeError(f"algo {self.name!r}: {self.module!r} declares no validate(cfg)")
+        check(cfg)
 
     def resolve(self, cfg, iterations: int | None = None) -> Any:
         """This algorithm's block resolved for one run or phase of ``iterations`` (default the
@@ -263,7 +273,7 @@ GRPO = Block("grpo", "esopt.algorithms.grpo:GRPOSettings",
 SEQUENCE = Block("sequence", "esopt.algorithms.sequence:SequenceConfig")
 
 register(Algorithm("none", "evaluate the base model only", color="#7f7f7f", order=0))
-register(Algorithm("es", "evolution strategies", "esopt.algorithms.es", (ES,), AXES, multi_rank=True,
+register(Algorithm("es", "evolution strategies", "esopt.algorithms.es:ES", (ES,), AXES, multi_rank=True,
                    family="es", checkpoint_copies=1.0, color="#1f77b4", order=1))
 register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
                    gpu_share="grpo.vllm_gpu_memory_utilization", family="grpo", checkpoint_copies=3.0,
@@ -273,4 +283,5 @@ register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", 
 register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", family="sequence",
                      color="#2ca02c", order=4))
 register(Algorithm("random_search", "random search over ES's perturbations (a baseline)",
-                   "esopt.algorithms.random_search", (ES,), ("pop", "sigma", "iterations"), color="#ff7f0e", order=5))
+                   "esopt.algorithms.random_search:RandomSearch", (ES,), ("pop", "sigma", "iterations"),
+                   color="#ff7f0e", order=5))

@@ -22,13 +22,14 @@ The weight arithmetic lives in ``esopt.noise``; population-batched generation in
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
 from esopt import engines
 from esopt.algorithms import trainer
+from esopt.algorithms.strategy import Strategy
 from esopt.core.config import at_least, block, check_axes, model_default
 from esopt.core.errors import ConfigError
 
@@ -153,17 +154,10 @@ def _engine_targets(cfg) -> tuple[str, ...]:
         return ("all",)
 
 
-def resolve(cfg, iterations: int) -> ESRun:
-    """The run's ``ESRun`` for ``iterations`` (a sequence phase: its share), checked: what the
-    run's plan holds (``esopt.algorithms.Algorithm.resolve``)."""
-    return replace(ESRun.from_run(cfg), iterations=int(iterations)).validate()
-
-
-def validate(cfg) -> None:
-    """Config-time check for algorithms that use ES (before any work). What a batched
-    population needs is read from the engine class's capabilities (``batches_population``,
-    ``population_full_rank``, ``population_targets``, ``check_population``)."""
-    es = resolve(cfg, cfg.iterations)
+def check_engine(cfg, es: ESRun) -> None:
+    """What a batched population needs of the run's engine, read from the engine class's
+    capabilities (``batches_population``, ``population_full_rank``, ``population_targets``,
+    ``check_population``)."""
     if not es.batched:
         return
     cls = engines.engine_class(cfg.engine)
@@ -260,13 +254,21 @@ def prompt_batch(run_seed: int, iteration: int, n_rows: int, batch_size: int) ->
 # --------------------------------------------------------------------------------------------
 # The strategy: ask for the members, tell their rewards (the loop around it: trainer.py).
 # --------------------------------------------------------------------------------------------
-class ES:
-    """ES as an ask/tell strategy over ``cfg`` (an :class:`ESRun`)."""
+class ES(Strategy):
+    """ES as an ask/tell strategy over ``cfg`` (an :class:`ESRun`): the registry's ``es`` entry
+    (its checks, settings, token estimate and train are this class's, ``Strategy``)."""
 
     name = "es"
+    config = ESRun
 
-    def __init__(self, cfg: ESRun):
-        self.cfg = cfg
+    @classmethod
+    def validate(cls, cfg) -> None:
+        """Config-time check for a run of ES or a variant of it (before any work): its
+        settings resolve and validate, and a batched population fits the engine
+        (:func:`check_engine`)."""
+        check_engine(cfg, cls.resolve(cfg, cfg.iterations))
+
+    estimate_tokens = staticmethod(estimate_tokens)
 
     def ask(self, iteration: int, n_rows: int) -> tuple[list[int], list[float], list[int]]:
         """The iteration's member seeds and signs, and its prompt batch (indices)."""
@@ -281,19 +283,22 @@ class ES:
         return weights.update(seeds, (z * np.asarray(signs)).tolist(), self.cfg.lr,   # theta += lr/N sum z_i eps_i
                               rank=self.cfg.noise_rank, **targets)
 
+    def effective(self, ctx) -> dict:
+        """sigma, lr and the noise in summary.json: the summary's lr is ES's only when ES is the
+        whole run (in a sequence GRPO's lr is its own); low-rank (EGGROLL) runs are not the
+        study's full-rank ES."""
+        es = self.cfg
+        return dict(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr, es_rank=es.noise_rank,
+                    es_targets=es.noise_targets, es_noise=es.label,
+                    **({"lr": es.lr} if ctx.phase == ctx.cfg.algo else {}))
+
 
 def es_step(engine, task, train_rows, es: ESRun, iteration: int, weights=None) -> dict:
     """One ES iteration on the engine's weights (:func:`esopt.algorithms.trainer.step`)."""
     return trainer.step(ES(es), engine, task, train_rows, iteration, weights)
 
 
-def train(ctx) -> None:
-    """ES on the engine's weights for ``ctx.iterations`` iterations (the loop, its records,
-    checkpoints and evaluations: :func:`esopt.algorithms.trainer.train`)."""
-    es = ctx.settings  # the plan's ESRun for this phase (resolved once, by validate)
-    # the summary's lr is ES's only when ES is the whole run; in a sequence GRPO's lr is its own
-    # the rank in summary.json: low-rank (EGGROLL) runs are not the study's full-rank ES
-    ctx.set_effective(sigma=es.sigma, es_sigma=es.sigma, es_lr=es.lr, es_rank=es.noise_rank,
-                      es_targets=es.noise_targets, es_noise=es.label,
-                      **({"lr": es.lr} if ctx.phase == ctx.cfg.algo else {}))
-    trainer.train(ctx, ES(es))
+# ES on the engine's weights for ``ctx.iterations`` iterations (the loop, its records,
+# checkpoints and evaluations: :func:`esopt.algorithms.trainer.train`); the run's settings for
+# ``iterations``; the config-time checks.
+train, resolve, validate = ES.train, ES.resolve, ES.validate

@@ -7,19 +7,20 @@ the highest reward. No gradient estimate, no learning rate: what ES gains beyond
 its reward-weighted average adds to picking the luckiest perturbation.
 
 Everything around the two methods (scoring the members, records, checkpoints, resume,
-evaluations on the run's schedule) is the shared loop, ``esopt.algorithms.trainer``.
+evaluations on the run's schedule) is the shared loop, ``esopt.algorithms.trainer``; the
+registry entry names the class (``esopt.algorithms.strategy``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from esopt.algorithms import trainer
-from esopt.algorithms.es import ES, estimate_tokens, resolve, validate  # noqa: F401 - the registry reads them
+from esopt.algorithms.es import ES
 
 
 class RandomSearch(ES):
-    """ES's ask; its tell moves to the best member instead of averaging them."""
+    """ES's ask, config and checks (inherited); its tell moves to the best member instead of
+    averaging them."""
 
     name = "random_search"
 
@@ -27,8 +28,5 @@ class RandomSearch(ES):
         best = int(np.argmax(rewards))
         return weights.update([seeds[best]], [signs[best]], self.cfg.sigma, rank=self.cfg.noise_rank, n=1)
 
-
-def train(ctx) -> None:
-    run = ctx.settings  # the plan's ESRun (es.resolve), resolved once by validate
-    ctx.set_effective(sigma=run.sigma)
-    trainer.train(ctx, RandomSearch(run))
+    def effective(self, ctx) -> dict:
+        return {"sigma": self.cfg.sigma}  # no lr: random search has none

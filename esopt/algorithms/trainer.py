@@ -4,16 +4,18 @@ signs) and prompt batch, scores them on the engine (perturb, generate, restore: 
 with ``es.batched``; split across ranks), tells it the rewards (it moves the weights), and around
 that logs, checkpoints, resumes and evaluates on the run's schedule.
 
-A strategy is an object with ``name`` (its checkpoints' ``algo``), ``cfg`` (an ``es.ESRun``: the
-members' count, sigma, decoding and checkpoint knobs it shares with ES), ``ask(iteration,
-n_rows) -> (seeds, signs, prompt indices)`` (pure functions of the run seed and the iteration,
-so a resumed run asks what an uninterrupted one would) and ``tell(seeds, signs, rewards,
-weights) -> step norm``. It lives in the algorithms layer, beside the sequences that run
-a strategy as one of their phases.
+A strategy (``esopt.algorithms.strategy.Strategy``) has ``name`` (its checkpoints' ``algo``),
+``cfg`` (its settings: the members' count, sigma, decoding and checkpoint knobs of ``es.ESRun``),
+``ask(iteration, n_rows) -> (seeds, signs, prompt indices)`` (pure functions of the run seed and
+the iteration, so a resumed run asks what an uninterrupted one would), ``tell(seeds, signs,
+rewards, weights) -> step norm`` and ``state_dict`` / ``load_state_dict`` (what it carries
+between iterations: saved in each checkpoint as ``strategy.pt``, restored on resume). It lives
+in the algorithms layer, beside the sequences that run a strategy as one of their phases.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from contextlib import contextmanager
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from esopt import models
@@ -153,17 +156,26 @@ def step(strategy, engine, task, train_rows, iteration: int, weights=None) -> di
 # --------------------------------------------------------------------------------------------
 # Checkpoints: the engine's weights as an HF folder (esopt.models.save) + state.json.
 # --------------------------------------------------------------------------------------------
-def save_checkpoint(ctx, state: dict) -> None:
+STRATEGY_STATE = "strategy.pt"  # a checkpoint's strategy state (torch.save), when it has one
+
+
+def save_checkpoint(ctx, state: dict, strategy_state: dict | None = None) -> None:
     """Write ``<run>/checkpoint/`` as a whole or not at all: the weights the engine generates
-    with (copied into the HF model first when the engine holds its own copy), state.json and,
-    last, the sha256 manifest that :func:`load_checkpoint` checks."""
+    with (copied into the HF model first when the engine holds its own copy), state.json, the
+    strategy's state (``strategy.pt``, when it keeps one) and, last, the sha256 manifest that
+    :func:`load_checkpoint` checks."""
     ctx.engine.sync_to(ctx.model)
-    models.save(ctx.model, ctx.tokenizer, ctx.run.checkpoint_dir,
-                extra={"state.json": json.dumps(state, indent=2)}, manifest=True)
+    extra: dict = {"state.json": json.dumps(state, indent=2)}
+    if strategy_state:
+        buf = io.BytesIO()
+        torch.save(strategy_state, buf)
+        extra[STRATEGY_STATE] = buf.getvalue()
+    models.save(ctx.model, ctx.tokenizer, ctx.run.checkpoint_dir, extra=extra, manifest=True)
 
 
 def load_checkpoint(ctx, phase: str, algo: str) -> dict | None:
-    """Copy a checkpoint's weights into the model and the engine (bitwise); return its state.
+    """Copy a checkpoint's weights into the model and the engine (bitwise); return its state
+    (with the strategy's under ``"strategy"``: {} when it saved none).
     A checkpoint whose files do not match its manifest (a flipped byte, a truncated file, no
     manifest) is not used: the previous one (``checkpoint.old``, left by a kill mid-swap) if it
     is sound, else None (the run restarts), with one warning line naming the file."""
@@ -185,6 +197,8 @@ def load_checkpoint(ctx, phase: str, algo: str) -> dict | None:
             return None
         if bad:
             store.checkpoint_warning(bad, directory.name)
+        saved = directory / STRATEGY_STATE
+        state["strategy"] = torch.load(saved, weights_only=True) if saved.exists() else {}
         models.load_weights(ctx.model, directory)
         ctx.engine.sync_from(ctx.model)
         return state
@@ -215,6 +229,7 @@ def train(ctx, strategy) -> None:
     state = load_checkpoint(ctx, ctx.phase, strategy.name) if ctx.run is not None else None
     if state is not None:
         start = int(state["iteration"])
+        strategy.load_state_dict(state["strategy"])
         ctx.add_tokens(int(state["tokens_total"]) - ctx.tokens_total)
     distributed.check_same(weights.checksum(), where=f"start (iteration {start})")
     if lead and ctx.run is not None:  # lines an interrupted attempt wrote after its checkpoint
@@ -246,7 +261,7 @@ def train(ctx, strategy) -> None:
         if es.checkpoint_every and (it % es.checkpoint_every == 0 or it == es.iterations) and lead \
                 and ctx.run is not None:
             save_checkpoint(ctx, {"algo": strategy.name, "phase": ctx.phase, "iteration": it,
-                                  "tokens_total": ctx.tokens_total, "config": asdict(es)})
+                                  "tokens_total": ctx.tokens_total, "config": asdict(es)}, strategy.state_dict())
         if lead and ctx.eval_due(it):
             ctx.evaluate(it)
         distributed.barrier()

@@ -320,10 +320,10 @@ def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | None = None,
+def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str | bytes] | None = None,
          manifest: bool = False) -> Path:
-    """Write ``model`` (HF ``save_pretrained``), ``tokenizer`` and the ``extra`` text files
-    (name -> content, e.g. a checkpoint's ``state.json``) to ``path`` as a whole or not at all:
+    """Write ``model`` (HF ``save_pretrained``), ``tokenizer`` and the ``extra`` files (name ->
+    text or bytes, e.g. a checkpoint's ``state.json``) to ``path`` as a whole or not at all:
     into a temporary sibling first, then renamed over ``path`` (a kill mid-swap leaves the
     previous version as ``<path>.old``). The one model writer of esopt (a run's ``model/``, ES
     checkpoints, sequence phases). ``manifest``: record every file's sha256 last
@@ -333,8 +333,8 @@ def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str] | N
         getattr(model, "module", model).save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        for name, text in (extra or {}).items():
-            (tmp / name).write_text(text)
+        for name, content in (extra or {}).items():
+            (tmp / name).write_bytes(content) if isinstance(content, bytes) else (tmp / name).write_text(content)
         apply_umask(tmp)  # safetensors writes its files 0600
         if manifest:
             write_manifest(tmp)

@@ -61,6 +61,7 @@ def test_es_checkpoint_records_every_file_in_its_manifest(es_runs):
     assert store.verify_manifest(ckpt) is None
     recorded = json.loads((ckpt / store.MANIFEST).read_text())["files"]
     assert {"model.safetensors", "state.json", "config.json"} <= set(recorded)
+    assert "strategy.pt" not in recorded  # ES keeps no state beyond the weights
 
 
 @pytest.mark.parametrize("fault", list(ES_FAULTS))

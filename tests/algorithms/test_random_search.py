@@ -62,13 +62,13 @@ def test_resume_from_its_checkpoint_is_bitwise_equal_to_uninterrupted(tmp_path):
     """The shared loop's checkpoint and resume, for free: killed while recording iteration 3
     (checkpoint at 2), the resumed run ends on the uninterrupted run's weights, bit for bit."""
     full = _ctx(tmp_path / "a", 4)
-    random_search.train(full)
+    random_search.RandomSearch.train(full)
     killed = _ctx(tmp_path / "b", 4)
-    kill_while_recording(killed, random_search.train, 3)
+    kill_while_recording(killed, random_search.RandomSearch.train, 3)
     state = json.loads((killed.run.checkpoint_dir / "state.json").read_text())
     assert (state["algo"], state["iteration"]) == ("random_search", 2)
     resumed = _ctx(tmp_path / "b", 4)
-    random_search.train(resumed)
+    random_search.RandomSearch.train(resumed)
     train = [json.loads(x) for x in resumed.run.metrics_path.read_text().splitlines()]
     assert [x["iteration"] for x in train if x["kind"] == "train"] == [1, 2, 3, 4]
     a, b = dict(full.model.named_parameters()), dict(resumed.model.named_parameters())

@@ -94,6 +94,14 @@ def test_the_entry_says_what_the_toy_reads(toy):
         run_config(*TINY, "algo=toy", "toy.step=-2", check_data=False)
 
 
+def test_an_algorithm_without_checks_is_refused_not_skipped():
+    import types
+
+    bare = algorithms.Algorithm("bare", "no checks", types.SimpleNamespace(train=train))
+    with pytest.raises(TypeError, match="'bare'.*declares no validate"):
+        bare.validate(run_config(*TINY, "algo=none", check_data=False))
+
+
 def test_bad_toy_keys_are_one_line_errors(toy, monkeypatch, capsys, tmp_path):
     for bad, needle in (("toy.nonsense=1", "unknown key 'toy.nonsense'"),
                         ("++toy.nonsense=1", "unknown toy key(s): nonsense"),
