@@ -172,22 +172,59 @@ def plain(value: Any) -> Any:
     return value
 
 
+INT_LIMIT = 2**63  # a config integer (a seed, a size) is an int64: |n| < 2**63
+
+
+def boolean(value: Any, name: str, *, allow_none: bool = False) -> bool | None:
+    """The one reading of a config boolean: ``true`` or ``false`` (YAML's, or the same words
+    quoted: ``sweep.save_model='false'`` is false), None with ``allow_none``. Anything else is
+    one ConfigError line: no truthy strings (``'no'``, ``'0'``), no numbers."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(f"{name} must be true or false{' or null' if allow_none else ''}, got {value!r}")
+
+
+def integer(value: Any, name: str, *, allow_none: bool = False) -> int | None:
+    """The one reading of a config integer: an int, or a number or digit string that is exactly
+    one (``4.0``, ``'4'``), with ``|n| < 2**63``; None with ``allow_none``. A float too large to
+    be exact (``1e30``) is refused like its integer spelling (``10**30``): one ConfigError line."""
+    if value is None and allow_none:
+        return None
+    out = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        out = value
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        out = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        out = int(value.strip())
+    if out is None:
+        raise ConfigError(f"{name} must be an integer{' or null' if allow_none else ''}, got {value!r}")
+    if not -INT_LIMIT < out < INT_LIMIT:
+        raise ConfigError(f"{name} must be an integer of magnitude below 2**63, got {value!r}")
+    return out
+
+
 def number(cfg: Mapping, key: str, kind: type, *, allow_none: bool = False, where: str = ""):
-    """``cfg[key]`` as an int or a finite float; ConfigError naming ``where + key`` otherwise."""
+    """``cfg[key]`` as an int (:func:`integer`) or a finite float; ConfigError naming ``where + key``
+    otherwise."""
     value = cfg.get(key)
     name = f"{where}{key}"
     if value is None:
         if allow_none:
             return None
         raise ConfigError(f"{name} is required")
+    if kind is int:
+        return integer(value, name)
     if isinstance(value, bool):
         raise ConfigError(f"{name} must be a number, got {value!r}")
     try:
         out = kind(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{name} must be a number, got {value!r}") from None
-    if kind is int and float(value) != out:
-        raise ConfigError(f"{name} must be an integer, got {value!r}")
     if kind is float and not math.isfinite(out):
         raise ConfigError(f"{name} must be finite, got {value!r}")
     return out
@@ -227,13 +264,24 @@ def check_axes(pop: int, sigma: float | None, lr: float | None, iterations: int,
         raise ConfigError(f"seed must be >= 0, got {seed}")
 
 
+TYPED = {"bool": (boolean, False), "Optional[bool]": (boolean, True), "bool | None": (boolean, True),
+         "int": (integer, False), "Optional[int]": (integer, True), "int | None": (integer, True)}
+
+
 def block(cls, raw: Mapping | None, name: str):
-    """Build dataclass ``cls`` from config block ``raw``; unknown keys are one ConfigError."""
+    """Build dataclass ``cls`` from config block ``raw``; unknown keys are one ConfigError. Every
+    field declared ``bool`` or ``int`` (or Optional) is read by :func:`boolean` / :func:`integer`,
+    so every block (eval, sweep, es, grpo, tuning, the engines, the trackers) reads them alike."""
     raw = dict(raw or {})
     known = [f.name for f in fields(cls)]
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise ConfigError(f"unknown {name} key(s): {', '.join(unknown)} (known: {', '.join(known)})")
+    where = name.split(" (")[0]  # "engine (hf)" -> engine.max_batch
+    for f in fields(cls):
+        kind = TYPED.get(f.type if isinstance(f.type, str) else getattr(f.type, "__name__", ""))
+        if f.name in raw and kind is not None:
+            raw[f.name] = kind[0](raw[f.name], f"{where}.{f.name}", allow_none=kind[1])
     return cls(**raw)
 
 
@@ -274,8 +322,6 @@ def _eval_config(raw: Mapping) -> EvalConfig:
     if ood is not None:
         ev = replace(ev, ood_task=dict(ood))
     ev = replace(ev, probes=_probe_configs(raw["probes"]))
-    if not isinstance(ev.require_probes, bool):
-        raise ConfigError(f"eval.require_probes must be true or false, got {ev.require_probes!r}")
     if not 0.0 <= number(raw, "temperature", float, where="eval."):
         raise ConfigError(f"eval.temperature must be >= 0, got {ev.temperature}")
     if not 0.0 < number(raw, "top_p", float, where="eval.") <= 1.0:
@@ -333,6 +379,8 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     model = dict(raw.get("model") or {})
     if not model.get("name"):
         raise ConfigError("model.name is required (e.g. model=tiny-s)")
+    if "trust_remote_code" in model:  # read by the model loader: true or false, never a truthy string
+        model["trust_remote_code"] = boolean(model["trust_remote_code"], "model.trust_remote_code")
     task = dict(raw.get("task") or {})
     if not task.get("name"):
         raise ConfigError("task.name is required (e.g. task=countdown)")

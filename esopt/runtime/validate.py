@@ -184,9 +184,7 @@ def check_remote_code(model_cfg: dict) -> None:
     ``model_type`` transformers does not know) is refused unless ``model.trust_remote_code`` is
     true: one line here, never transformers' interactive prompt mid-run. Read from config.json
     (``models.local_config``), nothing is imported from the directory."""
-    trust = model_cfg.get("trust_remote_code", False)
-    if not isinstance(trust, bool):
-        raise ConfigError(f"model.trust_remote_code must be true or false, got {trust!r}")
+    trust = model_cfg.get("trust_remote_code", False)  # a bool: config.parse read it (config.boolean)
     cfg = models.local_config(model_cfg["name"], model_cfg.get("path"))
     if trust or not isinstance(cfg, dict) or not cfg.get("auto_map"):
         return

@@ -114,3 +114,34 @@ def test_task_dependent_defaults_are_resolved_into_the_run_config():
     n = validate(compose_cfg("eval.ood_task=addition", "eval.ood_problems=null"), check_data=False)
     assert n.eval.ood_task == {"name": "addition", "style": None, **task_class("addition").knobs}
     assert n.eval.ood_problems == 200
+
+
+def test_one_reading_of_booleans_and_integers_in_every_block():
+    """config.boolean / config.integer, applied by config.block to every field declared bool or
+    int: a quoted 'false' was truthy (sweep.keep_checkpoints='false' kept the checkpoints), 'no'
+    passed as true, and seed=1e30 became 1000000000000000019884624838656 while 10**30 was refused."""
+    from esopt.runtime.tuning import settings
+
+    rc = validate(compose_cfg("sweep.keep_checkpoints='false'", "sweep.save_model='true'", "eval.greedy='False'",
+                              "model.trust_remote_code='false'", "seed=4.0", "es.rank='2'"), check_data=False)
+    assert (rc.sweep.keep_checkpoints, rc.sweep.save_model, rc.eval.greedy) == (False, True, False)
+    assert rc.model["trust_remote_code"] is False and rc.seed == 4 and type(rc.seed) is int
+    assert rc.phases[0].settings.rank == 2
+    for override, line in (("sweep.save_model='no'", "sweep.save_model must be true or false, got 'no'"),
+                           ("sweep.keep_checkpoints=1", "sweep.keep_checkpoints must be true or false, got 1"),
+                           ("es.batched='0'", "es.batched must be true or false, got '0'"),
+                           ("es.drift=yes", "es.drift must be true or false, got 'yes'"),
+                           ("tuning.enabled=on", "tuning.enabled must be true or false, got 'on'"),
+                           ("model.trust_remote_code=no", "model.trust_remote_code must be true or false, got 'no'"),
+                           ("seed=1e30", "seed must be an integer of magnitude below 2**63, got 1e+30"),
+                           (f"seed={10**30}", f"seed must be an integer of magnitude below 2**63, got {10**30}"),
+                           ("es.rank=1e30", "es.rank must be an integer of magnitude below 2**63, got 1e+30"),
+                           ("es.batch_size=2.5", "es.batch_size must be an integer, got 2.5"),
+                           ("eval.print_samples=true", "eval.print_samples must be an integer, got True")):
+        with pytest.raises(ConfigError) as err:
+            validate(compose_cfg(override), check_data=False)
+        assert str(err.value) == line, override
+    with pytest.raises(ConfigError, match="^engine.enforce_eager must be true or false or null, got 'no'$"):
+        validate(compose_cfg("engine=vllm", "engine.enforce_eager=no"), check_data=False)
+    with pytest.raises(ConfigError, match="^tuning.n_warmup_steps must be an integer, got 'x'$"):
+        settings(validate(compose_cfg("tuning.n_warmup_steps=x"), check_data=False))
