@@ -5,7 +5,7 @@ A sweep lives in ``<root>/<sweep>/``; each run in ``<root>/<sweep>/runs/<run_id>
     config.yaml      the resolved run config (RunConfig.to_dict)
     metrics.jsonl    one JSON object per line: train iterations and evaluations
     summary.json     status, evaluations before/after, tokens, wall time (written atomically)
-    owner.lock       who runs the run right now (:func:`claim_run`; absent when nobody does)
+    owner.lock       who runs the run right now (:func:`lock_run`; absent when nobody does)
     checkpoint/      latest checkpoint (HF save_pretrained + algorithm state), for resume
     model/           the trained model at the end (HF save_pretrained), for analyses
 
@@ -361,8 +361,8 @@ def _create_exclusive(path: Path, record: dict) -> bool:
     return True
 
 
-class Claim:
-    """This process's ownership of one run directory (:func:`claim_run`); ``release()`` (or the
+class RunLock:
+    """This process's ownership of one run directory (:func:`lock_run`); ``release()`` (or the
     end of a ``with`` block) gives it up. While held, a daemon thread touches the lock every
     ``HEARTBEAT_S`` seconds so that processes on other hosts can tell a live owner from a dead one."""
 
@@ -395,19 +395,19 @@ class Claim:
             except FileNotFoundError:
                 pass
 
-    def __enter__(self) -> "Claim":
+    def __enter__(self) -> "RunLock":
         return self
 
     def __exit__(self, *exc) -> None:
         self.release()
 
 
-def claim_run(run_dir: str | os.PathLike, retries: int = 50,
-              job_state: Callable[[str], str | None] | None = None) -> tuple[Claim | None, str | None]:
-    """Atomically become the one process that runs ``run_dir``: ``(Claim, None)``, or ``(None,
+def lock_run(run_dir: str | os.PathLike, retries: int = 50,
+             job_state: Callable[[str], str | None] | None = None) -> tuple[RunLock | None, str | None]:
+    """Atomically become the one process that runs ``run_dir``: ``(RunLock, None)``, or ``(None,
     where)`` when a live process owns it (``where`` as :func:`worker_alive` says it).
 
-    The claim is ``<run>/owner.lock``, created with ``O_EXCL`` (exactly one creator wins, on
+    The lock is ``<run>/owner.lock``, created with ``O_EXCL`` (exactly one creator wins, on
     local disks and on NFS v3+/Lustre alike) and holding :func:`worker_info` plus a random
     nonce. A lock whose owner is dead (:func:`worker_alive`: pid gone, Slurm job ended, our own
     requeued job, or no heartbeat from another host for ``STALE_AFTER_S``) is taken over: the
@@ -423,7 +423,7 @@ def claim_run(run_dir: str | os.PathLike, retries: int = 50,
     record = {**worker_info(), "nonce": uuid.uuid4().hex, "claimed_at": time.time()}
     for _ in range(retries):
         if _create_exclusive(lock, record):
-            return Claim(lock, record), None
+            return RunLock(lock, record), None
         held, age = _read_lock(lock)
         if held is None:                                  # released meanwhile: try again
             continue
@@ -451,7 +451,7 @@ def claim_run(run_dir: str | os.PathLike, retries: int = 50,
                 continue                                   # changed under us: look again
             with atomic_path(lock) as tmp:
                 tmp.write_text(json.dumps(record) + "\n")
-            return Claim(lock, record, took_over=held), None
+            return RunLock(lock, record, took_over=held), None
         finally:
             try:
                 os.unlink(marker)

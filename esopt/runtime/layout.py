@@ -91,7 +91,7 @@ def launcher_request(plan, launcher: dict) -> dict:
 def slurm_job_state(job: str) -> str | None:
     """Slurm's state of ``job`` (lower case, "" when Slurm no longer lists it), None when squeue
     cannot be asked: how the run store tells a live Slurm owner of a run from a dead one
-    (``esopt.core.store.claim_run(..., job_state=slurm_job_state)``)."""
+    (``esopt.core.store.lock_run(..., job_state=slurm_job_state)``)."""
     import subprocess
 
     try:

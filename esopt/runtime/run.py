@@ -106,8 +106,8 @@ def save_model(ctx: RunContext) -> None:
 def run(cfg: RunPlan) -> dict:
     """Run one configuration to a recorded end and return its summary.
 
-    Exactly one process runs a run at a time: it first claims the run directory
-    (``esopt.core.store.claim_run``: an ``O_EXCL`` lock, taken over from a dead owner); a
+    Exactly one process runs a run at a time: it first locks the run directory
+    (``esopt.core.store.lock_run``: an ``O_EXCL`` lock, taken over from a dead owner); a
     process that finds a live owner leaves the run to it. Runs recorded completed or pruned
     are kept; failed and unreadable ones unless ``sweep.retry_failed``
     (``esopt.core.store.keep_recorded``). A run recorded completed under its legacy id (before
@@ -118,15 +118,15 @@ def run(cfg: RunPlan) -> dict:
     kept = _kept(cfg, rd, rid)
     if kept is not None:
         return kept
-    claim, owner = store.claim_run(rd.path, job_state=slurm_job_state)
-    if claim is None:
+    lock, owner = store.lock_run(rd.path, job_state=slurm_job_state)
+    if lock is None:
         print(f"esopt: run {rid} is being run by {owner}; not started twice ({rd.path})", file=sys.stderr)
         return rd.read_summary() or _stub(cfg, rid, "running")
     try:
-        kept = _kept(cfg, rd, rid)  # finished by another process between the first look and the claim?
+        kept = _kept(cfg, rd, rid)  # finished by another process between the first look and the lock?
         return kept if kept is not None else _run_owned(cfg, rid, rd)
     finally:
-        claim.release()
+        lock.release()
 
 
 def _kept(cfg: RunConfig, rd: store.RunDir, rid: str) -> dict | None:
@@ -162,7 +162,7 @@ def _previous_wall(rd: store.RunDir, previous: dict) -> float:
 
 
 def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
-    """The run itself, by the process that holds its claim."""
+    """The run itself, by the process that holds its lock."""
     previous = rd.read_summary() or {}
     if not previous and (rd.metrics_path.exists() or rd.checkpoint_dir.exists()):
         # leftovers of an attempt whose summary is gone or unreadable: its state is unknown

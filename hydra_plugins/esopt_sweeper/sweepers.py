@@ -201,7 +201,7 @@ class EsoptSweeper(Sweeper):
         """Who runs this run right now (the live owner of its lock: a Slurm job of a killed
         sweep, another sweep over the same grid, a process on another host), so it is not
         launched twice; None if nobody does. (Launched anyway, a run would find its owner and
-        step aside: ``esopt.core.store.claim_run``.)"""
+        step aside: ``esopt.core.store.lock_run``.)"""
         if self.skipped(job):
             return None
         from esopt.core import store

@@ -152,90 +152,90 @@ def _dead_process_record():
     return {**store.worker_info(), "pid": p.pid, "pid_start": start, "nonce": "dead0000"}
 
 
-def test_claim_is_exclusive_and_released(tmp_path):
+def test_lock_is_exclusive_and_released(tmp_path):
     run = tmp_path / "run"
-    claim, owner = store.claim_run(run)
-    assert claim is not None and owner is None
+    mine, owner = store.lock_run(run)
+    assert mine is not None and owner is None
     lock = json.loads((run / store.LOCK_NAME).read_text())
-    assert lock["pid"] == os.getpid() and lock["nonce"] == claim.record["nonce"]
-    # a second process cannot claim it while we hold it
-    code = f"from esopt.core import store; c, o = store.claim_run({str(run)!r}); print(c is None, o)"
+    assert lock["pid"] == os.getpid() and lock["nonce"] == mine.record["nonce"]
+    # a second process cannot lock it while we hold it
+    code = f"from esopt.core import store; c, o = store.lock_run({str(run)!r}); print(c is None, o)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO).stdout.split()
     assert out[0] == "True" and f"pid {os.getpid()}" in " ".join(out[1:])
     assert store.run_owner(run) is None  # this very process is never "another owner"
-    claim.release()
+    mine.release()
     assert not (run / store.LOCK_NAME).exists()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO).stdout.split()
     assert out[0] == "False"  # free again: the other process got it (and exited)
 
 
-def test_claim_takes_over_from_dead_owner_and_unreadable_lock(tmp_path):
+def test_lock_takes_over_from_dead_owner_and_unreadable_lock(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     dead = _dead_process_record()
     (run / store.LOCK_NAME).write_text(json.dumps(dead))
     assert store.run_owner(run) is None
-    claim, _ = store.claim_run(run)
-    assert claim is not None and claim.took_over["pid"] == dead["pid"]
-    claim.release()
+    mine, _ = store.lock_run(run)
+    assert mine is not None and mine.took_over["pid"] == dead["pid"]
+    mine.release()
     assert sorted(os.listdir(run)) == []  # no takeover marker, no temporaries left
 
     (run / store.LOCK_NAME).write_bytes(b'{"pid": 1')  # its writer died mid-write, long ago
     old = time.time() - 60
     os.utime(run / store.LOCK_NAME, (old, old))
-    claim, _ = store.claim_run(run)
-    assert claim is not None and claim.took_over["unreadable"]
-    claim.release()
+    mine, _ = store.lock_run(run)
+    assert mine is not None and mine.took_over["unreadable"]
+    mine.release()
 
 
-def test_claim_respects_a_live_owner_and_slurm_requeue(tmp_path, monkeypatch):
+def test_lock_respects_a_live_owner_and_slurm_requeue(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         live = {**store.worker_info(), "pid": p.pid, "pid_start": store._proc_start(p.pid), "nonce": "live"}
         (run / store.LOCK_NAME).write_text(json.dumps(live))
-        claim, owner = store.claim_run(run)
-        assert claim is None and owner == f"pid {p.pid} on {live['host']}"
+        mine, owner = store.lock_run(run)
+        assert mine is None and owner == f"pid {p.pid} on {live['host']}"
         # the same lock from another host: alive while its heartbeat is fresh, stale after
         (run / store.LOCK_NAME).write_text(json.dumps({**live, "host": "elsewhere"}))
-        assert store.claim_run(run)[0] is None
+        assert store.lock_run(run)[0] is None
         old = time.time() - store.STALE_AFTER_S - 5
         os.utime(run / store.LOCK_NAME, (old, old))
-        claim, _ = store.claim_run(run)
-        assert claim is not None
-        claim.release()
+        mine, _ = store.lock_run(run)
+        assert mine is not None
+        mine.release()
         # a requeued Slurm task (same job id, higher restart count) takes over its own run,
         # even from a pid that is alive here; a sibling in the same allocation does not
         monkeypatch.setenv("SLURM_JOB_ID", "4242")
         monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
         monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
         (run / store.LOCK_NAME).write_text(json.dumps({**live, "slurm_job_id": "4242", "slurm_restart": 0}))
-        assert store.claim_run(run)[0] is None
+        assert store.lock_run(run)[0] is None
         monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-        claim, _ = store.claim_run(run)
-        assert claim is not None and claim.took_over["pid"] == p.pid
-        claim.release()
+        mine, _ = store.lock_run(run)
+        assert mine is not None and mine.took_over["pid"] == p.pid
+        mine.release()
     finally:
         p.kill()
         p.wait()
 
 
 def _race(run, start_at, hold_s, out_dir):
-    """One of several processes released at the same instant, all claiming one run."""
+    """One of several processes released at the same instant, all locking one run."""
     while time.time() < start_at:
         pass
-    claim, owner = store.claim_run(run)
-    name = Path(out_dir) / f"{os.getpid()}.{'won' if claim else 'lost'}"
+    mine, owner = store.lock_run(run)
+    name = Path(out_dir) / f"{os.getpid()}.{'won' if mine else 'lost'}"
     name.write_text(str(time.time()))
-    if claim:
+    if mine:
         time.sleep(hold_s)
-        claim.release()
+        mine.release()
 
 
 @pytest.mark.parametrize("stale", [False, True])
-def test_claim_race_has_exactly_one_winner(tmp_path, stale):
-    """Six processes spin until the same instant, then claim one run (fresh, or from a dead
+def test_lock_race_has_exactly_one_winner(tmp_path, stale):
+    """Six processes spin until the same instant, then mine one run (fresh, or from a dead
     owner's lock): exactly one wins; the others see it and step aside."""
     import multiprocessing as mp
 
