@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Collection, Mapping, Optional, Sequence
 from esopt.core.errors import ConfigError
 
 SPLITS = ("train", "test", "heldout")
-ANALYSES = ("sparsity", "drift", "forgetting", "connectivity")  # esopt/study/analyses.py, run after training
+ANALYSES = ("sparsity", "drift", "forgetting", "connectivity")  # esopt/study/analyses/, run after training
 ANALYSIS_KEYS = ("analysis", "sparsity")  # read after training, from its weights: never in the run id
 
 

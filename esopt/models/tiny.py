@@ -24,7 +24,7 @@ MAX_POSITIONS = 128
 # Architecture per member: (hidden, layers, heads, kv_heads, intermediate). Head size 32
 # everywhere (vLLM's CPU attention serves head sizes 32, 64, 80, ...; not 16). About 30k to
 # 3.2M parameters (105x), roughly log-spaced. Parameter counts (tied embeddings, vocab 99) are
-# checked in tests/test_models.py.
+# checked in tests/models/test_models.py.
 HEAD_DIM = 32
 ARCH: dict[str, tuple[int, int, int, int, int]] = {
     "tiny-xs": (32, 2, 1, 1, 96),
