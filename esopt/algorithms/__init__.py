@@ -23,7 +23,8 @@ an algorithm its name:
   (``esopt: note: es.batch_size has no effect with algo=none``);
 - ``phases``: for a sequence, the registered algorithms it runs one after another;
 - run time: ``multi_rank`` (several processes split its work), ``gpu_share`` (it trains the
-  model by gradients on the GPU, beside an engine that holds its own weights);
+  model by gradients on the GPU, beside an engine that holds its own weights),
+  ``master_weights`` (it trains fp32 master weights whatever ``model.dtype``: GRPO);
 - the study: ``family`` (what the claims count its runs as); the report: ``color`` and ``order``.
 
     algo = get("es")
@@ -116,6 +117,9 @@ class Algorithm:
     #                                    weights (vLLM) may take while this algorithm trains the model
     #                                    by gradients beside it, on the same GPU (GRPO); None = the
     #                                    model is only the engine's host copy and stays on the CPU
+    master_weights: bool = False       # trains fp32 master weights (and fp32 optimizer state) whatever
+    #                                    model.dtype, computing in model.dtype by autocast (GRPO); False =
+    #                                    updates the loaded weights in place, in their dtype (ES)
     checkpoint_copies: float = 0.0     # its resume checkpoint's size in copies of the weights (the
     #                                    sweep's disk estimate, esopt.runtime.budget): ES 1 (the weights),
     #                                    GRPO 3 (the weights and AdamW's two moments)
@@ -236,6 +240,7 @@ def sequence_of(name: str, summary: str, *phases: str, **entry: Any) -> Algorith
         name, summary, "esopt.algorithms.sequence", blocks=tuple({b.name: b for b in own}.values()),
         reads=tuple(k for k in AXES if any(k in a.reads for a in parts)), phases=tuple(phases),
         gpu_share=next((a.gpu_share for a in parts if a.gpu_share), None),
+        master_weights=any(a.master_weights for a in parts),
         checkpoint_copies=sum(a.checkpoint_copies for a in parts), **entry)
 
 
@@ -276,7 +281,8 @@ register(Algorithm("none", "evaluate the base model only", color="#7f7f7f", orde
 register(Algorithm("es", "evolution strategies", "esopt.algorithms.es:ES", (ES,), AXES, multi_rank=True,
                    family="es", checkpoint_copies=1.0, color="#1f77b4", order=1))
 register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
-                   gpu_share="grpo.vllm_gpu_memory_utilization", family="grpo", checkpoint_copies=3.0,
+                   gpu_share="grpo.vllm_gpu_memory_utilization", master_weights=True, family="grpo",
+                   checkpoint_copies=3.0,
                    color="#d62728", order=2))
 register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", family="sequence",
                      color="#9467bd", order=3))

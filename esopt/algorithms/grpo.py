@@ -18,6 +18,14 @@ Nothing here re-implements GRPO. This module only
     and resumes from the newest one, so a requeued job continues at the step it reached;
     metrics lines a killed attempt wrote after that checkpoint are dropped first.
 
+Precision: GRPO trains fp32 master weights with fp32 AdamW state whatever ``model.dtype``
+(:func:`keep_masters`: the weights loaded at ``model.dtype``, then held in float32), and computes
+in ``model.dtype`` through accelerate's own mixed precision (``grpo.bf16``, null = when
+``model.dtype`` is bfloat16: TRL's ``bf16=True``, torch autocast on CPU and GPU alike; float16:
+``fp16=True`` with its gradient scaler). An update of lr = 1e-6 is far below half a bf16 step
+at typical weight magnitudes (|w| / 256) and would round away in bf16-resident weights.
+``<run>/model/`` holds the masters (``model.save_dtype`` casts them for serving).
+
 Batch geometry (TRL's terms): one optimizer step consumes ``prompts_per_step`` prompts x
 ``num_generations`` completions = ``B`` completions, split into ``grad_accum`` micro-batches of
 ``B / grad_accum`` (``per_device_train_batch_size``); generation happens once per step
@@ -52,7 +60,9 @@ MANAGED = frozenset({
     "gradient_accumulation_steps", "generation_batch_size", "steps_per_generation", "num_generations",
     "logging_steps", "logging_strategy", "save_strategy", "save_steps", "save_total_limit", "seed",
     "data_seed", "use_cpu", "report_to", "max_completion_length", "temperature", "beta",
+    "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "half_precision_backend",  # masters: keep_masters
 })
+HALF = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,8 @@ class GRPOSettings:
     max_grad_norm: float = 1.0
     save_every: int | None = None     # checkpoint every N steps; null = eval.every
     gradient_checkpointing: bool = False
-    bf16: bool = False                # bf16 autocast; keep off on CPU
+    bf16: bool | None = None          # bf16 autocast (accelerate's mixed precision) over the fp32 master weights;
+    #                                   null = when model.dtype is bfloat16 (the run's plan holds the answer)
     use_vllm: bool = False            # rollouts by vLLM: with engine=vllm the run's own engine (CPU or GPU),
     #                                   synced to the policy every step; with engine=hf TRL's colocated vLLM (GPU only)
     vllm_gpu_memory_utilization: float = 0.3  # GPU share of that vLLM (engine=vllm: caps engine.gpu_memory_utilization)
@@ -90,7 +101,7 @@ class GRPOSettings:
     @classmethod
     def from_config(cls, raw: Mapping | None) -> "GRPOSettings":
         """Build and check the settings; raise ConfigError (one line) on bad input."""
-        nullable = ("epsilon_high", "max_completion_length", "save_every")
+        nullable = ("epsilon_high", "max_completion_length", "save_every", "bf16")
         known = {f.name for f in fields(cls)}
         s = block(cls, {k: v for k, v in dict(raw or {}).items()
                         if v is not None or k in nullable or k not in known}, "grpo")
@@ -160,16 +171,77 @@ class GRPOSettings:
 
 
 def validate(rc) -> GRPOSettings:
-    """Config-time check for grpo / grpo_es / es_grpo (before any work)."""
-    return resolve(rc, rc.iterations)
+    """Config-time check for grpo / grpo_es / es_grpo (before any work): the block, and that the
+    run can keep fp32 master weights (:func:`check_masters`)."""
+    settings = resolve(rc, rc.iterations)
+    check_masters(rc, settings)
+    return settings
 
 
 def resolve(cfg, iterations: int) -> GRPOSettings:
-    """The run's GRPO settings, checked, with ``lr`` resolved (:func:`resolve_lr`): what the
-    run's plan holds (``esopt.algorithms.Algorithm.resolve``); ``iterations`` is the phase's
-    step budget, which TRL reads from the run context."""
+    """The run's GRPO settings, checked, with ``lr`` resolved (:func:`resolve_lr`) and ``bf16``
+    (null: whether ``model.dtype`` is bfloat16): what the run's plan holds
+    (``esopt.algorithms.Algorithm.resolve``); ``iterations`` is the phase's step budget, which
+    TRL reads from the run context."""
     settings = GRPOSettings.from_config(cfg.grpo)
-    return replace(settings, lr=resolve_lr(cfg, settings))
+    bf16 = settings.bf16 if settings.bf16 is not None else load_dtype(cfg) == "bfloat16"
+    return replace(settings, lr=resolve_lr(cfg, settings), bf16=bool(bf16))
+
+
+def load_dtype(cfg) -> str:
+    """``model.dtype`` by its canonical name (float32, bfloat16, float16)."""
+    dtype = str(cfg.model.get("dtype") or "float32")
+    return HALF.get(dtype, "float32" if dtype in ("fp32", "float32") else dtype)
+
+
+def check_masters(cfg, settings: GRPOSettings) -> None:
+    """Refuse, before dispatch, a setting under which the optimizer could not hold fp32 master
+    weights or the compute dtype would contradict the load dtype (ConfigError, one line):
+    the hf engine told to cast the weights it generates with (``engine.dtype``: they are the
+    masters GRPO trains), bf16 autocast over float16 weights."""
+    engine = dict(cfg.engine or {})
+    edtype = engine.get("dtype") or "auto"
+    from esopt import engines
+
+    if not engines.engine_class(engines.parse(engine)).holds_weights and edtype not in ("auto", "float32"):
+        raise ConfigError(
+            f"engine.dtype={edtype} with a GRPO phase on engine={engine.get('name')}: that engine generates with "
+            f"the trained model itself, whose weights are GRPO's fp32 masters; leave engine.dtype=auto and set "
+            f"model.dtype={edtype} (loaded in {edtype}, trained as fp32 masters, computed in {edtype})")
+    if settings.bf16 and load_dtype(cfg) == "float16":
+        raise ConfigError("grpo.bf16=true with model.dtype=float16: autocast computes in one half type; "
+                          "set grpo.bf16=null (float16 autocast) or model.dtype=bfloat16")
+
+
+def autocast_dtype(settings: GRPOSettings, loaded: str) -> str | None:
+    """The dtype accelerate's autocast computes in over the fp32 masters: bfloat16 with
+    ``grpo.bf16``, float16 for float16-loaded weights, else None (float32 throughout)."""
+    if settings.bf16:
+        return "bfloat16"
+    return "float16" if loaded == "float16" else None
+
+
+def compute_error(dtype: str | None, device: str, bf16_supported: bool | None = None) -> str | None:
+    """Why ``device`` cannot compute in ``dtype`` (None when it can): bfloat16 on a CUDA GPU
+    without bf16 (before Ampere: ``torch.cuda.is_bf16_supported()``). CPUs autocast in both
+    half types."""
+    if dtype == "bfloat16" and device == "cuda":
+        if bf16_supported is None:
+            bf16_supported = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        if not bf16_supported:
+            return ("this GPU cannot compute in bfloat16 (torch.cuda.is_bf16_supported() is false): "
+                    "set model.dtype=float16 or float32")
+    return None
+
+
+def keep_masters(model) -> str:
+    """Hold ``model``'s weights in float32 (in place: the engine wrapping it sees the same
+    object): the optimizer's master weights and, through them, its fp32 state. Values are
+    unchanged (bf16 and fp16 widen to fp32 exactly). Returns the dtype it was loaded in."""
+    loaded = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if loaded != "float32":
+        model.float()
+    return loaded
 
 
 def resolve_lr(cfg, settings: GRPOSettings) -> float:
@@ -325,9 +397,12 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
     return Recorder()
 
 
-def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vllm: bool | None = None):
-    """The ``trl.GRPOConfig`` for this run (CPU: use_cpu, no bf16). ``trl_vllm``: TRL's own
-    colocated vLLM generates (default ``grpo.use_vllm``); false when the run's engine does."""
+def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vllm: bool | None = None,
+                loaded: str = "float32"):
+    """The ``trl.GRPOConfig`` for this run (CPU: use_cpu). ``trl_vllm``: TRL's own colocated
+    vLLM generates (default ``grpo.use_vllm``); false when the run's engine does. ``loaded``:
+    the dtype the weights were loaded in (:func:`autocast_dtype` picks accelerate's mixed
+    precision from it)."""
     trl_vllm = bool(settings.use_vllm) if trl_vllm is None else trl_vllm
     from trl import GRPOConfig
 
@@ -357,8 +432,8 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vl
         top_p=settings.top_p,
         max_completion_length=max_len,
         gradient_checkpointing=settings.gradient_checkpointing,
-        bf16=bool(settings.bf16) and not on_cpu,
-        fp16=False,
+        bf16=autocast_dtype(settings, loaded) == "bfloat16",
+        fp16=autocast_dtype(settings, loaded) == "float16",
         use_cpu=on_cpu,
         use_vllm=trl_vllm,
         seed=int(cfg.seed),
@@ -502,6 +577,11 @@ def train(ctx) -> dict | None:
     import datasets
 
     settings = ctx.settings  # the plan's settings for this phase, lr resolved (resolve)
+    device = next(ctx.model.parameters()).device.type
+    loaded = keep_masters(ctx.model)  # fp32 masters; the engine generates with them (hf) or a synced copy
+    problem = compute_error(autocast_dtype(settings, loaded), device)
+    if problem is not None:
+        raise ConfigError(problem)
     engine_rollouts = bool(settings.use_vllm) and ctx.engine.serves_rollouts  # engine=vllm
     if settings.use_vllm and not engine_rollouts and next(ctx.model.parameters()).device.type != "cuda":
         raise ConfigError("grpo.use_vllm=true needs engine=vllm, or the model on a GPU (engine.device=cuda) "
@@ -524,7 +604,8 @@ def train(ctx) -> dict | None:
 
     dataset = _strip_double_bos(dataset, ctx.tokenizer)
     stats = {"tokens_generated": 0, "n": 0, "correct": 0, "format": 0.0, "rewards": []}
-    args = grpo_config(ctx, settings, out, lr, trl_vllm=bool(settings.use_vllm) and not engine_rollouts)
+    args = grpo_config(ctx, settings, out, lr, trl_vllm=bool(settings.use_vllm) and not engine_rollouts,
+                       loaded=loaded)
     trainer_ref: list = []
     recorder = _recorder(ctx, trainer_ref, stats, settings)
     Trainer = _trainer_class()

@@ -182,10 +182,10 @@ def check_config(p: Path, cfg: dict) -> None:
         raise ConfigError(f"model path {p}: config.json does not load: {' '.join(lines[:2])[:300]}") from None
 
 
-def check_dtype(dtype) -> None:
-    """``model.dtype`` is one the loader knows (checked before dispatch and at load)."""
+def check_dtype(dtype, key: str = "model.dtype") -> None:
+    """``model.dtype`` (or ``key``) is one the loader knows (checked before dispatch and at load)."""
     if dtype not in DTYPES:
-        raise ConfigError(f"unknown model.dtype {dtype!r} (known: {', '.join(DTYPES)})")
+        raise ConfigError(f"unknown {key} {dtype!r} (known: {', '.join(DTYPES)})")
 
 
 def local_dir(model_cfg: Mapping) -> Path | None:
@@ -321,16 +321,30 @@ def n_params(model) -> int:
 
 
 def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str | bytes] | None = None,
-         manifest: bool = False) -> Path:
+         manifest: bool = False, dtype: str | None = None) -> Path:
     """Write ``model`` (HF ``save_pretrained``), ``tokenizer`` and the ``extra`` files (name ->
     text or bytes, e.g. a checkpoint's ``state.json``) to ``path`` as a whole or not at all:
     into a temporary sibling first, then renamed over ``path`` (a kill mid-swap leaves the
     previous version as ``<path>.old``). The one model writer of esopt (a run's ``model/``, ES
     checkpoints, sequence phases). ``manifest``: record every file's sha256 last
-    (:func:`esopt.core.store.write_manifest`), checked on resume."""
+    (:func:`esopt.core.store.write_manifest`), checked on resume. ``dtype``: write the weights
+    cast to it (``model.save_dtype``, e.g. GRPO's fp32 masters as bfloat16 for serving; the
+    model itself is not changed); None = as they are."""
     path = Path(path)
+    model = getattr(model, "module", model)
+    kwargs: dict = {}
+    if dtype is not None:
+        check_dtype(dtype)
+        cast: dict = {}  # tied tensors (lm_head = embeddings) stay one tensor, so they are written once
+        kwargs["state_dict"] = {k: cast.setdefault(v.data_ptr(), v.to(DTYPES[dtype]))
+                                for k, v in model.state_dict().items()}
     with atomic_dir(path) as tmp:
-        getattr(model, "module", model).save_pretrained(tmp)
+        model.save_pretrained(tmp, **kwargs)
+        if dtype is not None:  # config.json states what the files hold
+            cfg_file = tmp / "config.json"
+            cfg = json.loads(cfg_file.read_text())
+            cfg["dtype"] = str(DTYPES[dtype]).removeprefix("torch.")
+            cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         for name, content in (extra or {}).items():

@@ -98,9 +98,10 @@ def placement(plan: RunPlan, device: str) -> tuple[Any, str]:
 
 
 def save_model(ctx: RunContext) -> None:
-    """The trained weights (whichever engine trained them) as an HF folder in ``<run>/model/``."""
+    """The trained weights (whichever engine trained them) as an HF folder in ``<run>/model/``,
+    cast to ``model.save_dtype`` when set (null: as trained; GRPO's are its fp32 masters)."""
     ctx.engine.sync_to(ctx.model)
-    models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir)
+    models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir, dtype=ctx.cfg.model.get("save_dtype"))
 
 
 def run(cfg: RunPlan) -> dict:

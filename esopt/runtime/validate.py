@@ -56,6 +56,8 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     check_probes(rc)
     rc = resolve_defaults(rc)
     models.check_dtype(rc.model.get("dtype", "float32"))
+    if rc.model.get("save_dtype") is not None:
+        models.check_dtype(rc.model["save_dtype"], key="model.save_dtype")
     if rc.model.get("path"):
         models.check_dir(rc.model["path"])
     check_remote_code(rc.model)
@@ -329,7 +331,9 @@ def legacy_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
     d["engine"] = {k: v for k, v in d["engine"].items()
                    if k == "name" or (k == "dtype" and v not in (None, "auto"))}
     d["model"] = {k: v for k, v in d["model"].items()  # launcher-only / a permission, not the result
-                  if k not in ("resources", "trust_remote_code")}
+                  if k not in ("resources", "trust_remote_code") and not (k == "save_dtype" and v is None)}
+    if algo.master_weights and models.DTYPES.get(d["model"].get("dtype", "float32")) != models.DTYPES["float32"]:
+        d["model"]["masters"] = "float32"  # trained as fp32 masters: not the runs that updated bf16 in place
     for key in (*algorithms.AXES, *algorithms.blocks()):
         if not algo.uses(key):
             d.pop(key, None)
