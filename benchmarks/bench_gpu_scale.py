@@ -1,0 +1,123 @@
+"""GRPO and ES at the study's GPU scale, measured on the CPU: what a low-precision update keeps.
+
+    python benchmarks/bench_gpu_scale.py --write-docs                 # every table -> docs/results/gpu_scale.md
+    python benchmarks/bench_gpu_scale.py --only fractions --models tiny-s
+
+Tables:
+
+  fractions   Share of parameters that 3 updates change, per algorithm and precision, from the
+              model loaded in fp32 or bf16 (Countdown, hf engine, CPU, one thread). GRPO at the
+              study's lr 1e-6 (group 4, 4 prompts per step): loaded in fp32; loaded in bf16 and
+              trained as fp32 master weights with bf16 autocast (esopt's GRPO); loaded in bf16
+              and updated in place in bf16 (what GRPO did before masters: reproduced here by
+              skipping ``grpo.keep_masters``). ES in bf16 in place (what the study and esopt do)
+              at the model's sigma / lr and at the study's hub setting (sigma 1.5e-3,
+              lr 2.5e-4), N = 8, 4 prompts. "changed": parameters of model/ that differ from
+              the base as loaded; "cos": cosine of the update with the fp32-loaded GRPO run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from _results import write_table  # noqa: E402
+
+COMMAND = "python benchmarks/bench_gpu_scale.py --write-docs"
+GRPO = ["algo=grpo", "grpo.lr=1e-6", "grpo.num_generations=4", "grpo.prompts_per_step=4"]
+ES = ["algo=es", "pop=8", "es.batch_size=4"]
+COMMON = ["task=countdown", "engine=hf", "engine.device=cpu", "iterations=3", "eval.problems=4", "eval.samples=2"]
+
+
+def delta(model: str, dtype: str, overrides: list[str], root: Path, inplace: bool = False):
+    """(update of the run's model/ over the base loaded at ``dtype``, model/'s dtype, seconds)."""
+    from helpers import run_config
+    from safetensors.torch import load_file
+
+    from esopt import models
+    from esopt.algorithms import grpo
+    from esopt.core import store
+    from esopt.runtime.run import run
+    from esopt.runtime.validate import run_id
+
+    rc = run_config(f"model={model}", f"model.dtype={dtype}", *COMMON, *overrides, f"sweep.root={root}",
+                    f"sweep.name={'inplace' if inplace else 'masters'}")
+    keep = grpo.keep_masters
+    if inplace:  # the update before masters: the optimizer on the loaded bf16 weights
+        grpo.keep_masters = lambda m: str(next(m.parameters()).dtype).removeprefix("torch.")
+    t0 = time.perf_counter()
+    try:
+        summary = run(rc)
+    finally:
+        grpo.keep_masters = keep
+    assert summary["status"] == "completed", summary["error"]
+    folder = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, run_id(rc)).path / "model"
+    trained = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        trained.update(load_file(str(f)))
+    base, _ = models.load(model, dtype=dtype)
+    d = torch.cat([(trained[k].float() - p.detach().float()).flatten()
+                   for k, p in base.named_parameters() if k in trained])
+    return d, str(next(iter(trained.values())).dtype).removeprefix("torch."), time.perf_counter() - t0
+
+
+def fractions(models_: list[str], root: Path) -> list[list]:
+    rows = []
+    for model in models_:
+        ref = None
+        cases = [
+            ("GRPO lr 1e-6", "float32", "fp32 weights", GRPO, False),  # first: the reference of "cos"
+            ("GRPO lr 1e-6", "bfloat16", "fp32 masters, bf16 autocast", GRPO, False),
+            ("GRPO lr 1e-6", "bfloat16", "fp32 masters, fp32 compute", GRPO + ["grpo.bf16=false"], False),
+            ("GRPO lr 1e-6", "bfloat16", "bf16 in place (before masters)", GRPO, True),
+            ("ES, the model's sigma/lr", "bfloat16", "bf16 in place", ES, False),
+            ("ES sigma 1.5e-3 lr 2.5e-4", "bfloat16", "bf16 in place", ES + ["sigma=1.5e-3", "lr=2.5e-4"], False),
+        ]
+        for name, dtype, how, overrides, inplace in cases:
+            d, saved, wall = delta(model, dtype, overrides, root, inplace)
+            ref = d if ref is None else ref
+            grpo_row = name.startswith("GRPO")
+            cos = float(torch.nn.functional.cosine_similarity(ref, d, dim=0)) if grpo_row and d.norm() > 0 else None
+            rows.append([model, name, dtype, how, f"{float((d != 0).float().mean()):.2%}",
+                         f"{float(d.norm()):.2e}", "-" if cos is None else f"{cos:.3f}", saved, f"{wall:.0f}"])
+            print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", choices=["fractions"], action="append")
+    p.add_argument("--models", default="tiny-s", help="comma-separated (smollm2-135m after scripts/install_smollm2.sh)")
+    p.add_argument("--root", default=None, help="results folder for the runs (default: a temporary one)")
+    p.add_argument("--write-docs", action="store_true")
+    args = p.parse_args(argv)
+    import tempfile
+
+    torch.set_num_threads(1)
+    only = set(args.only or ["fractions"])
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.root or tmp)
+        if "fractions" in only:
+            rows = fractions(args.models.split(","), root)
+            header = ["model", "update", "loaded", "trained as", "changed", "update l2", "cos vs fp32 GRPO",
+                      "model/ dtype", "wall s"]
+            notes = ("3 updates each on Countdown (hf engine, CPU). A bf16 step at |w| is |w|/128: an AdamW "
+                     "step of lr 1e-6 is below half of it for every |w| > 2.6e-4, so in place it rounds away; "
+                     "ES's update (lr x the reward-weighted noise) is of the order of lr itself.")
+            if args.write_docs:
+                write_table("gpu_scale", "Parameters changed by 3 updates, by precision", COMMAND + " --only fractions"
+                            + (f" --models {args.models}" if args.models != "tiny-s" else ""), header, rows, notes=notes)
+            else:
+                print(header)
+
+
+if __name__ == "__main__":
+    main()
