@@ -52,13 +52,15 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sparsity", help="functional sparsity of the update (sparsity.json)")
     s.add_argument("run_dir")
     s.add_argument("--fractions", type=_floats, default=list(DEFAULT_FRACTIONS),
-                   help="keep fractions of the nonzero update entries (default 1,0.5,0.22,0.1,0.05,0.01)")
+                   help="keep fractions of the nonzero update entries (default "
+                        + ",".join(f"{f:g}" for f in DEFAULT_FRACTIONS) + ")")
     s.add_argument("--modes", type=_names, default=list(MODES),
                    help="global,per_tensor,smallest,random,equal_norm (default all); random and equal_norm "
                         "(random masks of the same size; equal_norm rescaled to the top-k update's norm) "
                         "only at --control-fractions")
     s.add_argument("--control-fractions", type=_floats, default=list(CONTROL_FRACTIONS),
-                   help="keep fractions of the random / equal_norm controls (default 0.22; each is one evaluation)")
+                   help="keep fractions of the random / equal_norm controls (default "
+                        + ",".join(f"{f:g}" for f in CONTROL_FRACTIONS) + "; each is one evaluation)")
     s.add_argument("--mask-seed", type=int, default=None, help="seed of the random mask (default: the run's seed)")
     eval_args(s, greedy_default=False)
 

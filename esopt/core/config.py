@@ -80,19 +80,23 @@ class SweepConfig:
     #                                 false frees it (for a 0.5B model 5-10 GB per run) once model/ is saved
 
 
+HEADLINE_KEEP = 0.22   # the study's headline keep fraction (78% of the update zeroed): claim 5's pruning point,
+#                        its controls' and claim 9's update_top_share (the one home of the 0.22)
+
+
 @dataclass(frozen=True)
 class SparsityConfig:
     """The ``sparsity:`` block: the points ``analysis=[sparsity]`` evaluates (esopt.study.analyses.sparsity,
     which defines the modes; ``python -m esopt.analyze sparsity`` has the same defaults). Each
     point is one full evaluation (the run's eval.problems x eval.samples on the heldout split),
     besides the trained and the base model: the defaults are 6 fractions x 3 |delta| modes + 2
-    controls + 2 = 22 evaluations; claim 5 reads global and equal_norm at 0.22, and random beside
+    controls + 2 = 22 evaluations; claim 5 reads global and equal_norm at HEADLINE_KEEP (0.22), and random beside
     them (``fractions: [0.22]``, ``modes: [global, random, equal_norm]``: 5). Like ``analysis``,
     not part of the run id."""
 
-    fractions: tuple = (1.0, 0.5, 0.22, 0.1, 0.05, 0.01)  # keep fractions of the |delta| modes, in [0, 1]
+    fractions: tuple = (1.0, 0.5, HEADLINE_KEEP, 0.1, 0.05, 0.01)  # keep fractions of the |delta| modes, in [0, 1]
     modes: tuple = ("global", "per_tensor", "smallest", "random", "equal_norm")  # any of these (all known)
-    control_fractions: tuple = (0.22,)   # keep fractions of the random-mask controls (random, equal_norm)
+    control_fractions: tuple = (HEADLINE_KEEP,)   # keep fractions of the random-mask controls (random, equal_norm)
     control_modes: ClassVar[tuple] = ("random", "equal_norm")  # the modes that are controls (random masks of the
     #                                      top-k's size, at control_fractions; claim 5's comparison)
 

@@ -9,7 +9,7 @@ and per layer, share and enrichment (= share / the type's share of parameters).
 The update's size and density, for any trained run (ES, GRPO, a sequence; claim 9):
 ``update_l2 = ||delta||_2`` (float64 sum of squares of the float32 delta) and
 ``update_top_share = ||T_k delta||^2 / ||delta||^2``, T_k the exact global top-k mask over |delta|
-at ``k = round(0.22 nnz)`` (claim 5's keep fraction, sparsity's HEADLINE_KEEP; the same mask the
+at ``k = round(0.22 nnz)`` (claim 5's keep fraction, config.HEADLINE_KEEP; the same mask the
 sparsity analysis keeps): a dense update spreads its squared norm, a sparse one concentrates it
 (a Gaussian update: ~0.68). The runs table carries both as ``update_l2`` / ``update_top_share``.
 
@@ -27,13 +27,14 @@ import numpy as np
 
 from esopt.algorithms import family
 from esopt.core.errors import ConfigError
+from esopt.core.config import HEADLINE_KEEP
 from esopt.study.analyses.common import result_header, write_result
 from esopt.study.analyses.delta import (delta_chunks, keep_count, kept_norm, make_rules, open_pair, stream_bits,
                                         tied_embeddings, trained_tensor)
 from esopt.study.analyses.module_types import MODULE_TYPES, layer_of, module_type
 
 TOP_FRACTION = 0.01      # the default share of the largest nonzero |delta| entries located
-DENSE_KEEP = 0.22        # update_top_share's keep fraction: claim 5's (sparsity.HEADLINE_KEEP)
+DENSE_KEEP = HEADLINE_KEEP   # update_top_share's keep fraction: claim 5's (config.HEADLINE_KEEP)
 
 
 def drift(run_dir: str | Path, *, top: float = TOP_FRACTION, base: str | None = None, device: str | None = "cpu",

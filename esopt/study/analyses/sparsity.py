@@ -46,7 +46,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from esopt.core.config import SparsityConfig
+from esopt.core.config import HEADLINE_KEEP, SparsityConfig
 from esopt.core.errors import ConfigError
 from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, checked, gain_share, per_problem,
                                          result_header, run_evaluate, scores, write_result)
@@ -58,7 +58,6 @@ DEFAULT_FRACTIONS = SparsityConfig.fractions
 MODES = SparsityConfig.modes            # every mode, in the order they are evaluated and written
 CONTROL_MODES = SparsityConfig.control_modes  # random masks of the top-k's size, at control_fractions
 CONTROL_FRACTIONS = SparsityConfig.control_fractions
-HEADLINE_KEEP = 0.22      # the study's headline point: 78% of the update zeroed
 assert set(CONTROL_MODES) <= set(MODES)
 
 
