@@ -11,7 +11,7 @@ components assumed until real runs give them: simulate.Components). Draws synthe
 (esopt.study.claims.simulate) and feeds each through the real claim rules and
 decision (esopt.study.claims.rules, esopt.study.claims.decide_all). Per claim and generator:
     false_yes = P(yes) with the claim's effect at its boundary (its null; an intersection-union
-                claim: the worst of its nulls, simulate.SECOND_NULLS: claim 5 pruned 0.005 below
+                claim: the worst of its nulls, each Claim.second_nulls: claim 5 pruned 0.005 below
                 trained or the equal-norm control as good; claim 9 ES's update no larger; claim 10
                 the anchored run at its margins; claim 11 |cosine| at 0.1)
     false_no  = P(no)  with the effect at boundary + the smallest effect of interest

@@ -164,8 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         fail(str(e))
     sizes = len({rc.model["name"] for _, rc in runs if rc.algo == "es"})
-    if claims and 7 in claims and sizes < 2:
-        fail(f"claim 7 compares model sizes: the grid's ES runs have {sizes} "
+    across = [c for c in claims or [] if (P.REGISTRY[c].more or ("",))[0] == "sizes"]   # compare model sizes
+    if across and sizes < 2:
+        fail(f"claim {across[0]} compares model sizes: the grid's ES runs have {sizes} "
              f"({grid.cell_model}); sweep model=a,b,c,... with >= 2 populations each")
     comps, source, bounds = None, None, None
     if "--pilot" in flags:
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         named = claims or [c for c, r in report["claims"].items() if "power" in r]
         if not named:
             fail("--target-power: name the claims to search for (--claims 1,3): the grid measures none of them")
-        fam = family_models(grid) if any(c in P.FAMILY_CLAIMS for c in named) else None
+        fam = family_models(grid) if any(P.REGISTRY[c].part == "family" for c in named) else None
         try:
             found = P.search(grid, runs, named, flags["--target-power"], flags.get("--max-hours", math.inf),
                              comps, sims, seed, rate, family_models=fam)

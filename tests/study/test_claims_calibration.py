@@ -116,7 +116,7 @@ def test_components_estimated_from_runs_recover_the_generating_ones():
                        ("s0", 0.0025), ("s_random", 0.09), ("sigma_step", 0.0075), ("sigma_problem_algo", 0.01)):
         assert getattr(est, field) == pytest.approx(getattr(truth, field), abs=tol), (field, how[field])
     assert est.unsolvable == pytest.approx(0.2, abs=0.05) and how["beta"] != "assumed"
-    # the operating point: ES's gain (STRONG[1] = 0.05, sd 0.007) and GRPO's entropy per gain (-2.3, sd 0.26)
+    # the operating point: ES's gain (claim 1's strong 0.05, sd 0.007) and GRPO's entropy per gain (-2.3, sd 0.26)
     assert est.es_gain == pytest.approx(0.05, abs=0.018) and est.grpo_per_gain == pytest.approx(-2.3, abs=0.65)
     only_cell, how_cell = estimate_components(cell)   # no family: its components stay as assumed
     assert (only_cell.s0, only_cell.sigma_size, how_cell["s0"]) == (Components().s0, Components().sigma_size,
@@ -127,14 +127,14 @@ def test_components_estimated_from_runs_recover_the_generating_ones():
 
 
 def test_every_claim_has_a_simulation_hook_that_moves_its_effect():
-    """Calibration cannot skip a claim: each registered claim has a hook (PLANT, checked at
+    """Calibration cannot skip a claim: each registered claim has a hook (Claim.plant, checked at
     import) and its null and its smallest effect of interest give different generator settings."""
     import numpy as np
 
     from esopt.study.claims import simulate as sim
     from esopt.study.claims.rules import REGISTRY
 
-    assert set(sim.PLANT) == set(REGISTRY) and set(sim.STRONG) >= set(REGISTRY)
+    assert all(cl.plant is not None for cl in REGISTRY.values())
     p = sim.difficulty(200, sim.MEASURED, np.random.default_rng(0))
     for cid, cl in REGISTRY.items():
         null = sim.knobs(p, {cid: cl.boundary}, sim.MEASURED, 8)
@@ -147,12 +147,13 @@ def test_grpo_gain_is_its_own_component_outside_claim_3():
     compare at matched gain, and claim 3's planted coverage would put GRPO's gain below ES's),
     from claim 3's effect where it is; a pilot's GRPO runs give it back (8 seeds, sd 0.005)."""
     from esopt.study.claims import simulate as sim
+    from esopt.study.claims.rules import REGISTRY
     from esopt.study.claims.simulate import estimate_components
 
     c = Components(grpo_gain=0.07)
     p = sim.difficulty(500, c, np.random.default_rng(0))
     assert sim.knobs(p, {8: 0.0}, c, 8)["g"]["grpo"] == 0.07
-    assert sim.knobs(p, {8: 0.0}, Components(), 8)["g"]["grpo"] < sim.STRONG[1]   # coupled: below ES's
+    assert sim.knobs(p, {8: 0.0}, Components(), 8)["g"]["grpo"] < REGISTRY[1].strong   # coupled: below ES's
     at3 = sim.knobs(p, {3: 0.0}, c, 8)["g"]                                         # claim 3: PassK equal
     assert at3["grpo"] == pytest.approx(at3["es"], abs=0.01) and at3["grpo"] != 0.07
     recs = simulate(Design(seeds=8, problems=500, samples=32), components=c, rng=np.random.default_rng(1),

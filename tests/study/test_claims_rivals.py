@@ -10,7 +10,7 @@ import pytest
 
 from esopt.study import claims as C
 from esopt.study.claims import rules as R
-from esopt.study.claims.simulate import SECOND_NULLS, STRONG, Design, _planted, simulate, verdict_of
+from esopt.study.claims.simulate import Design, _planted, simulate, verdict_of
 
 S = dict(C.DEFAULTS)
 DESIGN = Design(seeds=6, problems=300, samples=32)
@@ -39,7 +39,7 @@ def test_the_rivals_are_registered_beside_the_seven_with_their_sources():
 
 @pytest.mark.parametrize("cid", [8, 9, 10, 11])
 def test_a_planted_effect_says_yes(cid):
-    strong = {10: {10: 0.05, "10c": 0.02, "10d": 0.02}}.get(cid, {cid: STRONG[cid]})
+    strong = {10: {10: 0.05, "10c": 0.02, "10d": 0.02}}.get(cid, {cid: R.REGISTRY[cid].strong})
     assert sim_verdict(cid, strong, design=Design(seeds=8, problems=1000, samples=32)) == "yes"
 
 
@@ -47,7 +47,7 @@ def test_a_planted_effect_says_yes(cid):
 def test_at_the_boundary_it_does_not_say_yes(cid):
     """The null (theta = b) and, for the intersection-union claims, the second part's null with
     the first part strong: a handful of draws, none a yes (their rates: the calibration)."""
-    nulls = [{cid: R.REGISTRY[cid].boundary}] + ([SECOND_NULLS[cid]] if cid in SECOND_NULLS else [])
+    nulls = [{cid: R.REGISTRY[cid].boundary}] + ([R.REGISTRY[cid].second_nulls] if R.REGISTRY[cid].second_nulls else [])
     for eff in nulls:
         got = [sim_verdict(cid, eff, seed) for seed in range(4)]
         assert "yes" not in got, (eff, got)

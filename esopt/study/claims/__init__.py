@@ -11,7 +11,7 @@ is ``esopt.study.report.page.claims_html``. This module reads the sweep, chooses
 cell, runs every claim and decides:
 
     p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim)
-    one Holm family of fixed size m = 2 x the registered claims (22): every claim's yes and no
+    one Holm family of fixed size m = 2 x the registered claims: every claim's yes and no
     hypothesis, an untested or gated one at p = 1 (``decide_all``)
     yes   = Holm rejects p_yes; no = Holm rejects p_no (and not yes)
     a claim with ``needs`` (3, 4, 6, 11: about what ES's training gives) is unclear unless claim 1 is yes
@@ -139,7 +139,7 @@ def select_cell(records: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------
 # the decision
 def family_size() -> int:
-    """m of the one Holm family: every registered claim's yes and no hypotheses (22 for 11 claims)."""
+    """m of the one Holm family: every registered claim's yes and no hypotheses (2 per claim)."""
     return 2 * len(REGISTRY)
 
 
@@ -319,8 +319,9 @@ def current_design(reg: Mapping) -> dict:
 def judge_look(reg: Mapping | None, records: list[dict]) -> dict:
     """Whether verdicts on ``records`` are confirmatory: {"confirmatory", "why"}. Exploratory when
     the sweep has no registration, when its completed runs differ from the registered ones (a
-    run missing, failed or added), or when the registration was changed after verdicts had been
-    computed (a second look at the same draw)."""
+    run missing, failed or added), when the registered claims differ from the registry's (a claim
+    added or removed changes the family the verdicts are decided in), or when the registration
+    was changed after verdicts had been computed (a second look at the same draw)."""
     if not reg:
         return {"confirmatory": False, "why": "no registration: the design was not written into claims.json before "
                                               "the runs (python -m esopt.sweep writes it for a claims sweep)"}
@@ -330,6 +331,11 @@ def judge_look(reg: Mapping | None, records: list[dict]) -> dict:
     if want != have:
         why.append(f"the data differ from the registration ({len(want - have)} registered runs missing or not "
                    f"completed, {len(have - want)} runs not registered)")
+    if reg.get("claims") is not None and sorted(reg["claims"]) != sorted(REGISTRY):
+        now, then = set(REGISTRY), set(reg["claims"])
+        why.append("the registered claims differ from this code's (" + "; ".join(
+            f"{what}: {', '.join(map(str, sorted(ids)))}" for what, ids in (("added since", now - then),
+                                                                          ("removed since", then - now)) if ids) + ")")
     if any(a.get("after_look") for a in reg.get("amendments") or []):
         why.append("the design was changed after verdicts had been computed: a second look at the same draw")
     if reg.get("after_look"):
@@ -358,7 +364,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
         m, d = measures[cid], decided[cid]
         tested = "unclear" not in m
         details = dict(m.get("details") or {})
-        if cid == 7 and trend:
+        if c.shows_trend and trend:
             details["trend_json"] = {k: trend.get(k) for k in ("slope", "slope_ci", "verdict", "method")}
         out.append({
             "id": cid, "key": c.key, "claim": c.text, "source": c.source, "estimand": c.estimand, "boundary": c.boundary,

@@ -40,8 +40,8 @@ import numpy as np
 from esopt.core.errors import ConfigError
 from esopt.core.metrics import wilson_interval
 from esopt.study.claims.rules import ES_ANCHOR, REGISTRY, SEQUENCES
-from esopt.study.claims.simulate import (FAMILY_CLAIMS, GENERATOR_CLAIMS, GENERATORS, MEASURED, MODEL_COMPONENTS,
-                                         Components, Design, scenarios, simulate, verdict_of)
+from esopt.study.claims.simulate import (GENERATORS, MEASURED, MODEL_COMPONENTS, Components, Design, scenarios,
+                                         simulate, verdict_of)
 
 TARGET = 0.8               # power at which a claim counts as decidable (claims.DEFAULTS["power"])
 SIMS = 100                 # synthetic sweeps per scenario and generator (the CLI's --sims)
@@ -49,10 +49,6 @@ TREND_SIMS = 30            # the dry run's one line: sims per design
 MEASURED_ON = ("tiny family: paper_cpu (tiny-s, 8 seeds) and paper_cpu_family (tiny-xs..xl, 116 runs), "
                "esopt/study/claims/simulate.py MEASURED")
 CELL_ALGOS = ("none", "es", "grpo", *SEQUENCES)
-OPT_IN = {8: "probes", 9: "update_stats", 11: "connectivity"}   # bears_on: the rivals' opt-in measurements
-RIVAL_FIELDS = {"probes": ("base_probe_pass1", "final_probe_pass1", "min_probe_pass1"),
-                "update_stats": ("update_top_share", "update_l2"),
-                "connectivity": ("connectivity_barrier", "connectivity_cosine", "connectivity_grpo_run")}
 # the search's candidates (iterations stay at the grid's: the simulator sets each effect at its
 # smallest effect of interest whatever the budget, so fewer iterations would look free)
 SEARCH_SEEDS = (3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -185,7 +181,7 @@ def arms(cid: int) -> tuple:
     """The algorithms claim ``cid`` reads from the comparison cell (its registry ``select``
     probed), or ("es",) for the ES-family claims."""
     c = REGISTRY[cid]
-    if cid in FAMILY_CLAIMS:
+    if c.part == "family":
         return ("es",)
     probe = {"cell": {a: [{"sparsity": {}, "run_id": a}] for a in CELL_ALGOS}, "es": []}
     return tuple(c.select(probe))
@@ -194,14 +190,14 @@ def arms(cid: int) -> tuple:
 def bears_on(grid: Grid) -> list[int]:
     """The claims a grid bears on: its comparison cell has every arm the claim reads (the
     sequences aside: claim 6 is listed once ES and GRPO are there, to say what it lacks), or,
-    for the family claims, ES at >= 2 populations in some model. The rivals that need a
-    measurement a grid opts into (``OPT_IN``: held-out probes, drift.json, connectivity.json)
-    only where it asks for it; claim 10 where the grid has anchored ES (its own arm)."""
+    for the family claims, ES at >= 2 populations in some model. A claim whose measurement a
+    grid opts into (``Claim.opt_in``: held-out probes, drift.json, connectivity.json) only where it
+    asks for it (``Claim.measure``)."""
     out = []
-    for cid in sorted(REGISTRY):
-        if cid in OPT_IN and not getattr(grid, OPT_IN[cid]):
+    for cid, c in sorted(REGISTRY.items()):
+        if c.opt_in and not getattr(grid, c.measure):
             continue
-        if cid in FAMILY_CLAIMS:
+        if c.part == "family":
             if grid.family:
                 out.append(cid)
         elif set(arms(cid)) - set(SEQUENCES) <= set(grid.cell_seeds):
@@ -215,6 +211,10 @@ def shaper(grid: Grid):
     update statistic or connectivity it does not ask for; ES members as greedy as its
     ``es.temperature``."""
     fractions, modes = grid.sparsity or ((), ())
+    made: dict = {}     # each opt-in measurement's run fields (the claims' ``measure`` and ``fields``)
+    for c in REGISTRY.values():
+        if c.measure:
+            made.setdefault(c.measure, set()).update(c.fields)
 
     def shape(recs: list[dict]) -> list[dict]:
         out = []
@@ -226,7 +226,7 @@ def shaper(grid: Grid):
             if not fam and r["seed"] >= grid.cell_seeds.get(arm, 0):
                 continue
             r = dict(r)
-            for knob, keys in RIVAL_FIELDS.items():   # the rivals' measures only where the grid makes them
+            for knob, keys in made.items():   # the opt-in measures only where the grid makes them
                 if not getattr(grid, knob):
                     for k in keys:
                         r.pop(k, None)
@@ -261,22 +261,18 @@ def data_gap(cid: int, design: Design, comps: Components, shape) -> str | None:
     from esopt.study.claims import select_cell
 
     c = REGISTRY[cid]
-    parts = ("family",) if cid in FAMILY_CLAIMS else ("cell",)
-    recs = shape(simulate(design, {cid: c.boundary + c.sesoi}, comps, np.random.default_rng(0), parts=parts))
+    recs = shape(simulate(design, {cid: c.boundary + c.sesoi}, comps, np.random.default_rng(0), parts=(c.part,)))
     sweep = {"cell": select_cell(recs)["algos"], "es": [r for r in recs if r.get("algo") == "es"]}
     m = c.rule(c.select(sweep), _settings(design))
     if m.get("unclear") != "data":
         return None
-    if cid == 6 and "saturated" in m["why"] and comps.grpo_climb > 0:  # the components', not the grid's
-        return (f"GRPO is still climbing at the end of its budget under these components (grpo_climb "
-                f"{comps.grpo_climb:.3g}: the Pass@1 its second half adds), and the rule tests claim 6 only "
-                "against a GRPO that has saturated (a longer GRPO budget, or a pilot that measures the climb)")
-    return m["why"]
+    return (c.plan_gap and c.plan_gap(m["why"], comps)) or m["why"]   # the claim's reading (its components')
 
 
 def generators_for(cid: int) -> list[str]:
-    """The generators whose misspecification reaches claim ``cid`` (``simulate.GENERATOR_CLAIMS``)."""
-    return [g for g in GENERATORS if GENERATOR_CLAIMS.get(g) is None or cid in GENERATOR_CLAIMS[g]]
+    """The simulator's own model and the misspecified generators that change what claim ``cid``
+    reads (``Claim.generators``), in ``simulate.GENERATORS``'s order."""
+    return [g for g in GENERATORS if g == "current" or g in REGISTRY[cid].generators]
 
 
 def yes_count(cid: int, effects: dict, design: Design, comps: Components, shape, sims: int, rng,
@@ -284,7 +280,7 @@ def yes_count(cid: int, effects: dict, design: Design, comps: Components, shape,
     """(yeses, sims run) of claim ``cid`` over synthetic sweeps; ``stop_below``: stop once the
     Wilson upper bound of the rate falls below it (a screening that rejects clear failures fast)."""
     s = _settings(design)
-    parts = ("family",) if cid in FAMILY_CLAIMS else ("cell",)
+    parts = (REGISTRY[cid].part,)
     yes = n = 0
     while n < sims:
         for _ in range(min(batch, sims - n)):
@@ -379,8 +375,9 @@ def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Compone
         gap = data_gap(cid, design, comps, shape)
         row = {"key": REGISTRY[cid].key, "units": REGISTRY[cid].units}
         if gap:
-            if cid == 7 and len(grid.family) < 12:
-                gap += "; " + trend_what(grid, design, comps, min(sims, TREND_SIMS))
+            more = REGISTRY[cid].more
+            if more and max(more[1]) > getattr(design, more[0]):
+                gap += "; " + what_would(cid, grid, design, comps, min(sims, TREND_SIMS))
             row |= {"decidable": False, "why": gap}
         else:
             row |= claim_power(cid, design, comps, shape, sims, seed)
@@ -430,8 +427,8 @@ def component_lines(report: dict) -> list[str]:
     d = report["design"]
     shown = ("sigma_seed", "sigma_seed_grpo", "sigma_problem_algo", "sigma_entropy", "s0", "sigma_size", "es_gain",
              "grpo_gain", "params")
-    if any(cid in OPT_IN or cid == 10 for cid in report["claims"]):   # the rivals'
-        shown += ("probe_per_gain", "sigma_probe", "sigma_probe_eval", "top_share", "sigma_share", "sigma_log_l2")
+    for cid in report["claims"]:   # each claim's own (the rivals')
+        shown += tuple(k for k in REGISTRY[cid].shown if k not in shown)
     note = "" if report["source"].startswith("pilot") else " (point values; --pilot estimates a pilot's, with bounds)"
     return ([f"components ({report['source']}){note}: " + ", ".join(f"{k} {_short(getattr(c, k))}" for k in shown)]
             + [f"design (simulated): {d.seeds} seeds per arm (max; each arm its own), {d.problems} problems x "
@@ -455,45 +452,57 @@ def lines(report: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# the dry run's line: claim 7 (the population-vs-model-size trend)
+# the dry run's lines: the family claims with a planner hint (``Claim.more``: claim 7, the trend)
 def trend_line(rcs: list, sims: int = TREND_SIMS, target: float = TARGET) -> str | None:
-    """One line for a grid that spans model sizes and populations (None otherwise): whether it
-    can decide claim 7, and what would (power at 5 and at 12 sizes over the grid's range)."""
+    """One line per family claim with a ``more`` hint for a grid that spans model sizes and
+    populations (None otherwise): whether it can decide, and what would (its power at the hint's
+    values over the grid's range)."""
     sizes = {rc.model["name"] for rc in rcs if rc.algo == "es"}
     if len(sizes) < 2 or len({rc.pop for rc in rcs if rc.algo == "es"}) < 2:
         return None
-    try:
-        return _trend_line(rcs, sims, target)
-    except Exception as e:  # noqa: BLE001 - a note in a dry run never takes it down
-        return f"plan: claim 7 not estimated ({type(e).__name__}: {e}); python -m esopt.plan says more"
+    out = []
+    for cid, c in sorted(REGISTRY.items()):
+        if c.part != "family" or not c.more:
+            continue
+        try:
+            line = _trend_line(cid, rcs, sims, target)
+        except Exception as e:  # noqa: BLE001 - a note in a dry run never takes it down
+            line = f"plan: claim {cid} not estimated ({type(e).__name__}: {e}); python -m esopt.plan says more"
+        if line:
+            out.append(line)
+    return "\n".join(out) or None
 
 
-def _trend_line(rcs: list, sims: int, target: float) -> str | None:
+def _trend_line(cid: int, rcs: list, sims: int, target: float) -> str | None:
     grid = grid_of([(str(i), rc) for i, rc in enumerate(rcs)])
     if len(grid.family) < 2:
         return None
     comps, design, shape = components_for(grid), design_of(grid), shaper(grid)
-    head = "plan: claim 7 (larger models need smaller ES populations): "
-    gap = data_gap(7, design, comps, shape)
+    what = REGISTRY[cid].text.split(" (")[0].rstrip(".")
+    head = f"plan: claim {cid} ({what[:1].lower() + what[1:]}): "
+    gap = data_gap(cid, design, comps, shape)
     if not gap:
-        p = claim_power(7, design, comps, shape, sims, gens=["current"], false_yes=False)
+        p = claim_power(cid, design, comps, shape, sims, gens=["current"], false_yes=False)
         if p["power"] >= target:
             return head + (f"decidable (power {p['power']:.2f} {_fmt_ci(p['power_ci'])}, {sims} sims; "
                            "python -m esopt.plan)")
         gap = f"power {p['power']:.2f} {_fmt_ci(p['power_ci'])} < {target:g}"
-    return (head + f"cannot decide: {gap}; {trend_what(grid, design, comps, sims)} "
+    return (head + f"cannot decide: {gap}; {what_would(cid, grid, design, comps, sims)} "
             f"({sims} sims; python -m esopt.plan <same overrides> for every claim)")
 
 
-def trend_what(grid: Grid, design: Design, comps: Components, sims: int = TREND_SIMS) -> str:
-    """What would decide claim 7: its power with 5 and with 12 model sizes over the grid's range
-    of parameters (>= 3 seeds, the grid's populations), on the simulator's own model."""
+def what_would(cid: int, grid: Grid, design: Design, comps: Components, sims: int = TREND_SIMS) -> str:
+    """What would decide claim ``cid`` (its ``more`` hint: a Design field, its values, floors of
+    other fields; claim 7: 5 and 12 model sizes over the grid's range of parameters, >= 3 seeds,
+    the grid's populations): its power at each value above the design's, on the simulator's own
+    model."""
+    knob, values, floors = REGISTRY[cid].more
     what, top = [], 0.0
-    for n in (5, 12):
-        if n > len(grid.family):
-            d = replace(design, sizes=n, family_seeds=max(design.family_seeds, 3))
-            p = claim_power(7, d, comps, lambda r: r, sims, gens=["current"], false_yes=False)
-            what.append(f"{n} sizes x {d.family_seeds} seeds: power {p['power']:.2f} {_fmt_ci(p['power_ci'])}")
+    for n in values:
+        if n > getattr(design, knob):
+            d = replace(design, **{knob: n}, **{k: max(getattr(design, k), v) for k, v in floors.items()})
+            p = claim_power(cid, d, comps, lambda r: r, sims, gens=["current"], false_yes=False)
+            what.append(f"{n} {knob} x {d.family_seeds} seeds: power {p['power']:.2f} {_fmt_ci(p['power_ci'])}")
             top = max(top, p["power"])
     rng = grid.params_range
     span = f" over {rng[0]:.3g}-{rng[1]:.3g} params" if rng else ""
@@ -501,8 +510,8 @@ def trend_what(grid: Grid, design: Design, comps: Components, sims: int = TREND_
         return "what would: more model sizes or a wider range of them"
     if top >= TARGET:
         return "what would: " + ", ".join(what) + span
-    return (f"no design of up to 12 sizes{span} reaches {TARGET:g} ({', '.join(what)}): what would is a wider "
-            "range of sizes, or a pilot whose components (--pilot) are kinder than the tiny family's")
+    return (f"no design of up to {max(values)} {knob}{span} reaches {TARGET:g} ({', '.join(what)}): what would "
+            "is a wider range of sizes, or a pilot whose components (--pilot) are kinder than the tiny family's")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -628,8 +637,8 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
 
     comps0 = comps or model_components(grid.cell_model)[0]
     rcs = list({rid: rc for rid, rc in runs}.values())
-    cell_claims = [c for c in claims if c not in FAMILY_CLAIMS]
-    fam_claims = [c for c in claims if c in FAMILY_CLAIMS]
+    cell_claims = [c for c in claims if REGISTRY[c].part != "family"]
+    fam_claims = [c for c in claims if REGISTRY[c].part == "family"]
     cell_rep = {}
     for rc in rcs:
         if rc.model["name"] == grid.cell_model and rc.algo in grid.cell_seeds:
@@ -707,7 +716,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
         best["power"] = min(claim_power(cid, d, comps, shape, sims, seed, false_yes=False)["power"] for cid in claims)
     if "design" not in best and gaps:  # every candidate lacked data for some claim: say what
         best["why"] = "; ".join(f"claim {c}: {g}" for c, g in sorted(gaps.items()))
-        if any(c in FAMILY_CLAIMS for c in gaps):
+        if any(REGISTRY[c].part == "family" for c in gaps):
             best["why"] += f" (the family's shipped sizes: {', '.join(m[0] for m in fam_models) or 'none'})"
     return {"found": False, "best": best, "candidates": len(cands), "max_hours": max_hours}
 

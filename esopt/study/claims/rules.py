@@ -3,17 +3,23 @@ are the seed paper's (arXiv 2608.27351); claims 8-11 are its 2026 rivals' (Abdi 
 2601.20861; Schweighofer et al., arXiv 2605.30148; Hoy et al., arXiv 2604.01499), each naming
 its ``source``, decided on the same runs in the same Holm family.
 
-A claim is a ``Claim``: its estimand theta, the boundary b and the smallest effect of interest
-delta (fixed here, before any data), the test statistic, the variance model, the data it
-selects from a sweep (``select``) and its rule (``rule``: the data -> theta, its standard
-error and degrees of freedom, or why it cannot be measured). Adding a claim is one
-``@claim(...)`` function below; ``esopt.study.claims`` runs them all and decides.
+A claim is a ``Claim``, everything about it declared on its one ``@claim(...)`` entry below:
+its estimand theta, the boundary b and the smallest effect of interest delta (fixed here,
+before any data), the test statistic, the variance model, the data it selects from a sweep
+(``select``) and its rule (``rule``: the data -> theta, its standard error and degrees of
+freedom, or why it cannot be measured); for the simulator (``simulate``) the part of a sweep it
+reads, its strong effect, the hook that plants its effect (``plant``) and the knobs it sets
+where nothing trains (``rest``), the second parts of an intersection-union claim and their
+nulls, a ``draw`` for run fields the simulator's core does not make, the misspecified
+generators that change what it reads; for the planner (``plan``) the opt-in measurement and
+run fields it needs and its hints. ``esopt.study.claims``, ``simulate`` and ``plan`` loop over
+the registry and never name a claim; the family's size m is 2 per registered claim.
 
 The decision, the same for every claim (``esopt.study.claims.decide_all``):
     p_yes = P-value of H0: theta <= b          (one-sided t, ``metrics.p_above``)
     p_no  = P-value of H0: theta >= b + delta  (the effect is at least the smallest of interest)
     one Holm step-down over a family fixed at registration: every registered claim's yes and no
-    hypotheses (22 for 11 claims; untested or gated ones count with p = 1), family-wise alpha 0.05;
+    hypotheses (2 per claim; untested or gated ones count with p = 1), family-wise alpha 0.05;
     yes: its p_yes rejected; no: its p_no rejected, and not yes;
     unclear: neither; it says "power" (the test's power at theta = b + delta, and about how
     many times the runs a power of 80% needs, on the same t) or "data" (what the sweep lacks).
@@ -33,22 +39,28 @@ or the sizes as the units (t at n - 1 - covariates degrees of freedom).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from esopt.core.config import HEADLINE_KEEP
 from esopt.core.metrics import contrast, ols, p_above, pass_at_k, pass_at_k_noise_var, t_interval
+from esopt.study.claims.shift import pass_k_expected, solve_shift
 
 VERDICTS = ("yes", "no", "unclear")
 SEQUENCES = ("es_grpo", "grpo_es")  # the study's headline order first
 SEED_PAPER = "arXiv 2608.27351"     # the seven claims' source
 ES_ANCHOR = "es_anchor"             # the comparison cell's arm of ES runs with es.anchor_decay > 0 (claim 10)
+KEEP = HEADLINE_KEEP                # claim 5's keep fraction and claim 9's top share (esopt.core.config)
+# the misspecified generators (simulate.GENERATORS) that change every claim's per-problem or
+# evaluation draws; a claim adds those that change only what it reads
+PER_PROBLEM = ("seed_x_problem", "shared_eval_seed")
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim's pre-registered test (see the module docstring)."""
+    """One claim, everything about it (see the module docstring)."""
     id: int
     key: str
     text: str
@@ -62,19 +74,41 @@ class Claim:
     needs: tuple = ()        # claims that must say yes first
     units: str = "seeds"     # what "80% power needs about x times the ..." counts (the test's units)
     source: str = SEED_PAPER     # the paper whose claim this is (the seed paper; a rival's citation)
+    # --- the simulator (esopt.study.claims.simulate)
+    part: str = "cell"       # what it reads: "cell" (the comparison cell) or "family" (the ES family)
+    strong: float = 0.0      # its effect where it is not under test: beyond b + delta, its preconditions met
+    plant: Callable | None = None   # hook(theta, k, p, c, K, th, tested): sets the knobs ``k`` its effect lives in
+    rest: dict = field(default_factory=dict)     # its knobs where nothing trains
+    second: dict = field(default_factory=dict)   # an intersection-union claim's other parts: key -> strong effect
+    second_nulls: dict = field(default_factory=dict)   # those parts at their nulls (one scenario)
+    draw: Callable | None = None    # (records, knobs, components, rng, nothing_trains): adds the run fields it
+    #                                 reads that the simulator's core does not make, in place
+    generators: tuple = PER_PROBLEM  # the misspecified generators that change what it reads ("current" aside)
+    # --- the planner (esopt.study.claims.plan)
+    measure: str | None = None   # the opt-in measurement it reads (a Grid flag: probes, update_stats, connectivity)
+    fields: tuple = ()           # the run fields that measurement makes (dropped from a grid without it)
+    opt_in: bool = False         # listed only for a grid that makes ``measure``
+    shown: tuple = ()            # the components the planner prints beside it
+    plan_gap: Callable | None = None   # (why, components) -> the planner's reading of a data gap, or None
+    more: tuple | None = None    # (Design field, values, floors): where its data fall short, its power at each value
+    shows_trend: bool = False    # trend.json's fit (the aggregator's, descriptive) is shown beside it
 
 
 REGISTRY: dict[int, Claim] = {}
 
 
-def claim(cid: int, key: str, text: str, *, estimand: str, boundary: float, sesoi: float, statistic: str,
-          variance: str, select: Callable, needs: tuple = (), units: str = "seeds", source: str = SEED_PAPER):
-    """Register the decorated rule as claim ``cid``."""
+def claim(cid: int, key: str, text: str, **declared):
+    """Register the decorated rule as claim ``cid`` (``declared``: the ``Claim`` fields)."""
     def register(rule):
-        REGISTRY[cid] = Claim(cid, key, text, estimand, float(boundary), float(sesoi), statistic, variance,
-                              select, rule, tuple(needs), units, source)
+        REGISTRY[cid] = Claim(cid, key, text, rule=rule, **{**declared, "boundary": float(declared["boundary"]),
+                                                               "sesoi": float(declared["sesoi"])})
         return rule
     return register
+
+
+def unregister(cid: int) -> None:
+    """Remove claim ``cid`` from the registry (a toy claim's test puts the registry back)."""
+    REGISTRY.pop(cid, None)
 
 
 def unclear(kind: str, why: str, **details) -> dict:
@@ -149,10 +183,19 @@ def _cell(*algos):
 
 # ---------------------------------------------------------------------------------------
 # 1. ES raises Pass@1
+def _plant_es_gain(theta, k, p, c, K, th, tested):
+    """ES's Pass@1 gain (the components' own, ``es_gain``, where claim 1 is not under test), and
+    its expected Pass@K (claims 3 and 6 set the other arms from it)."""
+    if not tested and c.es_gain is not None:
+        theta = c.es_gain
+    k["g"]["es"], k["pk_es"] = theta, pass_k_expected(p, theta, c, K)
+
+
 @claim(1, "es_raises_pass1", "ES raises held-out Pass@1 over the base model.",
        estimand="mean over ES seeds and problems of Pass@1(final) - Pass@1(base), paired",
        boundary=0.0, sesoi=0.01, statistic="t = theta / se",
-       variance="seeds x problems (two-way random effects), Welch-Satterthwaite df", select=_cell("es"))
+       variance="seeds x problems (two-way random effects), Welch-Satterthwaite df", select=_cell("es"),
+       strong=0.05, plant=_plant_es_gain)
 def es_raises_pass1(data, s):
     es = data["es"]
     if (few := _enough({"ES": es}, s)):
@@ -184,6 +227,11 @@ def _pass1_gain(runs):
 ENTROPY_SESOI = 0.02      # claim 2: 2% of the base model's out-of-domain entropy, at the same gain
 
 
+def _plant_entropy(theta, k, p, c, K, th, tested):
+    """ES's relative OOD entropy change beyond GRPO's at its gain; both on GRPO's line per gain."""
+    k["h_es"], k["per_gain"] = theta, c.grpo_per_gain
+
+
 @claim(2, "entropy", "At the same held-out Pass@1 gain, ES's out-of-domain token entropy falls less than "
                      "GRPO's (GRPO's falls, ES's does not).",
        estimand="beta_ES in rel_r = a + beta_ES [r is ES] + gamma gain_r (one common slope on the run's Pass@1 "
@@ -193,7 +241,8 @@ ENTROPY_SESOI = 0.02      # claim 2: 2% of the base model's out-of-domain entrop
        statistic="t = beta_ES / se, least squares over the ES and GRPO runs (n - 3 df)",
        variance="seeds (runs): the residual spread around the common line; each algorithm's gain must be clearly "
                 "> 0 (no reading at gains an algorithm never reached)",
-       select=_cell("es", "grpo"))
+       select=_cell("es", "grpo"), strong=0.05, plant=_plant_entropy, rest={"h_es": 0.0, "per_gain": 0.0},
+       generators=(*PER_PROBLEM, "entropy_intercept"))
 def entropy(data, s):
     """Matched gain: an entropy change that every update makes (an intercept) or that follows the
     gain alike in both algorithms (a common slope) is no difference at the same gain; a ratio
@@ -235,11 +284,20 @@ def entropy(data, s):
 
 # ---------------------------------------------------------------------------------------
 # 3. coverage
+def _plant_coverage(theta, k, p, c, K, th, tested):
+    """PassK(ES) - PassK(GRPO) = theta sets GRPO's gain; where claim 3 is not under test and the
+    components carry GRPO's own gain (``grpo_gain``), that gain, whatever coverage it gives (a
+    uniform shift cannot give GRPO the larger Pass@1 gain and the smaller Pass@K at once: taken from
+    claim 3, GRPO's gain would sit below ES's, and the matched-gain claims read it)."""
+    own = None if tested else c.grpo_gain
+    k["g"]["grpo"] = own if own is not None else solve_shift(p, k["pk_es"] - theta, c, K)
+
+
 @claim(3, "coverage", "ES's Pass@K is at least GRPO's (within 0.01), while GRPO may lead at Pass@1.",
        estimand="Pass@K(ES) - Pass@K(GRPO), final evaluations, K = settings k (n >= 4K samples)",
        boundary=-0.01, sesoi=0.01, statistic="t = (theta + 0.01) / se (non-inferiority at 0.01)",
        variance="seeds x problems, problems paired across the two algorithms, Welch-Satterthwaite df",
-       select=_cell("es", "grpo"), needs=(1,))
+       select=_cell("es", "grpo"), needs=(1,), strong=0.02, plant=_plant_coverage)
 def coverage(data, s):
     es, grpo = data["es"], data["grpo"]
     if (few := _enough({"ES": es, "GRPO": grpo}, s)):
@@ -328,7 +386,8 @@ def _level(name: str, y, xs: dict, Z, noise_y: float, noise_x: dict, dof: int, s
        variance="runs within cells, cells across (normal on the z scale); reliability = 1 - noise / residual variance "
                 "(the gain's binomial Pass@K noise; js_succ's and p_pop's spread over the run's train lines; across "
                 "cells the within-cell spread / seeds)",
-       select=lambda sweep: {"es": sweep["es"]}, needs=(1,), units="ES runs")
+       select=lambda sweep: {"es": sweep["es"]}, needs=(1,), units="ES runs", part="family", strong=0.6,
+       plant=lambda theta, k, *_: k.update(rho=theta), rest={"rho": 0.0}, generators=(*PER_PROBLEM, "count_noise"))
 def diversity(data, s):
     rows, seen, greedy, no_counts = [], set(), 0, 0
     per_k = int(s["samples_per_k"])
@@ -404,6 +463,14 @@ TEST_CONTROL = "equal_norm"   # the test's control: a random mask scaled to the 
 SECOND_CONTROL = "random"     # reported beside it (a random mask of the same size, unscaled)
 KEEP_MATCH = 5e-3
 PRUNE_MARGIN = 0.005          # the paper: pruning changes Pass@1 by less than half a point
+CONTROL = "5c"                # the simulator's effects key: pruned - equal-norm control (default: its own strong value)
+
+
+def _plant_sparsity(theta, k, p, c, K, th, tested):
+    """pruned - trained = theta; the equal-norm control at the pruned shift - its offset (effects
+    "5c", default (1 - s_equal_norm) g_ES beyond theta); the random mask at s_random g_ES."""
+    control = th.get(CONTROL, theta + (1 - c.s_equal_norm) * max(k["g"]["es"], PRUNE_MARGIN / 0.7))
+    k["pruned"], k["control"], k["s_random"] = theta, theta - control, c.s_random
 
 
 def _curve(s: dict, mode: str, keep: float):
@@ -411,7 +478,7 @@ def _curve(s: dict, mode: str, keep: float):
                  and abs(float(c.get("keep", -1)) - keep) < KEEP_MATCH), None)
 
 
-@claim(5, "sparsity", "Keeping only the largest 22% of ES's update leaves Pass@1 within 0.005 of the trained "
+@claim(5, "sparsity", f"Keeping only the largest {KEEP:.0%} of ES's update leaves Pass@1 within 0.005 of the trained "
                       "model's, and an update of the same l2 norm on random entries loses clearly more.",
        estimand="Pass@1(pruned) - Pass@1(trained) (non-inferiority at -0.005), and Pass@1(pruned) - Pass@1(equal-norm "
                 "control), mean over ES seeds and problems; the random-mask control reported beside",
@@ -420,7 +487,9 @@ def _curve(s: dict, mode: str, keep: float):
                  "(p = the larger); no: pruned - trained below 0 or pruned - control below +0.005 (p = 2 x the "
                  "smaller)",
        variance="seeds x problems (two-way random effects), Welch-Satterthwaite df",
-       select=lambda sweep: {"es": [r for r in sweep["cell"].get("es", []) if r.get("sparsity")]})
+       select=lambda sweep: {"es": [r for r in sweep["cell"].get("es", []) if r.get("sparsity")]},
+       strong=0.0, plant=_plant_sparsity, second_nulls={CONTROL: 0.0},
+       rest={"pruned": 0.0, "control": 0.0, "s_random": 1.0})
 def sparsity(data, s):
     """The paper's absolute criterion (within half a point of the trained model), not a share of
     the gain: a share's boundary tested with an absolute margin says "no" at 100% retention
@@ -471,6 +540,19 @@ def sparsity(data, s):
 
 # ---------------------------------------------------------------------------------------
 # 6. sequences
+def _plant_sequence(theta, k, p, c, K, th, tested):
+    """Both orders' gain: min(d1, dK) = theta (d1 against GRPO's Pass@1, dK against ES's Pass@K)."""
+    k["g"]["es_grpo"] = k["g"]["grpo_es"] = max(k["g"]["grpo"] + theta, solve_shift(p, k["pk_es"] + theta, c, K))
+
+
+def _saturation_gap(why: str, comps) -> str | None:
+    """The planner's reading of "GRPO had not saturated" under components whose GRPO still climbs."""
+    if "saturated" in why and comps.grpo_climb > 0:
+        return (f"GRPO is still climbing at the end of its budget under these components (grpo_climb "
+                f"{comps.grpo_climb:.3g}: the Pass@1 its second half adds), and the rule tests claim 6 only "
+                "against a GRPO that has saturated (a longer GRPO budget, or a pilot that measures the climb)")
+    return None
+
 SATURATION_MARGIN = 0.01     # GRPO has saturated when its second half adds less Pass@1 than this
 SATURATION_FROM = 0.5        # the second half: from the last evaluation at or before this share of its budget
 
@@ -514,7 +596,8 @@ def grpo_saturation(runs: list[dict], alpha: float) -> dict:
                                              "(grpo_saturation), else unclear: data",
        variance="seeds x problems, problems paired across algorithms, Welch-Satterthwaite df; the saturation "
                 "check over GRPO's runs (t at R - 1 df)",
-       select=_cell("es", "grpo", *SEQUENCES), needs=(1,))
+       select=_cell("es", "grpo", *SEQUENCES), needs=(1,), strong=0.02, plant=_plant_sequence,
+       plan_gap=_saturation_gap)
 def sequence(data, s):
     orders = [o for o in SEQUENCES if data[o]]
     missing = [a for a in ("es", "grpo") if not data[a]] + ([] if orders else ["es_grpo or grpo_es"])
@@ -601,7 +684,9 @@ def _size_cells(es: list[dict]) -> dict:
        variance="between sizes: the residual spread of the per-size slopes (t at sizes - 2 df), which holds "
                 "the seeds' and problems' part too; more seeds do not shrink the between-size part (the "
                 "simulator: about 0.35-0.65 power at 5 sizes with any seeds, 0.91 at 12 sizes x 8 seeds)",
-       select=lambda sweep: {"es": sweep["es"]}, units="model sizes")
+       select=lambda sweep: {"es": sweep["es"]}, units="model sizes", part="family", strong=0.003,
+       plant=lambda theta, k, p, c, *_: k.update(beta=-theta, s0=c.s0), rest={"beta": 0.0, "s0": 0.0},
+       more=("sizes", (5, 12), {"family_seeds": 3}), shows_trend=True)
 def pop_vs_size(data, s):
     cells = _size_cells(data["es"])
     if len(cells) < s["min_sizes"]:
@@ -632,6 +717,8 @@ def pop_vs_size(data, s):
 ABDI = "Abdi et al. 2026, arXiv 2601.20861"
 SCHWEIGHOFER = "Schweighofer et al. 2026, arXiv 2605.30148"
 HOY = "Hoy et al. 2026, arXiv 2604.01499"
+PROBE_FIELDS = ("base_probe_pass1", "final_probe_pass1", "min_probe_pass1")   # eval.probes (claims 8, 10)
+PROBE_SHOWN = ("probe_per_gain", "sigma_probe", "sigma_probe_eval")
 PROBES_MISSING = ("held-out probe Pass@1 (base_probe_pass1, final_probe_pass1, min_probe_pass1) in every {who} run "
                   "(set eval.probes: held-out tasks evaluated every eval.every)")
 
@@ -741,7 +828,10 @@ FORGET_SESOI = 0.01       # one point of the probes' Pass@1
                  "gain's evaluation noise (errors in variables: at_matched_gain)",
        variance="seeds (runs): the residual spread around the common line; each algorithm's gain must be clearly "
                 "> 0 (no reading at gains an algorithm never reached)",
-       select=_cell("es", "grpo"), source=ABDI)
+       select=_cell("es", "grpo"), source=ABDI, strong=0.04,
+       plant=lambda theta, k, p, c, *_: k.update(forget=theta, probe_per_gain=c.probe_per_gain),
+       rest={"forget": 0.0, "probe_per_gain": 0.0}, measure="probes", fields=PROBE_FIELDS, opt_in=True,
+       shown=PROBE_SHOWN)
 def es_forgets(data, s):
     """Matched gain, as claim 2: the same loss per unit of gain in both algorithms at different
     gains is no difference (a raw ES - GRPO difference would call it forgetting)."""
@@ -768,7 +858,7 @@ def es_forgets(data, s):
 
 # ---------------------------------------------------------------------------------------
 # 9. Abdi: ES's updates are denser and larger
-DENSE_KEEP = 0.22          # the top 22% of entries: claim 5's keep fraction (sparsity's HEADLINE_KEEP)
+DENSE_KEEP = KEEP          # the top 22% of entries: claim 5's keep fraction
 DENSE_SESOI = 0.02         # two points of the squared norm's share in the top 22%
 L2_SESOI = math.log(2.0)   # ES's l2 norm at least twice GRPO's (the paper: orders of magnitude)
 
@@ -779,16 +869,20 @@ def _log_l2(runs) -> np.ndarray | None:
 
 
 @claim(9, "es_dense_large", "At the same target Pass@1 gain, ES's update is denser than GRPO's (a smaller share of "
-                            "its squared norm in its largest 22% of entries) and larger (its l2 norm higher).",
+                            f"its squared norm in its largest {KEEP:.0%} of entries) and larger (its l2 norm higher).",
        estimand="at matched gain (claim 2's intercept model per measure): dense = GRPO's minus ES's share of the "
-                "update's squared norm in its top 22% of entries (update_top_share; claim 5's keep fraction), and "
+                f"update's squared norm in its top {KEEP:.0%} of entries (update_top_share; claim 5's keep fraction), "
+                "and "
                 "large = ln l2(ES) - ln l2(GRPO) (update_l2); the effect shown is dense, large in the details",
        boundary=0.0, sesoi=DENSE_SESOI,
        statistic="intersection-union: yes when dense > 0 and large > 0 (p = the larger of the two one-sided t "
                  "p-values, n - 3 df each); no when dense < 0.02 or large < ln 2 (p = 2 x the smaller)",
        variance="seeds (runs): residual spread around each measure's common line on the gain; each algorithm's "
                 "gain must be clearly > 0",
-       select=_cell("es", "grpo"), source=ABDI)
+       select=_cell("es", "grpo"), source=ABDI, strong=0.08, second={"9c": 2.0}, second_nulls={"9c": 0.0},
+       plant=lambda theta, k, p, c, K, th, tested: k.update(dense=theta, large=th["9c"]),
+       rest={"dense": 0.0, "large": 0.0}, measure="update_stats", fields=("update_top_share", "update_l2"),
+       opt_in=True, shown=("top_share", "sigma_share", "sigma_log_l2"))
 def es_dense_large(data, s):
     es, grpo = data["es"], data["grpo"]
     if (few := _enough({"ES": es, "GRPO": grpo}, s)):
@@ -815,7 +909,7 @@ def es_dense_large(data, s):
     bind = dense if binding == "dense" else large
     t = {**dense, "p_yes": max(py.values()), "p_no": min(1.0, 2 * min(pn.values())),
          "power_at": (DENSE_SESOI if binding == "dense" else L2_SESOI, bind["se"], bind["df"])}
-    return measured(t, f"at the same Pass@1 gain {d['g_star']:+.3f}: top-22% share of the squared norm ES "
+    return measured(t, f"at the same Pass@1 gain {d['g_star']:+.3f}: top-{KEEP:.0%} share of the squared norm ES "
                     f"{d['es_at']:.3f}, GRPO {d['grpo_at']:.3f}; l2 ES/GRPO x{math.exp(large['effect']):.3g} "
                     f"(ln {large['effect']:+.3g}, se {large['se']:.2g})",
                     {"es_runs": len(es), "grpo_runs": len(grpo)}, g_star=d["g_star"], dense=dense, large=large,
@@ -827,6 +921,13 @@ def es_dense_large(data, s):
 # 10. Schweighofer: the held-out drop is drift (it recovers), and anchored weight decay cures it
 RECOVERY = 0.01            # final >= min + 0.01 along the run
 ANCHOR_MARGIN = 0.01       # non-inferiority: the anchored run's probe change > -0.01, its Pass@1 > plain ES's - 0.01
+
+
+def _plant_recovery(theta, k, p, c, K, th, tested):
+    """ES's recovery from its probes' trough; the anchored arm's probe change ("10c") and its
+    Pass@1 beside plain ES's ("10d", its gain ES's + that)."""
+    k["recovery"], k["anchor_probe"], k["anchor_pass1"] = theta, th["10c"], th["10d"]
+    k["g"][ES_ANCHOR] = k["g"]["es"] + th["10d"]
 
 
 @claim(10, "drift_recovers", "Along ES runs the held-out probes' drop recovers (final >= the run's minimum + 0.01), "
@@ -842,7 +943,10 @@ ANCHOR_MARGIN = 0.01       # non-inferiority: the anchored run's probe change > 
        variance="recovery and the probe change: seeds (runs, t at R - 1 df; the minimum of noisy evaluations is "
                 "biased low by about one evaluation sd, so the probes' own noise should be well below 0.01); "
                 "Pass@1: seeds x problems, problems paired across the arms, Welch-Satterthwaite df",
-       select=_cell("es", ES_ANCHOR), source=SCHWEIGHOFER)
+       select=_cell("es", ES_ANCHOR), source=SCHWEIGHOFER, strong=0.04, second={"10c": 0.0, "10d": 0.0},
+       second_nulls={"10c": -0.01, "10d": -0.01}, plant=_plant_recovery,
+       rest={"recovery": 0.0, "anchor_probe": 0.0, "anchor_pass1": 0.0}, measure="probes", fields=PROBE_FIELDS,
+       shown=PROBE_SHOWN)
 def drift_recovers(data, s):
     es, anc = data["es"], data[ES_ANCHOR]
     if not anc:
@@ -894,7 +998,11 @@ ORTHOGONAL_SESOI = 0.05
        statistic="intersection-union: yes when barrier < 0.02 and mean |cosine| < 0.1 (p = the larger of the two "
                  "one-sided t p-values); no when barrier > 0 or mean |cosine| > 0.05 (p = 2 x the smaller)",
        variance="seeds (ES/GRPO pairs, t at R - 1 df); the max over three t is biased up (conservative for yes)",
-       select=_cell("es"), needs=(1,), source=HOY)
+       select=_cell("es"), needs=(1,), source=HOY, strong=0.0, second={"11c": -0.02}, second_nulls={"11c": -0.1},
+       plant=lambda theta, k, p, c, K, th, tested: k.update(barrier=-theta, cosine=-th["11c"]),
+       rest={"barrier": 0.0, "cosine": 0.0}, measure="connectivity",
+       fields=("connectivity_barrier", "connectivity_cosine", "connectivity_grpo_run"), opt_in=True,
+       shown=("sigma_barrier", "sigma_cosine"))
 def connected_orthogonal(data, s):
     pairs = [r for r in data["es"] if _num(r.get("connectivity_barrier")) is not None
              and _num(r.get("connectivity_cosine")) is not None]

@@ -44,7 +44,7 @@ Beta(2, 6); sigma_seed 0.005; sigma_entropy 0.005; s0 0.006; sigma_size 0.001; s
 
 ``effects`` maps a claim id to its effect theta on the claim's own scale (claim_rules' estimand):
 its boundary (null), boundary + delta (true at the smallest effect of interest), or beyond
-(``STRONG``, the default: every precondition met). ``nothing_trains=True`` is the global null:
+(its ``strong`` effect, the default: every precondition met). ``nothing_trains=True`` is the global null:
 no algorithm gains, weights still move (seed deviations), entropy, diversity and sparsity
 unrelated, no population effect.
 """
@@ -57,20 +57,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from esopt.algorithms import family, trains
-from esopt.study.claims.rules import ES_ANCHOR, PRUNE_MARGIN, REGISTRY, pass_k_for
+from esopt.study.claims.rules import ES_ANCHOR, KEEP, REGISTRY, pass_k_for
+from esopt.study.claims.shift import pass_k_expected, solve_shift
 
-STRONG = {1: 0.05, 2: 0.05, 3: 0.02, 4: 0.6, 5: 0.0, 6: 0.02, 7: 0.003, 8: 0.04, 9: 0.08, 10: 0.04, 11: 0.0}
-# the second part of an intersection-union claim (its default: far beyond its margin): claim 9's
-# ln l2(ES) - ln l2(GRPO), claim 10's anchored probe change and anchored - plain Pass@1, claim 11's
-# -mean |cosine|; each has a null of its own (``SECOND_NULLS``) with the first part strong
-SECOND = {"9c": 2.0, "10c": 0.0, "10d": 0.0, "11c": -0.02}
-SECOND_NULLS = {5: {"5c": 0.0}, 9: {"9c": 0.0}, 10: {"10c": -0.01, "10d": -0.01}, 11: {"11c": -0.1}}
 PROBE_T = (0.25, 0.5, 0.75)   # claim 11: the interpolation points of the barrier
 GRPO_PER_GAIN = -2.3          # GRPO's relative entropy change per unit Pass@1 gain (paper_cpu: -16.8% / 0.074)
-HERMITE = np.polynomial.hermite_e.hermegauss(6)
 ITERATIONS = 40               # every simulated run's budget; GRPO is also evaluated at half of it
 TRAIN_LINES = 40              # claim 4: train lines a run's js_succ / p_pop are the mean of (count noise)
-CONTROL = "5c"                # effects key: claim 5's pruned - equal-norm control (default: its own strong value)
 
 
 @dataclass(frozen=True)
@@ -102,7 +95,7 @@ class Components:
     sigma_problem_algo: float = 0.0        # per-problem, per-algorithm offset of p (shared by its seeds)
     grpo_climb: float = 0.0                # GRPO's mean Pass@1 gain over the second half of its budget
     params: tuple = (3e4, 1.7e6)           # the family's smallest and largest size (geometric between)
-    es_gain: float | None = None           # ES's Pass@1 gain where claim 1 is not under test (None: STRONG[1])
+    es_gain: float | None = None           # ES's Pass@1 gain where claim 1 is not under test (None: claim 1's strong effect)
     grpo_gain: float | None = None         # GRPO's, where claim 3 is not under test (None: from claim 3's effect)
     grpo_per_gain: float = GRPO_PER_GAIN   # GRPO's relative OOD entropy change per unit of Pass@1 gain
     s_equal_norm: float = 0.3              # share of the gain the equal-norm control keeps
@@ -168,30 +161,10 @@ GENERATORS = {
     "shared_eval_seed": {"shared_eval_seed": True},
     "count_noise": {"sigma_count_js": 0.008},
 }
-# the claims a generator's override reaches (a generator not named here reaches every claim)
-GENERATOR_CLAIMS = {"entropy_intercept": (2,), "count_noise": (4,)}
-
-
-def _pass_k_expected(p: np.ndarray, shift: float, c: Components, K: int) -> float:
-    """E over u ~ N(0, sigma_seed^2) of mean_p [1 - (1 - p'_p)^K], p' the shifted solvable p."""
-    x, w = HERMITE
-    solv = p > 0
-    out = 0.0
-    for xi, wi in zip(x, w / w.sum()):
-        q = np.clip(p[solv] + (shift + c.sigma_seed * xi) / (1 - c.unsolvable), 0.0, 1.0)
-        out += wi * float(np.sum(1 - (1 - q) ** K)) / p.size
-    return out
-
-
-def _solve_shift(p, target: float, c: Components, K: int, lo=-0.2, hi=0.3) -> float:
-    """The shift g with E Pass@K(g) = target (bisection: Pass@K rises with g)."""
-    for _ in range(32):
-        mid = (lo + hi) / 2
-        if _pass_k_expected(p, mid, c, K) < target:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+ARMS = ("es", "grpo", "es_grpo", "grpo_es", ES_ANCHOR)   # the simulated arms (the knobs' gains "g")
+_unknown = {f"claim {c.id}: {g}" for c in REGISTRY.values() for g in c.generators if g not in GENERATORS}
+if _unknown:
+    raise ImportError(f"unknown generators {sorted(_unknown)} (simulate.GENERATORS)")
 
 
 def difficulty(P: int, c: Components, rng) -> np.ndarray:
@@ -200,111 +173,30 @@ def difficulty(P: int, c: Components, rng) -> np.ndarray:
     return p
 
 
-# --- each claim's simulation hook: how the generator plants its effect theta ----------------
-# A hook sets the generator settings its claim's effect lives in (``plant``); hooks run in claim
-# order, so a later one may read an earlier one's settings (claim 3 sets GRPO's gain from ES's
-# Pass@K, claim 6 the sequences' from both). Every registered claim must have one (checked at
-# import): a claim the simulator cannot plant would be calibrated as if it never varied.
-PLANT: dict = {}
-
-
-def plants(cid):
-    """Register the decorated ``hook(theta, k, p, c, K, th)`` as claim ``cid``'s simulation hook
-    (``k``: the settings so far, written in place; ``th``: every claim's effect)."""
-    def register(hook):
-        PLANT[cid] = hook
-        return hook
-    return register
-
-
-@plants(1)
-def _plant_es_gain(theta, k, p, c, K, th):
-    k["g_es"], k["pk_es"] = theta, _pass_k_expected(p, theta, c, K)         # claim 1: ES's Pass@1 gain
-
-
-@plants(2)
-def _plant_entropy(theta, k, p, c, K, th):
-    k["h_es"] = theta                      # claim 2: ES's relative OOD entropy change beyond GRPO's at its gain
-
-
-@plants(3)
-def _plant_coverage(theta, k, p, c, K, th):
-    """Claim 3: PassK(ES) - PassK(GRPO) = theta sets GRPO's gain; where claim 3 is not under test and
-    the components carry GRPO's own gain (``grpo_gain``), that gain, whatever coverage it gives (a
-    uniform shift cannot give GRPO the larger Pass@1 gain and the smaller Pass@K at once: taken from
-    claim 3, GRPO's gain would sit below ES's, and the matched-gain claims read it)."""
-    own = th.get("grpo_gain")
-    k["g_grpo"] = own if own is not None else _solve_shift(p, k["pk_es"] - theta, c, K)
-
-
-@plants(4)
-def _plant_diversity(theta, k, p, c, K, th):
-    k["rho"] = theta                       # claim 4: within-cell partial r of diversity and gain
-
-
-@plants(5)
-def _plant_sparsity(theta, k, p, c, K, th):
-    control = th.get(CONTROL, theta + (1 - c.s_equal_norm) * max(k["g_es"], PRUNE_MARGIN / 0.7))
-    k["pruned"], k["control"] = theta, theta - control                     # claim 5: pruned - trained
-
-
-@plants(6)
-def _plant_sequence(theta, k, p, c, K, th):
-    k["g_seq"] = max(k["g_grpo"] + theta, _solve_shift(p, k["pk_es"] + theta, c, K))  # min(d1, dK) = theta
-
-
-@plants(7)
-def _plant_pop_vs_size(theta, k, p, c, K, th):
-    k["beta"] = -theta                     # claim 7: the population slope's trend in log params
-
-
-@plants(8)
-def _plant_forgetting(theta, k, p, c, K, th):
-    k["forget"] = theta                    # claim 8: ES's probe change below GRPO's at the same gain
-
-
-@plants(9)
-def _plant_dense(theta, k, p, c, K, th):
-    k["dense"], k["large"] = theta, th["9c"]   # claim 9: GRPO's minus ES's top share; ln l2 ES / GRPO
-
-
-@plants(10)
-def _plant_recovery(theta, k, p, c, K, th):
-    k["recovery"], k["anchor_probe"], k["anchor_pass1"] = theta, th["10c"], th["10d"]   # claim 10's three parts
-
-
-@plants(11)
-def _plant_barrier(theta, k, p, c, K, th):
-    k["barrier"], k["cosine"] = -theta, -th["11c"]   # claim 11: the barrier at t = 0.5; mean |cosine|
-
-
-_unplanted = sorted(set(REGISTRY) - set(PLANT)) + sorted(set(REGISTRY) - set(STRONG))
+_unplanted = sorted(c.id for c in REGISTRY.values() if c.plant is None)
 if _unplanted:
-    raise ImportError(f"claims {_unplanted} have no simulation hook (PLANT) or no STRONG effect: "
-                      "calibration would skip them")
+    raise ImportError(f"claims {_unplanted} have no simulation hook (Claim.plant): calibration would skip them")
 
 
 def knobs(p: np.ndarray, effects: dict, c: Components, K: int, nothing_trains: bool = False) -> dict:
-    """Generator settings (gains per algorithm, ES's entropy offset at the same gain, rho, the
-    pruned model's and the equal-norm control's Pass@1 offsets, beta) that put each claim's
-    effect at ``effects[id]`` on this problem set, each through its claim's hook (``PLANT``)."""
-    th = {**STRONG, **SECOND, **({1: c.es_gain} if c.es_gain is not None else {}), **effects,
-          "grpo_gain": None if 3 in effects else c.grpo_gain}
+    """Generator settings that put each claim's effect at ``effects[id]`` (else its ``strong``) on
+    this problem set: every claim's ``plant`` hook in claim order (a later one may read an earlier
+    one's settings: claim 3 sets GRPO's gain from ES's Pass@K, claim 6 the sequences' from both),
+    into one dict whatever they set; "g" holds each arm's Pass@1 gain. Where nothing trains, every
+    arm's gain is 0 and each claim's ``rest``."""
     if nothing_trains:   # nothing trains: no gain, no forgetting, no recovery, the same update shapes
-        return {"g": {a: 0.0 for a in ("es", "grpo", "es_grpo", "grpo_es", ES_ANCHOR)}, "h_es": 0.0,
-                "per_gain": 0.0, "rho": 0.0, "pruned": 0.0, "control": 0.0, "s_random": 1.0, "beta": 0.0, "s0": 0.0,
-                "forget": 0.0, "dense": 0.0, "large": 0.0, "recovery": 0.0, "anchor_probe": 0.0,
-                "anchor_pass1": 0.0, "probe_per_gain": 0.0, "barrier": 0.0, "cosine": 0.0}
-    k: dict = {}
-    for cid in sorted(REGISTRY):
-        PLANT[cid](th[cid], k, p, c, K, th)
-    return {"g": {"es": k["g_es"], "grpo": k["g_grpo"], "es_grpo": k["g_seq"], "grpo_es": k["g_seq"],
-                  ES_ANCHOR: k["g_es"] + k["anchor_pass1"]},
-            "h_es": k["h_es"], "per_gain": c.grpo_per_gain, "rho": k["rho"], "pruned": k["pruned"],
-            "control": k["control"], "s_random": c.s_random, "beta": k["beta"], "s0": c.s0,
-            "forget": k["forget"], "dense": k["dense"], "large": k["large"], "recovery": k["recovery"],
-            "anchor_probe": k["anchor_probe"], "anchor_pass1": k["anchor_pass1"],
-            "probe_per_gain": c.probe_per_gain, "barrier": k["barrier"], "cosine": k["cosine"]}
+        out: dict = {"g": {a: 0.0 for a in ARMS}}
+        for cl in REGISTRY.values():
+            out |= cl.rest
+        return out
+    th: dict = {}
+    for cl in REGISTRY.values():
+        th |= {cl.id: cl.strong, **cl.second}
+    th |= effects
+    k: dict = {"g": {}}
+    for cid, cl in sorted(REGISTRY.items()):
+        cl.plant(th[cid], k, p, c, K, th, cid in effects)
+    return k
 
 
 class _Evaluator:
@@ -327,9 +219,6 @@ class _Evaluator:
         return (self.U[family] < q[:, None]).sum(1)
 
 
-FAMILY_CLAIMS = (4, 7)     # the claims that read the ES family; the others read the comparison cell
-
-
 def simulate(design: Design = Design(), effects: dict | None = None, components: Components = Components(),
              rng: np.random.Generator | None = None, nothing_trains: bool = False,
              parts: tuple = ("cell", "family")) -> list[dict]:
@@ -341,7 +230,7 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
     p = difficulty(P, c, rng)
     kn = knobs(p, effects or {}, c, d.k, nothing_trains)
     if "cell" not in parts:
-        return _family(d, c, kn, rng, nothing_trains)
+        return _drawn(_family(d, c, kn, rng, nothing_trains), kn, c, rng, nothing_trains, parts)
     ev = _Evaluator(n, c, rng)
     base = ev(p, 0.0)
     recs = []
@@ -388,14 +277,25 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
                 extra |= {"base_ood_entropy": h0, "final_ood_entropy": h0 * (1 + rel)}
             if algo == "es":
                 extra["sparsity"] = {"samples": n, "base_counts": base, "trained_counts": final, "curves": [
-                    {"mode": "global", "keep": 0.22, "correct_counts": ev(pa, g + kn["pruned"], offset=off)},
-                    {"mode": "equal_norm", "keep": 0.22, "correct_counts": ev(pa, g + kn["control"], offset=off)},
-                    {"mode": "random", "keep": 0.22, "correct_counts": ev(pa, kn["s_random"] * g, offset=off)}]}
+                    {"mode": "global", "keep": KEEP, "correct_counts": ev(pa, g + kn["pruned"], offset=off)},
+                    {"mode": "equal_norm", "keep": KEEP, "correct_counts": ev(pa, g + kn["control"], offset=off)},
+                    {"mode": "random", "keep": KEEP, "correct_counts": ev(pa, kn["s_random"] * g, offset=off)}]}
             if algo in ("es", "grpo"):
                 extra["_g"] = g
             recs.append(rec(algo, seed, final, pop=None if algo == "grpo" else 16, **extra))
     _rivals(recs, kn, c, p_algo["es"], rng.spawn(1)[0], ev, nothing_trains)
-    return recs + (_family(d, c, kn, rng, nothing_trains) if "family" in parts else [])
+    recs += _family(d, c, kn, rng, nothing_trains) if "family" in parts else []
+    return _drawn(recs, kn, c, rng, nothing_trains, parts)
+
+
+def _drawn(recs: list[dict], kn: dict, c: Components, rng, nothing_trains: bool, parts: tuple) -> list[dict]:
+    """The records with the run fields of every claim that draws its own (``Claim.draw``, reading
+    a part simulated here), each from its own spawned stream (without such a claim nothing is
+    spawned: the other claims' draws are what they were)."""
+    for cl in sorted(REGISTRY.values(), key=lambda cl: cl.id):
+        if cl.draw is not None and cl.part in parts:
+            cl.draw(recs, kn, c, rng.spawn(1)[0], nothing_trains)
+    return recs
 
 
 def _rivals(recs: list[dict], kn: dict, c: Components, p_es, rng, ev: "_Evaluator", nothing_trains: bool) -> None:
@@ -512,14 +412,14 @@ def _family(d: Design, c: Components, kn: dict, rng, nothing_trains: bool) -> li
 def scenarios() -> list[tuple[str, int | None, dict, bool]]:
     """(name, claim, effects, nothing_trains): per claim its null (theta = b) and its smallest
     effect of interest (theta = b + delta), the others strong; the second nulls of the
-    intersection-union claims (``SECOND_NULLS``: ``null5c``, the equal-norm control as good as the
+    intersection-union claims (their ``second_nulls``: ``null5c``, the equal-norm control as good as the
     pruned model; ``null9c``, ES's update no larger; ``null10c``, the anchored run at its margins;
     ``null11c``, |cosine| at 0.1), each with the claim's own effect strong; then the global null."""
     out = []
     for cid, cl in sorted(REGISTRY.items()):
         out.append((f"null{cid}", cid, {cid: cl.boundary}, False))
-        if cid in SECOND_NULLS:
-            out.append((f"null{cid}c", cid, dict(SECOND_NULLS[cid]), False))
+        if cl.second_nulls:
+            out.append((f"null{cid}c", cid, dict(cl.second_nulls), False))
         out.append((f"sesoi{cid}", cid, {cid: cl.boundary + cl.sesoi}, False))
     out.append(("nothing_trains", None, {}, True))
     return out
@@ -537,7 +437,7 @@ def _planted(cid: int) -> dict:
 def verdict_of(cid: int, records: list[dict], s: dict) -> str:
     """Claim ``cid``'s verdict on ``records`` with every other claim planted as a clear yes (its
     needs met): Holm's step-down then reaches the most lenient threshold it can give ``cid``
-    (alpha / 12 of 22), so the rates measured this way bound those of the full family from above
+    (alpha over m - (number of claims) + 1 of the m = 2 per claim), so the rates measured this way bound those of the full family from above
     for false yes and false no, at a fraction of the cost (one rule, one part of the sweep)."""
     from esopt.study.claims import decide_all, select_cell
 
@@ -564,7 +464,7 @@ def calibrate(design: Design = Design(), sims: int = 200, seed: int = 0, compone
         rng = np.random.default_rng([seed, i])
         tally = {"yes": 0, "no": 0, "unclear": 0, "any_yes": 0}
         whole = full or cid is None
-        parts = ("cell", "family") if whole else ("family",) if cid in FAMILY_CLAIMS else ("cell",)
+        parts = ("cell", "family") if whole else (REGISTRY[cid].part,)
         for _ in range(sims):
             recs = simulate(design, eff, components, rng, nothing_trains=null, parts=parts)
             if whole:
