@@ -18,7 +18,7 @@ from pathlib import Path
 
 from esopt.cli.common import quiet
 from esopt.core.errors import ConfigError
-from esopt.study import claims
+from esopt.study import claims, fit
 from esopt.study.report.aggregate import aggregate
 
 SHOWN = 20  # skipped runs and notes printed (the rest are in aggregate.json)
@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     if tr.get("slope") is not None:
         print(f"trend ({tr['metric']}, {tr['n_model_sizes']} sizes): log pop* = {tr['intercept']:.3g} "
               f"+ {tr['slope']:.3g} log params, 95% CI [{tr['slope_ci'][0]:.3g}, {tr['slope_ci'][1]:.3g}] "
-              f"-> {tr['verdict']}")
+              f"-> {tr['reading']} ({fit.DESCRIPTIVE})")
     else:
-        print(f"trend: {tr['verdict']} ({tr['verdict_reason']})")
+        print(f"trend: {tr['reading']} ({tr['reading_reason']})")
     if agg.claims:
         print("claims:\n  " + "\n  ".join(claims.table_lines(agg.claims)))
     print(f"wrote {out}/{{runs.parquet,runs.csv,curves.parquet,trend.json,aggregate.json"

@@ -5,7 +5,9 @@ populations? For each model size m we find the best population N*_m by a final m
 
     log N*_m = a + b * log P_m          (natural logs, ordinary least squares over models)
 
-and read the claim "larger models need smaller populations" as b < 0. Intervals come from a
+and describe the trend by b (``reading``: falls, rises or flat within its interval). The fit is
+descriptive: the one verdict on "larger models need smaller populations" is claim 7's
+(``esopt.study.claims``, a pre-registered test at >= 5 sizes in the family of claims). Intervals come from a
 bootstrap that redoes the whole pipeline: resample runs with replacement within each
 (model, pop, setting) cell, recompute cell means (widened by sqrt(n/(n-1)),
 ``esopt.core.metrics.widen``), N*_m and (a, b); 95% = 2.5/97.5 percentiles.
@@ -85,23 +87,25 @@ def loglog_fit(params: np.ndarray, pop_star: np.ndarray) -> tuple[np.ndarray, np
     return y.mean(axis=1) - slope * x.mean(), slope
 
 
-def verdict(slope: float | None, ci: tuple[float, float] | None, n_models: int) -> tuple[str, str]:
-    """Verdict on the claim from the slope and its 95% interval.
+DESCRIPTIVE = "descriptive; the verdict is claim 7's (claims.json)"
 
-    "not enough data" with fewer than three model sizes; "supported" if slope < 0 and the
-    interval excludes 0; "contradicted" if slope > 0 and the interval excludes 0; else
-    "inconclusive".
+
+def reading(slope: float | None, ci: tuple[float, float] | None, n_models: int) -> tuple[str, str]:
+    """How the fitted trend reads (a description, not a verdict: claim 7 decides the claim).
+
+    "too few sizes" with fewer than three model sizes; "falls" if slope < 0 and the interval
+    excludes 0; "rises" if slope > 0 and the interval excludes 0; else "flat" (within its interval).
     """
     if n_models < 3:
-        return "not enough data", f"{n_models} model size(s); a trend needs at least 3"
+        return "too few sizes", f"{n_models} model size(s); a trend needs at least 3; {DESCRIPTIVE}"
     if slope is None or ci is None or not all(map(math.isfinite, ci)):
-        return "inconclusive", "no bootstrap interval"
+        return "flat", f"no bootstrap interval; {DESCRIPTIVE}"
     lo, hi = ci
     if slope < 0 and hi < 0:
-        return "supported", f"slope {slope:.3g} < 0 and its 95% interval [{lo:.3g}, {hi:.3g}] excludes 0"
+        return "falls", f"slope {slope:.3g} < 0, its 95% interval [{lo:.3g}, {hi:.3g}] excludes 0; {DESCRIPTIVE}"
     if slope > 0 and lo > 0:
-        return "contradicted", f"slope {slope:.3g} > 0 and its 95% interval [{lo:.3g}, {hi:.3g}] excludes 0"
-    return "inconclusive", f"the 95% interval [{lo:.3g}, {hi:.3g}] of slope {slope:.3g} includes 0"
+        return "rises", f"slope {slope:.3g} > 0, its 95% interval [{lo:.3g}, {hi:.3g}] excludes 0; {DESCRIPTIVE}"
+    return "flat", f"the 95% interval [{lo:.3g}, {hi:.3g}] of slope {slope:.3g} includes 0; {DESCRIPTIVE}"
 
 
 def _cell_means(values: np.ndarray, sub: np.ndarray, n_sub: int, n_boot: int, rng) -> np.ndarray:
@@ -155,7 +159,7 @@ def fit_trend(model, params, pop, value, setting=None, seed_ids=None, *, toleran
     names = sorted(set(model.tolist()), key=lambda m: (np.median(params[model == m]), m))
     out["n_model_sizes"] = len(names)
     if len(value) == 0:
-        out["verdict"], out["verdict_reason"] = "not enough data", "no finished runs with this metric"
+        out["reading"], out["reading_reason"] = "too few sizes", f"no finished runs with this metric; {DESCRIPTIVE}"
         return out
     m_idx = np.array([names.index(m) for m in model])
     settings = sorted(set(map(str, setting.tolist())))
@@ -198,13 +202,13 @@ def fit_trend(model, params, pop, value, setting=None, seed_ids=None, *, toleran
     out["n_model_sizes"] = len(set(P.tolist()))
     out["variants"], out["band"] = fit_variants(P, stars, ci, n_boot)
     primary = out["variants"]["continuous"]
-    for key in ("slope", "intercept", "slope_ci", "intercept_ci", "verdict", "verdict_reason"):
+    for key in ("slope", "intercept", "slope_ci", "intercept_ci", "reading", "reading_reason"):
         out[key] = primary[key]
     return out
 
 
 def fit_variants(P: np.ndarray, stars: dict, ci: float, n_boot: int) -> tuple[dict, dict | None]:
-    """Per N* estimate (``METHODS``): the log-log fit, its intervals and verdict; and the band of
+    """Per N* estimate (``METHODS``): the log-log fit, its intervals and reading; and the band of
     the continuous fit drawn on the page. ``stars[method]``: per model, (B+1,) N* replicates."""
     n_sizes = len(set(P.tolist()))
     variants, band = {}, None
@@ -221,7 +225,7 @@ def fit_variants(P: np.ndarray, stars: dict, ci: float, n_boot: int) -> tuple[di
                 band = {"params": np.exp(grid).tolist(), "pop_fit": np.exp(pred[0]).tolist(),
                         "pop_lo": np.exp(lo).tolist() if n_boot else None,
                         "pop_hi": np.exp(hi).tolist() if n_boot else None}
-        var["verdict"], var["verdict_reason"] = verdict(var["slope"], var["slope_ci"], n_sizes)
+        var["reading"], var["reading_reason"] = reading(var["slope"], var["slope_ci"], n_sizes)
         variants[m] = var
     return variants, band
 
@@ -247,5 +251,5 @@ def fit_runs(runs, metric: str, *, algo: str = "es", tolerance: float = 0.01, n_
                     tolerance=tolerance, n_boot=n_boot, seed=seed)
     out = {"metric": metric, "algo": algo, **out}
     if not len(sel):
-        out["verdict_reason"] = f"no completed {algo} runs with {metric}"
+        out["reading_reason"] = f"no completed {algo} runs with {metric}; {DESCRIPTIVE}"
     return out

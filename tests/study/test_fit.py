@@ -1,4 +1,4 @@
-"""esopt.fit: best pop per model, the log-log trend, bootstrap intervals, verdicts."""
+"""esopt.fit: best pop per model, the log-log trend, bootstrap intervals, its (descriptive) reading."""
 
 import math
 
@@ -33,7 +33,7 @@ def test_recovers_planted_negative_slope_within_interval(tmp_path):
         lo, hi = tr["slope_ci"]
         assert abs(tr["slope"] + 0.5) < 0.1
         assert 0 < hi - lo < 0.3                  # an interval, not "anything goes"
-        assert tr["verdict"] == "supported" and tr["n_model_sizes"] == 4 and tr["n_seeds"] == 3
+        assert tr["reading"] == "falls" and tr["n_model_sizes"] == 4 and tr["n_seeds"] == 3
     tr = fits[0]
     assert tr["runs_per_cell"] == [3, 3]
     # per-model pop* follow the planted law: 16 * (P / P_ref)^-0.5, P_ref = geometric mean
@@ -50,14 +50,14 @@ def test_recovers_planted_negative_slope_within_interval(tmp_path):
 def test_positive_slope_is_contradicted(tmp_path):
     tr = fit.fit_runs(planted_runs(tmp_path, slope=+0.5), "final_pass@1", n_boot=1000)
     assert tr["slope_ci"][0] <= 0.5 <= tr["slope_ci"][1]
-    assert tr["verdict"] == "contradicted"
+    assert tr["reading"] == "rises"
 
 
 def test_two_model_sizes_is_not_enough_data(tmp_path):
     runs = planted_runs(tmp_path, slope=-0.5, models={"a": 1e6, "b": 1e7})
     tr = fit.fit_runs(runs, "final_pass@1", n_boot=200)
     assert tr["n_model_sizes"] == 2
-    assert tr["verdict"] == "not enough data"
+    assert tr["reading"] == "too few sizes"
     assert tr["slope"] is not None               # computed, but not judged
 
 
@@ -67,7 +67,7 @@ def test_no_runs_of_the_algo():
     runs = pd.DataFrame({"run_id": ["a"], "status": ["completed"], "algo": ["grpo"], "model": ["m"],
                          "params": [1e6], "pop": [8], "seed": [0], "final_pass@1": [0.5]})
     tr = fit.fit_runs(runs, "final_pass@1", algo="es")
-    assert tr["verdict"] == "not enough data" and tr["n_runs"] == 0 and tr["slope"] is None
+    assert tr["reading"] == "too few sizes" and tr["n_runs"] == 0 and tr["slope"] is None
 
 
 def test_efficient_pop_smallest_within_tolerance():
@@ -141,8 +141,10 @@ def test_pass_at_k_matches_the_combinatorial_formula():
             assert pass_at_k(n, np.array([c]), k)[0] == pytest.approx(want)
 
 
-def test_verdict_rules():
-    assert fit.verdict(-1.0, (-2.0, -0.5), 3)[0] == "supported"
-    assert fit.verdict(1.0, (0.5, 2.0), 4)[0] == "contradicted"
-    assert fit.verdict(-1.0, (-2.0, 0.5), 3)[0] == "inconclusive"
-    assert fit.verdict(-1.0, (-2.0, -0.5), 2)[0] == "not enough data"
+def test_reading_rules():
+    """The trend is described, never a verdict: claim 7 decides the claim."""
+    assert fit.reading(-1.0, (-2.0, -0.5), 3)[0] == "falls"
+    assert fit.reading(1.0, (0.5, 2.0), 4)[0] == "rises"
+    assert fit.reading(-1.0, (-2.0, 0.5), 3)[0] == "flat"
+    assert fit.reading(-1.0, (-2.0, -0.5), 2)[0] == "too few sizes"
+    assert all("claim 7" in fit.reading(-1.0, ci, n)[1] for ci, n in (((-2.0, -0.5), 3), ((-2.0, 0.5), 2)))

@@ -203,7 +203,7 @@ def test_optuna_plots_and_summary(page):
     summary = re.search(r'<section id="summary">(.*?)</section>', html, re.S).group(1)
     assert "120 runs" in summary and "1 unreadable run directories skipped" in summary
     assert "no grpo_es runs" in summary and "4 model sizes" in summary
-    assert re.search(r"<b>(supported|contradicted|inconclusive)</b>", summary)
+    assert re.search(r"<b>(falls|rises|flat)</b>", summary) and "the verdict is claim 7" in summary
 
 
 def test_small_sweep_without_optuna_says_what_is_missing(tmp_path):
@@ -214,10 +214,10 @@ def test_small_sweep_without_optuna_says_what_is_missing(tmp_path):
     html = (root / "report.html").read_text()
     summary = re.search(r'<section id="summary">(.*?)</section>', html, re.S).group(1)
     assert "only 2 model size(s): trend not meaningful" in summary
-    assert "<b>not enough data</b>" in summary
+    assert "<b>too few sizes</b>" in summary
     assert "no Optuna study (optuna.journal not found)" in summary
     assert "no grpo, grpo_es, es_grpo runs" in summary
-    assert agg.trend["verdict"] == "not enough data"
+    assert agg.trend["reading"] == "too few sizes"
     assert "fig-optuna-0-intermediate" not in report.figure_ids(html)
 
 

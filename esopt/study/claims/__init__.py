@@ -365,7 +365,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
         tested = "unclear" not in m
         details = dict(m.get("details") or {})
         if c.shows_trend and trend:
-            details["trend_json"] = {k: trend.get(k) for k in ("slope", "slope_ci", "verdict", "method")}
+            details["trend_json"] = {k: trend.get(k) for k in ("slope", "slope_ci", "reading", "method")}
         out.append({
             "id": cid, "key": c.key, "claim": c.text, "source": c.source, "estimand": c.estimand, "boundary": c.boundary,
             "sesoi": c.sesoi, "statistic": c.statistic, "variance": c.variance,

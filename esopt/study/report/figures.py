@@ -297,7 +297,7 @@ def fig_trend(trend: dict):
     sub = (f"slope {trend['slope']:.3g}" + (f" [95% CI {ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
            if trend.get("slope") is not None else "no fit")
     fig["layout"] = layout_dict(title=f"Best population vs model size: log pop* = a + b log params; {sub}; "
-                            f"verdict: {trend['verdict']}",
+                            f"reads: {trend['reading']} (descriptive)",
                       xaxis=dict(type="log", title="model parameters"),
                       yaxis=dict(type="log", title="pop* (best population)"))
     return fig, None

@@ -85,10 +85,9 @@ def _summary_lines(agg, trend: dict, notes: list[str]) -> list[str]:
         lines.append(f"Trend ({_esc(trend['metric'])}, {_esc(trend['algo'])} runs, {trend['n_model_sizes']} model "
                      f"sizes, {trend['n_seeds']} seeds): log pop* = {trend['intercept']:.3g} + {trend['slope']:.3g} "
                      f"log params" + (f", slope 95% CI [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
-                     + f". Claim \"larger models need smaller populations\": <b>{_esc(trend['verdict'])}</b> "
-                     f"({_esc(trend['verdict_reason'])}).")
+                     + f". The trend <b>{_esc(trend['reading'])}</b> ({_esc(trend['reading_reason'])}).")
     else:
-        lines.append(f"Trend: <b>{_esc(trend['verdict'])}</b> ({_esc(trend['verdict_reason'])}).")
+        lines.append(f"Trend: <b>{_esc(trend['reading'])}</b> ({_esc(trend['reading_reason'])}).")
     missing = [a for a in sorted(ALGORITHMS, key=algo_key) if ALGORITHMS[a].family and a not in algos]  # the study's
     if missing:
         notes = [f"no {', '.join(missing)} runs"] + notes
