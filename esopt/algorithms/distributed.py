@@ -126,6 +126,15 @@ def barrier() -> None:
         dist.barrier()
 
 
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` is true on any rank (one all-reduce when distributed)."""
+    if world_size() < 2:
+        return bool(flag)
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def _device() -> torch.device:
     if world_size() > 1 and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())

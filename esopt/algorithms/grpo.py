@@ -46,7 +46,7 @@ import torch
 
 from esopt.core.config import at_least, block, model_default
 from esopt.core.errors import ConfigError
-from esopt.core import store
+from esopt.core import preempt, store
 from esopt.core.store import apply_umask
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")
@@ -347,6 +347,14 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
             for old in _checkpoints(Path(args.output_dir)):
                 if _step(old) < state.global_step:
                     shutil.rmtree(old, ignore_errors=True)
+            if preempt.requested():  # saved on the scheduler's warning (on_step_end): requeue now
+                preempt.release()
+                raise SystemExit(-1)
+
+        def on_step_end(self, args, state, control, **kw):
+            """The job's time is nearly up (``esopt.core.preempt``): save at this step."""
+            if preempt.requested():
+                control.should_save = True
 
         def on_log(self, args, state, control, logs=None, model=None, **kw):
             logs = logs or {}
@@ -379,6 +387,7 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
             ctx.log(**line)
             if ctx.eval_due(step):
                 self.evaluate(model if model is not None else trainer.model, step)
+            self.on_step_end(args, state, control)  # a warning that came during this step saves it
 
         def evaluate(self, model, step: int) -> dict:
             """Shared evaluator on the same weights: eval mode, no grad, then back to train."""

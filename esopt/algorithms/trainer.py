@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -29,7 +30,7 @@ from tqdm.auto import tqdm
 
 from esopt import models
 from esopt.algorithms import distributed
-from esopt.core import metrics, store
+from esopt.core import metrics, preempt, store
 from esopt.core.errors import NonFinite
 
 GEN_SEED_STRIDE = 1_000_003  # the iteration's sampling seed: run seed * GEN_SEED_STRIDE + iteration
@@ -231,6 +232,9 @@ def train(ctx, strategy) -> None:
         start = int(state["iteration"])
         strategy.load_state_dict(state["strategy"])
         ctx.add_tokens(int(state["tokens_total"]) - ctx.tokens_total)
+        if lead:
+            print(f"esopt: note: {strategy.name} ({ctx.phase}) resumes from its checkpoint at iteration {start}",
+                  file=sys.stderr, flush=True)
     distributed.check_same(weights.checksum(), where=f"start (iteration {start})")
     if lead and ctx.run is not None:  # lines an interrupted attempt wrote after its checkpoint
         last = ctx.iteration_offset + start
@@ -258,10 +262,17 @@ def train(ctx, strategy) -> None:
             distributed.check_same(weights.checksum(), where=f"iteration {it}")
         if lead:
             ctx.log(kind="train", iteration=it, **line)
-        if es.checkpoint_every and (it % es.checkpoint_every == 0 or it == es.iterations) and lead \
-                and ctx.run is not None:
+        saved = bool(es.checkpoint_every) and (it % es.checkpoint_every == 0 or it == es.iterations)
+        if saved and lead and ctx.run is not None:
             save_checkpoint(ctx, {"algo": strategy.name, "phase": ctx.phase, "iteration": it,
                                   "tokens_total": ctx.tokens_total, "config": asdict(es)}, strategy.state_dict())
         if lead and ctx.eval_due(it):
             ctx.evaluate(it)
         distributed.barrier()
+        if distributed.any_rank(preempt.requested()):  # the job's time is nearly up: save here, requeue
+            if not saved and lead and ctx.run is not None:
+                save_checkpoint(ctx, {"algo": strategy.name, "phase": ctx.phase, "iteration": it,
+                                      "tokens_total": ctx.tokens_total, "config": asdict(es)}, strategy.state_dict())
+            distributed.barrier()
+            preempt.release()  # rank 0: requeued, exits; the other ranks end here
+            raise SystemExit(-1)

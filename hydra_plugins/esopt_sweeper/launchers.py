@@ -95,7 +95,18 @@ class _Pack:
         self.launcher = launcher
 
     def __call__(self, pack: List[tuple]) -> List[JobReturn]:
-        return [self.launcher(*args) for args in pack]
+        """The runs one after another. The scheduler's warning before the time limit
+        (``SIGUSR2``) is held until a run's training saves at an iteration boundary, or until the
+        run ends, or half of ``signal_delay_s`` (``esopt.core.preempt``); then submitit requeues."""
+        from esopt.core import preempt
+
+        preempt.install(grace_s=float(self.launcher.params.get("signal_delay_s") or 120) / 2)
+        out = []
+        for args in pack:
+            out.append(self.launcher(*args))
+            if preempt.requested() and args is not pack[-1]:  # a finished run is skipped after the requeue
+                preempt.release()
+        return out
 
     def checkpoint(self, pack: List[tuple]) -> Any:
         import submitit

@@ -132,3 +132,37 @@ def test_lr_default_is_the_models_unless_set():
     assert grpo.resolve_lr(run_config("algo=grpo", "model=qwen0.5b", check_data=False), s) == 1e-6  # the study
     assert grpo.resolve_lr(tiny, grpo.GRPOSettings.from_config({"lr": 2e-5})) == 2e-5  # the block
     assert grpo.resolve_lr(run_config("algo=grpo", "lr=3e-5"), s) == 3e-5  # the top-level lr always wins
+
+
+def test_the_time_limit_signal_saves_at_that_step_then_hands_over(results_root, tmp_path):
+    """The scheduler's warning (SIGUSR2; in a Slurm job submitit has bound it, here a handler
+    that records its call stands in) during step 2, with no checkpoint scheduled before step 4:
+    GRPO saves checkpoint-2 at that step, hands the signal to the bound handler and exits; the
+    rerun resumes at step 3 (every step recorded once)."""
+    import os
+    import signal
+
+    from esopt.core import preempt
+
+    rc = config(results_root, "iterations=4", "grpo.save_every=4", "eval.every=4")
+    calls = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: calls.append(signum))
+    try:
+        assert preempt.install(grace_s=600)
+        ctx = grpo_context(rc, tmp_path)
+        log = ctx.log
+
+        def log_then_warn(**line):
+            log(**line)
+            if line.get("kind") == "train" and line["iteration"] == 2:
+                os.kill(os.getpid(), signal.SIGUSR2)
+
+        ctx.log = log_then_warn
+        with pytest.raises(SystemExit):
+            grpo.train(ctx)
+        assert calls == [signal.SIGUSR2]
+        assert sorted(p.name for p in (tmp_path / "checkpoint" / "grpo").glob("checkpoint-*")) == ["checkpoint-2"]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    grpo.train(grpo_context(rc, tmp_path))
+    assert [t["iteration"] for t in lines(tmp_path, "train")] == [1, 2, 3, 4]

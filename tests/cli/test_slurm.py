@@ -112,3 +112,64 @@ def test_two_resource_groups_run_at_once(tmp_path):
     (s1, e1), (s2, e2) = [_slurm_times(t) for t in sorted(tasks)]
     assert max(s1, s2) < min(e1, e2), ((s1, e1), (s2, e2))      # they overlapped
     assert (min(e1, e2) - max(s1, s2)).total_seconds() >= 6     # by about the sleep: ~T in all, not 2T
+
+
+def test_es_saves_on_the_time_limit_signal_and_resumes_bitwise(tmp_path):
+    """One ES run as a Slurm job (es.checkpoint_every=0: no scheduled checkpoint) gets the
+    scheduler's warning (SIGUSR2, as ``--signal=USR2@signal_delay_s`` sends it before the time
+    limit; sent here with scancel once the run has logged an iteration, so the test waits
+    seconds, not a minute-long limit): it saves at that iteration boundary, submitit requeues the
+    job, and the second attempt resumes there. The final weights equal, bitwise, the same run
+    uninterrupted in this process; every iteration is recorded once."""
+    import subprocess
+    import threading
+    import time
+
+    from safetensors.torch import load_file
+
+    from helpers import cli
+
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    run = ["model=tiny-xs", "algo=es", "pop=4", "iterations=20", "es.batch_size=4", "es.checkpoint_every=0",
+           "eval.problems=2", "eval.samples=1", "eval.every=20", "task.n_train=32", "task.n_test=8",
+           "task.n_heldout=8", "sweep.aggregate=false", f"sweep.root={tmp_path}"]
+    signalled = []
+
+    def signal_once_running() -> None:  # the job's first train line: send the warning
+        deadline = time.time() + 600
+        while time.time() < deadline and not signalled:
+            logs = list((tmp_path / "slurm" / "runs").glob("*/metrics.jsonl"))
+            folders = [p for p in (tmp_path / "slurm" / ".hydra").glob("*/.submitit/*") if p.is_dir()]
+            if logs and '"kind": "train"' in logs[0].read_text() and folders:
+                subprocess.run(["scancel", "--signal=USR2", folders[0].name], check=True)
+                signalled.append(time.time())
+            time.sleep(0.2)
+        while signalled and time.time() < deadline:  # Slurm holds a requeued job 120 s: release it
+            state = subprocess.run(["squeue", "-h", "-j", folders[0].name, "-o", "%T"], capture_output=True,
+                                   text=True).stdout.strip()
+            if state in ("PENDING", ""):
+                subprocess.run(["scontrol", "update", f"JobId={folders[0].name}", "StartTime=now"])
+                if state == "" or "Resources" not in subprocess.run(["squeue", "-h", "-j", folders[0].name, "-o",
+                                                                    "%r"], capture_output=True, text=True).stdout:
+                    return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=signal_once_running, daemon=True)
+    watcher.start()
+    r = run_cli("esopt.sweep", "-m", "hydra/launcher=slurm", *run, "sweep.name=slurm", "hydra.launcher.poll_s=1",
+                "hydra.launcher.timeout_min=10", "hydra.launcher.mem_gb=2", env=env, timeout=900)
+    watcher.join(timeout=1)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert signalled
+    straight = cli("esopt.sweep", "-m", *run, "sweep.name=straight")
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    (d1,), (d2,) = [list((tmp_path / s / "runs").iterdir()) for s in ("slurm", "straight")]
+    logs = "".join(f.read_text() for f in (tmp_path / "slurm" / ".hydra").glob("*/.submitit/*/*_log.*"))
+    resumed = re.findall(r"resumes from its checkpoint at iteration (\d+)", logs)
+    assert len(resumed) == 1 and 1 <= int(resumed[0]) < 20, resumed   # saved on the signal, mid-run
+    assert "DUE TO JOB REQUEUE" in logs                                # submitit's handler requeued it
+    w1, w2 = load_file(str(d1 / "model" / "model.safetensors")), load_file(str(d2 / "model" / "model.safetensors"))
+    assert w1.keys() == w2.keys() and all(w1[k].equal(w2[k]) for k in w1)
+    train = [json.loads(x)["iteration"] for x in (d1 / "metrics.jsonl").read_text().splitlines()
+             if json.loads(x)["kind"] == "train"]
+    assert train == list(range(1, 21))
