@@ -14,6 +14,11 @@ cd "$(dirname "$0")/.."
 DIR=${1:-.whl}
 PYVER=${2:-3.12}
 PY=${PYTHON:-python3}
+# esopt's dependencies (pyproject.toml) that the GPU image has, and those left behind on purpose
+# (scripts/gpu_check.sh's header says why); tests/test_gpu_check.py checks that every dependency
+# is in one of the three lists
+IMAGE_HAS=(torch transformers tokenizers safetensors accelerate pandas pyarrow scipy numpy tqdm)
+NOT_CARRIED=(plotly)
 WHEELS=(
   hydra-core==1.3.8 omegaconf==2.3.1 hydra-submitit-launcher==1.2.0 hydra-joblib-launcher==1.2.0
   submitit==1.5.4
