@@ -16,7 +16,8 @@ model, so nearly every row generates its whole budget):
   es_batched      the same iteration with es.batched (EGGROLL rank 1: every member in one
                   batched generate, esopt/engines/population.py)
   grpo_step       one GRPO optimizer step through esopt's TRL path (8 prompts x 8 completions
-                  of 64 tokens, fwd+bwd, AdamW) with fp32 master weights and bf16 autocast; the
+                  of 64 tokens, fwd+bwd, AdamW) from bf16-loaded weights, which GRPO holds as
+                  fp32 masters with fp32 AdamW state and computes on in bf16 autocast; the
                   second step's wall (the first warms up; the checkpoint the trainer writes
                   after the last step, weights and AdamW state, is outside it)
 
@@ -184,12 +185,12 @@ def grpo_step(name: str, device: str, s: dict, tok, vocab: int, path: Path) -> d
     from esopt.engines.hf import HFEngine
     from esopt.runtime.context import RunContext
 
-    cfg = RunConfig(model={"name": name}, task={"name": "gpu_bench"}, algo="grpo", engine={"name": "hf"}, pop=1,
+    cfg = RunConfig(model={"name": name, "dtype": "bfloat16"}, task={"name": "gpu_bench"}, algo="grpo", engine={"name": "hf"}, pop=1,
                     sigma=None, lr=1e-6, seed=0, iterations=2, eval=EvalConfig(problems=1, samples=1, every=100),
                     sweep=SweepConfig(),
                     grpo={"num_generations": s["grpo_group"], "prompts_per_step": s["grpo_prompts"],
-                          "max_completion_length": s["grpo_tokens"], "bf16": device == "cuda"})
-    model = build(name, device, torch.float32)  # the masters: fp32 parameters, fp32 AdamW state
+                          "max_completion_length": s["grpo_tokens"]})
+    model = build(name, device, torch.bfloat16)  # loaded in bf16; GRPO holds it as fp32 masters
     task = bench_task(s["grpo_prompts"], s["prompt_len"], vocab, s["grpo_tokens"])
     rd = RunDir(path)
     rd.create(cfg.to_dict())
@@ -198,7 +199,7 @@ def grpo_step(name: str, device: str, s: dict, tok, vocab: int, path: Path) -> d
         grpo.train(ctx)
     lines = [json.loads(x) for x in rd.metrics_path.read_text().splitlines()]
     step = [x for x in lines if x["kind"] == "train"][-1]
-    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # grpo.keep_masters
     del ctx, model
     gc.collect()
     if device == "cuda":

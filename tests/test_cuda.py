@@ -56,7 +56,7 @@ def big_tensor(device) -> torch.Tensor:
 
 def test_es_members_restore_bitwise_in_bf16(device):
     """Members perturbed in place in bf16 (the GPU's mode: no swapped copy of the weights) and
-    restored leave every bit as it was, over a member, its mirror and another seed, on the tiny
+    restored leave every bit as it was, for two members, on the tiny
     model's tensors and one of more than one noise chunk. Each member moved most weights, and the
     sparse fix-ups (noise.py: fl(w' - d) misses w by an ulp for some entries) were needed."""
     engine = HFEngine(tiny_model(), char_tokenizer(), device=device, dtype="bfloat16")
@@ -65,7 +65,7 @@ def test_es_members_restore_bitwise_in_bf16(device):
     ops = Weights(params, swap=False)
     before = [bits(w) for _, w in params]
     held = []
-    for seed, sign in [(5, 1.0), (5, -1.0), (6, 1.0)]:
+    for seed, sign in [(5, 1.0), (6, -1.0)]:
         held.append(ops.perturb(seed, 1e-3, sign))
         moved = sum(int((bits(w) != b).sum()) for (_, w), b in zip(params, before))
         assert moved > 0.5 * sum(b.numel() for b in before)
@@ -171,18 +171,16 @@ def test_batched_population_equals_members_alone(device, rank):
 
 
 def test_grpo_from_bf16_weights_keeps_fp32_masters_and_moves_them(device, tmp_path):
-    """``algo=grpo model.dtype=bfloat16``: the optimizer trains fp32 masters (the GPU-scale path),
-    so three steps at lr 1e-6, which cannot move a bf16 copy, move the masters saved in model/:
+    """``algo=grpo model.dtype=bfloat16``: the optimizer trains fp32 masters with bf16 autocast
+    (esopt/algorithms/grpo.py, "Precision"), so three steps at lr 1e-6, which cannot move a bf16 copy, move the masters saved in model/:
     fp32 tensors that differ from the bf16-rounded base in at least 90% of the entries. Starts a
     whole run (load, GRPO through TRL, save), the path a cluster job takes."""
     from safetensors.torch import load_file
 
     from esopt.models.tiny import TINY_DIR
     from esopt.runtime.run import run
-    from helpers import compose, run_config
+    from helpers import run_config
 
-    if "save_dtype" not in compose("algo=grpo")["model"]:
-        pytest.skip("this esopt has no fp32 GRPO masters yet (model.save_dtype)")
     rc = run_config("model=tiny-xs", "task=countdown", "algo=grpo", f"engine.device={device}",
                     "model.dtype=bfloat16", "grpo.lr=1e-6", "iterations=3", "grpo.num_generations=4",
                     "grpo.prompts_per_step=4", "eval.problems=2", "eval.samples=1", "eval.every=100",
