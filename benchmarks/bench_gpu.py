@@ -185,7 +185,8 @@ def grpo_step(name: str, device: str, s: dict, tok, vocab: int, path: Path) -> d
     from esopt.engines.hf import HFEngine
     from esopt.runtime.context import RunContext
 
-    cfg = RunConfig(model={"name": name, "dtype": "bfloat16"}, task={"name": "gpu_bench"}, algo="grpo", engine={"name": "hf"}, pop=1,
+    cfg = RunConfig(model={"name": name, "dtype": "bfloat16"}, task={"name": "gpu_bench"}, algo="grpo",
+                    engine={"name": "hf"}, pop=1,
                     sigma=None, lr=1e-6, seed=0, iterations=2, eval=EvalConfig(problems=1, samples=1, every=100),
                     sweep=SweepConfig(),
                     grpo={"num_generations": s["grpo_group"], "prompts_per_step": s["grpo_prompts"],

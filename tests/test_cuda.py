@@ -172,9 +172,9 @@ def test_batched_population_equals_members_alone(device, rank):
 
 def test_grpo_from_bf16_weights_keeps_fp32_masters_and_moves_them(device, tmp_path):
     """``algo=grpo model.dtype=bfloat16``: the optimizer trains fp32 masters with bf16 autocast
-    (esopt/algorithms/grpo.py, "Precision"), so three steps at lr 1e-6, which cannot move a bf16 copy, move the masters saved in model/:
-    fp32 tensors that differ from the bf16-rounded base in at least 90% of the entries. Starts a
-    whole run (load, GRPO through TRL, save), the path a cluster job takes."""
+    (esopt/algorithms/grpo.py, "Precision"), so three steps at lr 1e-6, which cannot move a bf16
+    copy, move the masters saved in model/: fp32 tensors that differ from the bf16-rounded base in
+    at least 90% of the entries. A whole run (load, GRPO through TRL, save), as a cluster job."""
     from safetensors.torch import load_file
 
     from esopt.models.tiny import TINY_DIR
@@ -230,7 +230,7 @@ def test_two_es_ranks_equal_one(device, tmp_path):
     script.write_text(TWO_RANKS.format(tests=str(REPO / "tests"), out=out))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     for cmd in (["--nproc-per-node", "2", "--standalone"], None):
-        argv = [sys.executable, "-m", "torch.distributed.run", *cmd, str(script)] if cmd else [sys.executable, str(script)]
+        argv = [sys.executable, *(["-m", "torch.distributed.run", *cmd] if cmd else []), str(script)]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
     import json
