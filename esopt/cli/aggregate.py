@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from esopt.cli.common import quiet
+from esopt.cli.common import Parser, quiet
 from esopt.core.errors import ConfigError
 from esopt.study import claims, fit
 from esopt.study.report.aggregate import aggregate
@@ -26,7 +26,7 @@ SHOWN = 20  # skipped runs and notes printed (the rest are in aggregate.json)
 
 def main(argv: list[str] | None = None) -> int:
     quiet()
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="python -m esopt.aggregate",
         description="Aggregate a sweep into runs.parquet/csv, curves.parquet, trend.json and report.html.")
     ap.add_argument("sweep_dir", help="the sweep directory (holds runs/<run_id>/)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from esopt.cli.common import quiet
+from esopt.cli.common import Parser, quiet
 from esopt.core.errors import ConfigError
 from esopt.core.store import atomic_write_json
 from esopt.study.analyses import (CONTROL_FRACTIONS, DEFAULT_FRACTIONS, INTERIOR, MODES, EvalOpts, compare_drift,
@@ -24,15 +24,9 @@ def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse's own usage dump is noise here)
-        print(f"esopt: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m esopt.analyze", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="analysis", required=True, parser_class=_Parser)
+    p = Parser(prog="python -m esopt.analyze", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="analysis", required=True, parser_class=Parser)
 
     def eval_args(sp, greedy_default: bool):
         sp.add_argument("--split", default="heldout", help="task split evaluated (default heldout)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -55,6 +56,14 @@ def fail(message: str, code: int = 2):
     """``esopt: error: <message>`` on stderr and exit ``code`` (2 = bad input)."""
     print(f"esopt: error: {message}", file=sys.stderr)
     sys.exit(code)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse for esopt's commands: a usage error is one ``esopt: error: ...`` line and exit 2
+    (argparse's own ``<prog>: error:`` after its usage dump is noise)."""
+
+    def error(self, message):
+        fail(message)
 
 
 def check_group_choices(argv: list[str], conf_dir: Path = CONF_DIR) -> None:

@@ -28,7 +28,6 @@ stopping reason and the evaluator's numbers on the RL test split.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import random
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from esopt.cli.common import Parser
 from esopt.core.store import atomic_path
 from esopt.models.tiny import ARCH, EOS_ID, TINY, TINY_DIR, char_tokenizer, tiny_config
 
@@ -425,8 +425,8 @@ def evaluate_shipped(name: str, problems: int = 200, path=None, task_cfg: dict |
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m esopt.cli.pretrain",
-                                 description="Seeded pretraining of the tiny family.")
+    ap = Parser(prog="python -m esopt.cli.pretrain",
+                description="Seeded pretraining of the tiny family.")
     ap.add_argument("--sizes", nargs="+", default=list(TINY), choices=list(TINY))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=TINY_DIR)

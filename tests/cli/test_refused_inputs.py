@@ -99,3 +99,16 @@ def test_eval_out_is_checked_before_evaluating(capsys, tmp_path):
         err = capsys.readouterr()
         assert e.value.code == 2 and err.err.startswith("esopt: error: eval.out") and needle in err.err
         assert err.out == ""                         # no table: nothing was evaluated
+
+
+@pytest.mark.parametrize("main, argv", [("esopt.cli.aggregate", []), ("esopt.cli.aggregate", ["d", "--bootstrap", "x"]),
+                                        ("esopt.cli.analyze", []), ("esopt.cli.pretrain", ["--seed", "x"])])
+def test_a_command_line_usage_error_is_one_esopt_line(capsys, main, argv):
+    """argparse's own ``python -m esopt.aggregate: error:`` after a usage dump: now every argparse
+    command (cli.common.Parser) says ``esopt: error:`` on one line, exit 2."""
+    import importlib
+
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(main).main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("esopt: error: "), err

@@ -25,6 +25,7 @@ from helpers import cli, write_planted_sweep
 
 from esopt.core import metrics
 from esopt.study.claims import rules as R
+from esopt.study.claims import stored
 from esopt.study import claims as C
 
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}   # tiny models: one thread is fastest on a shared CPU
@@ -568,6 +569,61 @@ def test_a_registered_design_is_confirmatory_once(tmp_path):
     (late / "claims.json").write_text(json.dumps(C.claims(late)))
     C.register(late, [(i, rc) for i in sorted(p.name for p in (late / "runs").iterdir())])
     assert "registered after verdicts" in C.claims(late)["look"]["why"]
+
+
+def test_a_corrupt_claims_json_is_kept_aside_and_a_hand_edit_reads_exploratory(tmp_path, capsys):
+    """A corrupt claims.json (torn, a list, a registration whose design is a number) stopped a
+    claims sweep before any run with a traceback. The sweeper's register keeps it aside under a new
+    name, says so in one warning and registers afresh, labelled so (exploratory: the earlier looks
+    are unknown); the aggregator refuses it with one line and exit 2, the file untouched. Looks are
+    tamper-evident: a registration edited by hand after looks (its hash kept or forged, or a file
+    from before the hashes) is never "confirmatory: first look"."""
+    from esopt.cli.aggregate import main as aggregate_main
+    from esopt.study import tables
+    from helpers import run_config
+
+    sweep = tmp_path / "paper_corrupt"
+    write_planted_sweep(sweep, {}, seeds=(0, 1, 2, 3))
+    ids = sorted(p.name for p in (sweep / "runs").iterdir())
+    rc = run_config("model=tiny-xs")
+    runs = [(i, rc) for i in ids]
+    path = sweep / "claims.json"
+    agg = tables.load(sweep)
+    look_at = lambda: C.claims(agg, trend={})  # noqa: E731 - read once, no trend fit: the look is what is judged
+    for bad in ('{"registration": {"des', "[1, 2]", '{"registration": {"design": 5}}'):
+        path.write_text(bad)
+        assert aggregate_main([str(sweep), "--no-html", "--claims"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"esopt: error: {path} ") and "\n" not in err and path.read_text() == bad
+        for old in sweep.glob("claims.corrupt-*.json"):
+            old.unlink()
+        reg = C.register(sweep, runs)
+        (kept,) = sweep.glob("claims.corrupt-*.json")
+        assert kept.read_text() == bad and reg["replaces_corrupt"]["file"] == kept.name
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"esopt: warning: {path} ") and f"kept as {kept};" in err and "\n" not in err
+        look = look_at()["look"]
+        assert not look["confirmatory"] and f"registered afresh over a corrupt claims.json (kept as {kept.name})" \
+            in look["why"]
+    path.unlink()
+    C.register(sweep, runs)
+    first = look_at()
+    assert first["look"]["confirmatory"] and first["looks"][-1]["design_sha256"] == first["registration"]["design_sha256"]
+    path.write_text(json.dumps(first))
+    edited = json.loads(json.dumps(first))
+    edited["registration"]["design"]["samples"] = [64]                       # by hand, its hash left as it was
+    path.write_text(json.dumps(edited))
+    assert "edited by hand" in look_at()["look"]["why"]
+    edited["registration"]["design_sha256"] = stored.design_hash(edited["registration"]["design"])  # forged too
+    path.write_text(json.dumps(edited))
+    assert "differs from the one an earlier look judged" in look_at()["look"]["why"]
+    legacy = json.loads(json.dumps(first))                 # a file from before the hashes, edited after two looks
+    legacy["registration"].pop("design_sha256")
+    legacy["looks"] = [{k: v for k, v in x.items() if k != "design_sha256"} | {"confirmatory": False}
+                       for x in first["looks"] * 2]
+    path.write_text(json.dumps(legacy))
+    out = look_at()
+    assert not out["look"]["confirmatory"] and "an earlier look at these runs was exploratory" in out["look"]["why"]
 
 
 def _tables(sweep):

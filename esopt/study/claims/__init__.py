@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import zlib
 from pathlib import Path
 from statistics import NormalDist
@@ -66,9 +67,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from esopt.algorithms import ALGORITHMS, family, trains
+from esopt.core.errors import ConfigError
 from esopt.core.metrics import holm, p_above, power_at, t_interval
 from esopt.study import fit
 from esopt.study import tables
+from esopt.study.claims import stored
 from esopt.study.claims.rules import CLAIMS, ES_ANCHOR, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
 __all__ = ["ALGOS", "ARMS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "arm", "attach_details", "claims",
@@ -288,21 +291,36 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
     run starts (the sweeper calls this). The first registration stays; a later sweep of the
     same name with another design is recorded as an amendment (``after_look``: verdicts had been
     computed before it, so a verdict on the amended design is a second look at the same draw).
+    Each records its design's hash (``stored.design_hash``). A corrupt claims.json
+    (``stored.read``) is kept aside under a new name, said in one warning, and the design
+    registered afresh, labelled so (``replaces_corrupt``: its verdicts read as exploratory).
     Returns the registration."""
     import time
 
     path = Path(sweep_dir) / "claims.json"
-    old = json.loads(path.read_text()) if path.exists() else {}
+    replaced = None
+    try:
+        old = stored.read(path)
+    except ConfigError as e:
+        kept = stored.set_aside(path)
+        replaced = {"file": kept.name, "why": str(e)}
+        print(f"esopt: warning: {e}; kept as {kept}; the design is registered afresh (its verdicts exploratory: "
+              "the earlier looks are unknown)", file=sys.stderr)
+        old = {}
     reg = old.get("registration")
     design = design_of(runs)
     stamp = now or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if reg is None:       # verdicts computed before any registration (claims.json before version 5): too late
-        reg = {"design": design, "family_size": family_size(), "claims": sorted(REGISTRY), "at": stamp,
-               "amendments": [], "after_look": bool(old.get("claims") or old.get("looks"))}
+        reg = {"design": design, "design_sha256": stored.design_hash(design), "family_size": family_size(),
+               "claims": sorted(REGISTRY), "at": stamp, "amendments": [],
+               "after_look": bool(old.get("claims") or old.get("looks"))}
+        if replaced:
+            reg["replaces_corrupt"] = replaced
     elif current_design(reg) == design:
         return reg
     else:
-        reg["amendments"].append({"design": design, "at": stamp, "after_look": bool(old.get("looks"))})
+        reg.setdefault("amendments", []).append({"design": design, "design_sha256": stored.design_hash(design),
+                                                 "at": stamp, "after_look": bool(old.get("looks"))})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({**old, "version": VERSION, "registration": reg, "looks": old.get("looks") or []},
@@ -316,12 +334,16 @@ def current_design(reg: Mapping) -> dict:
     return (reg.get("amendments") or [reg])[-1]["design"]
 
 
-def judge_look(reg: Mapping | None, records: list[dict]) -> dict:
+def judge_look(reg: Mapping | None, records: list[dict], looks: list | None = None) -> dict:
     """Whether verdicts on ``records`` are confirmatory: {"confirmatory", "why"}. Exploratory when
     the sweep has no registration, when its completed runs differ from the registered ones (a
     run missing, failed or added), when the registered claims differ from the registry's (a claim
     added or removed changes the family the verdicts are decided in), or when the registration
-    was changed after verdicts had been computed (a second look at the same draw)."""
+    was changed after verdicts had been computed (a second look at the same draw): an amendment
+    after a look, a design that no longer matches the hash recorded when it was written or by an
+    earlier look (``looks``: edited by hand), or an earlier look at the same runs that was not
+    confirmatory. Also a registration written afresh over a corrupt claims.json (its earlier
+    looks are unknown)."""
     if not reg:
         return {"confirmatory": False, "why": "no registration: the design was not written into claims.json before "
                                               "the runs (python -m esopt.sweep writes it for a claims sweep)"}
@@ -340,6 +362,19 @@ def judge_look(reg: Mapping | None, records: list[dict]) -> dict:
         why.append("the design was changed after verdicts had been computed: a second look at the same draw")
     if reg.get("after_look"):
         why.append("registered after verdicts had been computed on this sweep: not a first look")
+    if reg.get("replaces_corrupt"):
+        why.append(f"registered afresh over a corrupt claims.json (kept as {reg['replaces_corrupt'].get('file')}): "
+                   "the earlier looks are unknown")
+    written = [reg, *(reg.get("amendments") or [])]
+    if any(d.get("design_sha256") not in (None, stored.design_hash(d["design"])) for d in written):
+        why.append("the registration was edited by hand: its design no longer matches the hash recorded when it was "
+                   "written")
+    in_force = stored.design_hash(current_design(reg))
+    runs = zlib.crc32(" ".join(sorted(have)).encode())
+    if any(x.get("design_sha256") not in (None, in_force) for x in looks or []):
+        why.append("the registered design differs from the one an earlier look judged: changed after a look")
+    elif any(x.get("runs_hash") == runs and x.get("confirmatory") is False for x in looks or []):
+        why.append("an earlier look at these runs was exploratory: the registration was changed after it")
     return {"confirmatory": not why, "why": "; ".join(why) or "the registered design, first look"}
 
 
@@ -358,7 +393,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
     measures = {cid: c.rule(c.select(sweep), s) for cid, c in sorted(REGISTRY.items())}
     m_family = int((registration or {}).get("family_size") or family_size())
     decided = decide_all(measures, s, m_family)
-    look = judge_look(registration, records)
+    look = judge_look(registration, records, looks)
     out = []
     for cid, c in sorted(REGISTRY.items()):
         m, d = measures[cid], decided[cid]
@@ -386,7 +421,8 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
     ref = tokens.get("es") or None
     runs_key = sorted(str(r["run_id"]) for r in done)
     this_look = {"runs": len(runs_key), "runs_hash": zlib.crc32(" ".join(runs_key).encode()),
-                 "confirmatory": look["confirmatory"]}
+                 "confirmatory": look["confirmatory"],  # and the design it judged (tamper-evident: judge_look)
+                 "design_sha256": stored.design_hash(current_design(registration)) if registration else None}
     summary = {v: [c["id"] for c in out if c["reproduced"] == v] for v in VERDICTS}
     return {
         "version": VERSION,
@@ -507,12 +543,7 @@ def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:
                              seed=int(settings.get("seed") or 0))
     records = records_from_tables(agg.runs, agg.curves)
     attach_details(records, tables.find_runs_dir(sweep_dir))
-    before = {}
-    if (sweep_dir / "claims.json").exists():
-        try:
-            before = json.loads((sweep_dir / "claims.json").read_text())
-        except ValueError:
-            before = {}
+    before = stored.read(sweep_dir / "claims.json")  # a corrupt one: one ConfigError line, never overwritten
     out = compute(records, trend, before.get("registration"), before.get("looks"), **settings)
     out["sweep_dir"] = str(sweep_dir)
     return out

@@ -47,6 +47,10 @@ def aggregate(sweep_dir: str | os.PathLike, *, metric: str = "pass@1", tolerance
         agg.metric = f"final_{metric}"                     # nothing finished yet: report progress
         agg.runs[agg.metric] = np.nan
         agg.notes.append(f"no run has a final evaluation yet: {agg.metric} is empty")
+    if claims is None:
+        claims = claims_mod.wanted(agg)
+    if claims:  # read back before any output is written: a corrupt one is one ConfigError line
+        claims_mod.stored.read(Path(agg.sweep_dir) / "claims.json")
     out = Path(out) if out is not None else agg.sweep_dir
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_stages(out)

@@ -255,7 +255,10 @@ def build(agg, sweep_dir: Path | None = None) -> str:
                           f'{_html.escape(note)}</p></section>')
         else:
             blocks.append(_figure_block(fig_id, title, fig))
-    completions = samples_html(runs, groups, runs_dir)  # base against final, escaped
+    unread: list = []
+    completions = samples_html(runs, groups, runs_dir, unread)  # base against final, escaped
+    notes += unread
+    agg.notes.extend(n for n in unread if n not in agg.notes)  # aggregate.json and the command's lines too
     if completions:
         blocks.append(completions)
     problems = runs[runs["status"] != "completed"]

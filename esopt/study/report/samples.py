@@ -22,9 +22,27 @@ SAMPLE_PROBLEMS = 2     # problems shown per run
 SAMPLE_CHARS = 600      # a shown completion's first this many characters
 
 
-def read_samples(run_dir: Path) -> tuple[dict | None, dict | None]:
+def malformed(data) -> str | None:
+    """What is wrong with a samples file's content (None when it has the shape
+    ``esopt.evaluator.write_samples`` writes: an object whose ``problems`` is a list of objects,
+    whose ``truncated`` is null or a number and ``iteration`` null or an integer)."""
+    if not isinstance(data, dict):
+        return f"not a JSON object ({type(data).__name__})"
+    if not isinstance(data.get("problems", []), list) or not all(isinstance(p, dict) for p in data.get("problems", [])):
+        return "its problems are not a list of records"
+    cut = data.get("truncated")
+    if cut is not None and (isinstance(cut, bool) or not isinstance(cut, (int, float))):
+        return f"its truncated is not a number ({cut!r})"
+    it = data.get("iteration")
+    if it is not None and (isinstance(it, bool) or not isinstance(it, int)):
+        return f"its iteration is not an integer ({it!r})"
+    return None
+
+
+def read_samples(run_dir: Path, notes: list | None = None) -> tuple[dict | None, dict | None]:
     """(base, final) samples files of a run: iteration 0 and the highest other iteration
-    (None where there is none or it cannot be read)."""
+    (None where there is none or it cannot be read). A file that cannot be read, or has another
+    shape (:func:`malformed`), is left out with one line appended to ``notes``."""
     files = {}
     for f in (Path(run_dir) / SAMPLES_DIR).glob("iteration_*.json"):
         tail = f.stem.rpartition("_")[2]
@@ -32,11 +50,16 @@ def read_samples(run_dir: Path) -> tuple[dict | None, dict | None]:
             files[int(tail)] = f
 
     def load(i):
+        if i not in files:
+            return None
         try:
             data = json.loads(files[i].read_text(encoding="utf-8"))
-        except (KeyError, OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+            why = malformed(data)
+        except (OSError, ValueError) as e:
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if why and notes is not None:
+            notes.append(f"{files[i]} cannot be read ({why}); its completions are not shown")
+        return None if why else data
 
     later = [i for i in files if i > 0]
     return load(0), (load(max(later)) if later else None)
@@ -60,14 +83,15 @@ def _rate(data: dict | None) -> str:
     return f"{float(data['truncated']):.0%} truncated"
 
 
-def samples_html(runs, groups: dict, runs_dir: Path | None) -> str:
-    """The page's completions section (``table-samples``), or "" when no run has samples."""
+def samples_html(runs, groups: dict, runs_dir: Path | None, notes: list | None = None) -> str:
+    """The page's completions section (``table-samples``), or "" when no run has samples; a
+    samples file that cannot be read is one line in ``notes`` (:func:`read_samples`)."""
     if runs_dir is None:
         return ""
     rows = []
     for (model, task, algo), g in list(groups.items())[:SAMPLE_RUNS]:
         rid = g["run_ids"][0]
-        base, final = read_samples(Path(runs_dir) / rid)
+        base, final = read_samples(Path(runs_dir) / rid, notes)
         if base is None and final is None:
             continue
         probs = {p.get("id"): p for p in (final or {}).get("problems") or [] if isinstance(p, dict)}
