@@ -290,4 +290,4 @@ register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", 
                      color="#2ca02c", order=4))
 register(Algorithm("random_search", "random search over ES's perturbations (a baseline)",
                    "esopt.algorithms.random_search:RandomSearch", (ES,), ("pop", "sigma", "iterations"),
-                   color="#ff7f0e", order=5))
+                   checkpoint_copies=1.0, color="#ff7f0e", order=5))

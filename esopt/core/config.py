@@ -78,6 +78,10 @@ class SweepConfig:
     save_model: bool = True      # keep the trained weights in <run>/model/ (HF format) for analyses
     keep_checkpoints: bool = False  # keep <run>/checkpoint/ (resume state) after the run completes;
     #                                 false frees it (for a 0.5B model 5-10 GB per run) once model/ is saved
+    max_job_hours: float | None = None  # Slurm: the longest a job may run; caps every job's timeout_min.
+    #                                 null = the partition's limit as Slurm states it (none if infinite)
+    max_requeues: int = 3           # Slurm: requeues after a time-out or preemption (the launcher's
+    #                                 max_num_timeout); a run may take 1 + this many jobs' time
 
 
 HEADLINE_KEEP = 0.22   # the study's headline keep fraction (78% of the update zeroed): claim 5's pruning point,
@@ -399,6 +403,8 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
 
     sweep = block(SweepConfig, raw.get("sweep"), "sweep")
     check_sweep_location(sweep.name, sweep.root)
+    at_least("sweep.max_job_hours", sweep.max_job_hours, 0, kind=float, above=True, allow_none=True)
+    at_least("sweep.max_requeues", sweep.max_requeues, 0)
 
     analysis = raw.get("analysis") or ()
     if isinstance(analysis, str):

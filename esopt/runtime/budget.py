@@ -248,3 +248,19 @@ def gpu_tokens_per_s(params: int) -> tuple[float, str]:
     """Generated tokens (bound) per GPU-second for a model of ``params`` parameters on one GPU
     engine, and where the number comes from (:data:`GPU_PARAM_TOKENS_PER_S`)."""
     return GPU_PARAM_TOKENS_PER_S / params, GPU_THROUGHPUT_SOURCE
+
+
+def wall_hours(rc, tokens: int) -> float | None:
+    """A run's wall-clock hours at its token bound ``tokens``: on GPUs (``model.resources.gpus``
+    > 0) tokens / (:func:`gpu_tokens_per_s` x the GPUs its ranks use); on a CPU,
+    :func:`cpu_seconds`; None for a model of unknown size."""
+    from esopt import models
+
+    params = models.param_count(rc.model)
+    if not params:
+        return None
+    gpus = int(((rc.model.get("resources") or {}).get("gpus")) or 0)
+    if gpus:
+        return tokens / (gpu_tokens_per_s(params)[0] * max(1, rc.layout.gpus_used or gpus)) / 3600
+    seconds = cpu_seconds(rc, tokens, cuda=False)
+    return None if seconds is None else seconds / 3600

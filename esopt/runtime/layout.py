@@ -102,3 +102,40 @@ def slurm_job_state(job: str) -> str | None:
     if r.returncode != 0 and "Invalid job id" not in r.stderr:
         return None
     return r.stdout.strip().splitlines()[0].lower() if r.stdout.strip() else ""
+
+
+def slurm_minutes(text: str) -> int | None:
+    """A Slurm time limit as minutes: ``infinite`` / ``UNLIMITED`` / ``n/a`` -> None,
+    ``[days-]hours:minutes:seconds``, ``minutes:seconds``, ``minutes`` (sinfo's ``%l``; seconds
+    round down)."""
+    text = str(text).strip()
+    if not text or text.lower() in ("infinite", "unlimited", "n/a", "none"):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(x) for x in clock.split(":")]
+    if len(parts) == 3:
+        h, m, _s = parts
+    elif len(parts) == 2:
+        h, (m, _s) = 0, parts
+    else:
+        h, m = 0, parts[0]
+    return (int(days) if days else 0) * 1440 + h * 60 + m
+
+
+def partition_limit_min(partition: str | None) -> int | None:
+    """The time limit (minutes) Slurm states for ``partition`` (None: the default partition,
+    marked ``*`` by sinfo); None when it is infinite or Slurm cannot be asked."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%P %l"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in r.stdout.splitlines() if r.returncode == 0 else ():
+        name, _, limit = line.strip().partition(" ")
+        if (partition and name.rstrip("*") == partition) or (not partition and name.endswith("*")):
+            try:
+                return slurm_minutes(limit)
+            except ValueError:
+                return None
+    return None

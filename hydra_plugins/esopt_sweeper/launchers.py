@@ -125,10 +125,13 @@ def _ended(job, pack: List[tuple], error: BaseException) -> List[JobReturn]:
 
 
 class EsoptSlurmLauncher(SlurmLauncher):
-    def __init__(self, runs_per_job: int = 1, poll_s: float = 10, **params: Any) -> None:
+    def __init__(self, runs_per_job: int = 1, poll_s: float = 10, max_timeout_min: Any = None,
+                 **params: Any) -> None:
         super().__init__(**params)
         self.runs_per_job = max(1, int(runs_per_job or 1))
         self.poll_s = max(1.0, float(poll_s or 10))
+        # the site's job time limit (sweep.max_job_hours, else the partition's; set by the sweeper)
+        self.max_timeout_min = int(max_timeout_min) if max_timeout_min else None
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Submit the runs as one job array and wait for all of them (Hydra's launcher API)."""
@@ -155,6 +158,8 @@ class EsoptSlurmLauncher(SlurmLauncher):
         base = set(OmegaConf.structured(BaseQueueConf).keys())
         if params.get("timeout_min") and k > 1:
             params["timeout_min"] = int(params["timeout_min"]) * k
+        if params.get("timeout_min") and self.max_timeout_min:
+            params["timeout_min"] = min(int(params["timeout_min"]), self.max_timeout_min)
         executor.update_parameters(**{x if x in base else f"slurm_{x}": y for x, y in params.items()})
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
 

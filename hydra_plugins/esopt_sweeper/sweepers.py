@@ -139,10 +139,56 @@ class EsoptSweeper(Sweeper):
         if cfg.engine.name != rc.engine_config.name:  # engine=auto: the worker runs what was picked here
             overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine_config.name}"]
         launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
+        limit = self.job_limit_min(rc, launcher)
+        if limit:
+            launcher["max_timeout_min"] = limit
         rid = recorded_id(rc)  # a run completed under its legacy id is found there and kept
         rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
         before = rd.status  # "unreadable" for a summary.json that cannot be parsed: kept, listed
         return Job(list(overrides), rc, rid, launcher, before, (rd.read_summary() or {}).get("error_type"))
+
+    def job_limit_min(self, rc, launcher: dict) -> Optional[int]:
+        """A Slurm job's time limit in minutes: ``sweep.max_job_hours``, else the partition's limit
+        as Slurm states it (asked once per partition); None for other launchers or no limit."""
+        if not str(launcher.get("_target_", "")).endswith("SlurmLauncher"):
+            return None
+        if rc.sweep.max_job_hours:
+            return max(1, int(rc.sweep.max_job_hours * 60))
+        from esopt.runtime.layout import partition_limit_min
+
+        cache = self.__dict__.setdefault("_partition_limits", {})
+        part = launcher.get("partition")
+        if part not in cache:
+            cache[part] = partition_limit_min(part)
+        return cache[part]
+
+    def time_notes(self, jobs: List[Job]) -> List[str]:
+        """Runs whose estimated hours (``esopt.runtime.budget.wall_hours``, at the token bound)
+        exceed their Slurm job's time limit: one that cannot checkpoint (it trains nothing: an
+        evaluation cannot be resumed) is refused here, exit 2, before anything is submitted; one
+        that would need more than ``1 + sweep.max_requeues`` jobs is listed (returned lines)."""
+        from esopt.algorithms import get as algorithm
+        from esopt.runtime.budget import wall_hours
+
+        notes = []
+        for job in {j.rid: j for j in jobs if j.launcher.get("max_timeout_min") and not self.skipped(j)}.values():
+            limit_h = min(int(job.launcher.get("timeout_min") or 10 ** 9), int(job.launcher["max_timeout_min"])) / 60
+            hours = wall_hours(job.rc, estimate_tokens(job.rc))
+            if hours is None or hours <= limit_h:
+                continue
+            source = "sweep.max_job_hours" if job.rc.sweep.max_job_hours else "the partition's limit"
+            shown = " ".join(o for o in job.overrides if not o.startswith(("hydra.", "sweep."))) or "defaults"
+            if not algorithm(job.rc.algo).checkpoint_copies:
+                fail(f"run {job.rid} ({shown}) may take about {_span(hours)}, over its Slurm job's "
+                     f"{_span(limit_h)} ({source}), and algo={job.rc.algo} cannot checkpoint to go on after a "
+                     "requeue; lower eval.problems or eval.samples, or raise the limit")
+            attempts = 1 + int(job.rc.sweep.max_requeues)
+            if hours > limit_h * attempts:
+                notes.append(f"run {job.rid} ({shown}) may take about {_span(hours)} (token bound), more than "
+                             f"{attempts} Slurm jobs of {_span(limit_h)} ({source}; the first and "
+                             f"sweep.max_requeues={job.rc.sweep.max_requeues} requeues): it would end unfinished; "
+                             "raise sweep.max_requeues or shorten the run")
+        return notes
 
     def compose_all(self, grid: List[List[str]]) -> List[Job]:
         """Every job composed and validated before anything runs; the first bad one exits 2."""
@@ -508,6 +554,8 @@ class EsoptSweeper(Sweeper):
                 print(f"esopt: note: {line}", file=sys.stderr)
         for line in layout_notes(jobs):
             print(f"esopt: note: {line}", file=sys.stderr)
+        for line in self.time_notes(jobs):
+            print(f"esopt: warning: {line}", file=sys.stderr)
         return jobs
 
     def sweep(self, arguments: List[str]) -> Any:
@@ -535,6 +583,11 @@ class EsoptSweeper(Sweeper):
         if code:
             sys.exit(code)
         return []
+
+
+def _span(hours: float) -> str:
+    """``1.5 h`` / ``40 min``."""
+    return f"{hours:.1f} h" if hours >= 1 else f"{max(1, round(hours * 60))} min"
 
 
 def remote_cuda(launcher: dict, cfg) -> Optional[bool]:

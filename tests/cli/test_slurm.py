@@ -104,7 +104,8 @@ def test_two_resource_groups_run_at_once(tmp_path):
         "eval.samples=2", "task.n_train=16", "task.n_test=8", "task.n_heldout=8", "seed=1,2",
         "hydra.launcher.mem_gb=${seed}",
         "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1", "hydra.launcher.poll_s=1",
-        "hydra.launcher.setup=[sleep 8]", f"sweep.root={tmp_path}", "sweep.name=groups", "sweep.aggregate=false",
+        "hydra.launcher.setup=[sleep 8]", "sweep.max_job_hours=0.1", f"sweep.root={tmp_path}", "sweep.name=groups",
+        "sweep.aggregate=false",
         env=env, timeout=900)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     tasks = [p.name for p in (tmp_path / "groups" / ".hydra").glob("*/.submitit/*") if re.fullmatch(r"\d+(_\d+)?", p.name)]
@@ -112,6 +113,8 @@ def test_two_resource_groups_run_at_once(tmp_path):
     (s1, e1), (s2, e2) = [_slurm_times(t) for t in sorted(tasks)]
     assert max(s1, s2) < min(e1, e2), ((s1, e1), (s2, e2))      # they overlapped
     assert (min(e1, e2) - max(s1, s2)).total_seconds() >= 6     # by about the sleep: ~T in all, not 2T
+    scripts = "".join(p.read_text() for p in (tmp_path / "groups" / ".hydra").glob("*/.submitit/*/*_submission.sh"))
+    assert scripts.count("#SBATCH --time=6\n") == 2           # timeout_min=10 capped by max_job_hours=0.1
 
 
 def test_es_saves_on_the_time_limit_signal_and_resumes_bitwise(tmp_path):
