@@ -55,6 +55,7 @@ def evaluate(
     greedy: bool = True,
     entropy: bool = True,
     completions: list | None = None,
+    shards=None,
 ) -> dict:
     """Evaluate engine's model on the first `problems` rows of task.split(split) (None: all).
 
@@ -67,6 +68,11 @@ def evaluate(
     truncated: share of the sampled completions cut at the token budget (``max_new_tokens``)
     before they ended (no EOS, no stop string): their answers were never written.
     completions: a list that receives one record per problem (:func:`problem_records`).
+    shards: this process's share when several ranks evaluate together
+    (``esopt.algorithms.distributed.Shards``: ``block(n) -> (lo, hi)``, ``gather(obj) -> [obj per
+    rank]``): it generates for problems ``lo..hi-1`` only, seeded as in one call over all of
+    them (``engine.generate(first_prompt=lo)``), and every rank gets the whole result, the same
+    as one process's (``wall_s``: this rank's).
     """
     if samples < 1:
         raise ConfigError(f"eval.samples must be >= 1, got {samples}")
@@ -76,54 +82,75 @@ def evaluate(
         raise ConfigError(f"eval.temperature must be >= 0, got {temperature}")
     t0 = time.perf_counter()
     data = task.split(split)
-    rows = data.select(range(len(data) if problems is None else min(problems, len(data)))).to_list()
-    if not rows:
+    all_rows = data.select(range(len(data) if problems is None else min(problems, len(data)))).to_list()
+    if not all_rows:
         raise ConfigError(f"task {task.name} split {split!r} is empty")
-    prompts = [r["prompt"] for r in rows]
-    budget = int(max_new_tokens or task.max_new_tokens)
-    stop = list(task.stop)
-
-    gen = engine.generate(
-        prompts, n=samples, temperature=temperature, top_p=top_p, max_new_tokens=budget,
-        seed=seed, stop=stop, return_entropy=entropy,
-    )
-    verdicts = _verdicts(task, gen.completions, rows)
+    lo, hi = shards.block(len(all_rows)) if shards is not None else (0, len(all_rows))
+    part = _evaluate_rows(engine, task, all_rows[lo:hi], lo, samples=samples, temperature=temperature,
+                          top_p=top_p, budget=int(max_new_tokens or task.max_new_tokens), seed=seed, greedy=greedy,
+                          entropy=entropy, records=completions is not None)
+    if shards is not None:
+        parts = shards.gather(part)
+        part = {k: [x for p in parts for x in p[k]] for k in part if k != "tokens"} | \
+            {"tokens": sum(p["tokens"] for p in parts)}
+    verdicts, cut = part["verdicts"], part["cut"]
     counts = np.array([[v.correct for v in vs] for vs in verdicts], dtype=bool).sum(axis=1)  # [P]
-    tokens = gen.n_tokens
 
     result: dict = {
-        "task": task.name, "split": split, "n_problems": len(rows), "samples": samples,
-        "temperature": float(temperature), "max_new_tokens": budget,
+        "task": task.name, "split": split, "n_problems": len(all_rows), "samples": samples,
+        "temperature": float(temperature), "max_new_tokens": int(max_new_tokens or task.max_new_tokens),
     }
     if getattr(task, "verifier", None):
         result["verifier"] = task.verifier
     result.update(_sampled_scores(samples, counts, verdicts))
-    cut = truncated(gen, budget, stop)
     result["truncated"] = float(np.mean(cut))
-
-    greedy_correct, g, g_verdicts = None, None, None
+    greedy_correct = part["greedy"] if greedy else None
     result["greedy"], result["greedy_ci"] = None, None
     if greedy:
-        g = engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=budget, seed=seed, stop=stop)
-        g_verdicts = task.verdicts([comps[0] for comps in g.completions], rows)
-        greedy_correct = [int(v.correct) for v in g_verdicts]
-        tokens += g.n_tokens
         result["greedy"] = float(np.mean(greedy_correct))
         result["greedy_ci"] = _ci(np.array(greedy_correct, dtype=float))
-
-    result["entropy"], result["entropy_ci"] = _token_entropy(gen) if entropy else (None, None)
+    result["entropy"], result["entropy_ci"] = _token_entropy(np.array(part["entropy"])) if entropy else (None, None)
     result["format"] = float(np.mean([[v.format for v in vs] for vs in verdicts]))
-    result["tokens_generated"] = int(tokens)
+    result["tokens_generated"] = int(part["tokens"])
     result["wall_s"] = round(time.perf_counter() - t0, 3)
     result["correct_counts"] = [int(c) for c in counts]
     result["greedy_correct"] = greedy_correct
     if completions is not None:
-        completions += problem_records(rows, gen, verdicts, cut, g, g_verdicts,
-                                       truncated(g, budget, stop) if g is not None else None)
+        completions += part["records"]
     return result
 
 
-def problem_records(rows, gen, verdicts, cut, g=None, g_verdicts=None, g_cut=None) -> list[dict]:
+def _evaluate_rows(engine, task, rows, first: int, *, samples, temperature, top_p, budget, seed, greedy,
+                   entropy, records) -> dict:
+    """The per-problem results of ``rows`` (problems ``first..`` of the evaluation), what
+    :func:`evaluate` aggregates: verdicts and truncation of each sampled completion, greedy
+    correctness, (entropy sum, tokens) per problem, generated tokens and, with ``records``,
+    the problems' records."""
+    if not rows:  # more ranks than problems
+        return {"verdicts": [], "cut": [], "tokens": 0, "entropy": [], "greedy": [], "records": []}
+    prompts = [r["prompt"] for r in rows]
+    stop = list(task.stop)
+    at = {"first_prompt": first} if first else {}  # a rank's share: sampled as in the whole call
+    gen = engine.generate(prompts, n=samples, temperature=temperature, top_p=top_p, max_new_tokens=budget,
+                          seed=seed, stop=stop, return_entropy=entropy, **at)
+    verdicts = _verdicts(task, gen.completions, rows)
+    cut = truncated(gen, budget, stop)
+    out = {"verdicts": verdicts, "cut": [list(c) for c in cut], "tokens": gen.n_tokens,
+           "entropy": [[sum(h * n for h, n in zip(hs, ns)), sum(ns)] for hs, ns in zip(gen.entropy, gen.lengths)]
+           if entropy else [], "greedy": [], "records": []}
+    g, g_verdicts = None, None
+    if greedy:
+        g = engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=budget, seed=seed, stop=stop, **at)
+        g_verdicts = task.verdicts([comps[0] for comps in g.completions], rows)
+        out["greedy"] = [int(v.correct) for v in g_verdicts]
+        out["tokens"] += g.n_tokens
+    if records:
+        out["records"] = problem_records(rows, gen, verdicts, cut, g, g_verdicts,
+                                         truncated(g, budget, stop) if g is not None else None, first=first)
+    return out
+
+
+def problem_records(rows, gen, verdicts, cut, g=None, g_verdicts=None, g_cut=None, first: int = 0) -> list[dict]:
     """One record per problem: its id, prompt and gold answer (``gold``, else ``answer`` /
     ``target``, as the task's rows hold it), then per sampled completion (and the greedy one)
     its text, extracted answer, reward, verdict, token count (EOS included) and whether it was
@@ -135,7 +162,7 @@ def problem_records(rows, gen, verdicts, cut, g=None, g_verdicts=None, g_cut=Non
     out = []
     for p, row in enumerate(rows):
         gold = next((row[k] for k in ("gold", "answer", "target") if row.get(k) is not None), None)
-        rec = {"id": row.get("id", str(p)), "prompt": row["prompt"], "gold": gold,
+        rec = {"id": row.get("id", str(first + p)), "prompt": row["prompt"], "gold": gold,
                "completions": [one(t, v, n, c) for t, v, n, c in
                                zip(gen.completions[p], verdicts[p], gen.lengths[p], cut[p])]}
         if g is not None:
@@ -215,12 +242,9 @@ def _sampled_scores(samples: int, counts: np.ndarray, verdicts: list) -> dict:
     return out
 
 
-def _token_entropy(gen) -> tuple:
-    """Token-mean entropy (nats) of the sampled completions: per problem (sum of token entropies,
-    token count), the ratio of the sums; its interval resamples problems."""
-    ent_tok = np.array([
-        [sum(h * n for h, n in zip(hs, ns)), sum(ns)] for hs, ns in zip(gen.entropy, gen.lengths)
-    ])
+def _token_entropy(ent_tok: np.ndarray) -> tuple:
+    """Token-mean entropy (nats) of the sampled completions from, per problem, (sum of token
+    entropies, token count): the ratio of the sums; its interval resamples problems."""
     ratio = lambda a: a[:, 0].sum() / max(a[:, 1].sum(), 1)  # noqa: E731
     return float(ratio(ent_tok)), _ci(ent_tok, stat=ratio)
 
@@ -321,14 +345,15 @@ def scored_by_likelihood(task) -> bool:
     return task.scored_by == "likelihood"
 
 
-def _side(engine, task, ev, split, problems, samples, entropy=True) -> dict:
+def _side(engine, task, ev, split, problems, samples, entropy=True, shards=None) -> dict:
     """A side evaluation beside the run's task (out-of-domain set, probe): the eval block's
     temperature, top_p and seed, the task's own completion budget, no greedy pass; a text
-    task scored by likelihood is scored instead (``evaluate_likelihood``)."""
+    task scored by likelihood is scored instead (``evaluate_likelihood``, by every rank: one
+    teacher-forced pass)."""
     if scored_by_likelihood(task):
         return evaluate_likelihood(engine, task, split=split, problems=problems)
     return evaluate(engine, task, split=split, problems=problems, samples=samples, temperature=ev.temperature,
-                    top_p=ev.top_p, seed=ev.seed, greedy=False, entropy=entropy)
+                    top_p=ev.top_p, seed=ev.seed, greedy=False, entropy=entropy, shards=shards)
 
 
 def _add_cost(result: dict, other: dict) -> None:
@@ -336,7 +361,8 @@ def _add_cost(result: dict, other: dict) -> None:
     result["wall_s"] = round(result["wall_s"] + other["wall_s"], 3)
 
 
-def evaluate_config(ev, engine, task, ood=None, completions: list | None = None, probes: dict | None = None) -> dict:
+def evaluate_config(ev, engine, task, ood=None, completions: list | None = None, probes: dict | None = None,
+                    shards=None) -> dict:
     """``evaluate`` with the settings of an ``eval:`` block (``esopt.core.config.EvalConfig``):
     how every run, sweep and ``esopt.evaluate`` call evaluates.
 
@@ -354,17 +380,20 @@ def evaluate_config(ev, engine, task, ood=None, completions: list | None = None,
     ``probe_<name>_ci``), ``probe_pass1`` (their mean), ``probe_names``, and their cost. A text
     probe (``passages``) is scored by likelihood: its Pass@1 is the top-1 next-token accuracy,
     and ``probe_<name>_loglik`` its mean log-likelihood per token.
+
+    ``shards``: several ranks evaluate together, each its share of every generated evaluation
+    (``evaluate``); each gets the whole result.
     """
     result = evaluate(
         engine, task, split=ev.split, problems=ev.problems, samples=ev.samples,
         temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=ev.max_new_tokens,
-        seed=ev.seed, greedy=ev.greedy, completions=completions,
+        seed=ev.seed, greedy=ev.greedy, completions=completions, shards=shards,
     )
     if getattr(ev, "ood_task", None):
         if ood is None:
             raise ValueError("eval.ood_task is set but no out-of-domain task was given "
                              "(build it with esopt.runtime.run.load_ood_task)")
-        o = _side(engine, ood, ev, ev.ood_split, ev.ood_problems, ev.samples)
+        o = _side(engine, ood, ev, ev.ood_split, ev.ood_problems, ev.samples, shards=shards)
         result["ood_task"], result["ood_split"] = ood.name, ev.ood_split
         result.update({f"ood_{k}": o[k] for k in OOD_KEYS})
         _add_cost(result, o)
@@ -374,7 +403,8 @@ def evaluate_config(ev, engine, task, ood=None, completions: list | None = None,
             raise ValueError("eval.probes is set but its tasks were not given (build them with "
                              "esopt.runtime.run.load_probe_tasks)")
         for name in wanted:
-            o = _side(engine, probes[name], ev, ev.probe_split, ev.probe_problems, ev.probe_samples, entropy=False)
+            o = _side(engine, probes[name], ev, ev.probe_split, ev.probe_problems, ev.probe_samples, entropy=False,
+                      shards=shards)
             result[f"probe_{name}"], result[f"probe_{name}_ci"] = o["pass@k"]["1"], o["pass@k_ci"]["1"]
             if "loglik" in o:
                 result[f"probe_{name}_loglik"], result[f"probe_{name}_loglik_ci"] = o["loglik"], o["loglik_ci"]

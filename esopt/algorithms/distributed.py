@@ -13,14 +13,23 @@ Launch::
 
 Backend: NCCL when the weights are on CUDA, gloo on CPU. Without either environment this is a
 single process and every helper is a no-op.
+
+Evaluations are split too (:class:`Shards`): every rank evaluates a contiguous block of the
+problems and the per-problem results are gathered, so no rank waits at a collective while
+another evaluates alone. The process group's timeout is the run's (``init(timeout_s=...)``,
+from its token bound: ``esopt.runtime.budget.collective_timeout``); a collective that still times
+out raises :class:`CollectiveTimeout`, one line naming the setting that bounds it.
 """
 
 from __future__ import annotations
 
 import atexit
+import datetime
 import os
 import re
 import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -83,8 +92,18 @@ def launched_rank() -> int:
     return int(env.get("RANK") or env.get("SLURM_PROCID") or env.get("SUBMITIT_LOCAL_GLOBALID") or 0)
 
 
-def init(device: str | torch.device | None = None) -> bool:
-    """Join the process group if launched by torchrun or Slurm with several tasks.
+class CollectiveTimeout(RuntimeError):
+    """A collective waited longer than the process group's timeout (one line naming its setting)."""
+
+
+TIMEOUT_SETTING = "model.resources.collective_timeout_min"
+_timeout: dict = {"s": None, "why": ""}  # this process group's timeout and where it came from
+
+
+def init(device: str | torch.device | None = None, timeout_s: float | None = None, why: str = "") -> bool:
+    """Join the process group if launched by torchrun or Slurm with several tasks, with a
+    timeout of ``timeout_s`` seconds on every collective (None: torch's default; ``why``: where
+    the value came from, for the error a timeout raises).
 
     Returns True when running distributed. Idempotent.
     """
@@ -96,9 +115,34 @@ def init(device: str | torch.device | None = None) -> bool:
     cuda = torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda")
     if cuda:  # Slurm's gpus_per_task leaves each rank only its own GPU(s) visible
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="env://")
+    kwargs = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=float(timeout_s))}
+    _timeout.update(s=timeout_s, why=why)
+    dist.init_process_group(backend="nccl" if cuda else "gloo", init_method="env://", **kwargs)
     atexit.register(_destroy)  # a live gloo/NCCL group at interpreter exit can abort the process
     return True
+
+
+def _timed_out(e: BaseException) -> bool:
+    text = str(e).lower()
+    return "timed out" in text or "timeout" in text
+
+
+@contextmanager
+def collective(what: str):
+    """Around a collective: a timeout becomes :class:`CollectiveTimeout`, one line naming the
+    setting that bounds the wait (its value and where it came from)."""
+    try:
+        yield
+    except CollectiveTimeout:
+        raise
+    except RuntimeError as e:  # gloo: RuntimeError; NCCL: DistBackendError (a RuntimeError)
+        if not _timed_out(e):
+            raise
+        limit = _timeout["s"]
+        said = f"{limit / 60:.4g} min" if limit else "torch's default"
+        raise CollectiveTimeout(
+            f"{what}: a rank waited longer than the process group's timeout ({said}{', ' + _timeout['why'] if _timeout['why'] else ''}); "
+            f"another rank is stalled or far slower: raise {TIMEOUT_SETTING}") from None
 
 
 def _destroy() -> None:
@@ -123,7 +167,47 @@ def rank() -> int:
 
 def barrier() -> None:
     if world_size() > 1:
-        dist.barrier()
+        with collective("barrier"):
+            dist.barrier()
+
+
+@dataclass(frozen=True)
+class Shards:
+    """This rank's share of an evaluation (``esopt.evaluator.evaluate(shards=...)``): a
+    contiguous block of the problems, and the all-gather that puts the blocks back together."""
+
+    rank: int
+    world: int
+
+    def block(self, n: int) -> tuple[int, int]:
+        """``[lo, hi)`` of ``n`` problems for this rank: blocks in rank order, sizes differing by
+        at most one (the first ``n % world`` ranks take one more)."""
+        base, extra = divmod(int(n), self.world)
+        lo = self.rank * base + min(self.rank, extra)
+        return lo, lo + base + (1 if self.rank < extra else 0)
+
+    def gather(self, obj) -> list:
+        """Every rank's ``obj``, in rank order (all_gather_object)."""
+        out: list = [None] * self.world
+        with collective("gathering an evaluation's results"):
+            dist.all_gather_object(out, obj)
+        return out
+
+
+def shards() -> Shards | None:
+    """This process's share of evaluations when running as several ranks; None when alone."""
+    return Shards(rank(), world_size()) if world_size() > 1 else None
+
+
+def agree(flag: bool) -> bool:
+    """Rank 0's ``flag`` on every rank (a broadcast): e.g. whether to evaluate the base model,
+    or whether the trial was pruned; ``flag`` itself when alone."""
+    if world_size() == 1:
+        return bool(flag)
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64, device=_device())
+    with collective("agreeing on rank 0's decision"):
+        dist.broadcast(t, src=0)
+    return bool(t.item())
 
 
 def any_rank(flag: bool) -> bool:
@@ -160,8 +244,9 @@ def gather_members(mine, rewards_local, success_local, tokens_local: int, pop: i
         return table[:, 0], table[:, 1:], int(tokens_local)
     t = torch.from_numpy(table).to(_device())
     tok = torch.tensor([float(tokens_local)], dtype=torch.float64, device=_device())
-    dist.all_reduce(t)
-    dist.all_reduce(tok)
+    with collective("gathering the members' rewards"):
+        dist.all_reduce(t)
+        dist.all_reduce(tok)
     table = t.cpu().numpy()
     return table[:, 0], table[:, 1:], int(tok.item())
 
@@ -177,8 +262,9 @@ def check_same(c: int, where: str = "") -> int:
     if world_size() > 1:
         lo = torch.tensor([c], dtype=torch.int64, device=_device())
         hi = lo.clone()
-        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
-        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        with collective(f"comparing weights across ranks at {where}"):
+            dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+            dist.all_reduce(hi, op=dist.ReduceOp.MAX)
         if int(lo.item()) != int(hi.item()):
             raise RuntimeError(f"weights differ across ranks at {where}: checksums {int(lo)}..{int(hi)}")
     return c

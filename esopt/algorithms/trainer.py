@@ -246,7 +246,7 @@ def train(ctx, strategy) -> None:
         ctx.run.truncate_metrics(keep)
     # A kill between the checkpoint and the evaluation due at that iteration would lose that
     # curve point (and its Optuna report): evaluate it now, on the checkpoint's weights.
-    if lead and start > 0 and ctx.eval_due(start):
+    if start > 0 and ctx.eval_due(start):  # every rank: each evaluates its share (ctx.evaluate)
         ctx.evaluate(start)
 
     # progress bar per run (iteration, reward, ETA) on a terminal; silent in logs and on ranks > 0
@@ -266,7 +266,7 @@ def train(ctx, strategy) -> None:
         if saved and lead and ctx.run is not None:
             save_checkpoint(ctx, {"algo": strategy.name, "phase": ctx.phase, "iteration": it,
                                   "tokens_total": ctx.tokens_total, "config": asdict(es)}, strategy.state_dict())
-        if lead and ctx.eval_due(it):
+        if ctx.eval_due(it):  # every rank evaluates its share; rank 0 records
             ctx.evaluate(it)
         distributed.barrier()
         if distributed.any_rank(preempt.requested()):  # the job's time is nearly up: save here, requeue

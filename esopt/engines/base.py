@@ -100,7 +100,7 @@ class Engine(Protocol):
 
     def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
                  max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
-                 return_entropy: bool = False) -> Generation: ...
+                 return_entropy: bool = False, first_prompt: int = 0) -> Generation: ...
 
     def generate_population(self, prompts: Sequence[str], members: Sequence[tuple[int, float]], sigma: float, *,
                             rank: int | None, **gen_kwargs) -> list[Generation]:

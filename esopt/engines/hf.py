@@ -215,8 +215,10 @@ class HFEngine:
     @torch.inference_mode()
     def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
                  max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
-                 return_entropy: bool = False) -> Generation:
-        """n samples for each prompt; temperature 0 = greedy (all n identical). See module doc."""
+                 return_entropy: bool = False, first_prompt: int = 0) -> Generation:
+        """n samples for each prompt; temperature 0 = greedy (all n identical). See module doc.
+        ``first_prompt``: the index of ``prompts[0]`` in a larger request whose samples this call
+        reproduces (a rank's share of an evaluation): the sampling noise is keyed by that index."""
         check_generate_args(n, max_new_tokens, top_p)
         encoded = self._encode(prompts)
         eos_t = torch.tensor(self.eos_ids, device=self.device)
@@ -241,7 +243,8 @@ class HFEngine:
         try:
             for start in range(0, total, self.max_batch):
                 rows = list(range(start, min(start + self.max_batch, total)))
-                ids, lengths, ents = self._generate_rows([encoded[r // n] for r in rows], rows, gconf, eos_t,
+                ids, lengths, ents = self._generate_rows([encoded[r // n] for r in rows],
+                                                         [first_prompt * n + r for r in rows], gconf, eos_t,
                                                          stop_crit, seed, temperature, top_p, return_entropy)
                 ids_flat += ids
                 len_flat += lengths

@@ -516,15 +516,18 @@ class VLLMEngine:
 
     def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
                  max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
-                 return_entropy: bool = False, _lora=None, _seed_rows: int | None = None) -> Generation:
-        """``_lora``: one LoRARequest per prompt (generate_population); ``_seed_rows``: request
-        p is seeded as request ``p % _seed_rows`` (each member's prompts as in its own call)."""
+                 return_entropy: bool = False, first_prompt: int = 0, _lora=None,
+                 _seed_rows: int | None = None) -> Generation:
+        """``first_prompt``: the index of ``prompts[0]`` in a larger request whose samples this
+        call reproduces (request p is seeded as request ``first_prompt + p``); ``_lora``: one
+        LoRARequest per prompt (generate_population); ``_seed_rows``: request p is seeded as
+        request ``p % _seed_rows`` (each member's prompts as in its own call)."""
         from vllm.inputs import TokensPrompt
 
         check_generate_args(n, max_new_tokens, top_p)
         greedy = temperature <= 0
         encoded = self._encode(prompts)
-        params = [self._params(p % (_seed_rows or len(prompts) or 1), n=n, temperature=temperature, top_p=top_p,
+        params = [self._params(first_prompt + p % (_seed_rows or len(prompts) or 1), n=n, temperature=temperature, top_p=top_p,
                                max_new_tokens=max_new_tokens, seed=seed, stop=stop,
                                logprobs=self.entropy_topk if return_entropy else None)
                   for p in range(len(prompts))]

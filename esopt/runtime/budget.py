@@ -32,12 +32,22 @@ def estimate_tokens(plan) -> int:
     share, per-iteration sizes clamped to the train split as the run clamps them).
     ``problems`` null (the whole split) counts the split's rows.
     """
-    from esopt import algorithms, tasks
-    from esopt.evaluator import scored_by_likelihood
+    from esopt import algorithms
 
     budget = plan.task_spec.max_new_tokens
+    train_rows = _rows(plan.task_spec, "train", None) if plan.phases else None  # the run clamps to it
+    train = sum(algorithms.get(p.algo).estimate_tokens(p, budget, train_rows=train_rows) for p in plan.phases)
+    return int((1 + n_evaluations(plan)) * eval_tokens(plan) + train)
+
+
+def eval_tokens(plan) -> int:
+    """Upper bound on the generated tokens of one evaluation (:func:`estimate_tokens`' per
+    evaluation: the task, its out-of-domain set and its generated probes)."""
+    from esopt import tasks
+    from esopt.evaluator import scored_by_likelihood
+
     ev = plan.eval
-    per_eval = eval_rows(plan) * (ev.samples + (1 if ev.greedy else 0)) * (ev.max_new_tokens or budget)
+    per_eval = eval_rows(plan) * (ev.samples + (1 if ev.greedy else 0)) * (ev.max_new_tokens or plan.task_spec.max_new_tokens)
     if plan.ood_spec is not None:
         per_eval += (_rows(plan.ood_spec, ev.ood_split, ev.ood_problems) * ev.samples
                      * plan.ood_spec.max_new_tokens)
@@ -45,9 +55,41 @@ def estimate_tokens(plan) -> int:
         if scored_by_likelihood(tasks.task_class(spec.config["name"])):
             continue  # scored, nothing generated
         per_eval += _rows(spec, ev.probe_split, ev.probe_problems) * ev.probe_samples * spec.max_new_tokens
-    train_rows = _rows(plan.task_spec, "train", None) if plan.phases else None  # the run clamps to it
-    train = sum(algorithms.get(p.algo).estimate_tokens(p, budget, train_rows=train_rows) for p in plan.phases)
-    return int((1 + n_evaluations(plan)) * per_eval + train)
+    return int(per_eval)
+
+
+# --- the process group's timeout ---------------------------------------------------------------
+
+COLLECTIVE_MARGIN = 4.0        # x the token bound's time: the throughput estimate is rough
+COLLECTIVE_FLOOR_S = 1800.0    # never below 30 min (torch's default for gloo; NCCL's is 10 min)
+
+
+def collective_timeout(plan, params: int, cuda: bool) -> tuple[float, str]:
+    """Seconds a collective of the run's ranks may wait, and where the number comes from:
+    ``model.resources.collective_timeout_min`` when set, else the longest stretch one rank works
+    between two collectives at the run's token bound (one evaluation's tokens over the ranks, or
+    one iteration's training tokens over the ranks, whichever is larger) at the engine's
+    estimated throughput (GPU: :func:`gpu_tokens_per_s`; CPU: :func:`cpu_tokens_per_s`), times
+    ``COLLECTIVE_MARGIN``, at least ``COLLECTIVE_FLOOR_S``:
+
+        timeout = max(floor, margin * max(eval_tokens, iteration_tokens) / ranks / tokens_per_s)
+    """
+    from esopt import algorithms
+    from esopt.algorithms.distributed import TIMEOUT_SETTING
+
+    set_min = (plan.model.get("resources") or {}).get("collective_timeout_min")
+    if set_min is not None:
+        return float(set_min) * 60.0, f"{TIMEOUT_SETTING}={set_min}"
+    ranks = max(1, int(plan.layout.ranks))
+    budget = plan.task_spec.max_new_tokens
+    train_rows = _rows(plan.task_spec, "train", None) if plan.phases else None
+    per_iteration = max((algorithms.get(p.algo).estimate_tokens(p, budget, train_rows=train_rows) / max(1, p.iterations)
+                         for p in plan.phases), default=0)
+    longest = max(eval_tokens(plan), per_iteration) / ranks
+    rate = gpu_tokens_per_s(params)[0] if cuda else cpu_tokens_per_s(plan, params)[0]
+    seconds = max(COLLECTIVE_FLOOR_S, COLLECTIVE_MARGIN * longest / rate)
+    return seconds, (f"{TIMEOUT_SETTING}=null: {COLLECTIVE_MARGIN:g} x {longest:,.0f} bound tokens per rank "
+                     f"between collectives at ~{rate:,.0f} tokens/s, at least {COLLECTIVE_FLOOR_S / 60:.0f} min")
 
 
 def n_evaluations(rc) -> int:
@@ -90,7 +132,8 @@ GB = 1e9
 
 def run_disk(rc) -> tuple[int, int] | None:
     """``(model bytes, checkpoint bytes)`` of one run, from the model's parameter count
-    (``esopt.models.param_count``) and ``model.dtype``: ``model/`` holds the weights once (when
+    (``esopt.models.param_count``) and ``model.dtype`` (fp32 for an algorithm that trains master
+    weights, GRPO; ``model.save_dtype`` for ``model/``): ``model/`` holds the weights once (when
     the algorithm trains and ``sweep.save_model``); the resume checkpoint holds
     ``Algorithm.checkpoint_copies`` copies of them (ES 1, GRPO 3: with AdamW's moments), and
     while a new one is written the previous one stays (x2). None when the size is unknown.
@@ -102,10 +145,12 @@ def run_disk(rc) -> tuple[int, int] | None:
     params = models.param_count(rc.model)
     if params is None:
         return None
-    weights = params * DTYPE_BYTES.get(str(rc.model.get("dtype", "float32")), 4)
     algo = algorithms.get(rc.algo)
-    kept = weights if algo.trains and rc.sweep.save_model else 0
-    return kept, int(2 * weights * algo.checkpoint_copies)
+    loaded = DTYPE_BYTES.get(str(rc.model.get("dtype", "float32")), 4)
+    trained = 4 if algo.master_weights else loaded  # fp32 masters (GRPO), whatever model.dtype
+    saved = DTYPE_BYTES.get(str(rc.model.get("save_dtype") or ""), trained)
+    kept = params * saved if algo.trains and rc.sweep.save_model else 0
+    return kept, int(2 * params * trained * algo.checkpoint_copies)
 
 
 def sweep_disk(rcs: list, at_once: int = 1) -> dict | None:

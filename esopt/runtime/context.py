@@ -23,12 +23,14 @@ def samples_path(run_dir, iteration: int) -> Path:
 
 
 def evaluate_recorded(cfg: RunConfig, engine, task, ood, run: store.RunDir | None, iteration: int,
-                      probes: dict | None = None) -> dict:
+                      probes: dict | None = None, shards=None) -> dict:
     """``evaluate_config`` with the run's eval block (``probes``: its forgetting probes,
     ``esopt.runtime.run.load_probe_tasks``), its completions written to :func:`samples_path`
-    (``eval.save_samples`` problems in full; 0 or no run directory: none)."""
+    (``eval.save_samples`` problems in full; 0 or no run directory: none). ``shards``: this
+    rank's share when the run's ranks evaluate together (``esopt.algorithms.distributed.shards``;
+    the ranks > 0 pass no run directory: rank 0 records)."""
     records = [] if cfg.eval.save_samples and run is not None else None
-    result = evaluate_config(cfg.eval, engine, task, ood, completions=records, probes=probes)
+    result = evaluate_config(cfg.eval, engine, task, ood, completions=records, probes=probes, shards=shards)
     if records is not None:
         write_samples(samples_path(run.path, iteration), records, cfg.eval.save_samples, result,
                       iteration=int(iteration))
@@ -114,17 +116,34 @@ class RunContext:
         return (self.iteration_offset + int(iteration)) % self.cfg.eval.every == 0 or int(iteration) >= self.iterations
 
     def evaluate(self, iteration: int) -> dict:
-        """Shared held-out evaluation: log an eval line, report to Optuna, maybe prune."""
+        """Shared held-out evaluation: log an eval line, report to Optuna, maybe prune.
+
+        A run of several ranks calls it on every rank: each evaluates its share of the problems
+        (``esopt.algorithms.distributed.shards``) and gets the whole result; rank 0 alone logs
+        and reports, and its pruning decision is every rank's."""
+        from esopt.algorithms import distributed
+
         step = int(iteration) + self.iteration_offset
-        result = evaluate_recorded(self.cfg, self.engine, self.task, self.ood_task, self.run, step, self.probes)
+        shards = distributed.shards()
+        lead = shards is None or shards.rank == 0
+        result = evaluate_recorded(self.cfg, self.engine, self.task, self.ood_task, self.run if lead else None,
+                                   step, self.probes, shards=shards)
         self.shared.last_eval, self.shared.last_eval_iteration = result, step
+        if not lead:
+            if distributed.agree(False):
+                raise Pruned(f"pruned at iteration {step} (rank 0's trial)", None)
+            return result
         self.log(kind="eval", iteration=iteration, **eval_line(result))
         trial = self.shared.trial
+        prune = False
         if trial is not None:
             trial.report(result, step)
             # the run's last evaluation is never pruned: nothing is left to save
-            if step < self.cfg.iterations and trial.should_prune():
-                raise Pruned(prune_message(step, trial.reason), trial.reason)
+            prune = step < self.cfg.iterations and trial.should_prune()
+        if shards is not None:
+            distributed.agree(prune)
+        if prune:
+            raise Pruned(prune_message(step, trial.reason), trial.reason)
         return result
 
     def for_phase(self, algo: str, iterations: int, iteration_offset: int) -> "RunContext":

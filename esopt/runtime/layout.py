@@ -46,6 +46,10 @@ def layout(rc: RunConfig) -> Layout:
         raise ConfigError(f"model.resources.gpus must be >= 0, got {gpus}")
     if ranks_set is not None and (isinstance(ranks_set, bool) or not isinstance(ranks_set, int) or ranks_set < 1):
         raise ConfigError(f"model.resources.ranks must be null or an integer >= 1, got {ranks_set!r}")
+    limit = res.get("collective_timeout_min")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0):
+        raise ConfigError(f"model.resources.collective_timeout_min must be null or a number of minutes > 0, "
+                          f"got {limit!r}")
     engine = rc.engine or {}
     tp = int(engine.get("tensor_parallel_size") or 1)  # only engines that shard have the key
     per_rank = tp if gpus else 0

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from esopt import algorithms, engines, models, tasks
+from esopt.algorithms import distributed
 from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
@@ -255,15 +256,16 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
     the evaluation at the run's last iteration (made now if training did not make it)."""
     algo = algorithms.get(cfg.algo)
     model, tokenizer, engine, task = load_components(cfg)
+    join_ranks(cfg, model)
     summary["model"]["params"] = models.n_params(model)
     shared.trial = tuning.attach(cfg.tuning_settings, rid, cfg.trial_attrs(summary["model"]["params"]))
     ood = load_ood_task(cfg, tokenizer)
     probes = load_probe_tasks(cfg, tokenizer)
     ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
                      iterations=cfg.iterations, shared=shared, ood_task=ood, probes=probes)
-    if summary["base"] is None:
+    if distributed.agree(summary["base"] is None):  # the run's other ranks evaluate their share too
         rd.truncate_metrics(lambda line: line.get("phase") != "base")  # an earlier attempt's, unrecorded
-        summary["base"] = evaluate_recorded(cfg, engine, task, ood, rd, 0, probes)
+        summary["base"] = evaluate_recorded(cfg, engine, task, ood, rd, 0, probes, shards=distributed.shards())
         ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
         rd.write_summary(summary)
         for line in probe_floor_warnings(summary["base"]):  # the run goes on: its curve says little
@@ -323,12 +325,33 @@ def _record_end(rd: store.RunDir, summary: dict) -> bool:
         return False
 
 
+def join_ranks(plan: RunPlan, model) -> bool:
+    """Join the run's process group when it runs as several ranks (a multi-rank algorithm
+    launched by torchrun / Slurm tasks), before anything is evaluated, with the run's collective
+    timeout (``esopt.runtime.budget.collective_timeout``); False when alone."""
+    from esopt.runtime.budget import collective_timeout
+
+    if distributed.launched_world() < 2 or not algorithms.get(plan.algo).multi_rank:
+        return False
+    device = resolve_device(plan.engine_config.device)
+    seconds, why = collective_timeout(plan, models.n_params(model), cuda=device == "cuda")
+    return distributed.init(device, timeout_s=seconds, why=why)
+
+
 def run_worker(cfg: RunPlan) -> dict:
-    """Rank > 0 of a multi-process ES run: train alongside rank 0, which alone records."""
+    """Rank > 0 of a multi-process ES run: evaluate its share of every evaluation and train
+    alongside rank 0, which alone records."""
     model, tokenizer, engine, task = load_components(cfg)
+    join_ranks(cfg, model)
     rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, recorded_id(cfg, note=False))
-    algorithms.get(cfg.algo).train(RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
-                                              iterations=cfg.iterations))
+    ood, probes = load_ood_task(cfg, tokenizer), load_probe_tasks(cfg, tokenizer)
+    if distributed.agree(False):  # rank 0 evaluates the base model: this rank's share
+        evaluate_recorded(cfg, engine, task, ood, None, 0, probes, shards=distributed.shards())
+    try:
+        algorithms.get(cfg.algo).train(RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
+                                                  iterations=cfg.iterations, ood_task=ood, probes=probes))
+    except Pruned:  # rank 0 records it
+        return {"status": "pruned"}
     return {"status": "worker"}
 
 

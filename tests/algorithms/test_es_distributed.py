@@ -1,5 +1,8 @@
 """esopt.distributed: 2 CPU ranks (gloo, launched with torchrun) end with the 1-rank weights
-(plain members for two iterations, then antithetic pairs for two)."""
+(plain members for two iterations, then antithetic pairs for two), evaluate their shares of the
+problems into the 1-rank result bit for bit, and a rank stalled past the process group's timeout
+fails the other's collective with one line naming the setting. One launch serves all three: the
+subject is the processes themselves, and each start costs seconds."""
 
 import os
 import subprocess
@@ -11,19 +14,28 @@ import torch
 
 from esopt import noise
 from esopt.algorithms import distributed, es
+from esopt.evaluator import evaluate
 
 TESTS = Path(__file__).resolve().parent.parent  # helpers.py
 
-WORKER = textwrap.dedent("""
-    import os, sys, json, torch
+TIMEOUT = 12  # seconds: the group's timeout (an ES step of tiny_model takes well under one)
+WORKER = "TIMEOUT = %d\n" % TIMEOUT + textwrap.dedent("""
+    import os, sys, json, time, torch
+    from pathlib import Path
     torch.set_num_threads(1)
     sys.path.insert(0, {tests!r})
     from helpers import SevensTask, tiny_model
     from esopt import noise
     from esopt.algorithms import distributed, es
     from esopt.engines.hf import HFEngine
+    from esopt.evaluator import evaluate
     from esopt.models.tiny import char_tokenizer
-    assert distributed.init() and distributed.world_size() == 2
+    rank = int(os.environ["RANK"])
+    Path({out!r} + f".ready{{rank}}").touch()  # both ranks up before the group's short timeout runs
+    while not all(Path({out!r} + f".ready{{r}}").exists() for r in (0, 1)):
+        time.sleep(0.05)
+    assert distributed.init(timeout_s=TIMEOUT, why="model.resources.collective_timeout_min=0.2")
+    assert distributed.world_size() == 2
     engine = HFEngine(tiny_model(0), char_tokenizer(), device="cpu")
     task = SevensTask({{}})
     rows = list(task.split("train"))
@@ -31,6 +43,10 @@ WORKER = textwrap.dedent("""
     anti = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=6, seed=3, antithetic=True)
     log = [es.es_step(engine, task, rows, plain if it < 3 else anti, it) for it in (1, 2, 3, 4)]
     distributed.check_same_weights(list(engine.named_parameters()), where="end")
+    records = []  # before rank 1 drifts below
+    ev = evaluate(engine, task, split="train", problems=7, samples=4, temperature=0.8, seed=5,
+                  completions=records, shards=distributed.shards())
+    ev.pop("wall_s")
     if distributed.rank() == 1:  # a drifted rank must be caught by the checksum
         with torch.no_grad():
             p = next(engine.model.parameters()); p.view(torch.int32).view(-1)[0] += 1
@@ -39,13 +55,21 @@ WORKER = textwrap.dedent("""
         caught = False
     except RuntimeError as e:
         caught = "differ across ranks" in str(e)
+    stalled = None
+    if distributed.rank() == 1:
+        time.sleep(TIMEOUT + 4)  # stalled past the timeout: rank 0's next collective must end
+    else:
+        try:
+            distributed.barrier()
+        except distributed.CollectiveTimeout as e:
+            stalled = str(e)
     if distributed.rank() == 0:
         torch.save(dict(engine.model.named_parameters()), {out!r})
         json.dump({{"rewards": [x["rewards"] for x in log], "tokens": [x["tokens_generated"] for x in log],
-                   "caught": caught}}, open({out!r} + ".json", "w"))
+                   "caught": caught, "eval": ev, "records": records, "stalled": stalled}},
+                  open({out!r} + ".json", "w"), default=str)
     else:
         assert caught
-    distributed.shutdown()
     sys.stdout.flush()
     os._exit(0)  # gloo's teardown at interpreter exit aborted a rank once under load (SIGABRT, a joinable
                  # std::thread) after everything above had run and been written: skip the teardown
@@ -82,6 +106,14 @@ def test_two_ranks_equal_one_rank(tmp_path):
     assert all(torch.equal(one[k], two[k]) for k in one)
     assert noise.checksum(one.items()) == noise.checksum(two.items())
     got = json.load(open(out + ".json"))
+    records = []
+    ev = evaluate(engine, task, split="train", problems=7, samples=4, temperature=0.8, seed=5, completions=records)
+    ev.pop("wall_s")
+    assert got["eval"] == json.loads(json.dumps(ev, default=str))  # Pass@K, entropy, CIs: to the bit
+    assert got["records"] == json.loads(json.dumps(records, default=str))  # the same completions
+    assert 0 < ev["entropy"] and ev["n_problems"] == 7
+    assert got["stalled"].count("\n") == 0 and "model.resources.collective_timeout_min" in got["stalled"]
+    assert "0.2 min" in got["stalled"] and "waited longer than the process group's timeout" in got["stalled"]
     assert got["rewards"] == [x["rewards"] for x in log]
     assert got["tokens"] == [x["tokens_generated"] for x in log]
     assert got["caught"]

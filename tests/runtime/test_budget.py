@@ -73,8 +73,8 @@ def test_the_dry_run_states_tokens_and_disk(tmp_path, monkeypatch, capsys):
         GlobalHydra.instance().clear()
     out, err = capsys.readouterr()
     assert "max generated tokens (upper bound):" in out
-    assert ("per run up to 0.988 GB of trained weights (model/) and 5.93 GB of resume checkpoint while it runs; "
-            "1 run(s) need about 6.92 GB at the peak") in out
+    assert ("per run up to 1.98 GB of trained weights (model/) and 11.9 GB of resume checkpoint while it runs; "
+            "1 run(s) need about 13.8 GB at the peak") in out  # bf16-loaded, trained (and kept) as fp32 masters
     assert err.count("esopt: warning: this run may take about") == 1
 
 
@@ -101,3 +101,34 @@ def test_a_sweep_states_its_disk_and_warns_once_for_its_longest_cpu_run(tmp_path
     warnings = [x for x in err.splitlines() if x.startswith("esopt: warning: this run may take")]
     assert len(warnings) == 1 and warnings[0].endswith(f"(2 of 2 runs over an hour; the longest, run {run_id(big)})")
     assert "1544M parameters" in warnings[0]
+
+
+def test_grpo_disk_counts_its_fp32_masters(tmp_path):
+    root = f"sweep.root={tmp_path}"
+    bf16 = run_config("model=tiny-2xl", "algo=grpo", "model.dtype=bfloat16", root, check_data=False)
+    assert budget.run_disk(bf16) == (4 * TINY_2XL, 6 * 4 * TINY_2XL)  # masters + AdamW's moments, fp32
+    served = run_config("model=tiny-2xl", "algo=grpo", "model.dtype=bfloat16", "model.save_dtype=bfloat16", root,
+                        check_data=False)
+    assert budget.run_disk(served) == (2 * TINY_2XL, 6 * 4 * TINY_2XL)
+    es = run_config("model=tiny-2xl", "algo=es", "model.dtype=bfloat16", root, check_data=False)
+    assert budget.run_disk(es) == (2 * TINY_2XL, 2 * 2 * TINY_2XL)  # ES updates bf16 in place
+
+
+def test_the_ranks_collective_timeout_follows_the_token_bound(tmp_path):
+    """timeout = max(30 min, 4 x the longest stretch of one rank's tokens / the throughput)."""
+    root = f"sweep.root={tmp_path}"
+    study = run_config("model=qwen7b", "algo=es", "eval.problems=1319", "eval.samples=32", "eval.max_new_tokens=2048",
+                       "model.resources.gpus=4", root, *GSM8K, check_data=False)
+    params = 7_615_616_512
+    seconds, why = budget.collective_timeout(study, params, cuda=True)
+    longest = 1319 * 33 * 2048 / 4  # one evaluation (32 samples + greedy) over 4 ranks outlasts an ES iteration
+    assert seconds == pytest.approx(4 * longest / budget.gpu_tokens_per_s(params)[0])
+    assert seconds > 24 * 3600  # NCCL's 10-minute default would have ended it
+    assert "model.resources.collective_timeout_min=null" in why and "\n" not in why
+    tiny = run_config("model=tiny-s", "algo=es", "model.resources.ranks=2", root, check_data=False)
+    assert budget.collective_timeout(tiny, 105_216, cuda=False)[0] == budget.COLLECTIVE_FLOOR_S
+    set_ = run_config("model=tiny-s", "algo=es", "model.resources.ranks=2", "model.resources.collective_timeout_min=90",
+                      root, check_data=False)
+    assert budget.collective_timeout(set_, 105_216, cuda=False) == (5400.0, "model.resources.collective_timeout_min=90")
+    with pytest.raises(Exception, match="collective_timeout_min must be null or a number of minutes > 0"):
+        run_config("model=tiny-s", "algo=es", "model.resources.collective_timeout_min=0", root, check_data=False)
