@@ -1,31 +1,81 @@
-"""Countdown's procedural generator: random solvable problems, their identity (``key``) and
-the half of the problem space each belongs to (``pool_of``: RL splits or pretraining)."""
+"""Countdown's procedural generator: random solvable problems, their identity (``key``), the
+half of the problem space each belongs to (``pool_of``: RL splits or pretraining) and every
+solution of a problem (``solutions``: the tiny family's pretraining targets). Both the random
+problems and the solutions are built from one rule for an intermediate value (``apply``)."""
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import random
 from collections.abc import Iterable, Sequence
 
 from esopt.tasks import distinct_problems
-from esopt.tasks.countdown_verifier import parse_target
+from esopt.tasks.countdown_verifier import parse_target, solution_text
 
 TREE_TRIES = 20          # random expression trees tried over one draw of numbers
+OPERATIONS = (ast.Add, ast.Mult, ast.Sub, ast.Div)  # in the order the generator draws from
+
+
+def apply(op: type, x: int, y: int) -> int | None:
+    """``x op y`` when it is again a positive integer (Countdown's rule for every intermediate
+    value of a problem's solution), else None: ``x + y``, ``x * y``, ``x - y`` when x > y,
+    ``x / y`` when y divides x and x >= y."""
+    if op is ast.Add:
+        return x + y
+    if op is ast.Mult:
+        return x * y
+    if op is ast.Sub:
+        return x - y if x > y else None
+    return x // y if y and x >= y and x % y == 0 else None
+
 
 def _combine(a: tuple[int, ast.expr], b: tuple[int, ast.expr], rng: random.Random):
-    """One random allowed operation on two (value, tree) items keeping the value a positive
-    integer: a+b, a*b, larger-smaller (if different), larger/smaller (if exact)."""
+    """One random allowed operation (:func:`apply`) on two (value, tree) items, the larger
+    first: a+b, a*b, larger-smaller (if different), larger/smaller (if exact)."""
     (x, ex), (y, ey) = a, b
     if x < y:
         (x, ex), (y, ey) = (y, ey), (x, ex)
-    options = [(x + y, ast.Add()), (x * y, ast.Mult())]
-    if x != y:
-        options.append((x - y, ast.Sub()))
-    if y and x % y == 0:
-        options.append((x // y, ast.Div()))
+    options = [(v, op) for op in OPERATIONS if (v := apply(op, x, y)) is not None]
     value, op = rng.choice(options)
-    return value, ast.BinOp(left=ex, op=op, right=ey)
+    return value, ast.BinOp(left=ex, op=op(), right=ey)
+
+
+def expressions(numbers: Sequence[int]) -> list[tuple[int, int | tuple]]:
+    """Every expression over the ordered ``numbers`` (all bracketings and operations) whose
+    intermediate values are all allowed (:func:`apply`), as (value, node): a node is a number
+    or ``(operation, left node, right node)``; :func:`tree` makes one an ``ast`` (only the
+    solutions need one: an ``ast`` node for every expression made this several times slower)."""
+    if len(numbers) == 1:
+        return [(numbers[0], numbers[0])]
+    out = []
+    for cut in range(1, len(numbers)):
+        for x, ex in expressions(numbers[:cut]):
+            for y, ey in expressions(numbers[cut:]):
+                for op in OPERATIONS:
+                    v = apply(op, x, y)
+                    if v is not None:
+                        out.append((v, (op, ex, ey)))
+    return out
+
+
+def tree(node: int | tuple) -> ast.expr:
+    """The ``ast`` of an :func:`expressions` node."""
+    if isinstance(node, int):
+        return ast.Constant(node)
+    op, left, right = node
+    return ast.BinOp(left=tree(left), op=op(), right=tree(right))
+
+
+def solutions(numbers: Iterable[int], target: int) -> list[str]:
+    """All distinct solutions of a problem, sorted: expressions using each of ``numbers`` once,
+    in any order and bracketing, with allowed intermediate values, equal to ``target``, each
+    written with the fewest parentheses (``countdown_verifier.solution_text``)."""
+    found = set()
+    for perm in set(itertools.permutations(int(n) for n in numbers)):
+        found.update(solution_text(tree(node)) for v, node in expressions(perm) if v == target)
+    return sorted(found)
 
 
 def random_problem(

@@ -138,16 +138,26 @@ def canonical(expr: str) -> str | None:
 _PRECEDENCE = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2}
 
 
-def _unparse(tree: ast.expr, context: int = 0) -> str:
+def _unparse(tree: ast.expr, context: int = 0, associative: bool = False) -> str:
     """``ast.unparse(tree)`` without spaces, for allowed trees: operators are left-associative,
     so an operand is parenthesised when its operator binds less tightly than the context asks
-    (the left operand: the parent's precedence; the right one: one more)."""
+    (the left operand: the parent's precedence; the right one: one more, or, ``associative``,
+    the parent's under + and *, which are associative: ``2+(3-1)`` -> ``2+3-1``)."""
     if type(tree) is ast.Constant:
         return str(tree.value)
     op = type(tree.op)  # type: ignore[attr-defined]
     p = _PRECEDENCE[op]
-    text = _unparse(tree.left, p) + _OPS[op] + _unparse(tree.right, p + 1)  # type: ignore[attr-defined]
+    right = p if associative and op in (ast.Add, ast.Mult) else p + 1
+    text = (_unparse(tree.left, p, associative) + _OPS[op]  # type: ignore[attr-defined]
+            + _unparse(tree.right, right, associative))  # type: ignore[attr-defined]
     return f"({text})" if context > p else text
+
+
+def solution_text(tree: ast.expr) -> str:
+    """An allowed tree written with the fewest parentheses its value needs (``_unparse`` with +
+    and * associative: ``2*(6/3)`` -> ``2*6/3``, the same exact value): how the tiny family's
+    pretraining writes a Countdown solution (``countdown_generator.solutions``)."""
+    return _unparse(tree, associative=True)
 
 
 MAX_TARGET_TEXT = 40  # longest target string parsed

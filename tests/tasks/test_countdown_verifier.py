@@ -212,3 +212,21 @@ def test_fast_printer_and_integer_arithmetic_match_the_ast_references():
         seen["divzero"] += want is None
         seen["fraction"] += want is not None and want.denominator > 1
     assert min(seen.values()) > 100  # every branch was exercised
+
+
+def test_every_solution_of_a_problem_is_listed_once_and_checks():
+    """``solutions`` (the tiny family's pretraining targets) and the generator share one rule
+    for an intermediate value (``countdown_generator.apply``): every listed solution passes the
+    verifier, each is written once with the fewest parentheses, and the generator's own
+    solution of each problem is among them."""
+    from esopt.tasks.countdown_generator import generate, solutions
+    from esopt.tasks.countdown_verifier import solution_text
+
+    # by hand: 24 from 2, 3, 4 is their product only, in its 6 orders ((4-2)*3 = 6, (2+4)*3 = 18)
+    assert solutions([2, 3, 4], 24) == ["2*3*4", "2*4*3", "3*2*4", "3*4*2", "4*2*3", "4*3*2"]
+    assert solutions([6, 3], 2) == ["6/3"] and solutions([3, 6], 1) == [] and solutions([3, 3], 1) == ["3/3"]
+    for p in generate(40, count=[3, 4], seed=11):
+        listed = solutions(p["numbers"], p["target"])
+        assert len(set(listed)) == len(listed) and listed == sorted(listed)
+        assert all(check_expression(s, p["numbers"], p["target"]) for s in listed)
+        assert solution_text(parse_expression(p["solution"])) in listed
