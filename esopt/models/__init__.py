@@ -67,7 +67,7 @@ def _source(name: str, path: str | None) -> str:
         d = TINY_DIR / name
         if not (d / "config.json").is_file():
             raise ConfigError(
-                f"tiny model weights missing in {d}; build them with `python -m esopt.models.pretrain`"
+                f"tiny model weights missing in {d}; build them with `python -m esopt.cli.pretrain`"
             )
         return str(d)
     if name in SOURCES:

@@ -1,12 +1,14 @@
-"""Seeded supervised pretraining of the tiny family (``python -m esopt.cli.pretrain``).
+"""Seeded supervised pretraining of the tiny family: its data, recipe, stopping rule and
+shipping (the command is ``python -m esopt.cli.pretrain``, which also evaluates what it ships).
 
 Data. Countdown problems from the generator's ``pretrain`` pool (``countdown.pool_of``: half
 of the problem space, chosen by a hash of the problem key), so no pretraining problem is ever
 an RL train / test / held-out problem, whatever the task knobs. Numbers 1..12, targets <= 100,
 3 and 4 numbers (``COUNTDOWN``); the completion of each example is drawn uniformly from *all*
-valid solution expressions of its problem (every operand order and bracketing), so that
-sampling has a spread. The first ``VALIDATION`` problems of each count are the validation
-split; the rest are trained on. Plus the synthetic tasks (addition, compare, reverse; their
+valid solution expressions of its problem (every operand order and bracketing:
+``esopt.tasks.countdown_generator.solutions``, the generator's own rule), so that sampling has
+a spread. The first ``VALIDATION`` problems of each count are the validation split; the rest
+are trained on. Plus the synthetic tasks (addition, compare, reverse; their
 ``train`` splits), which RL never trains on and forgetting is measured on (``MIX``).
 
 Recipe (``RECIPES`` per size, ``COMMON`` for all): next-token cross-entropy on completion
@@ -28,7 +30,6 @@ stopping reason and the evaluator's numbers on the RL test split.
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import time
@@ -36,9 +37,9 @@ from pathlib import Path
 
 import torch
 
-from esopt.cli.common import Parser
-from esopt.core.store import atomic_path
-from esopt.models.tiny import ARCH, EOS_ID, TINY, TINY_DIR, char_tokenizer, tiny_config
+from esopt.core.files import atomic_path
+from esopt.models.tiny import EOS_ID, TINY_DIR, char_tokenizer, tiny_config
+from esopt.tasks.countdown_generator import solutions
 
 # batch: sequences per step; lr: peak AdamW learning rate (smaller for wider models).
 RECIPES: dict[str, dict] = {
@@ -51,59 +52,6 @@ RECIPES: dict[str, dict] = {
 }
 COMMON = {"warmup_steps": 100, "weight_decay": 0.01, "betas": (0.9, 0.98), "grad_clip": 1.0}
 STOP = {"eval_every": 250, "patience": 4, "min_rel_improvement": 0.005, "max_steps": 8000}
-
-# ---------------------------------------------------------------- countdown solutions
-
-_PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
-
-
-def _combine(op: str, a: tuple, b: tuple) -> tuple | None:
-    """``a op b`` for (value, text, precedence) items, minimal brackets; None unless the value
-    is a positive integer (the task generator's rule for every intermediate value)."""
-    va, ta, pa = a
-    vb, tb, pb = b
-    if op == "+":
-        v = va + vb
-    elif op == "-":
-        v = va - vb
-    elif op == "*":
-        v = va * vb
-    else:
-        if va % vb:
-            return None
-        v = va // vb
-    if v < 1:
-        return None
-    p = _PREC[op]
-    left = f"({ta})" if pa < p else ta
-    right = f"({tb})" if pb < p or (pb == p and op in "-/") else tb
-    return v, f"{left}{op}{right}", p
-
-
-def _all_exprs(nums: tuple[int, ...]) -> list[tuple]:
-    """Every expression over the ordered ``nums`` (all bracketings and operators) whose
-    intermediate values are all positive integers, as (value, text, precedence)."""
-    if len(nums) == 1:
-        return [(nums[0], str(nums[0]), 3)]
-    out = []
-    for cut in range(1, len(nums)):
-        for left in _all_exprs(nums[:cut]):
-            for right in _all_exprs(nums[cut:]):
-                for op in "+-*/":
-                    e = _combine(op, left, right)
-                    if e is not None:
-                        out.append(e)
-    return out
-
-
-def solutions(numbers, target) -> list[str]:
-    """All distinct expressions using each of ``numbers`` once, in any order and bracketing,
-    with positive-integer intermediate values, equal to ``target`` (sorted)."""
-    found = set()
-    for perm in set(itertools.permutations(int(n) for n in numbers)):
-        found.update(text for v, text, _ in _all_exprs(perm) if v == target)
-    return sorted(found)
-
 
 # ---------------------------------------------------------------- training data
 
@@ -390,73 +338,14 @@ def train(name: str, train_data, val_data, seed: int = 0, ckpt_dir: Path | None 
 # ---------------------------------------------------------------- shipping
 
 
+CARD = "pretrain_card.json"  # the recipe, the curve and (after the evaluation) the shipped numbers
+
+
 def save(model, tok, name: str, card: dict, out_dir: Path = TINY_DIR) -> Path:
-    """Write ``out_dir/name/`` (config, safetensors, tokenizer, generation config, card)."""
-    d = Path(out_dir) / name
-    d.mkdir(parents=True, exist_ok=True)
+    """Write ``out_dir/name/`` whole or not at all (``esopt.models.save``): config,
+    safetensors, tokenizer, generation config and the card."""
+    from esopt import models
+
     gc = model.generation_config
     gc.pad_token_id, gc.eos_token_id, gc.bos_token_id = 0, EOS_ID, 2
-    model.save_pretrained(d, safe_serialization=True)
-    tok.save_pretrained(d)
-    (d / "pretrain_card.json").write_text(json.dumps(card, indent=2) + "\n")
-    return d
-
-
-def evaluate_shipped(name: str, problems: int = 200, path=None, task_cfg: dict | None = None) -> dict:
-    """The shared evaluator at its defaults on the Countdown test split (the task's defaults
-    unless ``task_cfg``) and greedy accuracy on the synthetic tasks' test splits."""
-    import esopt.models as models
-    import esopt.tasks as tasks
-    from esopt import engines
-    from esopt.evaluator import evaluate
-
-    model, tok = models.load(name, path=path)
-    engine = engines.get({"name": "hf", "device": "cpu", "max_batch": 800}, model, tok)
-    r = evaluate(engine, tasks.get(task_cfg or {"name": "countdown"}, style="compact"),
-                 problems=problems)
-    out = {"countdown_test": {k: r[k] for k in ("n_problems", "samples", "temperature", "pass@k",
-                                                "pass@k_ci", "maj@k", "greedy", "entropy", "format",
-                                                "wall_s")}}
-    for t in ("addition", "compare", "reverse"):
-        rt = evaluate(engine, tasks.get({"name": t}, style="compact"), problems=problems,
-                      samples=1, entropy=False)
-        out[f"{t}_test_greedy"] = rt["greedy"]
-    return out
-
-
-def main(argv=None):
-    ap = Parser(prog="python -m esopt.cli.pretrain",
-                description="Seeded pretraining of the tiny family.")
-    ap.add_argument("--sizes", nargs="+", default=list(TINY), choices=list(TINY))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=TINY_DIR)
-    ap.add_argument("--ckpt-dir", type=Path, default=None, help="state for --resume")
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--max-steps", type=int, default=None, help="override STOP['max_steps']")
-    ap.add_argument("--eval-problems", type=int, default=200, help="0 = skip the evaluation")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (1 = the shipped weights' setting; bitwise reproducible)")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    t = time.time()
-    train_data, val_data = training_data()
-    print(f"data: { {k: len(v) for k, v in train_data.items()} } validation "
-          f"{ {k: len(v) for k, v in val_data.items()} } in {time.time() - t:.1f}s", flush=True)
-    for name in args.sizes:
-        model, tok, info = train(name, train_data, val_data, seed=args.seed,
-                                 ckpt_dir=args.ckpt_dir, resume=args.resume,
-                                 log=lambda s: print(s, flush=True), max_steps=args.max_steps)
-        card = {"name": name, "seed": args.seed, "torch_threads": args.threads,
-                "arch": dict(zip(("hidden", "layers", "heads", "kv_heads", "intermediate"),
-                                 ARCH[name])),
-                "params": sum(p.numel() for p in model.parameters()), **info}
-        d = save(model, tok, name, card, args.out)
-        if args.eval_problems:
-            card["eval"] = evaluate_shipped(name, problems=args.eval_problems, path=str(d))
-            (d / "pretrain_card.json").write_text(json.dumps(card, indent=2) + "\n")
-        print(name, "shipped step", info["shipped_step"], info["stop_reason"],
-              json.dumps(card.get("eval", {}).get("countdown_test", {}).get("pass@k")), flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    return models.save(model, tok, Path(out_dir) / name, extra={CARD: json.dumps(card, indent=2) + "\n"})

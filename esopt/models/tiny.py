@@ -2,7 +2,7 @@
 
 Every member is a real ``Qwen2ForCausalLM`` (tied embeddings, 128 positions) over a
 character-level ``PreTrainedTokenizerFast`` whose vocabulary is four specials plus the 95
-printable ASCII characters. Weights are written by ``python -m esopt.models.pretrain`` into
+printable ASCII characters. Weights are written by ``python -m esopt.cli.pretrain`` into
 ``esopt/models/tiny/<name>/`` and shipped with the package.
 """
 

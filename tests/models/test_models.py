@@ -117,7 +117,7 @@ def test_left_padding_does_not_change_greedy_output(tiny_models):
 def test_pretraining_problems_are_disjoint_from_every_rl_split():
     """The tiny family is pretrained on the generator's "pretrain" pool only (a hash of the
     problem key); the RL splits come from the other half, whatever the split sizes or seed."""
-    from esopt.cli.pretrain import COUNTDOWN, countdown_problems
+    from esopt.models.pretrain import COUNTDOWN, countdown_problems
     from esopt.tasks import countdown, get
 
     pre = {countdown.key(p["numbers"], p["target"]) for c in COUNTDOWN["problems"] for p in countdown_problems(c)}

@@ -94,7 +94,7 @@ class _Boom:
 
 
 def test_pretrain_resume_round_trips_and_never_unpickles_code(tmp_path):
-    from esopt.cli.pretrain import _resume, _save_state
+    from esopt.models.pretrain import _resume, _save_state
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
