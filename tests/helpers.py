@@ -621,6 +621,26 @@ class Killed(BaseException):
     """A process death, raised inside a run (BaseException: nothing in the run catches it)."""
 
 
+def strategy_context(path, algo: str, iterations: int = 4, **blocks):
+    """A run context for a population strategy on tiny-xs and the Sevens task (pop 4, 4
+    prompts, a checkpoint every 2 iterations, no evaluation before the end), in ``path/run``:
+    the strategies' resume tests. ``blocks``: config blocks beside ``es:``."""
+    from esopt.core.config import EvalConfig, RunConfig, SweepConfig
+    from esopt.engines.hf import HFEngine
+    from esopt.models.tiny import char_tokenizer
+    from esopt.runtime.context import RunContext
+
+    cfg = RunConfig(model={"name": "tiny-xs", "hparams": {"es_sigma": 0.05, "es_lr": 0.05}}, task={"name": "sevens"},
+                    algo=algo, engine={"name": "hf"}, pop=4, sigma=None, lr=None, seed=0,
+                    iterations=iterations, eval=EvalConfig(problems=1, samples=1, every=100), sweep=SweepConfig(),
+                    es={"batch_size": 4, "checkpoint_every": 2}, **blocks)
+    model, tok = tiny_model(), char_tokenizer()
+    rd = RunDir(Path(path) / "run")
+    rd.create(cfg.to_dict())
+    return RunContext(cfg, model, tok, HFEngine(model, tok, device="cpu"), SevensTask({}), rd,
+                      phase=algo, iterations=iterations)
+
+
 def kill_while_recording(ctx, train, iteration: int) -> None:
     """Run ``train(ctx)`` and die while the train line of ``iteration`` is being recorded (after
     the checkpoint of the iteration before it): the resume tests' crash."""

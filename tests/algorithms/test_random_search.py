@@ -6,16 +6,13 @@ import json
 
 import numpy as np
 import torch
-from helpers import SevensTask, kill_while_recording, run_config, tiny_model
+from helpers import SevensTask, kill_while_recording, run_config, strategy_context, tiny_model
 
 from esopt import algorithms, noise
 from esopt.algorithms import random_search, trainer
 from esopt.algorithms.es import ES, ESRun
-from esopt.core.config import EvalConfig, RunConfig, SweepConfig
-from esopt.core.store import RunDir
 from esopt.engines.hf import HFEngine
 from esopt.models.tiny import char_tokenizer
-from esopt.runtime.context import RunContext
 
 
 def test_the_entry_reads_es_block_pop_sigma_not_lr():
@@ -47,15 +44,7 @@ def test_a_step_moves_to_the_best_members_point_bitwise():
 
 
 def _ctx(path, iterations):
-    cfg = RunConfig(model={"name": "tiny-xs", "hparams": {"es_sigma": 0.05, "es_lr": 0.05}}, task={"name": "sevens"},
-                    algo="random_search", engine={"name": "hf"}, pop=4, sigma=None, lr=None, seed=0,
-                    iterations=iterations, eval=EvalConfig(problems=1, samples=1, every=100), sweep=SweepConfig(),
-                    es={"batch_size": 4, "checkpoint_every": 2})
-    model, tok = tiny_model(), char_tokenizer()
-    rd = RunDir(path / "run")
-    rd.create(cfg.to_dict())
-    return RunContext(cfg, model, tok, HFEngine(model, tok, device="cpu"), SevensTask({}), rd,
-                      phase="random_search", iterations=iterations)
+    return strategy_context(path, "random_search", iterations)
 
 
 def test_resume_from_its_checkpoint_is_bitwise_equal_to_uninterrupted(tmp_path):

@@ -17,17 +17,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pytest
 import torch
-from helpers import SevensTask, kill_while_recording, run_config, tiny_model
+from helpers import kill_while_recording, run_config, strategy_context
 
 from esopt import algorithms
 from esopt.algorithms.es import ES, ESRun, normalize_rewards
 from esopt.core import store
-from esopt.core.config import EvalConfig, RunConfig, SweepConfig, block
+from esopt.core.config import block
 from esopt.core.errors import ConfigError
-from esopt.core.store import RunDir
-from esopt.engines.hf import HFEngine
-from esopt.models.tiny import char_tokenizer
-from esopt.runtime.context import RunContext
 
 torch.set_num_threads(1)
 
@@ -111,16 +107,8 @@ def test_its_config_and_checks_are_its_own_and_es(registered):
         run_config(*over, "es.batched=true", "es.full_rank=true", "engine=vllm", check_data=False)
 
 
-def _ctx(path, iterations=4):
-    cfg = RunConfig(model={"name": "tiny-xs", "hparams": {"es_sigma": 0.05, "es_lr": 0.05}}, task={"name": "sevens"},
-                    algo="es_momentum", engine={"name": "hf"}, pop=4, sigma=None, lr=None, seed=0,
-                    iterations=iterations, eval=EvalConfig(problems=1, samples=1, every=100), sweep=SweepConfig(),
-                    es={"batch_size": 4, "checkpoint_every": 2}, momentum={"beta": 0.5})
-    model, tok = tiny_model(), char_tokenizer()
-    rd = RunDir(path / "run")
-    rd.create(cfg.to_dict())
-    return RunContext(cfg, model, tok, HFEngine(model, tok, device="cpu"), SevensTask({}), rd,
-                      phase="es_momentum", iterations=iterations)
+def _ctx(path):
+    return strategy_context(path, "es_momentum", momentum={"beta": 0.5})
 
 
 class Forgetful(MomentumES):
