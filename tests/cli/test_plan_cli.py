@@ -2,6 +2,7 @@
 command is told it cannot decide the trend (also in the sweep's dry run); bad input is one line
 and exit 2; a pilot's components come with their bounds."""
 
+import json
 import pytest
 from helpers import cli, run_cli, write_planted_sweep
 
@@ -102,18 +103,30 @@ def test_bad_input_is_one_line_and_exit_2(args, words, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("esopt: error: ") and words in lines[0], r.stderr
 
 
-@pytest.mark.parametrize("make", ["missing", "empty", "unfinished"])
+@pytest.mark.parametrize("make", ["missing", "empty", "unfinished", "unsolved", "unsolved-literal"])
 def test_pilot_without_finished_runs_is_refused(make, tmp_path):
+    """A pilot with nothing to estimate from is one line. "unsolved": every problem unsolved by its
+    base model (unsolvable = 1) ended in a ZeroDivisionError in simulate.py, and --print-components
+    printed Components(unsolvable=1.0)."""
     pilot = tmp_path / "pilot"
     if make != "missing":
         (pilot / "runs").mkdir(parents=True)
-    if make == "unfinished":
+    if make != "missing" and make != "empty":
         write_planted_sweep(pilot, seeds=(0,), problems=20)
-        for s in (pilot / "runs").glob("*/summary.json"):
+    for s in (pilot / "runs").glob("*/summary.json"):
+        if make == "unfinished":
             s.write_text(s.read_text().replace('"status": "completed"', '"status": "failed"'))
-    r = cli("esopt.plan", "-m", "model=tiny-s", f"sweep.root={tmp_path / 'r'}", "--pilot", str(pilot))
+        else:
+            d = json.loads(s.read_text())
+            for ev in (d.get("base"), d.get("final")):
+                ev["correct_counts"] = [0] * len(ev["correct_counts"])
+            s.write_text(json.dumps(d))
+    literal = ("--print-components",) if make.endswith("literal") else ("-m", "model=tiny-s", f"sweep.root={tmp_path / 'r'}")
+    r = cli("esopt.plan", *literal, "--pilot", str(pilot))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"esopt: error: --pilot {pilot}"), r.stderr
+    if make.startswith("unsolved"):
+        assert "solved none of its 20 problems in 32 samples" in lines[0] and "Components(" not in r.stdout
 
 
 def test_exit_code_of_a_real_process(tmp_path):
@@ -128,3 +141,22 @@ def test_tokens_per_s_override_prices_the_grid(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "cost: 6 runs, <= 382,402,560 generated tokens, 0.106 GPU-hours" in r.stdout   # 382.4M / 1e6 / 3600
     assert "rate gpu: plan.tokens_per_s" in r.stdout
+
+
+def test_a_pilot_run_whose_summary_has_another_shape_is_left_out(tmp_path):
+    """A pilot's summary.json edited into another shape (its counts a dict, its final evaluation
+    a string, its config a list) gave a traceback; such a run's lists are left unread, so the
+    run is not one of the pilot's finished runs, and the others are estimated from."""
+    pilot = tmp_path / "pilot"
+    write_planted_sweep(pilot, seeds=(0, 1), problems=20)
+    summaries = sorted((pilot / "runs").glob("*/summary.json"))
+    spoil = [lambda d: d["final"].update(correct_counts={"a": 1}), lambda d: d.update(final="x"),
+             lambda d: d["final"].update(correct_counts=[1, True])]
+    for s, f in zip([p for p in summaries if p.parent.name.startswith(("grpo-", "es_grpo-"))], spoil):
+        d = json.loads(s.read_text())
+        f(d)
+        s.write_text(json.dumps(d))
+    r = cli("esopt.plan", "--pilot", str(pilot), "--print-components")
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first == f"# components of {pilot} ({len(summaries) - len(spoil)} finished runs; estimate_components)", first

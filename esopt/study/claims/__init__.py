@@ -488,6 +488,19 @@ def records_from_tables(runs, curves) -> list[dict]:
     return recs
 
 
+def _obj(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _count(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _counts(v) -> list | None:
+    """A summary's per-problem correct counts, or None when they are not a list of counts."""
+    return v if isinstance(v, list) and all(_count(x) is not None for x in v) else None
+
+
 def attach_details(records: list[dict], runs_dir: Path) -> None:
     """sparsity.json for the ES runs that have it, then the per-problem lists (summary.json) and
     the ES member scoring of every ES run and of the comparison cell's runs (the cell is chosen
@@ -514,13 +527,14 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
             s = json.loads((Path(runs_dir) / str(r["run_id"]) / "summary.json").read_text())
         except (OSError, ValueError):
             continue
-        base, final = s.get("base") or {}, s.get("final") or {}
-        r["samples"] = final.get("samples") or base.get("samples")
-        r["base_counts"], r["final_counts"] = base.get("correct_counts"), final.get("correct_counts")
-        es_cfg = ((s.get("config") or {}).get("es") or {})
+        s = _obj(s)  # a summary edited into another shape: what is not as written is left unread
+        base, final, config = _obj(s.get("base")), _obj(s.get("final")), _obj(s.get("config"))
+        r["samples"] = _count(final.get("samples")) or _count(base.get("samples"))
+        r["base_counts"], r["final_counts"] = _counts(base.get("correct_counts")), _counts(final.get("correct_counts"))
+        es_cfg = _obj(config.get("es"))
         r["es_temperature"], r["es_samples"] = es_cfg.get("temperature"), es_cfg.get("samples")
-        r["test_draw"] = (((s.get("config") or {}).get("task") or {}).get("test_draw"))
-        ev = (s.get("config") or {}).get("eval") or {}
+        r["test_draw"] = _obj(config.get("task")).get("test_draw")
+        ev = _obj(config.get("eval"))
         if ev.get("probes"):   # one probe evaluation's sampling noise (simulate.probe_eval_var)
             r["probe_samples"], r["probe_problems"] = ev.get("probe_samples"), ev.get("probe_problems")
 

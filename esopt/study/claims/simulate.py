@@ -57,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from esopt.algorithms import family, trains
+from esopt.core.errors import ConfigError
 from esopt.study.claims.rules import ES_ANCHOR, KEEP, REGISTRY, pass_k_for
 from esopt.study.claims.shift import pass_k_expected, solve_shift
 
@@ -587,6 +588,11 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         n = int(base["samples"])
         q = np.asarray(base["base_counts"], dtype=np.float64) / n
         solv = q[q > 0]
+        if not solv.size:  # unsolvable = 1: no run could gain, and the model divides by 1 - unsolvable
+            raise ConfigError(f"its base model (evaluated in run {base.get('run_id')}) solved none of its {q.size} problems in "
+                              f"{n} samples: "
+                              "nothing to estimate the difficulty from (a pilot needs a base that solves some: a "
+                              "larger model, an easier task or more samples)")
         est["unsolvable"] = float(np.mean(q == 0))
         m = float(solv.mean())
         v = float(solv.var(ddof=1)) - float(np.mean(solv * (1 - solv))) / n
