@@ -124,6 +124,73 @@ def _ended(job, pack: List[tuple], error: BaseException) -> List[JobReturn]:
     return [JobReturn(overrides=list(args[0]), status=JobStatus.FAILED, _return_value=err) for args in pack]
 
 
+ESOPT_OPTIONS = ("runs_per_job", "poll_s", "max_timeout_min")  # read by EsoptSlurmLauncher itself
+MOVED = ("reservation",)  # sbatch options submitit has no parameter for: sent as additional_parameters
+
+
+def known_options() -> set:
+    """The ``hydra.launcher`` keys the Slurm launcher takes: hydra-submitit's, every parameter of
+    submitit's sbatch writer (``wckey``, ``exclusive``, ``mail_type``, ``srun_args``, ...), esopt's."""
+    import inspect
+
+    from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+    from omegaconf import OmegaConf
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    internal = {"command", "folder", "map_count", "job_name", "time", "num_gpus", "mem", "ntasks_per_node"}
+    return (set(OmegaConf.structured(SlurmQueueConf).keys()) | set(ESOPT_OPTIONS) | set(MOVED)
+            | set(inspect.signature(_make_sbatch_string).parameters) - internal)
+
+
+def check_options(request: dict) -> None:
+    """A Slurm launcher request with a key submitit and esopt do not know raises ConfigError
+    (the sweeper turns it into one line, exit 2, before anything is submitted); so do ``nodes``
+    and ``additional_parameters`` of the wrong kind."""
+    from esopt.core.errors import ConfigError
+
+    unknown = sorted(set(request) - known_options())
+    if unknown:
+        raise ConfigError(f"unknown Slurm option(s) hydra.launcher.{', hydra.launcher.'.join(unknown)} (submitit "
+                          "takes: " + ", ".join(sorted(known_options() - {"_target_"})) + "; any other sbatch option: "
+                          "hydra.launcher.additional_parameters={name: value})")
+    extra = request.get("additional_parameters")
+    if extra is not None and not isinstance(extra, dict):
+        raise ConfigError(f"hydra.launcher.additional_parameters must be a mapping of sbatch options, got {extra!r}")
+    nodes = request.get("nodes")
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1):
+        raise ConfigError(f"hydra.launcher.nodes must be an integer >= 1, got {nodes!r}")
+
+
+def slurm_executor(params: dict, runs_per_job: int = 1, max_timeout_min: Any = None):
+    """submitit's Slurm executor for a launcher's settings (``hydra.launcher`` less esopt's own
+    keys): ``timeout_min`` x ``runs_per_job``, capped at ``max_timeout_min``; ``reservation`` as an
+    sbatch option; ``wckey`` as given, none when null (submitit's default is ``--wckey=submitit``,
+    which fails where a site enforces its wckeys)."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    params = {k: v for k, v in params.items() if k not in ESOPT_OPTIONS and k != "_target_"}
+    executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
+                                     slurm_max_num_timeout=params.pop("max_num_timeout", 0))
+    extra = dict(params.pop("additional_parameters", None) or {})
+    for key in MOVED:
+        if params.get(key) is not None:
+            extra[key] = params[key]
+        params.pop(key, None)
+    if extra:
+        params["additional_parameters"] = extra
+    wckey = params.pop("wckey", None)
+    if params.get("timeout_min") and runs_per_job > 1:
+        params["timeout_min"] = int(params["timeout_min"]) * runs_per_job
+    if params.get("timeout_min") and max_timeout_min:
+        params["timeout_min"] = min(int(params["timeout_min"]), int(max_timeout_min))
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{x if x in base else f"slurm_{x}": y for x, y in params.items() if y is not None})
+    executor._executor.parameters["wckey"] = wckey or None  # None: no --wckey line at all
+    return executor
+
+
 class EsoptSlurmLauncher(SlurmLauncher):
     def __init__(self, runs_per_job: int = 1, poll_s: float = 10, max_timeout_min: Any = None,
                  **params: Any) -> None:
@@ -143,24 +210,11 @@ class EsoptSlurmLauncher(SlurmLauncher):
         import logging
         from pathlib import Path
 
-        import submitit
-        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-        from omegaconf import OmegaConf
-
         k = self.runs_per_job
         log = logging.getLogger(__name__)
-        params = dict(self.params)
-        init = {"folder": params.pop("submitit_folder"),
-                "slurm_max_num_timeout": params.pop("max_num_timeout", 0)}
-        executor = submitit.AutoExecutor(cluster="slurm", **init)
+        executor = slurm_executor(self.params, k, self.max_timeout_min)
         executor._executor.job_class = EsoptSlurmJob  # its watcher falls back to squeue
         EsoptSlurmJob.watcher._delay_s = self.poll_s
-        base = set(OmegaConf.structured(BaseQueueConf).keys())
-        if params.get("timeout_min") and k > 1:
-            params["timeout_min"] = int(params["timeout_min"]) * k
-        if params.get("timeout_min") and self.max_timeout_min:
-            params["timeout_min"] = min(int(params["timeout_min"]), self.max_timeout_min)
-        executor.update_parameters(**{x if x in base else f"slurm_{x}": y for x, y in params.items()})
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
 
         args = []

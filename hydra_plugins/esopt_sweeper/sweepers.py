@@ -138,6 +138,16 @@ class EsoptSweeper(Sweeper):
         rc = validate(cfg, cuda=remote_cuda(launcher, cfg))
         if cfg.engine.name != rc.engine_config.name:  # engine=auto: the worker runs what was picked here
             overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine_config.name}"]
+        if str(launcher.get("_target_", "")).endswith("EsoptSlurmLauncher"):
+            from esopt.algorithms import ALGORITHMS
+            from esopt.core.errors import ConfigError
+            from hydra_plugins.esopt_sweeper.launchers import check_options
+
+            check_options(launcher)
+            if int(launcher.get("nodes") or 1) > 1 and not ALGORITHMS[rc.algo].multi_rank:
+                ranked = ", ".join(a.name for a in ALGORITHMS.values() if a.multi_rank)
+                raise ConfigError(f"hydra.launcher.nodes={launcher['nodes']}: algo={rc.algo} runs as one process "
+                                  f"(only an algorithm that splits its work over ranks spans nodes: {ranked})")
         launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
         limit = self.job_limit_min(rc, launcher)
         if limit:

@@ -1,6 +1,7 @@
-"""A cluster as it is (issue 51): its job time limit, checked in the dry run before anything
-is submitted. Dry runs only (no Slurm needed: ``sweep.max_job_hours`` is given, so sinfo is
-not asked)."""
+"""A cluster as it is (issue 51): its job time limit and the options a site requires, checked
+in the dry run before anything is submitted, and the sbatch script submitit writes from them.
+Dry runs and submitit's script writer only (no Slurm needed: ``sweep.max_job_hours`` is given,
+so sinfo is not asked)."""
 
 import pytest
 from helpers import cli
@@ -40,3 +41,44 @@ def test_runs_over_the_job_limit(tmp_path):
     assert "more than 2 Slurm jobs of 1 min (sweep.max_job_hours; the first and sweep.max_requeues=1" in r.stderr
     r = cli(*SLURM_DRY, "algo=es", "iterations=2", "sweep.max_job_hours=1", f"sweep.root={tmp_path}")
     assert r.returncode == 0 and "Slurm job" not in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["+hydra.launcher.walltime=5"], "unknown Slurm option(s) hydra.launcher.walltime (submitit takes: "),
+    (["hydra.launcher.nodes=2", "algo=grpo"], "hydra.launcher.nodes=2: algo=grpo runs as one process (only an "
+                                              "algorithm that splits its work over ranks spans nodes: es)"),
+    (["hydra.launcher.nodes=0"], "hydra.launcher.nodes must be an integer >= 1, got 0"),
+    (["hydra.launcher.additional_parameters=5"], "hydra.launcher.additional_parameters must be a mapping"),
+])
+def test_site_options_that_cannot_work_are_one_line(tmp_path, argv, needle):
+    r = cli(*SLURM_DRY, *argv, f"sweep.root={tmp_path}")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("esopt: error: "), r.stderr
+    assert needle in lines[0]
+
+
+def test_es_over_two_nodes_passes_the_dry_run(tmp_path):
+    r = cli(*SLURM_DRY, "algo=es", "hydra.launcher.nodes=2", "hydra.launcher.exclusive=true", f"sweep.root={tmp_path}")
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_the_sbatch_script_carries_the_site_options(tmp_path):
+    """What submitit writes for a launcher's settings (``slurm_executor``): every site option as
+    its sbatch line, setup lines before the command, no ``--wckey`` unless one is given
+    (submitit's default is ``--wckey=submitit``), the time limit x runs_per_job capped."""
+    from hydra_plugins.esopt_sweeper.launchers import slurm_executor
+
+    params = {"submitit_folder": str(tmp_path / "%j"), "timeout_min": 600, "nodes": 2, "tasks_per_node": 4,
+              "exclusive": True, "reservation": "big-run", "qos": "high", "account": "proj", "constraint": "h100",
+              "partition": "gpu", "wckey": None, "mail_type": "END", "setup": ["module load cuda/12.4"],
+              "additional_parameters": {"gpu-bind": "closest"}, "max_num_timeout": 3, "runs_per_job": 2,
+              "poll_s": 5}
+    text = slurm_executor(params, runs_per_job=2, max_timeout_min=900)._executor._make_submission_file_text("x", "0")
+    for line in ("--nodes=2", "--ntasks-per-node=4", "--exclusive", "--reservation=big-run", "--qos=high",
+                 "--account=proj", "--constraint=h100", "--partition=gpu", "--mail-type=END", "--gpu-bind=closest",
+                 "--time=900"):
+        assert f"#SBATCH {line}\n" in text, (line, text)
+    assert "wckey" not in text and "runs_per_job" not in text and "poll" not in text
+    assert text.index("module load cuda/12.4") < text.index("srun")
+    text = slurm_executor({**params, "wckey": "proj-a"}, 1, None)._executor._make_submission_file_text("x", "0")
+    assert "#SBATCH --wckey=proj-a\n" in text and "#SBATCH --time=600\n" in text
