@@ -57,7 +57,18 @@ def preset_plan(preset: str, sims: int, seed: int, tmp: Path) -> dict:
     GlobalHydra.instance().clear()
     runs = compose([f"+experiment={preset}", *local_overrides(preset, tmp)])
     GlobalHydra.instance().clear()
-    return P.plan(P.grid_of(runs), runs, sims=sims, seed=seed)
+    return P.plan(P.grid_of(runs), runs, sims=sims, seed=seed, engine=preset_engine(preset))
+
+
+def preset_engine(preset: str) -> str:
+    """The engine the preset names (priced as such when composed with engine=hf here)."""
+    from hydra import compose, initialize_config_dir
+
+    from esopt.cli import configs
+
+    configs.register()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return str(compose(config_name="config", overrides=[f"+experiment={preset}"]).engine.name)
 
 
 def main(argv=None) -> int:
@@ -84,17 +95,19 @@ def main(argv=None) -> int:
                               f"({r['power_gen']}){'' if r['decidable'] else ', cannot decide'}"
                               if "power" in r else f"cannot decide: {r['why'].split('; ')[0]}")
                 for cid, r in report["claims"].items())
-            rows.append([preset, c["runs"], f"{c['tokens']:,}", P.hours_text(c["gpu_hours"]), verdicts])
+            rows.append([preset, c["runs"], f"{c['tokens'] + c['analysis_tokens']:,}", f"{c['expected']:,}",
+                         f"{P.hours_text(c['gpu_hours'])} ({P.hours_text(c['gpu_hours_bound'])})", verdicts])
             blocks[preset] = P.header_lines(report, f"python -m esopt.plan +experiment={preset}")
     wall = time.time() - t0
     if args.write_docs:
         write_table("plan", "Plans of the GPU presets", None,
-                    ["preset", "runs", "generated tokens (bound)", "GPU-hours", "per claim: power at its smallest "
+                    ["preset", "runs", "generated tokens (bound)", "expected", "GPU-hours expected (at the bound)",
+                     "per claim: power at its smallest "
                      "effect [Wilson 95%] (least favourable generator), or what the grid lacks"], rows,
                     notes=(f"{args.sims} sims per scenario and generator, seed {args.seed}; components: "
                            f"{P.MEASURED_ON} (no real-model components yet: measure them with --pilot); "
-                           "GPU-hours at esopt.runtime.budget.gpu_tokens_per_s (docs/design/gpu_throughput.md), "
-                           "the token bound of every run (every completion at its budget). Composed with "
+                           "GPU-hours expected on an H100 (esopt.runtime.budget.run_cost, docs/design/"
+                           "gpu_throughput.md), priced at each preset's engine. Composed with "
                            "engine=hf where vLLM is missing, GSM8K from ../shared/data/gsm8k, the Countdown "
                            f"preset with a generated file in the published format. Wall {wall:.0f} s."))
     if args.write_presets:  # after the table: its commit stamp is the tree's before these edits

@@ -126,6 +126,14 @@ class Algorithm:
     family: Optional[str] = None       # what the study's claims count it as: "es" (a population
     #                                    strategy: its runs feed the population claims, sparsity and
     #                                    member scoring), "grpo", "sequence"; None = outside the claims
+    generated_share: float = 0.67      # generated tokens over the token bound of its runs when no recorded
+    #                                    run of the task and model family says (esopt.runtime.budget):
+    #                                    SmolLM2's ES runs generated 0.58-0.77 of the bound; its GRPO runs
+    #                                    0.25-0.28 of ES's tokens at a bound ratio of 0.84 (0.21), their
+    #                                    evaluations short after GRPO taught short answers (issue 54)
+    train_passes: float = 0.0          # forward+backward passes over each generated training token (GRPO:
+    #                                    its policy update, x grpo.num_iterations); priced at the training
+    #                                    rate, apart from generation (esopt.runtime.budget.run_cost)
     color: str = "#7f7f7f"             # its colour in the report
     order: int = 99                    # its place in the report's legends and tables
 
@@ -241,7 +249,8 @@ def sequence_of(name: str, summary: str, *phases: str, **entry: Any) -> Algorith
         reads=tuple(k for k in AXES if any(k in a.reads for a in parts)), phases=tuple(phases),
         gpu_share=next((a.gpu_share for a in parts if a.gpu_share), None),
         master_weights=any(a.master_weights for a in parts),
-        checkpoint_copies=sum(a.checkpoint_copies for a in parts), **entry)
+        checkpoint_copies=sum(a.checkpoint_copies for a in parts),
+        generated_share=sum(a.generated_share for a in parts) / len(parts), **entry)
 
 
 def get(name: str) -> Algorithm:
@@ -282,8 +291,7 @@ register(Algorithm("es", "evolution strategies", "esopt.algorithms.es:ES", (ES,)
                    family="es", checkpoint_copies=1.0, color="#1f77b4", order=1))
 register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
                    gpu_share="grpo.vllm_gpu_memory_utilization", master_weights=True, family="grpo",
-                   checkpoint_copies=3.0,
-                   color="#d62728", order=2))
+                   checkpoint_copies=3.0, generated_share=0.21, train_passes=1.0, color="#d62728", order=2))
 register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", family="sequence",
                      color="#9467bd", order=3))
 register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", family="sequence",

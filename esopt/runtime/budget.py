@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 # --- generated tokens ------------------------------------------------------------------------
@@ -276,23 +277,288 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-# --- time on a GPU -----------------------------------------------------------------------------
+# --- what a run costs: expected tokens, parts, hours on a CPU or a GPU --------------------------
 
-# Generated tokens per GPU-second x parameters, anchored on one published figure, a user's report
-# on es-at-scale (github.com/VsonicV/es-at-scale/issues/4): 559 s per ES iteration for Qwen2.5-1.5B
-# (1,543,714,304 parameters), N = 30 members x 200 prompts x <= 1,024 new tokens, on 4 x H200. Counted as the
-# token bound (every completion at its budget, as estimate_tokens counts): 6,144,000 tokens /
-# (559 s x 4 GPUs) = 2,748 tokens/s per GPU. Other sizes: scaled by parameters (each token costs
-# ~2 x params FLOPs), docs/design/gpu_throughput.md; ``plan.tokens_per_s=`` overrides it.
-GPU_PARAM_TOKENS_PER_S = 30 * 200 * 1024 / (559.0 * 4) * 1_543_714_304
-GPU_THROUGHPUT_SOURCE = ("es-at-scale issue #4: Qwen2.5-1.5B ES, 30 x 200 x <= 1,024 tokens in 559 s on 4 x H200 "
-                         "(2,748 bound tokens/s per GPU), scaled by parameters; docs/design/gpu_throughput.md")
+ANALYSIS_EVALS = {"drift": 0, "connectivity": len((0.0, 0.25, 0.5, 0.75, 1.0))}   # evaluations per run
+# (connectivity: its path's five points, computed once per ES/GRPO pair, counted on the pair's ES run)
+
+
+def analysis_evaluations(plan) -> dict[str, int]:
+    """Evaluations each analysis of ``analysis=[...]`` adds to a run (each one of ``eval.problems``
+    x ``eval.samples`` on the held-out split, no greedy pass): sparsity 1 (trained) + per |delta|
+    mode ``len(fractions)``, per control mode ``len(control_fractions)`` + 1 (base) (the defaults:
+    6 x 3 + 2 + 2 = 22); forgetting 2 per held-out task; connectivity 5 on an ES run; drift 0."""
+    from esopt import algorithms
+
+    names = list(getattr(plan, "analysis", None) or [])
+    out = {}
+    for name in names:
+        if name == "sparsity":
+            sp = plan.sparsity
+            control = set(type(sp).control_modes)
+            out[name] = 2 + sum(len(sp.control_fractions) if m in control else len(sp.fractions) for m in sp.modes)
+        elif name == "forgetting":
+            out[name] = 2 * 3   # base and trained on the default held-out tasks (esopt.study.analyses)
+        elif name == "connectivity":
+            out[name] = ANALYSIS_EVALS[name] if algorithms.family(plan.algo) == "es" else 0
+        else:
+            out[name] = ANALYSIS_EVALS.get(name, 0)
+    return out
+
+
+def token_parts(plan) -> dict[str, int]:
+    """The token bound of one run in parts: ``eval`` (its evaluations, :func:`estimate_tokens`),
+    ``train`` (generated while training), ``analysis`` (the evaluations its analyses add,
+    :func:`analysis_evaluations` x one evaluation of the main task without greedy), and
+    ``train_pass`` (tokens through a forward+backward pass: each phase's generated training
+    tokens x ``Algorithm.train_passes`` x ``grpo.num_iterations``)."""
+    from esopt import algorithms
+
+    budget = plan.task_spec.max_new_tokens
+    ev = plan.eval
+    train_rows = _rows(plan.task_spec, "train", None) if plan.phases else None
+    train, passes = 0, 0.0
+    for p in plan.phases:
+        algo = algorithms.get(p.algo)
+        t = algo.estimate_tokens(p, budget, train_rows=train_rows)
+        train += t
+        passes += t * algo.train_passes * float(getattr(p.settings, "num_iterations", 1) or 1)
+    one_eval = eval_rows(plan) * ev.samples * (ev.max_new_tokens or budget)
+    analysis = sum(analysis_evaluations(plan).values()) * one_eval
+    return {"eval": estimate_tokens(plan) - train, "train": train, "analysis": analysis, "train_pass": int(passes)}
+
+
+def run_family(model_name: str) -> str:
+    """A model's family: the leading letters of its name (tiny, smollm, qwen, llama)."""
+    import re
+
+    m = re.match(r"[a-z]+", str(model_name).lower())
+    return m.group(0) if m else str(model_name)
+
+
+_RECORDED: dict[str, list] = {}
+
+
+def recorded_shares(root) -> list[dict]:
+    """Every completed run recorded under ``root`` (``<root>/<sweep>/runs/<id>/``) with its task,
+    model family, algorithm and ``tokens_generated / token bound`` (the bound of its own plan.json);
+    cached per root."""
+    from esopt.runtime import runplan
+
+    key = str(Path(root).resolve())
+    if key in _RECORDED:
+        return _RECORDED[key]
+    out = []
+    for summary in sorted(Path(root).glob("*/runs/*/summary.json"))[:2000]:
+        try:
+            s = json.loads(summary.read_text())
+            if s.get("status") != "completed" or not s.get("tokens_generated"):
+                continue
+            plan = runplan.load(summary.parent)
+            bound = estimate_tokens(plan) if plan is not None else 0
+        except Exception:  # noqa: BLE001 - an unreadable run says nothing about lengths
+            continue
+        if bound > 0:
+            out.append({"task": s.get("task"), "family": run_family((s.get("model") or {}).get("name")),
+                        "algo": s.get("algo"), "share": float(s["tokens_generated"]) / bound,
+                        "sweep": summary.parent.parent.parent.name})
+    _RECORDED[key] = out
+    return out
+
+
+def generated_share(rc, root=None) -> tuple[float, str]:
+    """Expected generated tokens over the bound for run ``rc``, and where it comes from: the
+    median share of the completed runs recorded under ``root`` (default ``sweep.root``) with the
+    same task, model family and algorithm, else the algorithm's declared default
+    (``Algorithm.generated_share``)."""
+    import statistics
+
+    from esopt import algorithms
+
+    root = rc.sweep.root if root is None else root
+    task, fam = rc.task_spec.config.get("name"), run_family(rc.model["name"])
+    same = [r for r in recorded_shares(root) if (r["task"], r["family"], r["algo"]) == (task, fam, rc.algo)] \
+        if Path(root).is_dir() else []
+    if same:
+        shares = [r["share"] for r in same]
+        return (statistics.median(shares), f"median of {len(same)} recorded {rc.algo} run(s) of {task} on the "
+                f"{fam} family in {root} ({min(shares):.2f}-{max(shares):.2f})")
+    return algorithms.get(rc.algo).generated_share, f"{rc.algo}'s default share (esopt.algorithms: Algorithm.generated_share)"
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One row of the throughput table: generated tokens a second of ``engine`` on one ``device``
+    (a GPU kind, or ``cpu``: one process) for a model of ``params`` parameters."""
+
+    engine: str
+    params: float
+    device: str
+    tokens_per_s: float
+    source: str
+    measured: bool = False
+
+
+# Published figures (assumed until docs/results/gpu.md measures a row: its rows replace these).
+THROUGHPUT: tuple[Rate, ...] = (
+    Rate("hf", 1_543_714_304, "H200", 30 * 200 * 1024 / (559.0 * 4),
+         "es-at-scale's original HF code: Qwen2.5-1.5B ES, 30 members x 200 prompts x <= 1,024 tokens in 559 s "
+         "on 4 x H200 (https://github.com/VsonicV/es-at-scale/issues/4)"),
+    Rate("vllm", 1_543_714_304, "H200", 10 * 30 * 200 * 1024 / (559.0 * 4),
+         "es-at-scale's authors: about 10x their HF code with vLLM, the same workload "
+         "(https://github.com/VsonicV/es-at-scale/issues/4)"),
+    Rate("vllm", 8_030_261_248, "H100", 12_500.0,
+         "vLLM offline throughput: about 12,500 output tokens/s, Llama-3-8B bf16 on one H100 at large batch "
+         "(public benchmarks, e.g. https://blog.vllm.ai/2024/09/05/perf-update.html)"),
+)
+# Memory bandwidth (decoding is bound by it): NVIDIA's data sheets, SXM parts
+# (https://www.nvidia.com/en-us/data-center/h100/, /h200/, /a100/).
+GPU_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12}
+# Dense bf16 peak FLOP/s (same sheets) and the share a training pass reaches (assumed: 0.3, a common
+# model-FLOPs utilisation of FSDP training; a measured row in docs/results/gpu.md replaces it).
+GPU_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+TRAIN_MFU = 0.3
+GPU_KINDS = tuple(GPU_BANDWIDTH)
+DEFAULT_GPU = "H100"
+GPU_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "gpu.md"
+
+
+def measured_rates(path=None) -> list[Rate]:
+    """Rows of docs/results/gpu.md (written by benchmarks/bench_gpu.py) that measure generation:
+    a markdown table whose header names an engine, a model (a conf/model name or a parameter
+    count), a GPU and a ``tokens/s`` column. None of it: []."""
+    from esopt import models
+
+    p = Path(path) if path is not None else GPU_RESULTS
+    if not p.is_file():
+        return []
+    out, head = [], None
+    for line in p.read_text().splitlines():
+        if not line.startswith("|"):
+            head = None
+            continue
+        cells = [c.strip().strip("`*") for c in line.strip().strip("|").split("|")]
+        if head is None:
+            head = [c.lower() for c in cells]
+            continue
+        if set("".join(cells)) <= set("-: "):
+            continue
+        col = {k: next((i for i, h in enumerate(head) if k in h), None) for k in ("engine", "model", "gpu", "tokens/s")}
+        if None in col.values():
+            continue
+        try:
+            rate = float(cells[col["tokens/s"]].replace(",", "").split()[0])
+            name = cells[col["model"]]
+            params = models.param_count({"name": name}) or float(name.replace(",", ""))
+        except (ValueError, IndexError, TypeError):
+            continue
+        gpu = next((k for k in GPU_KINDS if k.lower() in cells[col["gpu"]].lower()), cells[col["gpu"]])
+        out.append(Rate(cells[col["engine"]].lower(), float(params), gpu, rate, f"measured: {p.name}", measured=True))
+    return out
+
+
+def gpu_rate(engine: str, params: float, gpu: str = DEFAULT_GPU, table=None) -> tuple[float, str]:
+    """Generated tokens a second on one ``gpu`` for ``engine`` and a model of ``params``
+    parameters, and the source. The rows of that engine (the measured ones, docs/results/gpu.md,
+    when there are any, else the published :data:`THROUGHPUT`; an engine with none borrows every
+    engine's), each moved to ``gpu`` by memory bandwidth (decoding reads every weight once a step):
+
+        rate_row(gpu) = row.rate x bandwidth[gpu] / bandwidth[row.device]
+
+    then, between two rows, interpolated in log(rate) over log(params); outside them the nearest
+    row scaled by parameters, ``rate = rate_row x row.params / params`` (time per token grows with
+    the weights read)."""
+    import math
+
+    rows = list(table) if table is not None else [*measured_rates(), *THROUGHPUT]
+    gpu_rows = [r for r in rows if r.device in GPU_BANDWIDTH]
+    pool = [r for r in gpu_rows if r.engine == engine] or gpu_rows
+    pool = [r for r in pool if r.measured] or pool
+    bw = GPU_BANDWIDTH.get(gpu, GPU_BANDWIDTH[DEFAULT_GPU])
+    pts = sorted((r.params, r.tokens_per_s * bw / GPU_BANDWIDTH[r.device], r) for r in pool)
+    below = [p for p in pts if p[0] <= params]
+    above = [p for p in pts if p[0] >= params]
+    if below and above and below[-1][0] != above[0][0]:
+        (p0, r0, a), (p1, r1, b) = below[-1], above[0]
+        w = math.log(params / p0) / math.log(p1 / p0)
+        rate = math.exp((1 - w) * math.log(r0) + w * math.log(r1))
+        return rate, (f"between {a.source} and {b.source} (moved to {gpu} by bandwidth, interpolated in "
+                      "log-log over parameters)")
+    p0, r0, row = below[-1] if below else above[0]
+    how = "" if (p0, row.device) == (params, gpu) else \
+        f" (scaled from {p0 / 1e9:.3g}B on {row.device} by parameters and bandwidth)"
+    return r0 * p0 / params, f"{row.source}{how}"
+
+
+def rate_for(rates, model_name: str):
+    """``plan.tokens_per_s``: one number for every model, or {model name: rate} (``default``: the rest)."""
+    if isinstance(rates, dict):
+        return rates.get(model_name, rates.get("default"))
+    return rates
+
+
+def run_cost(rc, gpu: str = DEFAULT_GPU, tokens_per_s=None, root=None, engine: str | None = None) -> dict:
+    """What one run costs, in hours on its device (``"cpu"`` when its model asks the scheduler
+    for no GPU, ``model.resources.gpus``; else ``gpu``'s GPU-hours, every GPU of the run counted):
+
+        bound     = :func:`token_parts` eval + train + analysis (every completion at its budget)
+        expected  = bound x :func:`generated_share` (recorded runs, or the algorithm's default)
+        priced    = expected on an engine that batches continuously (vLLM: a finished sequence
+                    frees its slot), the bound on one that decodes static batches (hf: a batch
+                    runs until its longest completion stops)
+        generate  = priced (eval + train) / rate;  analysis = priced analysis / rate
+        train     = 6 x params x train_pass tokens x share / (bf16 peak x TRAIN_MFU)   (GPU only; on a CPU
+                    the measured rate already holds GRPO's update)
+
+    ``engine``: price at this engine instead of the run's (a plan composed with engine=hf where
+    vLLM is missing prices the preset's vLLM). rate: ``tokens_per_s`` (``plan.tokens_per_s``, a
+    number or per model name), else on a CPU
+    :func:`cpu_tokens_per_s`, on a GPU :func:`gpu_rate`. Returns {"device", "bound", "expected",
+    "share_source", "hours": {generate, train, analysis}, "total", "bound_hours", "rate" (tokens/s),
+    "rate_source", "sources" (of the training passes)}."""
+    from esopt import engines, models
+
+    eng = engines.ENGINES.get(engine) if engine else type(rc.engine_config)
+    if eng is None:
+        raise ValueError(f"unknown engine {engine!r} (known: {', '.join(engines.ENGINES)})")
+    params = models.param_count(rc.model) or 0
+    gpus = int(((rc.model.get("resources") or {}).get("gpus")) or 0)
+    device = gpu if gpus else "cpu"
+    parts = token_parts(rc)
+    share, share_src = generated_share(rc, root)
+    bound = parts["eval"] + parts["train"] + parts["analysis"]
+    out = {"device": device, "bound": bound, "expected": int(bound * share), "share": share, "share_source": share_src,
+           "hours": {"generate": float("nan"), "train": 0.0, "analysis": float("nan")}, "sources": []}
+    if not params:
+        out |= {"total": float("nan"), "bound_hours": float("nan"), "rate": float("nan"),
+                "rate_source": "model size unknown"}
+        return out
+    fixed = rate_for(tokens_per_s, rc.model["name"])
+    if fixed:
+        rate, src = float(fixed), "plan.tokens_per_s"
+    elif device == "cpu":
+        rate, src = cpu_tokens_per_s(rc, params)
+    else:
+        rate, src = gpu_rate(eng.name, params, gpu)
+    priced = share if eng.continuous_batching else 1.0
+    out["hours"]["generate"] = (parts["eval"] + parts["train"]) * priced / rate / 3600
+    out["hours"]["analysis"] = parts["analysis"] * priced / rate / 3600
+    out |= {"rate": rate, "rate_source": src}
+    if device != "cpu" and parts["train_pass"]:
+        flops = 6 * params * parts["train_pass"] * share
+        out["hours"]["train"] = flops / (GPU_BF16_FLOPS.get(gpu, GPU_BF16_FLOPS[DEFAULT_GPU]) * TRAIN_MFU) / 3600
+        out["sources"].append(f"training passes: 6 x params FLOPs a token at {TRAIN_MFU:g} of {gpu}'s bf16 peak "
+                              "(assumed)")
+    out["total"] = sum(out["hours"].values())
+    out["bound_hours"] = bound / rate / 3600 + out["hours"]["train"] / share
+    return out
 
 
 def gpu_tokens_per_s(params: int) -> tuple[float, str]:
-    """Generated tokens (bound) per GPU-second for a model of ``params`` parameters on one GPU
-    engine, and where the number comes from (:data:`GPU_PARAM_TOKENS_PER_S`)."""
-    return GPU_PARAM_TOKENS_PER_S / params, GPU_THROUGHPUT_SOURCE
+    """A cautious rate for limits (a collective's timeout, a job's time limit): bound tokens per
+    GPU-second of the slowest published row, es-at-scale's HF code on an H200, scaled by
+    parameters (:func:`gpu_rate` of hf over :data:`THROUGHPUT`; measured rows do not lower it)."""
+    return gpu_rate("hf", params, "H200", table=THROUGHPUT)
 
 
 def wall_hours(rc, tokens: int) -> float | None:

@@ -18,7 +18,7 @@ def test_headline_grid_cannot_decide_the_trend_and_nothing_is_launched(tmp_path)
     assert "cannot decide: 2 model size(s) with >= 2 populations of ES runs (need >= 5)" in line
     assert "sizes x 3 seeds: power" in line            # what would (or that nothing within 12 sizes would)
     assert "claim 1 (es_raises_pass1): cannot decide: fewer than 3 seeds" in out
-    assert "GPU-hours" in out and "es-at-scale issue #4" in out
+    assert "GPU-hours (H100;" in out and "es-at-scale's original HF code" in out and "expected" in out
     assert "components (tiny family" in out
     assert not any(tmp_path.iterdir())                # no sweep folder, no run
 
@@ -32,7 +32,7 @@ def test_readme_example_is_what_the_plan_prints(tmp_path):
     shown = rest.splitlines()[0].strip("`").removesuffix("...").rstrip()
     r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--sims", "3")
     assert any(ln.startswith(shown) for ln in r.stdout.splitlines()), shown
-    assert f", {hours} GPU-hours" in r.stdout
+    assert f"; {hours} GPU-hours (H100;" in r.stdout
 
 
 def test_plan_composes_the_sweeps_run_ids(tmp_path):
@@ -90,7 +90,10 @@ def test_pilot_components_and_their_bounds(tmp_path):
     (("-m", "model=tiny-s", "--claims", "12"), "unknown claim 12 (known: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)"),
     (("-m", "model=tiny-s", "pop=8,16", "--claims", "7"), "claim 7 compares model sizes: the grid's ES runs have 1"),
     (("-m", "model=tiny-s", "--target-power", "0.8", "--max-hours", "-5"), "--max-hours must be > 0"),
-    (("-m", "model=tiny-s", "plan.tokens_per_s=-3"), "plan.tokens_per_s must be > 0"),
+    (("-m", "model=tiny-s", "plan.tokens_per_s=-3"), "plan.tokens_per_s must be a positive number"),
+    (("-m", "model=tiny-s", "plan.tokens_per_s.tiny-s=nan"), "plan.tokens_per_s.tiny-s must be a positive number"),
+    (("-m", "model=tiny-s", "plan.gpu=V100"), "plan.gpu: unknown GPU kind 'V100' (known: H100, H200, A100)"),
+    (("-m", "model=tiny-s", "plan.engine=tgi"), "plan.engine: unknown engine 'tgi'"),
     (("-m", "model=tiny-s", "--target-power", "1.5"), "--target-power must be in (0, 1)"),
     (("-m", "model=tiny-s", "plan.speed=3"), "unknown key 'plan.speed'"),
     (("-m", "model=tiny-s", "popp=8"), "unknown key 'popp'"),
@@ -139,8 +142,14 @@ def test_tokens_per_s_override_prices_the_grid(tmp_path):
     r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--claims", "1", "--sims", "2",
             "plan.tokens_per_s=1e6")
     assert r.returncode == 0, r.stderr
-    assert "cost: 6 runs, <= 382,402,560 generated tokens, 0.106 GPU-hours" in r.stdout   # 382.4M / 1e6 / 3600
-    assert "rate gpu: plan.tokens_per_s" in r.stdout
+    # hf costs the bound: 382.4M / 1e6 / 3600 = 0.106
+    assert "cost: 6 runs, <= 382,402,560 generated tokens (+ 0 in analyses), about 256,209,712 expected; " \
+           "0.106 GPU-hours (H100; 0.106 at the bound)" in r.stdout
+    assert "rate on H100 (hf), tokens/s: qwen1.5b 1,000,000, qwen7b 1,000,000; plan.tokens_per_s" in r.stdout
+    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--claims", "1", "--sims", "2",
+            "plan.tokens_per_s=1e6", "plan.tokens_per_s.qwen7b=5e5", "plan.engine=vllm")   # per model size
+    assert "rate on H100 (vllm), tokens/s: qwen1.5b 1,000,000, qwen7b 500,000; plan.tokens_per_s" in r.stdout
+    assert "about 256,209,712 expected; 0.107 GPU-hours (H100; 0.159 at the bound)" in r.stdout   # 0.67 x (191.2M / 1e6 + 191.2M / 5e5) / 3600
 
 
 def test_a_pilot_run_whose_summary_has_another_shape_is_left_out(tmp_path):

@@ -132,3 +132,74 @@ def test_the_ranks_collective_timeout_follows_the_token_bound(tmp_path):
     assert budget.collective_timeout(set_, 105_216, cuda=False) == (5400.0, "model.resources.collective_timeout_min=90")
     with pytest.raises(Exception, match="collective_timeout_min must be null or a number of minutes > 0"):
         run_config("model=tiny-s", "algo=es", "model.resources.collective_timeout_min=0", root, check_data=False)
+
+
+def test_a_gpu_runs_hours_from_the_throughput_table_expected_tokens_and_parts(tmp_path):
+    """A GPU run is priced per part: generation at the table's rate for its engine, size and GPU
+    kind (bandwidth-scaled, interpolated between published rows), at the expected tokens on a
+    continuously batching engine and at the bound on hf; GRPO's training passes at FLOPs; the
+    evaluations its analyses add."""
+    import math
+
+    root = f"sweep.root={tmp_path}"
+    q = ["model=qwen1.5b", root, *GSM8K, "eval.problems=10", "iterations=2", "pop=4", "es.batch_size=4"]
+    es = run_config(*q, "algo=es", "engine=hf", "analysis=[sparsity]", check_data=False)
+    parts = budget.token_parts(es)
+    one_eval = 10 * 32 * 2048                       # problems x samples x budget, no greedy
+    assert parts["analysis"] == 22 * one_eval      # sparsity's default grid: 6 x 3 + 2 controls + trained + base
+    assert parts["eval"] + parts["train"] == budget.estimate_tokens(es) and parts["train_pass"] == 0
+    hf = budget.run_cost(es, "H200", root=tmp_path)
+    rate = 30 * 200 * 1024 / (559.0 * 4)           # es-at-scale's HF row: this size, this GPU
+    assert hf["rate"] == pytest.approx(rate) and "es-at-scale" in hf["rate_source"]
+    assert hf["hours"]["generate"] == pytest.approx(budget.estimate_tokens(es) / rate / 3600)   # hf: the bound
+    assert hf["hours"]["analysis"] == pytest.approx(parts["analysis"] / rate / 3600)
+    assert hf["share"] == 0.67 and hf["expected"] == int(hf["bound"] * 0.67)
+    vl = budget.run_cost(es, "H200", root=tmp_path, engine="vllm")
+    assert vl["rate"] == pytest.approx(10 * rate)
+    assert vl["total"] == pytest.approx(hf["total"] * 0.67 / 10)          # expected tokens, 10x the rate
+    h100 = budget.run_cost(es, "H100", root=tmp_path, engine="vllm")
+    assert h100["rate"] == pytest.approx(10 * rate * 3.35 / 4.8)          # moved by memory bandwidth
+    mid = budget.gpu_rate("vllm", 3e9, "H100")[0]                         # between 1.5B and 8B: log-log
+    lo, hi = 10 * rate * 3.35 / 4.8, 12_500.0
+    w = math.log(3e9 / 1_543_714_304) / math.log(8_030_261_248 / 1_543_714_304)
+    assert mid == pytest.approx(lo ** (1 - w) * hi ** w)
+    assert budget.gpu_rate("vllm", 16e9, "H100")[0] == pytest.approx(12_500.0 * 8_030_261_248 / 16e9)
+    grpo = run_config(*q, "algo=grpo", "engine=hf", "grpo.num_iterations=2", check_data=False)
+    g = budget.run_cost(grpo, "H100", root=tmp_path)
+    gp = budget.token_parts(grpo)
+    assert gp["train_pass"] == 2 * gp["train"] > 0
+    assert g["hours"]["train"] == pytest.approx(6 * 1_543_714_304 * gp["train_pass"] * 0.21 / (989e12 * 0.3) / 3600)
+    fixed = budget.run_cost(grpo, "H100", tokens_per_s={"qwen1.5b": 1000.0, "default": 5.0}, root=tmp_path)
+    assert fixed["rate"] == 1000.0 and fixed["rate_source"] == "plan.tokens_per_s"
+
+
+def test_expected_tokens_from_recorded_runs_and_measured_rates(tmp_path):
+    """The share of the bound earlier runs of the same task, model family and algorithm generated
+    (their summary.json over their plan.json's bound) replaces the default; a measured row of
+    docs/results/gpu.md replaces the published ones for its engine."""
+    import json
+
+    from esopt.runtime import runplan
+
+    rc = run_config("model=tiny-xs", "algo=es", "iterations=1", "pop=2", "eval.problems=4", "eval.samples=2",
+                    f"sweep.root={tmp_path}", check_data=False)
+    bound = budget.estimate_tokens(rc)
+    for i, share in enumerate((0.30, 0.40, 0.35)):
+        d = tmp_path / "old" / "runs" / f"r{i}"
+        d.mkdir(parents=True)
+        runplan.write(rc, d)
+        (d / "summary.json").write_text(json.dumps({"status": "completed", "task": rc.task_spec.config["name"],
+                                                    "model": {"name": "tiny-s"}, "algo": "es",
+                                                    "tokens_generated": int(share * bound)}))
+    share, src = budget.generated_share(rc)
+    assert share == pytest.approx(0.35, abs=1e-3) and "median of 3 recorded es run(s)" in src
+    other = run_config("model=tiny-xs", "algo=grpo", f"sweep.root={tmp_path}", check_data=False)
+    assert budget.generated_share(other)[0] == 0.21          # no recorded GRPO run: the declared default
+    md = tmp_path / "gpu.md"
+    md.write_text("| engine | model | GPU | generated tokens/s |\n|---|---|---|---|\n"
+                  "| vllm | qwen1.5b | NVIDIA H200 | 40,000 |\n| hf | qwen1.5b | H200 | n/a |\n")
+    rows = budget.measured_rates(md)
+    assert [(r.engine, r.params, r.device, r.tokens_per_s, r.measured) for r in rows] == \
+        [("vllm", 1_543_714_304, "H200", 40_000.0, True)]
+    rate, src = budget.gpu_rate("vllm", 1_543_714_304, "H200", table=[*rows, *budget.THROUGHPUT])
+    assert rate == 40_000.0 and src == "measured: gpu.md"

@@ -154,15 +154,18 @@ def test_pilot_components_have_bounds_around_the_point(tmp_path):
 
 def test_gpu_throughput_table_is_the_codes():
     from esopt.models import REGISTRY_PARAMS
-    from esopt.runtime.budget import gpu_tokens_per_s
+    from esopt.runtime.budget import THROUGHPUT, gpu_rate
 
     text = (REPO / "docs" / "design" / "gpu_throughput.md").read_text()
-    rows = re.findall(r"^\| (\S+) \| ([\d,]+) \| ([\d,]+) \| (.+) \|$", text, re.M)
+    rows = re.findall(r"^\| (\S+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \|$", text, re.M)
     assert {r[0] for r in rows} == set(REGISTRY_PARAMS)
-    for name, params, rate, source in rows:
+    for name, params, *rates in rows:
         assert int(params.replace(",", "")) == REGISTRY_PARAMS[name]
-        assert int(rate.replace(",", "")) == round(gpu_tokens_per_s(REGISTRY_PARAMS[name])[0])
-        assert source.strip()
+        want = [gpu_rate(e, REGISTRY_PARAMS[name], g)[0] for e, g in (("vllm", "H100"), ("vllm", "H200"), ("hf", "H100"))]
+        assert [int(r.replace(",", "")) for r in rates] == [round(w) for w in want]
+    for row in THROUGHPUT:   # every published row is in the doc, with a link
+        assert f"| {row.engine} | {row.params:,.0f} | {row.device} | {row.tokens_per_s:,.0f} |" in text
+        assert "https://" in row.source
 
 
 def _header(preset):
@@ -202,8 +205,8 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
     data = local_data_overrides(base, tmp_path)
     runs = composed(f"+experiment={preset}", *data, *([] if vllm.available() else ["engine=hf"]))
     g = P.grid_of(runs)
-    c = P.cost(runs)
-    assert block[0] == f"{c['runs']} runs, <= {c['tokens']:,} generated tokens, {P.hours_text(c['gpu_hours'])} GPU-hours"
+    c = P.cost(runs, engine=str(base.engine.name))   # priced at the preset's engine (composed with hf here)
+    assert block[0] == P.header_cost(c)
     claimed = {int(m.group(1)): m.group(2) for ln in block[1:] if (m := re.match(r"claim (\d+): (.*)", ln))}
     assert sorted(claimed) == P.bears_on(g)
     d, comps, shape = P.design_of(g), P.components_for(g), P.shaper(g)

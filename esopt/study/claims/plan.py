@@ -23,9 +23,10 @@ paper_cpu_family), with the family's parameter range set to the grid's (:func:`m
 or a pilot sweep's (:func:`pilot_components`, with bootstrap bounds: power is also reported at the
 pessimistic and optimistic ends; what the pilot does not measure stays the model's).
 ``pilot_literal`` prints a pilot's as the ``Components(...)`` to paste into MODEL_COMPONENTS.
-Cost: runs, the token bound (``esopt.runtime.budget.estimate_tokens``), CPU-hours at this machine's
-measured rate (``budget.cpu_tokens_per_s``) for runs that ask for no GPU, GPU-hours at
-``budget.gpu_tokens_per_s`` for those that do.
+Cost: runs, the token bound (``esopt.runtime.budget.estimate_tokens``) and the tokens expected,
+hours expected and at the bound (``budget.run_cost``: CPU-hours at this machine's measured rate for
+runs that ask for no GPU, GPU-hours from the throughput table for those that do; generation,
+training passes and analyses priced apart).
 """
 
 from __future__ import annotations
@@ -321,36 +322,42 @@ def claim_power(cid: int, design: Design, comps: Components, shape, sims: int = 
 
 # ---------------------------------------------------------------------------------------------
 # cost
-def run_hours(rc, tokens: int, tokens_per_s: float | None = None) -> tuple[str, float, str]:
-    """("gpu" | "cpu", hours, source) of one run's token bound: GPU-hours when its model asks
-    the scheduler for GPUs (``model.resources.gpus``), else CPU-hours at this machine's rate."""
-    from esopt import models
+def run_hours(rc, tokens_per_s=None, gpu: str | None = None, engine: str | None = None) -> float:
+    """Expected hours of one run on its device (``esopt.runtime.budget.run_cost``)."""
     from esopt.runtime import budget
 
-    params = models.param_count(rc.model) or 0
-    gpus = int(((rc.model.get("resources") or {}).get("gpus")) or 0)
-    if not params:
-        return ("gpu" if gpus else "cpu"), float("nan"), "model size unknown"
-    if gpus:
-        rate, src = (tokens_per_s, "plan.tokens_per_s") if tokens_per_s else budget.gpu_tokens_per_s(params)
-        return "gpu", tokens / rate / 3600, src
-    rate, src = (tokens_per_s, "plan.tokens_per_s") if tokens_per_s else budget.cpu_tokens_per_s(rc, params)
-    return "cpu", tokens / rate / 3600, src
+    return budget.run_cost(rc, gpu or budget.DEFAULT_GPU, tokens_per_s, engine=engine)["total"]
 
 
-def cost(runs: list, tokens_per_s: float | None = None) -> dict:
-    """{"runs", "tokens", "gpu_hours", "cpu_hours", "sources"} of the grid's runs (one per id)."""
-    from esopt.runtime.budget import estimate_tokens
+def cost(runs: list, tokens_per_s=None, gpu: str | None = None, engine: str | None = None) -> dict:
+    """The grid's runs (one per id) priced by ``esopt.runtime.budget.run_cost``: {"runs",
+    "tokens" (the bound of generation and evaluation, the dry run's), "analysis_tokens",
+    "expected" (generated tokens expected, analyses included), "gpu_hours" / "cpu_hours"
+    (expected), "gpu_hours_bound" / "cpu_hours_bound", "parts" {generate, train, analysis}
+    (hours), "sources"}."""
+    from esopt.runtime import budget
 
-    out = {"runs": 0, "tokens": 0, "gpu_hours": 0.0, "cpu_hours": 0.0, "sources": set()}
+    out = {"runs": 0, "tokens": 0, "analysis_tokens": 0, "expected": 0, "gpu_hours": 0.0, "cpu_hours": 0.0,
+           "gpu_hours_bound": 0.0, "cpu_hours_bound": 0.0, "parts": dict.fromkeys(("generate", "train", "analysis"), 0.0),
+           "sources": set(), "gpu": gpu or budget.DEFAULT_GPU}
+    rates: dict = {}
     for rc in {rid: rc for rid, rc in runs}.values():
-        t = estimate_tokens(rc)
-        kind, h, src = run_hours(rc, t, tokens_per_s)
+        c = budget.run_cost(rc, out["gpu"], tokens_per_s, engine=engine)
+        parts = budget.token_parts(rc)
+        kind = "cpu" if c["device"] == "cpu" else "gpu"
         out["runs"] += 1
-        out["tokens"] += t
-        out[f"{kind}_hours"] += h
-        out["sources"].add(f"{kind}: {src}")
-    out["sources"] = sorted(out["sources"])
+        out["tokens"] += parts["eval"] + parts["train"]
+        out["analysis_tokens"] += parts["analysis"]
+        out["expected"] += c["expected"]
+        out[f"{kind}_hours"] += c["total"]
+        out[f"{kind}_hours_bound"] += c["bound_hours"]
+        for k, h in c["hours"].items():
+            out["parts"][k] += h
+        out["sources"].update(c["sources"])
+        out["sources"].add(f"generated share {c['share']:.2f}: {c['share_source']}")
+        rates.setdefault((c["device"], engine or rc.engine_config.name, c["rate_source"]), {})[rc.model["name"]] = c["rate"]
+    out["sources"] = [f"rate on {dev} ({eng}), tokens/s: " + ", ".join(f"{m} {r:,.0f}" for m, r in by.items())
+                      + f"; {src}" for (dev, eng, src), by in sorted(rates.items())] + sorted(out["sources"])
     return out
 
 
@@ -358,7 +365,7 @@ def cost(runs: list, tokens_per_s: float | None = None) -> dict:
 # the plan of a grid
 def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Components | None = None,
          comp_source: str | None = None, bounds: tuple | None = None, sims: int = SIMS, seed: int = 0,
-         tokens_per_s: float | None = None, target: float = TARGET) -> dict:
+         tokens_per_s=None, target: float = TARGET, gpu: str | None = None, engine: str | None = None) -> dict:
     """Per claim (``claims``, default: those the grid bears on): what it lacks, or its power and
     false yes (``claim_power``) and at the pilot's ``bounds`` (pessimistic, optimistic
     components) its power there; the cost; the components and their source (``comps`` None:
@@ -369,7 +376,7 @@ def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Compone
     comps = components_for(grid, comps)
     design, shape = design_of(grid), shaper(grid)
     out = {"design": design, "family": bool(grid.family), "components": comps, "source": comp_source,
-           "cost": cost(runs, tokens_per_s),
+           "cost": cost(runs, tokens_per_s, gpu, engine),
            "claims": {}, "target": target, "sims": sims}
     for cid in claims or bears_on(grid):
         gap = data_gap(cid, design, comps, shape)
@@ -411,11 +418,16 @@ def claim_line(cid: int, row: dict) -> str:
 def cost_lines(c: dict) -> list[str]:
     hours = []
     if c["gpu_hours"]:
-        hours.append(f"{hours_text(c['gpu_hours'])} GPU-hours")
+        hours.append(f"{hours_text(c['gpu_hours'])} GPU-hours ({c['gpu']}; {hours_text(c['gpu_hours_bound'])} at the "
+                     "bound)")
     if c["cpu_hours"]:
-        hours.append(f"{hours_text(c['cpu_hours'])} CPU-hours")
-    return [f"cost: {c['runs']} runs, <= {c['tokens']:,} generated tokens, " + (" + ".join(hours) or "0 hours")
-            + " (token bound at the rates below)"] + [f"  rate {s}" for s in c["sources"]]
+        hours.append(f"{hours_text(c['cpu_hours'])} CPU-hours ({hours_text(c['cpu_hours_bound'])} at the bound)")
+    p = c["parts"]
+    return ([f"cost: {c['runs']} runs, <= {c['tokens']:,} generated tokens (+ {c['analysis_tokens']:,} in analyses), "
+             f"about {c['expected']:,} expected; " + (" + ".join(hours) or "0 hours") + " expected",
+             f"  of which generation {hours_text(p['generate'])}, training passes {hours_text(p['train'])}, "
+             f"analyses {hours_text(p['analysis'])} hours"]
+            + [f"  {s}" for s in c["sources"]])
 
 
 def hours_text(h: float) -> str:
@@ -624,7 +636,7 @@ def _spread(items: list, k: int) -> list:
 def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, max_hours: float = math.inf,
            comps: Components | None = None, sims: int = SIMS, seed: int = 0, tokens_per_s: float | None = None,
            seeds=SEARCH_SEEDS, problems=SEARCH_PROBLEMS, samples=SEARCH_SAMPLES, pops=SEARCH_POPS,
-           family_models: list | None = None) -> dict:
+           family_models: list | None = None, gpu: str | None = None, engine: str | None = None) -> dict:
     """The cheapest design (hours: GPU + CPU at :func:`run_hours`'s rates) whose power, under the
     least favourable generator, meets ``target`` for every claim in ``claims``: seeds x problems x
     samples for the comparison cell's claims; model sizes (``family_models``: (name, params, model
@@ -633,7 +645,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
     screened on the simulator's own model, stopped once its Wilson upper bound is below the target),
     the first that passes is confirmed under every generator. Returns {"found", "design", "power",
     "hours", "overrides", "best"} (best: the highest power reached within ``max_hours``)."""
-    from esopt.runtime.budget import estimate_tokens
+    price = {"gpu": gpu, "engine": engine}   # the variants' hours, priced as the plan prices them
 
     comps0 = comps or model_components(grid.cell_model)[0]
     rcs = list({rid: rc for rid, rc in runs}.values())
@@ -653,7 +665,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
     cands = []
     for P, n in itertools.product(probs, samps):
         if cell_claims:
-            per_seed = sum(_hours(_variant(rc, problems=P, samples=n), tokens_per_s, estimate_tokens)
+            per_seed = sum(_hours(_variant(rc, problems=P, samples=n), tokens_per_s, price)
                            for rc in cell_rep.values())
             cell = [(per_seed * R, R) for R in seeds]
         else:
@@ -666,7 +678,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
                     if not ps:
                         continue
                     per_seed = sum(_hours(_variant(fam_rep, pop=p, problems=P, samples=n, model=cfg), tokens_per_s,
-                                          estimate_tokens) for _, _, cfg in chosen for p in ps)
+                                          price) for _, _, cfg in chosen for p in ps)
                     fam += [(per_seed * F, (tuple(c[0] for c in chosen), (chosen[0][1], chosen[-1][1]), ps, F))
                             for F in seeds]
         else:
@@ -726,8 +738,8 @@ def _sesoi(cid: int) -> dict:
     return {cid: c.boundary + c.sesoi}
 
 
-def _hours(rc, tokens_per_s, estimate_tokens) -> float:
-    return run_hours(rc, estimate_tokens(rc), tokens_per_s)[1]
+def _hours(rc, tokens_per_s, price: dict) -> float:
+    return run_hours(rc, tokens_per_s, **price)
 
 
 def _dominated(cand, worse) -> bool:
@@ -782,7 +794,7 @@ def header_lines(report: dict, command: str) -> list[str]:
     c = report["cost"]
     out = [f"{HEADER} ({command}; {report['sims']} sims, {report['source'].split(':')[0]} components; "
            "docs/results/plan.md):",
-           f"#   {c['runs']} runs, <= {c['tokens']:,} generated tokens, {hours_text(c['gpu_hours'])} GPU-hours"]
+           "#   " + header_cost(c)]
     for cid, row in report["claims"].items():
         if "power" in row:
             out.append(f"#   claim {cid}: power {row['power']:.2f} {_fmt_ci(row['power_ci'])} ({row['power_gen']}), "
@@ -790,6 +802,14 @@ def header_lines(report: dict, command: str) -> list[str]:
         else:
             out.append(f"#   claim {cid}: cannot decide: {row['why'].split('; ')[0]}")
     return out
+
+
+def header_cost(c: dict) -> str:
+    """A preset header's cost line: runs, token bound and expected tokens, GPU-hours expected and
+    at the bound."""
+    return (f"{c['runs']} runs, <= {c['tokens'] + c['analysis_tokens']:,} generated tokens (about {c['expected']:,} "
+            f"expected), {hours_text(c['gpu_hours'])} GPU-hours on {c['gpu']} ({hours_text(c['gpu_hours_bound'])} "
+            "at the bound)")
 
 
 def replace_header(text: str, block: list[str]) -> str:
