@@ -424,16 +424,21 @@ GPU_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "gpu.md
 
 
 def measured_rates(path=None) -> list[Rate]:
-    """Rows of docs/results/gpu.md (written by benchmarks/bench_gpu.py) that measure generation:
-    a markdown table whose header names an engine, a model (a conf/model name or a parameter
-    count), a GPU and a ``tokens/s`` column. None of it: []."""
+    """Generation rows of docs/results/gpu.md (benchmarks/bench_gpu.py): a markdown table with a
+    tokens-a-second column (``tok/s``, ``tokens/s``) and a model (``params`` like ``494M``, else a conf/model name); its engine
+    column, else hf; its GPU column, else the GPU its section's ``- machine:`` line names; with a
+    ``row`` column only its ``generate`` rows. None of it: []."""
+    import re
+
     from esopt import models
 
     p = Path(path) if path is not None else GPU_RESULTS
     if not p.is_file():
         return []
-    out, head = [], None
+    out, head, machine = [], None, ""
     for line in p.read_text().splitlines():
+        if line.startswith("- machine:"):
+            machine = line
         if not line.startswith("|"):
             head = None
             continue
@@ -443,17 +448,27 @@ def measured_rates(path=None) -> list[Rate]:
             continue
         if set("".join(cells)) <= set("-: "):
             continue
-        col = {k: next((i for i, h in enumerate(head) if k in h), None) for k in ("engine", "model", "gpu", "tokens/s")}
-        if None in col.values():
+        col = {k: next((i for i, h in enumerate(head) if k in h), None)
+               for k in ("engine", "model", "params", "gpu", "row")}
+        col["tok/s"] = next((i for i, h in enumerate(head) if "tok" in h and h.endswith("/s")), None)
+        if col["tok/s"] is None or (col["model"] is None and col["params"] is None):
+            continue
+        if col["row"] is not None and cells[col["row"]] != "generate":
             continue
         try:
-            rate = float(cells[col["tokens/s"]].replace(",", "").split()[0])
-            name = cells[col["model"]]
-            params = models.param_count({"name": name}) or float(name.replace(",", ""))
-        except (ValueError, IndexError, TypeError):
+            rate = float(cells[col["tok/s"]].replace(",", "").split()[0])
+            params = models.param_count({"name": cells[col["model"]]}) if col["model"] is not None else None
+            if not params and col["params"] is not None:
+                m = re.fullmatch(r"([\d.,]+)\s*([KMB]?)", cells[col["params"]])
+                params = float(m.group(1).replace(",", "")) * {"": 1, "K": 1e3, "M": 1e6, "B": 1e9}[m.group(2)]
+        except (ValueError, IndexError, TypeError, AttributeError):
             continue
-        gpu = next((k for k in GPU_KINDS if k.lower() in cells[col["gpu"]].lower()), cells[col["gpu"]])
-        out.append(Rate(cells[col["engine"]].lower(), float(params), gpu, rate, f"measured: {p.name}", measured=True))
+        where = cells[col["gpu"]] if col["gpu"] is not None else machine
+        gpu = next((k for k in GPU_KINDS if k.lower() in where.lower()), None)
+        if not params or gpu is None:
+            continue
+        engine = cells[col["engine"]].lower() if col["engine"] is not None else "hf"
+        out.append(Rate(engine, float(params), gpu, rate, f"measured: {p.name}", measured=True))
     return out
 
 

@@ -197,9 +197,13 @@ def test_expected_tokens_from_recorded_runs_and_measured_rates(tmp_path):
     assert budget.generated_share(other)[0] == 0.21          # no recorded GRPO run: the declared default
     md = tmp_path / "gpu.md"
     md.write_text("| engine | model | GPU | generated tokens/s |\n|---|---|---|---|\n"
-                  "| vllm | qwen1.5b | NVIDIA H200 | 40,000 |\n| hf | qwen1.5b | H200 | n/a |\n")
+                  "| vllm | qwen1.5b | NVIDIA H200 | 40,000 |\n| hf | qwen1.5b | H200 | n/a |\n\n"
+                  "- machine: Linux x86_64, 16 CPUs, NVIDIA H100 80GB HBM3\n\n"   # bench_gpu.py's table
+                  "| model | params | row | setting | wall s | generated tok/s | peak GiB |\n|---|---|---|---|---|---|---|\n"
+                  "| qwen2-0.5b | 494M | generate | batch 64 x 128 new | 2.00 | 4096 | 1.2 |\n"
+                  "| qwen2-0.5b | 494M | grpo_step | 2 steps | 9.00 | 100 | 5.0 |\n")
     rows = budget.measured_rates(md)
     assert [(r.engine, r.params, r.device, r.tokens_per_s, r.measured) for r in rows] == \
-        [("vllm", 1_543_714_304, "H200", 40_000.0, True)]
+        [("vllm", 1_543_714_304, "H200", 40_000.0, True), ("hf", 494e6, "H100", 4096.0, True)]
     rate, src = budget.gpu_rate("vllm", 1_543_714_304, "H200", table=[*rows, *budget.THROUGHPUT])
     assert rate == 40_000.0 and src == "measured: gpu.md"
