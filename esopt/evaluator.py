@@ -23,6 +23,7 @@ completion's text, extracted answer, reward, verdict, token count, truncation);
 from __future__ import annotations
 
 import time
+import unicodedata
 
 import numpy as np
 
@@ -196,6 +197,14 @@ def write_samples(path, records: list[dict], limit, result: dict | None = None, 
 SAMPLE_CHARS = 2000  # format_samples: a printed completion's first this many characters
 
 
+def terminal_safe(text: str) -> str:
+    """Model text as it may reach a terminal: every control character but newline and tab (C0,
+    DEL, C1: ANSI colour and cursor codes, OSC title and hyperlink sequences) written as its
+    escape (``\\x1b``), so printing it shows the text and never drives the terminal."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) == "Cc" and c not in "\n\t"
+                   else c for c in text)
+
+
 def format_samples(records: list[dict], problems: int, per_problem: int = 2) -> str:
     """The first ``problems`` records as text: the prompt's last line, the gold answer, then
     ``per_problem`` sampled completions (and the greedy one) with their extracted answer,
@@ -211,7 +220,7 @@ def format_samples(records: list[dict], problems: int, per_problem: int = 2) -> 
             cut = ", truncated" if c["truncated"] else ""
             text = c["text"] if len(c["text"]) <= SAMPLE_CHARS else c["text"][:SAMPLE_CHARS] + " [...]"
             lines += [f"[{name}] {verdict}, answer {c['extracted']!r}, reward {c['reward']:g}, "
-                      f"{c['tokens']} tokens{cut}:", text]
+                      f"{c['tokens']} tokens{cut}:", terminal_safe(text)]
     return "\n".join(lines)
 
 

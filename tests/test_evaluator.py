@@ -217,3 +217,17 @@ def test_completions_are_recorded_bounded_and_truncation_reported(setup, tmp_pat
     assert "truncated" in table and "maj@2" in table and "maj@1 " not in table
     shown = format_samples(records, 1)
     assert shown.startswith("--- 0 (gold ") and shown.count("[sample ") == 2 and "[greedy]" in shown
+
+
+def test_printed_samples_never_drive_the_terminal():
+    """eval.print_samples printed model text raw: an ANSI colour code, an OSC title / hyperlink
+    sequence or a C1 control reached the terminal (the extracted answer was already escaped)."""
+    from esopt.evaluator import format_samples, terminal_safe
+
+    hostile = "ok\x1b[31mred\x1b]0;owned\x07\x1b]8;;http://x\x1b\\link\x9b2J\x7f\ttab\nline 2 é ✓"
+    comp = {"text": hostile, "extracted": "\x1b[0m", "reward": 0.0, "correct": False, "tokens": 9, "truncated": False}
+    shown = format_samples([{"id": "0", "prompt": "p", "gold": 1, "completions": [comp]}], 1)
+    assert not any(ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f for c in shown)
+    assert terminal_safe(hostile) == ("ok\\x1b[31mred\\x1b]0;owned\\x07\\x1b]8;;http://x\\x1b\\link\\x9b2J\\x7f"
+                                      "\ttab\nline 2 é ✓")
+    assert terminal_safe(hostile) in shown
