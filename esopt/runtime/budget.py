@@ -182,17 +182,29 @@ def free_bytes(path) -> tuple[float, Path]:
         return float("inf"), p
 
 
+def size_text(n: float) -> str:
+    """Bytes as a short size with three significant digits in the unit that fits (``121 kB``,
+    ``3.62 MB``, ``1.2 GB``): a small model's 0.000121 GB, or a full disk's few kB free, never
+    reads as "0.0 GB"."""
+    if n == float("inf"):
+        return "unlimited"
+    for unit, size in (("TB", 1e12), ("GB", GB), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def disk_line(need: dict, where) -> str:
     """The dry run's disk line: what the sweep needs at its peak, of which model weights and
     checkpoints, and the free space where it writes."""
     free, at = free_bytes(where)
     ckpt = ("all runs' checkpoints, kept (sweep.keep_checkpoints=true)" if need["keep_checkpoints"]
             else "the running runs' checkpoints, each removed when its run completes")
-    return (f"disk (estimate, from each model's parameters and dtype): per run up to {need['run_model'] / GB:.3g} GB "
-            f"of trained weights (model/) and {need['run_checkpoint'] / GB:.3g} GB of resume checkpoint while it "
-            f"runs; {need['runs']} run(s) need about {need['peak'] / GB:.3g} GB at the peak: "
-            f"{need['models'] / GB:.3g} GB of weights + {need['checkpoints'] / GB:.3g} GB for {ckpt}; "
-            f"{free / GB:.1f} GB free in {at}")
+    return (f"disk (estimate, from each model's parameters and dtype): per run up to {size_text(need['run_model'])} "
+            f"of trained weights (model/) and {size_text(need['run_checkpoint'])} of resume checkpoint while it "
+            f"runs; {need['runs']} run(s) need about {size_text(need['peak'])} at the peak: "
+            f"{size_text(need['models'])} of weights + {size_text(need['checkpoints'])} for {ckpt}; "
+            f"{size_text(free)} free in {at}")
 
 
 def disk_warning(need: dict | None, where) -> str | None:
@@ -202,8 +214,8 @@ def disk_warning(need: dict | None, where) -> str | None:
     free, at = free_bytes(where)
     if need["peak"] <= free:
         return None
-    return (f"this sweep needs about {need['peak'] / GB:.1f} GB on disk at its peak (model/ of every run "
-            f"+ checkpoints) but {at} has {free / GB:.1f} GB free; free space, or lower it with "
+    return (f"this sweep needs about {size_text(need['peak'])} on disk at its peak (model/ of every run "
+            f"+ checkpoints) but {at} has {size_text(free)} free; free space, or lower it with "
             "sweep.save_model=false (no model/ for analyses) or fewer runs")
 
 

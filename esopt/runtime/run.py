@@ -171,6 +171,7 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
         rd.truncate_metrics(lambda line: False)
         shutil.rmtree(rd.checkpoint_dir, ignore_errors=True)
     rd.create(cfg.to_dict())
+    (rd.path / ERROR_FILE).unlink(missing_ok=True)  # an earlier attempt's traceback: this attempt writes its own
     runplan.write(cfg, rd.path)  # what the analyses read back (runplan.load), never re-validated
     trackers.attach(cfg, rid, rd)  # logger=[...]: the store feeds them every line and the summary
     shared = Shared(time.time() - _previous_wall(rd, previous))  # resumed runs keep counting
@@ -188,7 +189,7 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
         summary["error_type"] = type(e).__name__
         summary["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:ERROR_CHARS]
         try:
-            store.atomic_write_text(rd.path / "error.txt", traceback.format_exc())
+            store.atomic_write_text(rd.path / ERROR_FILE, traceback.format_exc())
         except OSError:  # a full disk: the summary below matters more
             pass
     finally:
@@ -211,6 +212,7 @@ def free_checkpoint(cfg: RunConfig, rd: store.RunDir, summary: dict) -> None:
 
 
 ERROR_CHARS = 500  # the summary's error: the first line of the exception, at most this long
+ERROR_FILE = "error.txt"  # <run>/error.txt: the failed attempt's traceback (removed as the next attempt starts)
 
 
 def record_ended(cfg: RunConfig, rid: str, error: BaseException | str) -> bool:
@@ -362,11 +364,17 @@ def print_summary(summary: dict, path: Path) -> None:
         v = (d.get("pass@k") or {}).get(k)
         return "-" if v is None else f"{v:.3f}"
 
-    kmax = max((int(k) for k in (final.get("pass@k") or {})), default=1)
+    kmax = max((int(k) for k in (final.get("pass@k") or base.get("pass@k") or {})), default=1)
+    if final.get("pass@k"):
+        scores = (f"pass@1 {p(base, '1')} -> {p(final, '1')}, "
+                  f"pass@{kmax} {p(base, str(kmax))} -> {p(final, str(kmax))}")
+    elif base.get("pass@k"):  # e.g. failed mid-training: no final evaluation to point to
+        scores = f"base pass@1 {p(base, '1')}, pass@{kmax} {p(base, str(kmax))}, no final evaluation"
+    else:
+        scores = "no evaluation recorded"
     print(
         f"run {summary['run_id']} {summary['status']}: algo={summary['algo']} "
-        f"model={summary['model']['name']} pass@1 {p(base, '1')} -> {p(final, '1')}, "
-        f"pass@{kmax} {p(base, str(kmax))} -> {p(final, str(kmax))}, "
+        f"model={summary['model']['name']} {scores}, "
         f"wall {summary['wall_s']:.1f}s"
         + (f"  error: {summary['error']}" if summary.get("error") else "")
     )

@@ -38,7 +38,8 @@ def test_disk_of_a_run_from_its_parameters_dtype_and_algorithm(tmp_path):
     assert budget.disk_warning(need, tmp_path) is None
     free, _ = budget.free_bytes(tmp_path / "not" / "yet")
     line = budget.disk_warning({**need, "peak": free + 10**12}, tmp_path / "not" / "yet")
-    assert line.startswith(f"this sweep needs about {(free + 10**12) / 1e9:.1f} GB on disk") and str(tmp_path) in line
+    assert line.startswith(f"this sweep needs about {budget.size_text(free + 10**12)} on disk") and str(tmp_path) in line
+    assert f"has {budget.size_text(free)} free" in line
 
 
 def test_a_run_a_cpu_cannot_finish_in_an_hour_is_warned_about(tmp_path):

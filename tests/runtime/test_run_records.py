@@ -48,3 +48,32 @@ def test_save_samples_is_all_or_a_count(value):
     with pytest.raises(ConfigError, match="eval.save_samples must be all or a number of problems >= 0"):
         run_config("model=tiny-xs", f"eval.save_samples={value}", check_data=False)
     assert run_config("model=tiny-xs", "eval.save_samples=all", check_data=False).eval.save_samples == "all"
+
+
+def test_a_later_attempt_leaves_no_stale_error_and_lines_say_what_was_measured(tmp_path, capsys):
+    """Issue 55's full-disk leftovers: a failed attempt's error.txt stayed beside the summary of
+    a later completed attempt; a failed run's line read "pass@1 0.133 -> -"; the free-space
+    warning said "needs about 0.0 GB ... 0.0 GB free" for a small model on a nearly full disk."""
+    from esopt.runtime import budget
+    from esopt.runtime.run import print_summary
+
+    rc = run_config("model=tiny-xs", "algo=none", "eval.problems=3", "eval.samples=2", "task.n_test=8",
+                    "sweep.retry_failed=true", f"sweep.root={tmp_path}")
+    rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rc.run_id)
+    rd.create(rc.to_dict())  # as a failed attempt leaves its folder
+    rd.write_summary({"status": "failed", "run_id": rc.run_id, "error": "OSError: [Errno 28] No space left on device",
+                      "error_type": "OSError", "base": None, "final": None})
+    (rd.path / "error.txt").write_text("Traceback ...\nOSError: [Errno 28] No space left on device\n")
+    s = run(rc)
+    assert s["status"] == "completed" and not (rd.path / "error.txt").exists()
+    capsys.readouterr()
+    for summary, says in (({**s, "status": "failed", "final": None}, "base pass@1 "),
+                          ({**s, "status": "failed", "base": None, "final": None}, "no evaluation recorded")):
+        print_summary(summary, rd.path)
+        line = capsys.readouterr().out.splitlines()[0]
+        assert says in line and "-> -" not in line, line
+    assert [budget.size_text(n) for n in (121_000, 3.62e6, 1.2e9, 7, 0.0)] == ["121 kB", "3.62 MB", "1.2 GB", "7 B", "0 B"]
+    need = {"peak": 362_000.0}
+    free, _ = budget.free_bytes(tmp_path)
+    line = budget.disk_warning({**need, "peak": free + 5e5}, tmp_path)
+    assert line.startswith(f"this sweep needs about {budget.size_text(free + 5e5)} on disk") and " 0.0 GB" not in line
