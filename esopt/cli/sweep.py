@@ -124,6 +124,10 @@ def dry_run(rc: RunConfig) -> dict:
     print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']} "
           f"engine={rc.engine_config.name}{f' es={label}' if label else ''}): {status}; "
           f"nothing launched\n  {rd.path}")
+    from esopt.engines.base import resolve_device
+
+    print(f"  engine: {rc.engine_config.name} on {resolve_device(rc.engine_config.device)}, "
+          f"{type(rc.engine_config).where(False)} (this host runs it)")
     budget_notes(rc, dry=True)
     return {"status": "dry_run", "run_id": rid}
 

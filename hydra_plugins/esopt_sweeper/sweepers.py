@@ -426,7 +426,9 @@ class EsoptSweeper(Sweeper):
                 if label is not None:
                     row["es_noise"] = label
                 row["engine"] = job.rc.engine_config.name  # what engine=auto picked, or the forced one
-                row["engine_version"] = job.rc.engine_config.library_version() or "not installed"
+                # a GPU job's engine build is its environment's, never this host's
+                remote = bool(remote_cuda(job.launcher, {"model": job.rc.model}))
+                row["engine_version"] = type(job.rc.engine_config).where(remote, job.rc.engine_config.device)
             else:
                 s = job.summary or {}
                 metric = job.rc.tuning_settings.metric

@@ -206,7 +206,7 @@ def test_every_preset_value_composes_and_validates(preset, tmp_path):
 
     from esopt.cli import configs
     from esopt.core.errors import ConfigError
-    from esopt.engines import vllm as vllm_engine
+    from esopt import engines
     from esopt.models import smollm2
     from esopt.runtime.validate import validate
 
@@ -242,12 +242,14 @@ def test_every_preset_value_composes_and_validates(preset, tmp_path):
                         with pytest.raises(ConfigError, match="scripts/install_smollm2.sh"):
                             validate(cfg)
                         continue
-                    if preset.endswith("_gpu") and not vllm_engine.available():
-                        # engine=vllm: refused up front where vLLM is missing; the rest still checks
-                        with pytest.raises(ConfigError, match="scripts/install_vllm.sh"):
+                    if preset.endswith("_gpu") and not engines.cuda_visible():
+                        # a GPU job's engine is its own environment's: here (no GPU) the same config
+                        # run in this process is refused, sent to a Slurm GPU job it validates
+                        with pytest.raises(ConfigError, match="engine.device=cuda but this run would not see a GPU"):
                             validate(cfg)
-                        cfg = compose(config_name="config", overrides=overrides + ["engine=hf"])
-                    rc = validate(cfg)
+                    rc = validate(cfg, cuda=True if preset.endswith("_gpu") else None)  # as the sweeper does
+                    if preset.endswith("_gpu"):
+                        assert rc.engine_config.device == "cuda"
                     assert rc.sweep.name == preset
                     if preset.endswith("_tiny"):
                         assert rc.model["name"].startswith("tiny-")

