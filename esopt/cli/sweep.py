@@ -147,6 +147,11 @@ def budget_notes(rc: RunConfig, dry: bool = False) -> None:
     for line in (budget.disk_warning(need, where), budget.cpu_time_warning(rc, tokens)):
         if line:
             print(f"esopt: warning: {line}", file=sys.stderr)
+    refusal = budget.local_refusal({recorded_id(rc): budget.cpu_seconds(rc, tokens)}, 1, rc.sweep.max_local_hours)
+    if refusal and dry:
+        print(f"esopt: note: a launch would be refused: {refusal}", file=sys.stderr)
+    elif refusal and not rc.sweep.force:
+        fail(refusal.replace("this sweep", "this run", 1))
 
 
 def _task(cfg):

@@ -82,6 +82,9 @@ class SweepConfig:
     #                                 null = the partition's limit as Slurm states it (none if infinite)
     max_requeues: int = 3           # Slurm: requeues after a time-out or preemption (the launcher's
     #                                 max_num_timeout); a run may take 1 + this many jobs' time
+    max_local_hours: float = 24.0   # a sweep (or run) estimated to take longer on this machine (its runs'
+    #                                 CPU estimate over the runs at once) is refused, exit 2, naming a launcher
+    force: bool = False             # launch it anyway
 
 
 HEADLINE_KEEP = 0.22   # the study's headline keep fraction (78% of the update zeroed): claim 5's pruning point,
@@ -405,6 +408,7 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     check_sweep_location(sweep.name, sweep.root)
     at_least("sweep.max_job_hours", sweep.max_job_hours, 0, kind=float, above=True, allow_none=True)
     at_least("sweep.max_requeues", sweep.max_requeues, 0)
+    at_least("sweep.max_local_hours", sweep.max_local_hours, 0, kind=float, above=True)
 
     analysis = raw.get("analysis") or ()
     if isinstance(analysis, str):

@@ -282,6 +282,27 @@ def cpu_time_warning(rc, tokens: int, cuda: bool | None = None) -> str | None:
             "eval.samples or eval.max_new_tokens")
 
 
+def local_refusal(secs: dict, at_once: int, max_hours: float) -> str | None:
+    """The one line refusing a sweep whose runs on this machine (``secs``: run id -> estimated
+    seconds, :func:`cpu_seconds`) take longer than ``max_hours`` (``sweep.max_local_hours``),
+    run ``at_once`` at a time:
+
+        hours = sum(secs) / min(at_once, runs) / 3600      (at least the longest run's)
+
+    None when it fits (or nothing runs here)."""
+    busy = {k: v for k, v in secs.items() if v}
+    if not busy:
+        return None
+    longest = max(busy, key=busy.get)
+    hours = max(sum(busy.values()) / min(max(1, at_once), len(busy)), busy[longest]) / 3600
+    if hours <= max_hours:
+        return None
+    return (f"this sweep may take about {_duration(hours * 3600)} on this machine ({len(busy)} run(s) on its CPU, "
+            f"{min(max(1, at_once), len(busy))} at a time; the longest, run {longest}, {_duration(busy[longest])}), "
+            f"over sweep.max_local_hours={max_hours:g}: send it to a cluster (hydra/launcher=slurm, "
+            "README's cluster section), shrink it (eval.problems, eval.samples, fewer runs), or set sweep.force=true")
+
+
 def _duration(seconds: float) -> str:
     for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
         if seconds >= size:

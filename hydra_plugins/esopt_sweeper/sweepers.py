@@ -474,8 +474,9 @@ class EsoptSweeper(Sweeper):
 
     def budget_notes(self, todo: List[Job], dry: bool = False) -> None:
         """Before launching (and in the dry run): the disk the runs to run need against the
-        free space, and one warning when a run on a CPU would take over an hour
-        (``esopt.runtime.budget``)."""
+        free space, one warning when a run on a CPU would take over an hour, and (launching, not
+        in the dry run: there a note) exit 2 when the runs on this machine would take longer than
+        ``sweep.max_local_hours`` unless ``sweep.force`` (``esopt.runtime.budget``)."""
         from esopt.runtime import budget
 
         if not todo:
@@ -491,6 +492,13 @@ class EsoptSweeper(Sweeper):
             print(f"esopt: warning: {warn}", file=sys.stderr)
         cuda = {j.rid: remote_cuda(j.launcher, {"model": j.rc.model}) for j in todo}
         secs = {j.rid: budget.cpu_seconds(j.rc, estimate_tokens(j.rc), cuda[j.rid]) or 0.0 for j in todo}
+        local = {rid: t for rid, t in secs.items()
+                 if not str(next(j for j in todo if j.rid == rid).launcher.get("_target_", "")).endswith("SlurmLauncher")}
+        refusal = budget.local_refusal(local, at_once, float(todo[0].rc.sweep.max_local_hours))
+        if refusal and dry:
+            print(f"esopt: note: a launch would be refused: {refusal}", file=sys.stderr)
+        elif refusal and not todo[0].rc.sweep.force:
+            fail(refusal)
         slow = [j for j in todo if secs[j.rid] > budget.CPU_WARN_S]
         if slow:
             job = max(slow, key=lambda j: secs[j.rid])

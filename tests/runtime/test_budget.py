@@ -208,3 +208,42 @@ def test_expected_tokens_from_recorded_runs_and_measured_rates(tmp_path):
         [("vllm", 1_543_714_304, "H200", 40_000.0, True), ("hf", 494e6, "H100", 4096.0, True)]
     rate, src = budget.gpu_rate("vllm", 1_543_714_304, "H200", table=[*rows, *budget.THROUGHPUT])
     assert rate == 40_000.0 and src == "measured: gpu.md"
+
+
+def _sweep(monkeypatch, *argv):
+    from esopt.cli import sweep
+
+    monkeypatch.setattr(sys, "argv", ["esopt.sweep", *argv])
+    GlobalHydra.instance().clear()
+    try:
+        sweep.main()
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_a_sweep_too_long_for_this_machine_is_refused_unless_forced(tmp_path, monkeypatch, capsys):
+    """Over sweep.max_local_hours on this machine: exit 2, one line naming the estimate and a
+    launcher, nothing written; the dry run says so in a note; sweep.force=true lets it through
+    (shown with sweep.max_local_hours raised: a forced launch would run the sweep)."""
+    grid = ["-m", "model=qwen0.5b,qwen1.5b", "algo=es", "engine=hf", "engine.device=cpu", f"sweep.root={tmp_path}",
+            *GSM8K]
+    with pytest.raises(SystemExit) as e:
+        _sweep(monkeypatch, *grid)
+    assert e.value.code == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("esopt: error:")]
+    assert len(err) == 1 and "on this machine (2 run(s) on its CPU, 1 at a time; the longest, run " in err[0]
+    assert "over sweep.max_local_hours=24: send it to a cluster (hydra/launcher=slurm" in err[0]
+    assert "sweep.force=true" in err[0]
+    assert not (tmp_path / "default" / "runs").exists()        # nothing launched
+    _sweep(monkeypatch, *grid, "sweep.dry_run=true")
+    assert "esopt: note: a launch would be refused: this sweep may take about" in capsys.readouterr().err
+    secs = {"a": 20 * 3600.0, "b": 10 * 3600.0, "c": None}
+    assert budget.local_refusal(secs, 2, 24) is None                     # max(30 h / 2, 20 h) = 20 h
+    assert "about 1.2 days" in budget.local_refusal(secs, 1, 24)          # 30 h on one worker
+    with pytest.raises(SystemExit) as e:
+        _sweep(monkeypatch, "model=qwen0.5b", "algo=none", "engine=hf", "engine.device=cpu",
+               "sweep.max_local_hours=1", f"sweep.root={tmp_path}", *GSM8K)   # one run of its own
+    assert e.value.code == 2 and "esopt: error: this run may take about" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        _sweep(monkeypatch, *grid, "sweep.max_local_hours=0")
+    assert e.value.code == 2 and "sweep.max_local_hours" in capsys.readouterr().err
