@@ -83,6 +83,8 @@ class Block:
     #                          context check bounds the longest prompt plus the largest budget
     id_neutral: Any = ()     # (key, value) pairs: a key at that value is left out of the run id (a
     #                          knob added later keeps the ids runs had before it): a tuple or "module:NAME"
+    inert: Any = None        # "module:function": block dict -> {key: why} of the keys its other values
+    #                          leave unread (es.rank without es.batched): said in a note, resolved to the default
 
     def dataclass(self) -> type:
         return load(self.config)
@@ -99,6 +101,13 @@ class Block:
 
     def neutral_values(self) -> tuple[tuple[str, Any], ...]:
         return tuple(load(self.id_neutral))
+
+    def inert_keys(self, raw: dict | None) -> dict[str, str]:
+        """``{"<block>.<key>": why}`` for the keys of the block as written that its other values
+        leave unread (the block's ``inert`` function; none without one)."""
+        if self.inert is None:
+            return {}
+        return {f"{self.name}.{k}": why for k, why in load(self.inert)(dict(raw or {})).items()}
 
 
 @dataclass(frozen=True)
@@ -273,7 +282,7 @@ def family(name: Any) -> Optional[str]:
 
 
 ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es:SPEED_ONLY",
-           id_neutral="esopt.algorithms.es:ID_NEUTRAL",
+           id_neutral="esopt.algorithms.es:ID_NEUTRAL", inert="esopt.algorithms.es:inert_keys",
            sizes=(("batch_size", "batch", "training prompts per iteration"),
                   ("samples", "samples", "completions per prompt per member"),
                   ("rank", "rank", "perturbation rank"), ("max_new_tokens", "new_tokens", "generation budget")),

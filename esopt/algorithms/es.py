@@ -44,6 +44,19 @@ SPEED_ONLY = ("checkpoint_every", "checksum_every")
 ID_NEUTRAL = (("anchor_decay", 0.0), ("targets", None))
 
 
+def inert_keys(block: dict) -> dict[str, str]:
+    """The ``es:`` keys set away from their default that the block's other values leave unread:
+    ``rank`` unless batched low rank, ``full_rank`` unless batched. ``ESRun.from_run`` resolves them
+    to their defaults (the run, and its id, are full-rank ES's), and a note says so."""
+    batched = block.get("batched") is True
+    out = {}
+    if "rank" in block and block["rank"] != ESConfig.rank and not (batched and block.get("full_rank") is not True):
+        out["rank"] = "es.batched=false (full-rank ES)" if not batched else "es.full_rank=true"
+    if "full_rank" in block and block["full_rank"] is True and not batched:
+        out["full_rank"] = "es.batched=false (ES is full rank)"
+    return out
+
+
 @dataclass(frozen=True)
 class ESConfig:
     """The ``es:`` block. The run's grid axes (``pop``, ``sigma``, ``lr``, ``iterations``,
@@ -90,6 +103,9 @@ class ESRun(ESConfig):
         """Top-level ``sigma`` / ``lr`` if set, else ``es.sigma`` / ``es.lr``, else the model's
         defaults (``model.hparams.es_sigma`` / ``es_lr``); plus ``pop``, ``iterations``, ``seed``."""
         es = asdict(block(ESConfig, cfg.es, "es"))
+        at_least("es.rank", es["rank"], 1)  # checked as written, though unread below
+        for key in inert_keys(es):  # unread with the other values: the default (one run, one id)
+            es[key] = getattr(ESConfig, key)
         es["sigma"] = cfg.sigma if cfg.sigma is not None else es["sigma"]
         es["lr"] = cfg.lr if cfg.lr is not None else es["lr"]
         if es["targets"] is None and es["batched"] and not es["full_rank"]:

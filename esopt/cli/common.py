@@ -242,10 +242,13 @@ def precheck(argv: list[str]) -> None:
         if _single_run(argv, overrides):  # exactly this config runs: validate all of it now
             from esopt.runtime.validate import validate
 
-            algo = algorithms.get(validate(raw).algo)
+            rc = validate(raw)
+            algo = algorithms.get(rc.algo)
             unread = list(dict.fromkeys(k for k in override_keys(point) if not algo.uses(k)))
             if unread:
                 print(f"esopt: note: {no_effect(unread, algo.name)}", file=sys.stderr)
+            for note in inert_notes(rc, override_keys(point)):
+                print(f"esopt: note: {note}", file=sys.stderr)
     except ConfigError as e:
         fail(str(e))
 
@@ -253,6 +256,15 @@ def precheck(argv: list[str]) -> None:
 def override_keys(overrides: list[str]) -> list[str]:
     """The keys the overrides set (``+`` / ``++`` / ``~`` dropped)."""
     return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o]
+
+
+def inert_notes(rc, keys: list[str]) -> list[str]:
+    """Notes for the given keys that the run's other values leave unread (its blocks' ``inert``:
+    ``es.rank has no effect with es.batched=false (full-rank ES)``)."""
+    from esopt import algorithms
+
+    inert = {k: why for b in algorithms.get(rc.algo).blocks for k, why in b.inert_keys(rc.block(b.name)).items()}
+    return [f"{k} has no effect with {inert[k]}" for k in dict.fromkeys(keys) if k in inert]
 
 
 def no_effect(keys: list[str], algo: str) -> str:

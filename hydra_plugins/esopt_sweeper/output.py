@@ -34,7 +34,7 @@ def unread_notes(jobs: List[Job]) -> List[str]:
     with algo=grpo: 6 points are 2 runs" (:func:`collapsed_points`); any other such key once,
     "es.batch_size has no effect with algo=none"."""
     from esopt import algorithms
-    from esopt.cli.common import no_effect, override_keys
+    from esopt.cli.common import inert_notes, no_effect, override_keys
 
     out, covered = [], set()
     for (algo, keys), (points, runs) in collapsed_points(jobs).items():
@@ -47,7 +47,8 @@ def unread_notes(jobs: List[Job]) -> List[str]:
             keys = unread.setdefault(algo.name, [])
             if not algo.uses(key) and (algo.name, key) not in covered and key not in keys:
                 keys.append(key)
-    return out + [no_effect(keys, algo) for algo, keys in unread.items() if keys]
+    inert = [n for job in jobs for n in inert_notes(job.rc, override_keys(job.overrides))]
+    return out + [no_effect(keys, algo) for algo, keys in unread.items() if keys] + list(dict.fromkeys(inert))
 
 
 def collapsed_points(jobs: List[Job]) -> Dict[tuple, List[int]]:
