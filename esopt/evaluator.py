@@ -29,6 +29,7 @@ import numpy as np
 
 from esopt.core import metrics, store
 from esopt.core.errors import ConfigError
+from esopt.core.progress import Progress
 from esopt.engines.base import truncated
 
 
@@ -87,9 +88,11 @@ def evaluate(
     if not all_rows:
         raise ConfigError(f"task {task.name} split {split!r} is empty")
     lo, hi = shards.block(len(all_rows)) if shards is not None else (0, len(all_rows))
-    part = _evaluate_rows(engine, task, all_rows[lo:hi], lo, samples=samples, temperature=temperature,
-                          top_p=top_p, budget=int(max_new_tokens or task.max_new_tokens), seed=seed, greedy=greedy,
-                          entropy=entropy, records=completions is not None)
+    with Progress(f"evaluate {task.name} {split}", (hi - lo) * (samples + int(greedy)), "completions",
+                  counts_generation=True):  # a bar on a terminal, a line every few percent in a log
+        part = _evaluate_rows(engine, task, all_rows[lo:hi], lo, samples=samples, temperature=temperature,
+                              top_p=top_p, budget=int(max_new_tokens or task.max_new_tokens), seed=seed,
+                              greedy=greedy, entropy=entropy, records=completions is not None)
     if shards is not None:
         parts = shards.gather(part)
         part = {k: [x for p in parts for x in p[k]] for k in part if k != "tokens"} | \

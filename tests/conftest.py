@@ -12,6 +12,7 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 # The tiny models are latency-bound: one thread per process is as fast and does not fight the
 # subprocesses (sweeps, Slurm jobs, distributed ranks) some tests start for the 2 cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("ESOPT_PROGRESS", "0")  # quiet: no progress lines (tests/core/test_progress.py turns them on)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

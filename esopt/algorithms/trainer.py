@@ -26,12 +26,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from esopt import models
 from esopt.algorithms import distributed
 from esopt.core import metrics, preempt, store
 from esopt.core.errors import NonFinite
+from esopt.core.progress import Progress
 
 GEN_SEED_STRIDE = 1_000_003  # the iteration's sampling seed: run seed * GEN_SEED_STRIDE + iteration
 
@@ -249,13 +249,21 @@ def train(ctx, strategy) -> None:
     if start > 0 and ctx.eval_due(start):  # every rank: each evaluates its share (ctx.evaluate)
         ctx.evaluate(start)
 
-    # progress bar per run (iteration, reward, ETA) on a terminal; silent in logs and on ranks > 0
-    bar = tqdm(range(start + 1, es.iterations + 1), initial=start, total=es.iterations,
-               desc=f"{strategy.name} {ctx.phase}", disable=None if lead else True, leave=False, dynamic_ncols=True)
-    for it in bar:
+    # progress per run: a bar on a terminal (iterations, tok/s, ETA), a line every few percent or
+    # minutes in a log (esopt.core.progress); silent on ranks > 0
+    bar = Progress(f"{strategy.name} {ctx.phase}".strip(), es.iterations - start, "iterations")
+    bar.on = bar.on and lead
+    with bar:
+        _iterations(strategy, ctx, es, train_rows, weights, start, lead, bar)
+
+
+def _iterations(strategy, ctx, es, train_rows, weights, start: int, lead: bool, bar: Progress) -> None:
+    """The iterations after ``start``: step, record, checkpoint, evaluate when due, honour a
+    preemption (save and exit for the requeue)."""
+    for it in range(start + 1, es.iterations + 1):
         line = step(strategy, ctx.engine, ctx.task, train_rows, it, weights)
         ctx.add_tokens(line["tokens_generated"])
-        bar.set_postfix(reward=f"{line['reward_mean']:.3f}", refresh=False)
+        bar.advance(1, line["tokens_generated"])
         if es.drift:
             line["drift"] = weights.drift()
         if es.checksum_every and it % es.checksum_every == 0:

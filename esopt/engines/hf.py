@@ -21,6 +21,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.stopping_criteria import StopStringCriteria
 
+from esopt.core import progress
 from esopt.engines.base import (Generation, check_generate_args, encode_prompts, entropy_per_token, resolve_device,
                                 trim_at_stop)
 
@@ -249,6 +250,7 @@ class HFEngine:
                 ids_flat += ids
                 len_flat += lengths
                 ent_flat += ents
+                progress.generated(len(rows), sum(lengths))  # an evaluation's bar / log line
         finally:
             self.model.generation_config = saved
         texts = self.tokenizer.batch_decode(ids_flat, skip_special_tokens=True)

@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from esopt.core import progress
 from esopt.core.errors import ConfigError
 from esopt.engines.base import Generation, check_generate_args, encode_prompts, resolve_device, trim_at_stop
 
@@ -569,6 +570,7 @@ class VLLMEngine:
         for i_p in ids:
             comps.append(texts[k:k + len(i_p)])
             k += len(i_p)
+        progress.generated(len(flat), sum(sum(x) for x in lens))  # one call: its progress at its end
         return Generation(
             completions=comps, token_ids=ids, lengths=lens, entropy=ents if return_entropy else None,
             n_tokens=int(sum(sum(x) for x in lens)),
