@@ -716,3 +716,42 @@ def grpo_context(rc, path, stop_at=None):
                 raise Preempted
         ctx.log = log_then_die
     return ctx
+
+
+@contextlib.contextmanager
+def counted_calls(**functions):
+    """Count the calls of ``functions`` (name -> function) made while the block runs, by their
+    code objects (``sys.setprofile``: nothing is replaced, so a function imported by name
+    elsewhere is counted too). Yields a dict: each name's calls, and ``<name>_outside`` for the
+    calls made while no ``outside=`` function is running (e.g. block parses below validate)::
+
+        with counted_calls(validate=validate, block=config.block, outside=validate) as n:
+            ...
+        n["validate"], n["block"], n["block_outside"]
+    """
+    outside = functions.pop("outside", None)
+    codes = {f.__code__: name for name, f in functions.items()}
+    counts = {name: 0 for name in functions}
+    counts.update({f"{name}_outside": 0 for name in functions})
+    fence = outside.__code__ if outside is not None else None
+    inside = [0]
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if event == "call":
+            if code is fence:
+                inside[0] += 1
+            name = codes.get(code)
+            if name is not None:
+                counts[name] += 1
+                if not inside[0]:
+                    counts[f"{name}_outside"] += 1
+        elif event == "return" and code is fence:
+            inside[0] -= 1
+
+    saved = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield counts
+    finally:
+        sys.setprofile(saved)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -239,18 +240,41 @@ def precheck(argv: list[str]) -> None:
         sweep = raw.get("sweep") or {}
         check_sweep_location(sweep.get("name"), sweep.get("root"))
         check_plain_text("hydra.launcher.name", (cfg.hydra.get("launcher") or {}).get("name"))
-        if _single_run(argv, overrides):  # exactly this config runs: validate all of it now
+        if _single_run(argv, overrides):  # exactly this config runs: validate all of it now, once
             from esopt.runtime.validate import validate
 
-            rc = validate(raw)
-            algo = algorithms.get(rc.algo)
+            plan = validate(raw)
+            _PRECHECKED[_config_key(raw)] = plan  # the run's entry point reads it (:func:`validated`)
+            algo = algorithms.get(plan.algo)
             unread = list(dict.fromkeys(k for k in override_keys(point) if not algo.uses(k)))
             if unread:
                 print(f"esopt: note: {no_effect(unread, algo.name)}", file=sys.stderr)
-            for note in inert_notes(rc, override_keys(point)):
+            for note in inert_notes(plan, override_keys(point)):
                 print(f"esopt: note: {note}", file=sys.stderr)
     except ConfigError as e:
         fail(str(e))
+
+
+# the plan :func:`precheck` validated for a single run, by its config: the run's task function
+# takes it (:func:`validated`) instead of validating the same config a second time
+_PRECHECKED: dict = {}
+
+
+def _config_key(raw: dict) -> str:
+    """A composed config's content (and the directory its relative paths are read from)."""
+    return json.dumps([os.getcwd(), raw], sort_keys=True, default=str)
+
+
+def validated(cfg):
+    """The run's plan (``esopt.runtime.validate.validate``; ConfigError, one line): the one
+    :func:`precheck` made from this very config when it validated the command line's single
+    run, else validated here. A run is validated once."""
+    from esopt.core.config import plain
+    from esopt.runtime.validate import validate
+
+    raw = {k: plain(cfg[k]) for k in cfg if k != "hydra"}
+    plan = _PRECHECKED.pop(_config_key(raw), None)
+    return plan if plan is not None else validate(cfg)
 
 
 def override_keys(overrides: list[str]) -> list[str]:

@@ -10,20 +10,19 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from esopt.cli.common import fail, hydra_app
+from esopt.cli.common import fail, hydra_app, validated
 from esopt.core import store
 from esopt.core.config import check_output_file
 from esopt.core.errors import ConfigError
 from esopt.evaluator import evaluate_config, format_samples, format_table, probe_floor_warnings, write_samples
 from esopt.runtime import budget
 from esopt.runtime.run import load_components, load_ood_task, load_probe_tasks
-from esopt.runtime.validate import validate
 
 
 def evaluate_model(cfg) -> dict:
     """The Hydra task function: validate, load, evaluate, print, maybe save."""
     try:
-        rc = validate(cfg)
+        rc = validated(cfg)
         if rc.eval.out:  # before the evaluation, not after it (the result would be lost)
             check_output_file("eval.out", str(rc.eval.out))
     except ConfigError as e:

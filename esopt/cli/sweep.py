@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from esopt.cli.common import fail, hydra_app, quiet
+from esopt.cli.common import fail, hydra_app, quiet, validated
 from esopt.core import store
 from esopt.core.config import RunConfig
 from esopt.core.errors import ConfigError
 from esopt.runtime.run import print_summary, run, run_worker
 from esopt.runtime.runplan import recorded_id
-from esopt.runtime.validate import run_id, uses, validate, verify_shipped
+from esopt.runtime.validate import run_id, uses, verify_shipped
 
 
 def missing_analyses(cfg: RunConfig, rid: str) -> list[str]:
@@ -67,7 +67,7 @@ def main_run(cfg, single: bool = False) -> dict:
     rc = shipped_plan(cfg)
     if rc is None:
         try:
-            rc = validate(cfg)
+            rc = validated(cfg)  # the plan the command line's check made, else validated now
         except ConfigError as e:
             fail(str(e))
     if distributed.launched_rank() > 0:  # torchrun / srun rank > 0: a silent ES worker
