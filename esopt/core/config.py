@@ -85,6 +85,9 @@ class SweepConfig:
     max_local_hours: float = 24.0   # a sweep (or run) estimated to take longer on this machine (its runs'
     #                                 CPU estimate over the runs at once) is refused, exit 2, naming a launcher
     force: bool = False             # launch it anyway
+    offline: bool = False           # compute nodes without internet: jobs run with HF_HUB_OFFLINE=1,
+    #                                 HF_DATASETS_OFFLINE=1 and WANDB_MODE=offline; a hub model or dataset
+    #                                 not in the cache fails the dry run (python -m esopt.fetch fills it)
 
 
 HEADLINE_KEEP = 0.22   # the study's headline keep fraction (78% of the update zeroed): claim 5's pruning point,
@@ -390,6 +393,7 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     model = dict(raw.get("model") or {})
     if not model.get("name"):
         raise ConfigError("model.name is required (e.g. model=tiny-s)")
+    model = model_paths(raw, model)
     if "trust_remote_code" in model:  # read by the model loader: true or false, never a truthy string
         model["trust_remote_code"] = boolean(model["trust_remote_code"], "model.trust_remote_code")
     task = dict(raw.get("task") or {})
@@ -433,7 +437,24 @@ def _names(value) -> tuple:
 
 
 # every top-level key of a run config besides the algorithms' blocks
-TOP_LEVEL = tuple(f.name for f in fields(RunConfig) if f.name != "blocks")
+TOP_LEVEL = tuple(f.name for f in fields(RunConfig) if f.name != "blocks") + ("models",)
+
+
+def model_paths(raw: Mapping, model: dict) -> dict:
+    """``models.paths`` (model name -> local folder, for a grid over sizes on a cluster without
+    the hub): the run's model block with ``path`` set from it when the model has none. Every
+    entry must be an existing directory (ConfigError naming it), whether the grid uses it or not."""
+    import os
+
+    paths = (raw.get("models") or {}).get("paths") or {}
+    if not isinstance(paths, Mapping):
+        raise ConfigError(f"models.paths must map model names to folders, got {paths!r}")
+    for name, folder in paths.items():
+        if not isinstance(folder, str) or not os.path.isdir(os.path.expanduser(folder)):
+            raise ConfigError(f"models.paths.{name}: {folder!r} is not a directory")
+    if not model.get("path") and model.get("name") in paths:
+        return {**model, "path": os.path.expanduser(paths[model["name"]])}
+    return model
 
 
 def did_you_mean(key: str, known) -> str:

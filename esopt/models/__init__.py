@@ -201,6 +201,21 @@ def local_dir(model_cfg: Mapping) -> Path | None:
     return None
 
 
+def hub_missing(model_cfg: Mapping) -> str | None:
+    """For a hub model (no local folder): why it cannot load without the hub, None when its
+    ``config.json`` is in this machine's Hugging Face cache (``HF_HUB_CACHE`` / ``HF_HOME``, at
+    ``model.revision``, default the main branch) or the model has a local folder."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if local_dir(model_cfg) is not None or model_cfg.get("name") not in REGISTRY:
+        return None
+    repo = REGISTRY[str(model_cfg["name"])]
+    found = try_to_load_from_cache(repo, "config.json", revision=model_cfg.get("revision"))
+    if isinstance(found, str):
+        return None
+    return f"model {model_cfg['name']} ({repo}) is not in the Hugging Face cache {constants.HF_HUB_CACHE}"
+
+
 def is_tiny(model_cfg: Mapping) -> bool:
     """The one rule for "a tiny-family model": a shipped tiny name without a path, or a local
     directory holding the tiny family's character tokenizer (e.g. a run's ``model/``)."""

@@ -19,6 +19,7 @@ key), and the same for the same knobs and seed. Each task module documents its s
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math as _math  # esopt.tasks.math would shadow `math`
@@ -437,6 +438,29 @@ def hub_unreachable() -> str | None:
     t.start()
     t.join(HUB_PROBE_S + 0.5)
     return None if why[0] is None else f"{constants.ENDPOINT}: {why[0]}"
+
+
+@contextlib.contextmanager
+def hub_offline(enabled: bool = True):
+    """Within: ``huggingface_hub`` and ``datasets`` in offline mode, as ``HF_HUB_OFFLINE=1`` /
+    ``HF_DATASETS_OFFLINE=1`` make them when set before they are imported (they read those once):
+    a hub dataset not in the cache fails at once instead of being downloaded. ``sweep.offline``."""
+    import datasets
+    from huggingface_hub import constants
+
+    if not enabled:
+        yield
+        return
+    names = ((constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
+             (datasets.config, "HF_DATASETS_OFFLINE"))
+    saved = [getattr(m, n, None) for m, n in names]
+    for m, n in names:
+        setattr(m, n, True)
+    try:
+        yield
+    finally:
+        for (m, n), v in zip(names, saved):
+            setattr(m, n, v)
 
 
 def hub_cached(source: str) -> bool:

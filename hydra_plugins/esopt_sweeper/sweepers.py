@@ -30,6 +30,7 @@ from hydra_plugins.esopt_sweeper.output import (SweepProgress, aggregate_sweep, 
 log = logging.getLogger(__name__)
 WARNING_CHARS = 500  # a launcher's error for a run, as printed: at most this long
 ERROR_COLUMN = 60    # the final table's error column: its first this many characters
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}  # sweep.offline
 LAUNCH_POLL_S = 1.0  # how often the sweeper looks whether a submitted job array has ended
 
 @dataclass
@@ -148,6 +149,8 @@ class EsoptSweeper(Sweeper):
                 ranked = ", ".join(a.name for a in ALGORITHMS.values() if a.multi_rank)
                 raise ConfigError(f"hydra.launcher.nodes={launcher['nodes']}: algo={rc.algo} runs as one process "
                                   f"(only an algorithm that splits its work over ranks spans nodes: {ranked})")
+        if rc.sweep.offline:
+            launcher = self.offline_request(rc, launcher)
         launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
         limit = self.job_limit_min(rc, launcher)
         if limit:
@@ -156,6 +159,29 @@ class EsoptSweeper(Sweeper):
         rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
         before = rd.status  # "unreadable" for a summary.json that cannot be parsed: kept, listed
         return Job(list(overrides), rc, rid, launcher, before, (rd.read_summary() or {}).get("error_type"))
+
+    @staticmethod
+    def offline_request(rc, launcher: dict) -> dict:
+        """``sweep.offline``: a hub model must be in the cache already (ConfigError naming
+        ``esopt.fetch`` otherwise; not for ``esopt.plan``, which plans without the weights),
+        wandb must not be asked to go online, and a Slurm job exports the offline variables
+        in its setup (where a site does not pass the submitting shell's environment on)."""
+        from esopt import models
+        from esopt.cli.common import SWEEP_CONSUMER
+        from esopt.core.errors import ConfigError
+
+        missing = None if SWEEP_CONSUMER else models.hub_missing(rc.model)
+        if missing:
+            raise ConfigError(f"{missing} and sweep.offline=true: fetch it on a machine with internet "
+                              "(python -m esopt.fetch <these overrides>) or give a local folder "
+                              "(models.paths={name: folder} or model.path=folder)")
+        if "wandb" in rc.logger and ((rc.logger_opts.get("wandb") or {}).get("mode") == "online"):
+            raise ConfigError("logger_opts.wandb.mode=online with sweep.offline=true: compute nodes without "
+                              "internet log offline (wandb sync uploads the runs later)")
+        if "setup" not in launcher:
+            return launcher
+        exports = [f"export {k}={v}" for k, v in OFFLINE_ENV.items()]
+        return {**launcher, "setup": [*(launcher.get("setup") or []), *exports]}
 
     def job_limit_min(self, rc, launcher: dict) -> Optional[int]:
         """A Slurm job's time limit in minutes: ``sweep.max_job_hours``, else the partition's limit
@@ -562,10 +588,14 @@ class EsoptSweeper(Sweeper):
     def composed(self, arguments: List[str]) -> List[Job]:
         """The sweep's jobs, composed and validated as they would run (sub-grids: one job per
         run id), with the notes about them printed; nothing launched. ``esopt.plan`` reads these."""
+        from esopt.cli.common import SWEEP_CONSUMER
+        from esopt.tasks import hub_offline
+
         self._pin_time()
         quiet_sacct()
         grid = self._grid(arguments)
-        jobs = self.compose_all(grid)
+        with hub_offline(bool(self.config.sweep.get("offline")) and not SWEEP_CONSUMER):
+            jobs = self.compose_all(grid)  # sweep.offline: a hub dataset not in the cache fails here
         if self.grids:  # the union of sub-grids: one job per run id
             seen_ids: set = set()
             jobs = [j for j in jobs if not (j.rid in seen_ids or seen_ids.add(j.rid))]
@@ -597,7 +627,13 @@ class EsoptSweeper(Sweeper):
         self.register_claims(jobs)
         self.rereport(jobs)
         self.budget_notes(list({j.rid: j for j in jobs if not self.skipped(j)}.values()))
-        self.launch(jobs)
+        offline = any(j.rc.sweep.offline for j in jobs)
+        if offline:  # inherited by the launchers' processes and Slurm jobs (sbatch exports the environment)
+            os.environ.update(OFFLINE_ENV)
+        from esopt.tasks import hub_offline
+
+        with hub_offline(offline):  # and the runs in this process
+            self.launch(jobs)
         self.rereport(jobs, launched=True)
         code = self.finish(jobs)
         if code:

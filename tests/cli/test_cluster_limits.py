@@ -4,7 +4,7 @@ Dry runs and submitit's script writer only (no Slurm needed: ``sweep.max_job_hou
 so sinfo is not asked)."""
 
 import pytest
-from helpers import cli
+from helpers import REPO, cli
 
 from esopt.runtime.layout import slurm_minutes
 
@@ -82,3 +82,72 @@ def test_the_sbatch_script_carries_the_site_options(tmp_path):
     assert text.index("module load cuda/12.4") < text.index("srun")
     text = slurm_executor({**params, "wckey": "proj-a"}, 1, None)._executor._make_submission_file_text("x", "0")
     assert "#SBATCH --wckey=proj-a\n" in text and "#SBATCH --time=600\n" in text
+
+
+# --- compute nodes without internet (sweep.offline) ------------------------------------------
+
+@pytest.fixture
+def empty_hf_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache, and the hub off (nothing here may download): the library
+    constants ``HF_HUB_CACHE`` / ``HF_HUB_OFFLINE`` (and ``datasets``') set as the environment
+    variables would set them in a fresh process."""
+    import datasets
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf"
+    (cache / "hub").mkdir(parents=True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache / "datasets")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def one_error(r) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("esopt: error: "), r.stderr[-2000:]
+    return lines[0]
+
+
+def test_offline_sweeps_need_their_models_and_data_in_the_cache(tmp_path, empty_hf_cache):
+    """sweep.offline=true: a hub model missing from the cache is refused in the dry run, naming
+    esopt.fetch; ``models.paths`` points the size at a local folder instead, and passes; a hub
+    dataset missing from the cache is refused too; without sweep.offline the model is not asked."""
+    dry = ["esopt.sweep", "-m", "model=qwen0.5b,tiny-xs", "sweep.dry_run=true", f"sweep.root={tmp_path}"]
+    line = one_error(cli(*dry, "sweep.offline=true"))
+    assert f"model qwen0.5b (Qwen/Qwen2.5-0.5B-Instruct) is not in the Hugging Face cache {empty_hf_cache / 'hub'}" \
+           in line and "python -m esopt.fetch" in line
+    tiny = REPO / "esopt" / "models" / "tiny" / "tiny-s"
+    r = cli(*dry, "sweep.offline=true", f"models.paths={{qwen0.5b: {tiny}}}")
+    assert r.returncode == 0 and "2 runs" in r.stdout, r.stderr[-2000:]
+    assert cli(*dry).returncode == 0
+    line = one_error(cli("esopt.sweep", "-m", "model=tiny-xs", "task=gsm8k", "sweep.offline=true", "sweep.dry_run=true",
+                         f"sweep.root={tmp_path}"))
+    assert "task gsm8k: cannot load 'openai/gsm8k'" in line and "task.source=<path>" in line
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["models.paths={tiny-xs: /no/such/folder}"], "models.paths.tiny-xs: '/no/such/folder' is not a directory"),
+    (["sweep.offline=true", "logger=[wandb]", "logger_opts.wandb.mode=online"],
+     "logger_opts.wandb.mode=online with sweep.offline=true"),
+])
+def test_offline_inputs_that_cannot_work_are_one_line(tmp_path, argv, needle):
+    assert needle in one_error(cli(*SLURM_DRY, *argv, f"sweep.root={tmp_path}"))
+
+
+def test_fetch_lists_the_grids_inputs_and_writes_its_manifest(tmp_path, empty_hf_cache):
+    """``esopt.fetch`` on a tiny grid: its local models listed with their sizes (nothing to
+    download), the manifest written in the cache given; a hub model it cannot download (the hub
+    is off here) is one line, exit 2."""
+    import json
+
+    r = cli("esopt.fetch", "-m", "model=tiny-xs,tiny-s", "--cache-dir", str(tmp_path / "cache"), f"sweep.root={tmp_path}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    manifest = json.loads((tmp_path / "cache" / "esopt-fetch.json").read_text())
+    assert manifest["models"] == [] and [m["name"] for m in manifest["local_models"]] == ["tiny-xs", "tiny-s"]
+    size = sum(f.stat().st_size for f in (REPO / "esopt" / "models" / "tiny" / "tiny-s").rglob("*") if f.is_file())
+    assert manifest["local_models"][1]["bytes"] == size
+    assert f"cache {tmp_path / 'cache'}" in r.stdout and "local folder, not fetched  0.4 MB" in r.stdout
+    assert "task  countdown    generated or shipped data, nothing to fetch" in r.stdout
+    line = one_error(cli("esopt.fetch", "model=qwen0.5b", f"sweep.root={tmp_path}"))
+    assert line.startswith("esopt: error: model qwen0.5b (Qwen/Qwen2.5-0.5B-Instruct): cannot download it: ")

@@ -95,17 +95,18 @@ def _slurm_times(job_id: str) -> tuple:
 
 def test_two_resource_groups_run_at_once(tmp_path):
     """Two runs whose launcher requests differ (seed=1,2 with mem_gb=${seed}: two resource
-    groups, so two job arrays) through the real local Slurm, each job sleeping 8 s before its run: both arrays are
-    submitted before either is waited on, so both jobs start before either ends (one after
-    another, the second would start after the first's end)."""
+    groups, so two job arrays) through the real local Slurm, each job sleeping 8 s before its
+    run: both arrays are submitted before either is waited on, so both jobs start before either
+    ends (one after another, the second would start after the first's end). Their scripts carry
+    the time limit (capped by sweep.max_job_hours) and sweep.offline's exports."""
     env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     r = run_cli(
         "esopt.sweep", "-m", "hydra/launcher=slurm", "model=tiny-xs", "algo=none", "eval.problems=4",
         "eval.samples=2", "task.n_train=16", "task.n_test=8", "task.n_heldout=8", "seed=1,2",
         "hydra.launcher.mem_gb=${seed}",
         "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1", "hydra.launcher.poll_s=1",
-        "hydra.launcher.setup=[sleep 8]", "sweep.max_job_hours=0.1", f"sweep.root={tmp_path}", "sweep.name=groups",
-        "sweep.aggregate=false",
+        "hydra.launcher.setup=[sleep 8]", "sweep.max_job_hours=0.1", "sweep.offline=true", f"sweep.root={tmp_path}",
+        "sweep.name=groups", "sweep.aggregate=false",
         env=env, timeout=900)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     tasks = [p.name for p in (tmp_path / "groups" / ".hydra").glob("*/.submitit/*") if re.fullmatch(r"\d+(_\d+)?", p.name)]
@@ -115,6 +116,8 @@ def test_two_resource_groups_run_at_once(tmp_path):
     assert (min(e1, e2) - max(s1, s2)).total_seconds() >= 6     # by about the sleep: ~T in all, not 2T
     scripts = "".join(p.read_text() for p in (tmp_path / "groups" / ".hydra").glob("*/.submitit/*/*_submission.sh"))
     assert scripts.count("#SBATCH --time=6\n") == 2           # timeout_min=10 capped by max_job_hours=0.1
+    for line in ("export HF_HUB_OFFLINE=1", "export HF_DATASETS_OFFLINE=1", "export WANDB_MODE=offline"):
+        assert scripts.count(line + "\n") == 2                  # sweep.offline: the jobs' setup
 
 
 def test_es_saves_on_the_time_limit_signal_and_resumes_bitwise(tmp_path):
