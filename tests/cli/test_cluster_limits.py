@@ -113,7 +113,7 @@ def test_offline_sweeps_need_their_models_and_data_in_the_cache(tmp_path, empty_
     """sweep.offline=true: a hub model missing from the cache is refused in the dry run, naming
     esopt.fetch; ``models.paths`` points the size at a local folder instead, and passes; a hub
     dataset missing from the cache is refused too; without sweep.offline the model is not asked."""
-    dry = ["esopt.sweep", "-m", "model=qwen0.5b,tiny-xs", "sweep.dry_run=true", f"sweep.root={tmp_path}"]
+    dry = [*SLURM_DRY, "model=qwen0.5b,tiny-xs", f"sweep.root={tmp_path}"]
     line = one_error(cli(*dry, "sweep.offline=true"))
     assert f"model qwen0.5b (Qwen/Qwen2.5-0.5B-Instruct) is not in the Hugging Face cache {empty_hf_cache / 'hub'}" \
            in line and "python -m esopt.fetch" in line

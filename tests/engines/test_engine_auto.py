@@ -65,7 +65,7 @@ def test_a_dry_run_here_says_what_a_gpu_job_will_use(tmp_path):
     this host's; run here, the same config is refused (engine.device=cuda, no GPU)."""
     from tests.helpers import GSM8K_SAMPLE
 
-    data = [f"task.source={GSM8K_SAMPLE}", "task.n_heldout=10"]
+    data = [f"task.source={GSM8K_SAMPLE}", "task.n_heldout=10", "sweep.offline=false"]  # no Qwen in the cache here
     res = cli("esopt.sweep", "-m", "+experiment=pop_vs_size_gpu", "sweep.dry_run=true", f"sweep.root={tmp_path}",
               "hydra.sweeper.params.pop=8", "hydra.sweeper.params.seed=0", "hydra.sweeper.params.model=qwen0.5b",
               *data)
