@@ -11,9 +11,10 @@ stopped cleanly, and names the others.
 Categories: ``keys`` (unknown keys, config groups, override syntax), ``values`` (out-of-range
 numbers and choices, single runs and ``-m`` grids), ``names`` (sweep.name / sweep.root and other
 names that reach a path), ``model`` (a model folder's files), ``data`` (a data file's rows),
-``trackers`` and ``storage`` (logger / tuning.storage), ``evaluate`` and ``aggregate`` (the
-other entry points). Issue 42's eleven are among them (``#42`` in their name). A case is a
-line of :data:`CASES`; the next round adds its own.
+``trackers`` and ``storage`` (logger / tuning.storage), ``evaluate``, ``aggregate``, ``analyze``
+and ``plan`` (the other entry points). Issue 42's eleven are among them (``#42`` in their name),
+and issue 55's (``#55``: config booleans and integers, files read back, the planner's pilot).
+A case is a line of :data:`CASES`; the next round adds its own.
 """
 
 from __future__ import annotations
@@ -93,6 +94,25 @@ def data(first, ext="jsonl"):
 
 def model(how):
     return lambda d: [f"model.path={model_dir(d, how)}"]
+
+
+def planted(d: Path, spoil=None, name: str = "paper_s") -> Path:
+    """A small planted claims sweep at ``d/<name>`` (tests/helpers.py), its files then spoiled."""
+    from helpers import write_planted_sweep
+
+    write_planted_sweep(d / name, seeds=(0, 1), problems=20, models={"tiny-xs": 3e4, "tiny-s": 1e5})
+    if spoil:
+        spoil(d / name)
+    return d / name
+
+
+def unsolved(sweep: Path) -> None:
+    """Every run's base and final evaluation solved nothing (a pilot of a model that cannot)."""
+    for s in (sweep / "runs").glob("*/summary.json"):
+        data = json.loads(s.read_text())
+        for ev in (data["base"], data["final"]):
+            ev["correct_counts"] = [0] * len(ev["correct_counts"])
+        s.write_text(json.dumps(data))
 
 
 # ------------------------------------------------------------------------------------ the cases
@@ -184,6 +204,28 @@ CASES = [
     ("aggregate", "aggregate a missing folder", "esopt.aggregate", ["/nonexistent/sweep"]),
     ("aggregate", "aggregate a folder without runs", "esopt.aggregate", lambda d: [str((d / "s").mkdir() or d / "s")]),
     ("aggregate", "aggregate --tolerance -1", "esopt.aggregate", lambda d: [str(d), "--tolerance", "-1"]),
+    ("values", "#55 sweep.save_model='no'", "esopt.sweep", ["sweep.save_model='no'"]),
+    ("values", "#55 sweep.keep_checkpoints=1", "esopt.sweep", ["sweep.keep_checkpoints=1"]),
+    ("values", "#55 es.batched='0'", "esopt.sweep", ["es.batched='0'"]),
+    ("values", "#55 seed=1e30", "esopt.sweep", ["seed=1e30"]),
+    ("values", "#55 -m seed=0,1e30", "esopt.sweep", ["-m", "seed=0,1e30"]),
+    ("values", "#55 model.trust_remote_code=no", "esopt.sweep", ["model.trust_remote_code=no"]),
+    ("aggregate", "#55 aggregate with no argument", "esopt.aggregate", []),
+    ("aggregate", "#55 aggregate a torn claims.json", "esopt.aggregate",
+     lambda d: [str(planted(d, lambda s: (s / "claims.json").write_text('{"registration": {"des'))), "--claims"]),
+    ("aggregate", "#55 aggregate a claims.json that is a list", "esopt.aggregate",
+     lambda d: [str(planted(d, lambda s: (s / "claims.json").write_text("[1, 2]"))), "--claims"]),
+    ("aggregate", "#55 aggregate a registration whose design is 5", "esopt.aggregate",
+     lambda d: [str(planted(d, lambda s: (s / "claims.json").write_text('{"registration": {"design": 5}}'))),
+                "--claims"]),
+    ("analyze", "#55 analyze connectivity --sweep without a pair", "esopt.analyze",
+     lambda d: ["connectivity", "--sweep", str(planted(d, lambda s: [shutil.rmtree(r) for r in (s / "runs").glob("grpo-*")]))]),
+    ("analyze", "#55 analyze connectivity --sweep a missing folder", "esopt.analyze",
+     ["connectivity", "--sweep", "/nonexistent/sweep"]),
+    ("plan", "#55 plan --pilot whose base solved nothing", "esopt.plan",
+     lambda d: ["-m", "model=tiny-s", "algo=none,es", f"sweep.root={d / 'r'}", "--pilot", str(planted(d, unsolved))]),
+    ("plan", "#55 plan --pilot ... --print-components, nothing solved", "esopt.plan",
+     lambda d: ["--pilot", str(planted(d, unsolved)), "--print-components"]),
 ]
 
 
@@ -253,9 +295,9 @@ def main(argv=None) -> int:
 
         write_table("bad_inputs", "Bad inputs by category", None, header, rows, notes=(
             f"{tried} inputs, each one command in a fresh folder (`python -m esopt.sweep` with a tiny-xs "
-            "ES run's flags unless the case is for esopt.evaluate or esopt.aggregate). Stopped cleanly: exit "
+            "ES run's flags unless the case is for another entry point). Stopped cleanly: exit "
             "2, exactly one stderr line `esopt: error: ...`, no file created. Issue 42's eleven are the cases "
-            "named #42. The cases: benchmarks/bench_bad_inputs.py (CASES)."))
+            "named #42, issue 55's #55. The cases: benchmarks/bench_bad_inputs.py (CASES)."))
     return 0 if clean == tried else 1
 
 

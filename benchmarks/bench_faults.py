@@ -54,6 +54,18 @@ Issue 42's classes:
                  the time lost per sweep (its wall time minus the reference's; goal < 15 s)
                  [tests/runtime/test_trackers.py]
 
+Issue 55's classes:
+
+  edited_plan    a queued run's plan.json edited (pop 4 made 8: in its config, its resolved block or
+                 both) while the sweep runs an earlier job: that run fails with one warning naming
+                 the file, the sweep exits 1; the same sweep again completes it, equal to the
+                 reference [tests/runtime/test_runplan.py]
+  corrupt_claims a claims sweep (algo=none,es) over a torn / list / design-is-5 claims.json: one
+                 warning, the file kept as claims.corrupt-<time>.json, a labelled fresh registration,
+                 every run equal to the reference [tests/study/test_claims.py]
+  bad_samples    every run's base samples file with a field of another type: esopt.aggregate exits
+                 0 with one note naming a file, the table holds every run [tests/study/test_report_samples.py]
+
 Kill and cancel times (a drawn iteration plus a uniform fraction of one, uniform over the
 reference run's wall time for scancel, or just after a drawn checkpoint) and the damage come from a seeded RNG (``--seed``); a kill that lands after the run
 completed is drawn again. Exit status 1 when any attempt was not
@@ -98,7 +110,8 @@ ES_SLURM = ["algo=es", "pop=4", "iterations=300", "es.batch_size=4", "es.checkpo
 PG = ["algo=es", "pop=4", "iterations=8", "es.batch_size=4", "eval.every=2"]   # reports at 2, 4, 6, 8
 REFERENCES = {"es": (ES, False), "grpo": (GRPO, False), "journal": ([*JOURNAL, "seed=0,1,2,3"], True),
               "es_slurm": (ES_SLURM, False),
-              "pg": ([*PG, "seed=0,1,2"], True)}
+              "pg": ([*PG, "seed=0,1,2"], True),
+              "claims": (["algo=none,es", "pop=4", "iterations=4", "seed=0,1"], True)}
 BAD_FIELDS = [("model.params", "1.5B"), ("pop", "8"), ("seed", [0]), ("seed", True)]  # cycled
 
 
@@ -753,6 +766,110 @@ def dead_tracker(bench, rng, attempt):
 TRACKER_GOAL_S = 15.0
 
 
+# ------------------------------------------------------------------- issue 55's classes
+PLAN_EDITS = ["config pop", "resolved pop", "config and resolved pop"]  # cycled
+
+
+def edited_plan(bench, rng, attempt):
+    """A queued run's plan.json edited (pop 4 made 8) while the sweep runs an earlier job: that
+    run fails with one warning naming the file (it ran pop 8 under the pop-4 id before) and the
+    sweep exits 1; the same sweep again (as a requeue would read the file again, the sweeper
+    writes it anew) completes it: every run equals the reference."""
+    refs = bench.reference("journal")
+    root = bench.fresh("plan")
+    how = PLAN_EDITS[attempt % len(PLAN_EDITS)]
+    p = start(root, [*JOURNAL, "seed=0,1,2,3"], multirun=True)
+    edited, deadline = None, time.time() + 600
+    try:
+        while edited is None and time.time() < deadline and p.poll() is None:
+            queued = [r for r in runs(root).values() if (r / "plan.json").exists() and not has_summary(r)]
+            if len(queued) >= 2 and any(has_summary(r) for r in runs(root).values()):
+                edited = rng.choice(sorted(queued))
+                d = json.loads((edited / "plan.json").read_text())
+                if "config" in how:
+                    d["config"]["pop"] = 8
+                if "resolved" in how:
+                    d["resolved"]["phases"][0]["settings"]["pop"] = 8
+                (edited / "plan.json").write_text(json.dumps(d))
+            time.sleep(0.02)
+        out, err = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    if edited is None:
+        return Outcome(["no queued plan.json to edit"], 0, how)
+    wrong = []
+    if p.returncode != 1:
+        wrong.append(f"the sweep with the edited plan exit {p.returncode}")
+    s = summary(edited) or {}
+    if s.get("status") != "failed" or str(edited / "plan.json") not in (s.get("error") or ""):
+        wrong.append(f"run {edited.name}: {s.get('status')}, error {(s.get('error') or '')[:80]!r}")
+    named = [w for w in warnings(err) if str(edited / "plan.json") in w]
+    if len(named) != 1:
+        wrong.append(f"{len(named)} warnings name the edited plan.json")
+    again = esopt(root, [*JOURNAL, "seed=0,1,2,3"], multirun=True)
+    more, lost = check(refs, root)
+    if again.returncode != 0:
+        more.insert(0, f"rerun exit {again.returncode}: {again.stderr.strip().splitlines()[-1:]}")
+    return Outcome(wrong + more, lost, f"{how} of run {edited.name}")
+
+
+def corrupt_claims(bench, rng, attempt):
+    """A claims sweep (base and ES) started over a corrupt claims.json (torn, a list, a design that
+    is a number; cycled): one warning names it, it is kept as claims.corrupt-<time>.json byte for
+    byte, the design is registered afresh (labelled so), and every run equals the reference."""
+    refs = bench.reference("claims")
+    root = bench.fresh("claims")
+    bad = CORRUPT_CLAIMS[attempt % len(CORRUPT_CLAIMS)]
+    (root / "f").mkdir(parents=True)
+    (root / "f" / "claims.json").write_text(bad)
+    overrides, _ = REFERENCES["claims"]
+    r = esopt(root, overrides, multirun=True)
+    wrong, lost = check(refs, root)
+    if r.returncode != 0:
+        wrong.insert(0, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    named = [w for w in warnings(r.stderr) if "claims.json" in w]
+    kept = sorted((root / "f").glob("claims.corrupt-*.json"))
+    if len(named) != 1 or len(kept) != 1 or kept[0].read_text() != bad:
+        wrong.append(f"warnings {named}, kept {[k.name for k in kept]}")
+    try:
+        reg = json.loads((root / "f" / "claims.json").read_text())["registration"]
+        if reg.get("replaces_corrupt", {}).get("file") != (kept[0].name if kept else None):
+            wrong.append("the fresh registration is not labelled")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        wrong.append(f"claims.json after the sweep: {type(e).__name__}")
+    return Outcome(wrong, lost, {"[": "a list", "{\"registration\": {\"d": "a design that is 5"}.get(bad[:16], "torn"))
+
+
+CORRUPT_CLAIMS = ['{"registration": {"des', "[1, 2]", '{"registration": {"design": 5}}']
+BAD_SAMPLES = [("truncated", "abc"), ("problems", {"a": 1}), ("iteration", "x")]  # cycled
+
+
+def bad_samples(bench, rng, attempt):
+    """Every run's base samples file (samples/iteration_0.json) given a field of another type
+    (cycled): esopt.aggregate exits 0 with one note naming the shown run's file, the page is
+    written without its completions, and the table holds every run."""
+    refs = bench.reference("journal")
+    root = copy_of_reference(bench, "samples")
+    sweep = root / "f"
+    key, value = BAD_SAMPLES[attempt % len(BAD_SAMPLES)]
+    for rid in refs:
+        path = sweep / "runs" / rid / "samples" / "iteration_0.json"
+        d = json.loads(path.read_text())
+        d[key] = value
+        path.write_text(json.dumps(d))
+    r, wrong = aggregate_cmd(sweep), []
+    ids = table_ids(sweep) if r.returncode == 0 else []
+    if r.returncode != 0:
+        wrong.append(f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    notes = [line for line in r.stdout.splitlines() if "iteration_0.json cannot be read" in line]
+    if len(notes) != 1 or not (sweep / "report.html").exists():
+        wrong.append(f"{len(notes)} notes name a samples file")
+    if ids != sorted(refs):
+        wrong.append(f"table rows {ids}")
+    return Outcome(wrong, len(set(refs) - set(ids)), f"{key}={value!r}")
+
+
 FAULTS = {  # name -> (row label, one attempt, the reference it is compared with, the note's legend)
     "es_kill": ("kill -9 of an ES run, rerun", es_kill, "es", "killed after iteration"),
     "grpo_kill": ("kill -9 of a GRPO run, rerun", grpo_kill, "grpo", "killed after step"),
@@ -770,6 +887,9 @@ FAULTS = {  # name -> (row label, one attempt, the reference it is compared with
     "pg_outage": ("PostgreSQL stopped 10 s mid-sweep", pg_outage, "pg", "stopped after iteration"),
     "concurrent": ("two optuna searches on one study at once", concurrent, None, "trials of"),
     "dead_tracker": ("an MLflow server that never answers, whole sweep", dead_tracker, "journal", "time"),
+    "edited_plan": ("a queued run's plan.json edited, sweep rerun", edited_plan, "journal", "edited"),
+    "corrupt_claims": ("a claims sweep over a corrupt claims.json", corrupt_claims, "claims", "claims.json"),
+    "bad_samples": ("a samples file of another shape, aggregated", bad_samples, "journal", "planted"),
 }
 
 
