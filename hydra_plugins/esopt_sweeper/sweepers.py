@@ -628,12 +628,20 @@ class EsoptSweeper(Sweeper):
         self.rereport(jobs)
         self.budget_notes(list({j.rid: j for j in jobs if not self.skipped(j)}.values()))
         offline = any(j.rc.sweep.offline for j in jobs)
+        saved = {k: os.environ.get(k) for k in OFFLINE_ENV}
         if offline:  # inherited by the launchers' processes and Slurm jobs (sbatch exports the environment)
             os.environ.update(OFFLINE_ENV)
         from esopt.tasks import hub_offline
 
-        with hub_offline(offline):  # and the runs in this process
-            self.launch(jobs)
+        try:
+            with hub_offline(offline):  # and the runs in this process
+                self.launch(jobs)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         self.rereport(jobs, launched=True)
         code = self.finish(jobs)
         if code:

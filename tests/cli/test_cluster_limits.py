@@ -151,3 +151,4 @@ def test_fetch_lists_the_grids_inputs_and_writes_its_manifest(tmp_path, empty_hf
     assert "task  countdown    generated or shipped data, nothing to fetch" in r.stdout
     line = one_error(cli("esopt.fetch", "model=qwen0.5b", f"sweep.root={tmp_path}"))
     assert line.startswith("esopt: error: model qwen0.5b (Qwen/Qwen2.5-0.5B-Instruct): cannot download it: ")
+
