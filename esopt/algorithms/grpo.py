@@ -46,6 +46,7 @@ import torch
 
 from esopt.core.config import at_least, block, model_default
 from esopt.core.errors import ConfigError
+from esopt.algorithms import distributed
 from esopt.core import preempt, store
 from esopt.core.store import apply_umask
 
@@ -331,6 +332,7 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
 
         last_eval_step = -1
         last_eval: dict | None = None
+        preempted = False
         t_step = time.perf_counter()
         fwd_bwd_seen = 0
 
@@ -347,13 +349,15 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
             for old in _checkpoints(Path(args.output_dir)):
                 if _step(old) < state.global_step:
                     shutil.rmtree(old, ignore_errors=True)
-            if preempt.requested():  # saved on the scheduler's warning (on_step_end): requeue now
+            if self.preempted:  # saved on the scheduler's warning (on_step_end): requeue now
                 preempt.release()
                 raise SystemExit(-1)
 
         def on_step_end(self, args, state, control, **kw):
-            """The job's time is nearly up (``esopt.core.preempt``): save at this step."""
-            if preempt.requested():
+            """The job's time is nearly up (``esopt.core.preempt``, on any process: they agree,
+            so every process saves at the same step): save at this step."""
+            self.preempted = distributed.any_rank(preempt.requested())
+            if self.preempted:
                 control.should_save = True
 
         def on_log(self, args, state, control, logs=None, model=None, **kw):
@@ -387,7 +391,6 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
             ctx.log(**line)
             if ctx.eval_due(step):
                 self.evaluate(model if model is not None else trainer.model, step)
-            self.on_step_end(args, state, control)  # a warning that came during this step saves it
 
         def evaluate(self, model, step: int) -> dict:
             """Shared evaluator on the same weights: eval mode, no grad, then back to train."""

@@ -137,8 +137,8 @@ def test_lr_default_is_the_models_unless_set():
 def test_the_time_limit_signal_saves_at_that_step_then_hands_over(results_root, tmp_path):
     """The scheduler's warning (SIGUSR2; in a Slurm job submitit has bound it, here a handler
     that records its call stands in) during step 2, with no checkpoint scheduled before step 4:
-    GRPO saves checkpoint-2 at that step, hands the signal to the bound handler and exits; the
-    rerun resumes at step 3 (every step recorded once)."""
+    GRPO saves checkpoint-3 at the next step's end, hands the signal to the bound handler and
+    exits; the rerun resumes at step 4 (every step recorded once)."""
     import os
     import signal
 
@@ -161,7 +161,7 @@ def test_the_time_limit_signal_saves_at_that_step_then_hands_over(results_root, 
         with pytest.raises(SystemExit):
             grpo.train(ctx)
         assert calls == [signal.SIGUSR2]
-        assert sorted(p.name for p in (tmp_path / "checkpoint" / "grpo").glob("checkpoint-*")) == ["checkpoint-2"]
+        assert sorted(p.name for p in (tmp_path / "checkpoint" / "grpo").glob("checkpoint-*")) == ["checkpoint-3"]
     finally:
         signal.signal(signal.SIGUSR2, previous)
     grpo.train(grpo_context(rc, tmp_path))
