@@ -3,7 +3,9 @@ See the package docstring.
 
 Both share one path: compose + validate every job -> skip runs already recorded in the store ->
 group the rest by the launcher request they resolve to (``hydra.launcher`` interpolates the
-model's ``resources``) -> launch each group in batches -> read every run's summary.json ->
+model's ``resources``) -> submit every group's first batch (Slurm: one job array per resource
+shape, all queued at once), then wait on all, a group's next batch going when its last ends ->
+read every run's summary.json ->
 print a table (what is printed around the runs: ``output.py``). esopt, optuna and pandas are
 imported lazily (plugin discovery stays fast).
 """
