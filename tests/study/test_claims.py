@@ -714,7 +714,7 @@ def test_null_control_end_to_end(tmp_path):
     # 2 seeds per cell: the cell's claims lack data (>= 3 seeds), said so
     assert out["claims"][0]["unclear"] == "data" and "fewer than 3 seeds" in out["claims"][0]["reason"]
     page = (sweep / "report.html").read_text()
-    assert page.index('id="claims"') < page.index('id="summary"')
+    assert page.index('id="summary"') < page.index('id="fig-passk"') < page.index('id="claims"')  # results first
     assert len(re.findall(r'<tr id="claim-\d+">', page)) == 11
 
 
@@ -746,8 +746,8 @@ def test_claims_from_a_sweep_directory_and_the_aggregator(tmp_path):
     assert by[5]["details"]["control"]["effect"] > 0               # the equal-norm control was read
     assert by[5]["details"]["random_control"]["effect"] > 0        # and the random mask beside it
     page = (sweep / "report.html").read_text()
-    assert page.index('id="claims"') < page.index('id="summary"')
-    assert 'id="table-claim7"' in page and "<th>power</th>" in page and "Holm" in page
+    assert page.index('id="summary"') < page.index('id="claims"')
+    assert 'id="table-claim7"' in page and "<th>planned power</th>" in page and "Holm" in page
     assert re.search(r'<p id="claims-look"><b>exploratory: no registration', page)   # never registered
     # not a paper sweep and ES alone: no claims unless asked
     es_only = tmp_path / "es_only"

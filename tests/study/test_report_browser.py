@@ -203,3 +203,55 @@ def test_a_link_in_a_model_name_renders_as_text(driver, tmp_path):
         "var s = arguments[0]; return Array.from(document.querySelectorAll('.figure text'))"
         ".filter(function (t) { return t.textContent.indexOf(s) >= 0; }).length;", LINK)
     assert links == 0 and shown > 0
+
+
+@pytest.fixture(scope="module")
+def quickstart_page(tmp_path_factory):
+    """A sweep shaped like the quickstart's: one model, one population, none / es / grpo x 2
+    seeds (6 runs), with the claims computed (every one unclear at this grid)."""
+    from esopt.study.report.aggregate import aggregate
+
+    root = tmp_path_factory.mktemp("quickstart") / "quickstart"
+    write_synthetic_sweep(root, models={"tiny-s": 1e5}, pops=(16,), seeds=(0, 1), algos=("none", "es", "grpo"),
+                          iterations=30, eval_every=10, problems=100, samples=16)
+    aggregate(root, bootstrap=50, claims=True)
+    return root / "report.html"
+
+
+JS_TOPS = """
+const top = id => { const el = document.getElementById(id); return el ? el.getBoundingClientRect().top : null; };
+return {height: window.innerHeight, summary: top('summary'), passk: top('fig-passk'), curves: top('fig-curves'),
+        claims: top('claims'), heatmap: top('fig-heatmap'), trend: top('fig-trend')};
+"""
+
+
+def test_the_top_of_the_report_is_what_the_sweep_measured(driver, quickstart_page, tmp_path):
+    """Screenshot of the top of the quickstart's page: the summary and Pass@K fill the first
+    screen, the claims come after the sweep's curves, one row each with the test's wording
+    folded (not displayed until opened), and the one-cell heatmap and one-point trend are a
+    sentence each, not a plot."""
+    check_page(driver, quickstart_page)
+    driver.execute_script("window.scrollTo(0, 0)")
+    shot = tmp_path / "top.png"
+    assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 20_000   # a drawn page, not a blank one
+    from PIL import Image
+
+    img = Image.open(shot).convert("L")
+    assert img.size[1] >= 600 and len(set(img.getdata())) > 50                     # text and a plot on it
+    tops = driver.execute_script(JS_TOPS)
+    assert 0 <= tops["summary"] < tops["passk"] < tops["height"], tops          # on the first screen
+    assert tops["passk"] < tops["curves"] < tops["claims"], tops
+    assert tops["claims"] > tops["height"], tops                                # not on the first screen
+    assert tops["heatmap"] is None and tops["trend"] is None, tops              # no plot of one cell / point
+    for fig, words in (("fig-heatmap", "a heatmap of one cell shows no pattern"),
+                       ("fig-trend", "needs at least two sizes")):
+        assert words in driver.find_element(By.ID, f"{fig}-missing").text
+    rows = driver.find_elements(By.CSS_SELECTOR, "#table-claims tbody tr")
+    assert len(rows) == 11
+    for row in rows:
+        cells = row.find_elements(By.TAG_NAME, "td")
+        assert cells[2].text.startswith("unclear: data") and cells[4].text, row.text
+        wording = row.find_element(By.CSS_SELECTOR, "details small")
+        assert not wording.is_displayed()                                       # folded away
+    rows[0].find_element(By.CSS_SELECTOR, "details summary").click()
+    assert rows[0].find_element(By.CSS_SELECTOR, "details small").is_displayed()

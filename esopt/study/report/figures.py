@@ -252,6 +252,9 @@ def fig_heatmap(trend: dict):
     if not models:
         return None, f"no completed {trend.get('algo')} runs: no (model, pop) heatmap"
     pops = sorted({p for m in models for p in m["pops"]})
+    if len(models) * len(pops) < 2:   # one cell: nothing to compare
+        return None, (f"one model ({models[0]['model']}) and one population (N={pops[0]:g}): a heatmap of one "
+                      "cell shows no pattern; sweep model=a,b,... or pop=N,M,... to see how the metric moves")
     z = np.full((len(models), len(pops)), np.nan)
     for i, m in enumerate(models):
         for p, v in zip(m["pops"], m["means"]):
@@ -272,6 +275,9 @@ def fig_trend(trend: dict):
     models = trend.get("models") or []
     if not models:
         return None, "no data for the trend fit"
+    if len(models) < 2:
+        return None, (f"one model size ({models[0]['model']}): a trend of the best population over model size "
+                      "needs at least two sizes (claim 7 needs five); sweep model=a,b,c,... to fit it")
     P = [m["params"] for m in models]
     traces = []
     symbols = {"continuous": "circle", "discrete": "square", "efficient": "diamond"}

@@ -5,6 +5,9 @@ Each figure is a ``<div id="fig-...">`` plus its Plotly JSON in
 at the end draws them all. :func:`figure_data` reads a figure's data back from a page (tests
 and users; numpy arrays that Plotly stored as base64 ``bdata`` are decoded).
 
+Top-down: the summary, then the sweep's own results (Pass@K, learning curves, entropy), then
+the claims (:func:`claims_html`: one row each, the test's wording folded), then the rest. A plot
+that cannot say anything at this grid (a one-cell heatmap, a one-size trend) is one sentence.
 Figures (stable ids):
     fig-parcoords    parallel coordinates: log10 params, pop, sigma, lr, seed, the metric (brushable)
     fig-curves       learning curves per run: reward / held-out pass@1 / entropy / JS_succ,
@@ -151,11 +154,27 @@ def low_rank_labels(runs) -> list[str]:
     return sorted({str(v) for v in runs["es_noise"].dropna() if str(v).startswith("EGGROLL")})
 
 
+def decide_text(c: dict) -> str:
+    """What would decide a claim, in a few words: for "unclear: data" what the rule lacks, for
+    "unclear: power" how much more it needs, else "decided" (the whole reason is in the test's
+    fold)."""
+    reason = str(c.get("reason") or "")
+    if c.get("reproduced") != "unclear":
+        return "decided"
+    if c.get("unclear") == "power":
+        m = re.search(r"\d+% needs [^(;]+", reason)
+        return (m.group(0).strip() if m else reason.split(";")[0]).rstrip(", ")
+    text = reason.split("unclear: data: ", 1)[-1]
+    m = re.search(r"\((set [^)]*|config [^)]*)\)", text)
+    return (m.group(1) if m else text.split(";")[0]).strip()
+
+
 def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
-    """The claims section (claims.json, esopt.study.claims) at the top of the page: one row per
-    claim (claim, its source: the seed paper's seven, then its 2026 rivals', test, effect [95% CI],
-    power at the smallest effect of interest, n, verdict, reason), then claim 7's per-size table;
-    empty without claims. Every string is HTML-escaped."""
+    """The claims section (claims.json, esopt.study.claims), after the sweep's own results: one
+    line per claim (its number and words, verdict, effect [95% CI], what would decide it, the
+    registered plan's power where the registration holds one, its source), the test's wording,
+    power, n and reason folded in a ``<details>``; then claim 7's per-size table; empty without
+    claims. Every string is HTML-escaped."""
     if not result:
         return ""
 
@@ -166,6 +185,7 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
         return ("n/a" if v is None else f"{v:+.3g}") + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
 
     colors = {"yes": "#1a7f37", "no": "#b42318", "unclear": "#8a6d00"}
+    planned = ((result.get("registration") or {}).get("plan") or {})
     rows = []
     for c in result["claims"]:
         n = ", ".join(f"{k} {v}" for k, v in (c.get("n") or {}).items())
@@ -174,15 +194,16 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
         if low_rank:  # computed on low-rank ES runs: EGGROLL's verdict, not the study's ES's
             verdict += f" (low-rank ES runs: {'; '.join(low_rank)})"
         bound = f"boundary {c['boundary']:+g}, smallest effect of interest {c['sesoi']:g}"
+        plan_p = planned.get(str(c["id"]), planned.get(c["id"]))
         rows.append(
-            f'<tr id="claim-{c["id"]}"><td>{c["id"]}</td><td>{cell(c["claim"])}</td>'
-            f'<td class="claim-source">{cell(c.get("source") or SEED_PAPER)}</td>'
-            f'<td><small>{cell(c["estimand"])}; {cell(c["statistic"])}; {cell(c["variance"])}; '
-            f'{cell(c["decision"])}</small></td>'
-            f'<td>{cell(fmt(c["effect"], c["ci"]))}<br><small>{cell(bound)}</small></td>'
-            f'<td>{cell(pw)}</td><td>{cell(n)}</td>'
+            f'<tr id="claim-{c["id"]}"><td>{c["id"]}</td><td>{cell(c["claim"])}'
+            f'<details><summary>test</summary><small>{cell(c["estimand"])}; {cell(c["statistic"])}; '
+            f'{cell(c["variance"])}; {cell(c["decision"])}; {cell(bound)}; power at that effect {cell(pw)}; '
+            f'n: {cell(n or "-")}. {cell(c["reason"])}</small></details></td>'
             f'<td style="color:{colors.get(c["reproduced"], "#222")}"><b>{cell(verdict)}</b></td>'
-            f'<td>{cell(c["reason"])}</td></tr>')
+            f'<td>{cell(fmt(c["effect"], c["ci"]))}</td><td>{cell(decide_text(c))}</td>'
+            f'<td>{cell("-" if plan_p is None else format(float(plan_p), ".0%"))}</td>'
+            f'<td class="claim-source">{cell(c.get("source") or SEED_PAPER)}</td></tr>')
     sizes = ""
     per_size = next((c["details"].get("per_size") for c in result["claims"] if c["id"] == 7), None)
     if per_size:
@@ -197,24 +218,31 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
     info = result.get("cell") or {}
     ratio = ", ".join(f"{a} {v:.2f}" for a, v in (info.get("tokens_vs_es") or {}).items() if v is not None)
     s = result.get("settings") or {}
+    counts = {}
+    for c in result["claims"]:
+        counts[c["reproduced"]] = counts.get(c["reproduced"], 0) + 1
     return (
         '<section id="claims"><h2>Claims of the study and its rivals, tested on this sweep</h2>'
-        f'<p>Comparison cell: model <b>{cell(info.get("model"))}</b>; generated training tokens relative '
-        f'to ES: {cell(ratio or "-")}. Each claim is a pre-registered one-sided test (t over seeds and '
-        f'problems, problems paired); yes and no are decided by Holm\'s step-down over the yes and no '
-        f'hypotheses of every registered claim ({cell(result.get("family_size") or "all")} of them, family-wise '
-        f'error {cell(s.get("alpha"))}); power is the test\'s power at the smallest effect of '
-        'interest; "unclear: power" or "unclear: data" says which is missing. Calibration: '
-        'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claims/rules.py. Claims 1-7 '
-        f'are the seed paper\'s ({SEED_PAPER}); the later ones are its 2026 rivals\', each with its source, '
-        'decided on the same runs in the same family.</p>'
+        f'<p id="claims-count">{len(result["claims"])} claims: '
+        + ", ".join(f"{v} {cell(k)}" for k, v in counts.items())
+        + f'; comparison cell: model <b>{cell(info.get("model"))}</b>.</p>'
         + (f'<p id="claims-low-rank"><b>The ES runs here include low-rank (EGGROLL) runs ({cell("; ".join(low_rank))}): '
            'verdicts involving ES are computed from them, not from the study\'s full-rank ES.</b></p>'
            if low_rank else '') +
         f'<p id="claims-look"><b>{cell(look_line(result))}</b></p>'
-        '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>source</th><th>test</th><th>effect [95% CI]</th>'
-        '<th>power</th><th>n</th><th>verdict</th><th>reason</th></tr></thead>'
-        f'<tbody>{"".join(rows)}</tbody></table>{sizes}</section>\n')
+        '<table id="table-claims"><thead><tr><th>#</th><th>claim</th><th>verdict</th><th>effect [95% CI]</th>'
+        '<th>what would decide it</th><th>planned power</th><th>source</th></tr></thead>'
+        f'<tbody>{"".join(rows)}</tbody></table>{sizes}'
+        '<details id="claims-method"><summary>How the claims are tested</summary><p>'
+        f'Generated training tokens relative to ES: {cell(ratio or "-")}. Each claim is a pre-registered '
+        'one-sided test (t over seeds and problems, problems paired); yes and no are decided by Holm\'s step-down '
+        f'over the yes and no hypotheses of every registered claim ({cell(result.get("family_size") or "all")} of '
+        f'them, family-wise error {cell(s.get("alpha"))}); power is the test\'s power at the smallest effect of '
+        'interest; "unclear: power" or "unclear: data" says which is missing; planned power is the registered '
+        'plan\'s (python -m esopt.plan), where the registration holds one. Calibration: '
+        'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claims/rules.py. Claims 1-7 '
+        f'are the seed paper\'s ({SEED_PAPER}); the later ones are its 2026 rivals\', each with its source, '
+        'decided on the same runs in the same family.</p></details></section>\n')
 
 
 def build(agg, sweep_dir: Path | None = None) -> str:
@@ -234,10 +262,11 @@ def build(agg, sweep_dir: Path | None = None) -> str:
     groups = best_groups(runs, metric)
     blocks = []
     for fig_id, title, make in (
-        ("fig-parcoords", "Hyperparameters (parallel coordinates)", lambda: fig_parcoords(runs, metric)),
-        ("fig-curves", "Learning curves", lambda: fig_curves(runs, curves, metric)),
         ("fig-passk", "Pass@K curves", lambda: fig_passk(runs, metric, runs_dir, groups=groups)),
+        ("fig-curves", "Learning curves", lambda: fig_curves(runs, curves, metric)),
         ("fig-entropy", "Held-out entropy over training: ES against GRPO", lambda: fig_entropy(runs, curves, metric, groups)),
+        ("claims", None, None),
+        ("fig-parcoords", "Hyperparameters (parallel coordinates)", lambda: fig_parcoords(runs, metric)),
         ("fig-heatmap", "Population vs model size: heatmap", lambda: fig_heatmap(trend)),
         ("fig-trend", "Population vs model size: trend fit", lambda: fig_trend(trend)),
         ("fig-status", "Run status", lambda: fig_status(runs)),
@@ -246,6 +275,9 @@ def build(agg, sweep_dir: Path | None = None) -> str:
         ("fig-drift", "Parameter drift by module type", lambda: fig_drift(runs, "relative")),
         ("fig-drift-top", "Largest 1% of updates by module type", lambda: fig_drift(runs, "top_share")),
     ):
+        if make is None:                                   # the sweep's results first, then the claims
+            blocks.append(claims_html(getattr(agg, "claims", None), low_rank_labels(runs)))
+            continue
         fig, note = make()
         if fig is None and note is None:                   # optional figure without data: no section
             continue
@@ -285,12 +317,12 @@ def build(agg, sweep_dir: Path | None = None) -> str:
 body {{ font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }}
 section {{ margin: 2em 0; }} .figure {{ width: 100%; height: 520px; }}
 table {{ border-collapse: collapse; font-size: 0.85em; }} td, th {{ border: 1px solid #ccc; padding: 2px 6px; }}
+details summary {{ cursor: pointer; color: #555; font-size: 0.9em; }}
 .missing {{ color: #a33; }}
 </style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
 <h1>{title}</h1>
-{claims_html(getattr(agg, "claims", None), low_rank_labels(runs))}
 <section id="summary"><h2>Summary</h2><ul>{summary}</ul>
 <p>Files beside this page: runs.csv / runs.parquet (one row per run), curves.parquet (every metrics line),
 trend.json (the fit), aggregate.json (skipped runs, notes).</p></section>
