@@ -188,7 +188,7 @@ class EsoptSweeper(Sweeper):
     def job_limit_min(self, rc, launcher: dict) -> Optional[int]:
         """A Slurm job's time limit in minutes: ``sweep.max_job_hours``, else the partition's limit
         as Slurm states it (asked once per partition); None for other launchers or no limit."""
-        if not str(launcher.get("_target_", "")).endswith("SlurmLauncher"):
+        if not str(launcher.get("_target_", "")).endswith("EsoptSlurmLauncher"):
             return None
         if rc.sweep.max_job_hours:
             return max(1, int(rc.sweep.max_job_hours * 60))
