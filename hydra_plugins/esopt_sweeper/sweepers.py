@@ -509,8 +509,15 @@ class EsoptSweeper(Sweeper):
 
         if not todo:
             return
-        at_once = max(int(j.launcher.get("n_jobs") or j.launcher.get("array_parallelism") or 1) for j in todo)
-        at_once = (os.cpu_count() or 1) if at_once < 1 else at_once  # joblib's n_jobs=-1: every core
+        if any("array_parallelism" in j.launcher for j in todo):  # Slurm: every group's array at once
+            groups: Dict[str, int] = {}
+            for j in todo:
+                key = json.dumps(j.launcher, sort_keys=True, default=str)
+                groups[key] = groups.get(key, 0) + 1
+            at_once = sum(min(n, int(json.loads(k).get("array_parallelism") or n)) for k, n in groups.items())
+        else:
+            at_once = max(int(j.launcher.get("n_jobs") or 1) for j in todo)
+            at_once = (os.cpu_count() or 1) if at_once < 1 else at_once  # joblib's n_jobs=-1: every core
         need = budget.sweep_disk([j.rc for j in todo], at_once=min(at_once, len(todo)))
         where = self.sweep_dir(todo)
         if dry:

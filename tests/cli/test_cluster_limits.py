@@ -152,3 +152,17 @@ def test_fetch_lists_the_grids_inputs_and_writes_its_manifest(tmp_path, empty_hf
     line = one_error(cli("esopt.fetch", "model=qwen0.5b", f"sweep.root={tmp_path}"))
     assert line.startswith("esopt: error: model qwen0.5b (Qwen/Qwen2.5-0.5B-Instruct): cannot download it: ")
 
+
+
+def test_the_disk_peak_counts_every_groups_array_at_once(tmp_path):
+    """Three resource groups (mem_gb=${seed}) of one run each, array_parallelism=1: all three
+    arrays run at once, so the peak holds three resume checkpoints, not one."""
+    import re
+
+    r = cli(*SLURM_DRY, "seed=1,2,3", "hydra.launcher.mem_gb=${seed}", "hydra.launcher.array_parallelism=1",
+            "sweep.max_job_hours=1", f"sweep.root={tmp_path}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    one = re.search(r"and (\d+) kB of resume checkpoint", r.stdout)
+    running = re.search(r"\+ (\d+) kB for the running runs' checkpoints", r.stdout)
+    assert one and running, r.stdout[-1500:]
+    assert abs(int(running.group(1)) - 3 * int(one.group(1))) <= 2
