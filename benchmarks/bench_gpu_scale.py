@@ -14,6 +14,13 @@ Tables:
               at the model's sigma / lr and at the study's hub setting (sigma 1.5e-3,
               lr 2.5e-4), N = 8, 4 prompts. "changed": parameters of model/ that differ from
               the base as loaded; "cos": cosine of the update with the fp32-loaded GRPO run's.
+  estimator   esopt/runtime/memory.py's GB per 80 GB GPU for Qwen2.5 0.5B-7B on GSM8K (2,048
+              new tokens): GRPO at the GPU presets' settings (group 8 x 8 prompts, gradient
+              checkpointing, micro-batches of 2, colocated vLLM at 0.2) on 1 GPU, and sharded
+              (FSDP2) where one GPU cannot hold it; ES with vLLM (0.85 of the GPU). Beside them
+              the published figures (REFERENCE.md section 15): 16-18 B per parameter of training
+              state with fp32 masters and AdamW; verl's tuning table: 7B GRPO on 2 x 80 GB only
+              with FSDP and offload.
 """
 
 from __future__ import annotations
@@ -92,9 +99,52 @@ def fractions(models_: list[str], root: Path) -> list[list]:
     return rows
 
 
+SIZES = ("qwen0.5b", "qwen1.5b", "qwen3b", "qwen7b")
+PRESET_GRPO = ["grpo.gradient_checkpointing=true", "grpo.grad_accum=32", "grpo.vllm_gpu_memory_utilization=0.2",
+               "grpo.use_vllm=true"]
+
+
+def estimator() -> list[list]:
+    from helpers import GSM8K_SAMPLE, compose
+
+    from esopt import models
+    from esopt.runtime import memory
+    from esopt.runtime.validate import make_plan
+
+    rows = []
+    for model in SIZES:
+        params = models.REGISTRY_PARAMS[model]
+        for algo in ("grpo", "es"):
+            cfg = compose(f"model={model}", f"algo={algo}", "task=gsm8k", f"task.source={GSM8K_SAMPLE}",
+                          "task.n_heldout=10", "engine=vllm", "hydra/launcher=slurm", "model.resources.gpus=1",
+                          *(PRESET_GRPO if algo == "grpo" else []))
+            from esopt.runtime import validate as v
+
+            keep = memory.check
+            memory.check = lambda plan: None  # the figures of plans validate refuses, too
+            try:
+                plan = v.validate(cfg, check_data=False, cuda=True)
+            finally:
+                memory.check = keep
+            for gpus in (1, 2, 4, 8) if algo == "grpo" else (1,):
+                est = memory.estimate(make_plan(plan), gpus)
+                if gpus > 1 and memory.estimate(plan, gpus // 2).fits:
+                    break
+                p = est.parts
+                state = sum(p.get(k, 0) for k in ("masters", "gradients", "optimizer"))
+                published = (f"{16 * params / 1e9:.0f}-{18 * params / 1e9:.0f} (16-18 B/param)" if algo == "grpo"
+                             else f"{2 * params / 1e9:.1f} (bf16 weights)")
+                rows.append([model, algo, gpus, f"{state / 1e9:.1f}" if algo == "grpo" else f"{p['weights'] / 1e9:.1f}",
+                             published, f"{p.get('activations', 0) / 1e9:.1f}", f"{p.get('logits', 0) / 1e9:.1f}",
+                             f"{(p.get('vllm', 0) or p.get('kv cache', 0)) / 1e9:.1f}", f"{est.total / 1e9:.1f}",
+                             "yes" if est.fits else "no (refused)"])
+                print(rows[-1], flush=True)
+    return rows
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", choices=["fractions"], action="append")
+    p.add_argument("--only", choices=["fractions", "estimator"], action="append")
     p.add_argument("--models", default="tiny-s", help="comma-separated (smollm2-135m after scripts/install_smollm2.sh)")
     p.add_argument("--root", default=None, help="results folder for the runs (default: a temporary one)")
     p.add_argument("--write-docs", action="store_true")
@@ -102,7 +152,7 @@ def main(argv=None) -> None:
     import tempfile
 
     torch.set_num_threads(1)
-    only = set(args.only or ["fractions"])
+    only = set(args.only or ["fractions", "estimator"])
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.root or tmp)
         if "fractions" in only:
@@ -117,6 +167,18 @@ def main(argv=None) -> None:
                             + (f" --models {args.models}" if args.models != "tiny-s" else ""), header, rows, notes=notes)
             else:
                 print(header)
+        if "estimator" in only:
+            rows = estimator()
+            header = ["model", "algo", "GPUs", "state / weights GB", "published GB", "activations GB", "logits GB",
+                      "vLLM / KV GB", "total GB per GPU", "fits 80 GB"]
+            notes = ("GRPO: group 8 x 8 prompts, 2,048 new tokens + a 256-token prompt allowance, micro-batches of "
+                     "2, gradient checkpointing, vLLM colocated at 0.2; GPUs > 1: FSDP2's sharded figure (GRPO runs "
+                     "as one process in esopt for now, so such a plan is refused). Published: REFERENCE.md section 15 "
+                     "(16-18 B per parameter with fp32 masters and AdamW; verl: 7B GRPO on 2 x 80 GB only with FSDP "
+                     "and offload, which this estimate does not model).")
+            if args.write_docs:
+                write_table("gpu_scale", "GPU memory estimate, Qwen2.5 0.5B-7B", COMMAND + " --only estimator",
+                            header, rows, notes=notes)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from esopt.core import store
 from esopt.core.config import ANALYSIS_KEYS, RunConfig, block, parse
 from esopt.core.errors import ConfigError
 from esopt.evaluator import scored_by_likelihood
-from esopt.runtime import limits, trackers, tuning
+from esopt.runtime import limits, memory, trackers, tuning
 from esopt.runtime.layout import layout
 from esopt.runtime.runplan import PhasePlan, RunPlan, TaskSpec
 
@@ -75,7 +75,9 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
         _check_task_data(rc)
         if tuning_settings.enabled:
             tuning.check_storage(tuning_settings.storage)
-    return make_plan(rc, engine_config, tuning_settings, lay, tracker_options)
+    plan = make_plan(rc, engine_config, tuning_settings, lay, tracker_options)
+    memory.check(plan)  # a plan its GPUs cannot hold is refused before it is queued
+    return plan
 
 
 def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_settings: Any = None,

@@ -1,0 +1,58 @@
+"""The GPU memory estimate (esopt/runtime/memory.py): its parts against the published figures,
+and a plan its GPUs cannot hold refused before it is queued, in one line naming the numbers."""
+
+import pytest
+from helpers import GSM8K_SAMPLE, compose
+
+from esopt.core.errors import ConfigError
+from esopt.runtime import memory
+from esopt.runtime.validate import validate
+
+GB = 1e9
+DATA = ["task=gsm8k", f"task.source={GSM8K_SAMPLE}", "task.n_heldout=10"]
+FITTED = ["grpo.gradient_checkpointing=true", "grpo.grad_accum=32", "grpo.vllm_gpu_memory_utilization=0.2"]
+
+
+def gpu_job(*overrides):
+    """A run sent to a Slurm job with GPUs, validated as the sweeper does (``cuda=True``)."""
+    return validate(compose(*DATA, "engine=vllm", "grpo.use_vllm=true", "hydra/launcher=slurm", *overrides),
+                    check_data=False, cuda=True)
+
+
+def test_grpo_parts_follow_the_published_figures():
+    """7B with fp32 masters: 16 B per parameter of training state (REFERENCE: 112-126 GB before
+    activations); logits of 64 completions x 2,048 tokens x 151,936 in bf16: 40 GB, with their
+    gradient twice that."""
+    plan = gpu_job("model=qwen0.5b", "algo=grpo", *FITTED)
+    settings = plan.phase("grpo").settings
+    params, shape = 7_615_616_512, memory.ARCH["qwen7b"]
+    parts = memory.grpo_parts(params, shape, 1, settings, 1792, 80 * GB)
+    assert (parts["masters"] + parts["gradients"] + parts["optimizer"]) / GB == pytest.approx(121.8, abs=0.1)
+    assert parts["vllm"] == 0.2 * 80 * GB and parts["reference"] == 0  # beta 0: no reference model
+    wide = type(settings)(**{**settings.__dict__, "grad_accum": 1})  # 64 completions in one micro-batch
+    logits = memory.grpo_parts(params, memory.ARCH["qwen0.5b"], 1, wide, 1792, 80 * GB)["logits"]
+    assert logits / 2 == pytest.approx(64 * 2048 * 151936 * 2)
+    four = memory.grpo_parts(params, shape, 4, settings, 1792, 80 * GB)
+    assert four["optimizer"] == parts["optimizer"] / 4  # FSDP2 shards the state
+
+
+def test_7b_grpo_on_one_80gb_gpu_is_refused_naming_the_numbers():
+    with pytest.raises(ConfigError) as err:
+        gpu_job("model=qwen7b", "algo=grpo", "model.resources.gpus=1", *FITTED)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("algo=grpo model=qwen7b does not fit: 159.4 GB per GPU")
+    assert "optimizer 60.9" in msg and "on 1 x 80 GB" in msg and "alone take 121.8 GB" in msg
+    assert "sharded over 4 GPUs (FSDP2) it would take 51.7 GB each" in msg
+
+
+def test_the_study_sizes_fit_with_the_presets_settings_and_not_without():
+    for model in ("qwen0.5b", "qwen1.5b", "qwen3b"):
+        est = memory.estimate(gpu_job(f"model={model}", "algo=grpo", *FITTED))
+        assert est.fits and est.total / GB < 80, (model, est.line())
+        assert memory.estimate(gpu_job(f"model={model}", "algo=es")).fits
+    with pytest.raises(ConfigError, match="raise grpo.grad_accum"):  # 64 completions x 2,304 tokens at once
+        gpu_job("model=qwen0.5b", "algo=grpo")
+
+
+def test_runs_without_gpus_are_not_estimated():
+    assert memory.estimate(validate(compose("model=tiny-s", "algo=grpo"), check_data=False)) is None
