@@ -76,7 +76,8 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
         if tuning_settings.enabled:
             tuning.check_storage(tuning_settings.storage)
     plan = make_plan(rc, engine_config, tuning_settings, lay, tracker_options)
-    memory.check(plan)  # a plan its GPUs cannot hold is refused before it is queued
+    if on_gpu(rc, remote):
+        memory.check(plan)  # a plan its GPUs cannot hold is refused before it is queued
     return plan
 
 
@@ -107,6 +108,13 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
         return plan
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
                                config_id=config_id(plan))
+
+
+def on_gpu(rc: RunConfig, remote: bool) -> bool:
+    """Whether the run generates and trains on a GPU: ``engine.device=cuda``, or ``auto`` in a
+    GPU job (``remote``) or here with a GPU visible."""
+    device = (rc.engine or {}).get("device") or "auto"
+    return device == "cuda" or (device == "auto" and (remote or engines.cuda_visible()))
 
 
 def check_device(rc: RunConfig, remote: bool) -> None:

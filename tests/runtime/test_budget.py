@@ -57,8 +57,12 @@ def test_a_run_a_cpu_cannot_finish_in_an_hour_is_warned_about(tmp_path):
     small = run_config("model=qwen0.5b", "algo=none", "engine=hf", "engine.device=cpu", "eval.problems=2",
                        "eval.samples=1", "eval.max_new_tokens=64", root, *GSM8K)
     assert budget.cpu_time_warning(small, budget.estimate_tokens(small)) is None
-    gpu = run_config("model=qwen0.5b", "algo=none", "engine=hf", "engine.device=cuda", root, *GSM8K,
-                     check_data=False)
+    from helpers import compose
+
+    from esopt.runtime.validate import validate
+
+    gpu = validate(compose("model=qwen0.5b", "algo=none", "engine=hf", "engine.device=cuda", root, *GSM8K),
+                   check_data=False, cuda=True)  # sent to a Slurm GPU job, as the sweeper validates it
     assert budget.cpu_time_warning(gpu, tokens) is None
 
 
