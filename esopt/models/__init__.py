@@ -56,8 +56,10 @@ def sourced_dir(name: str) -> Path:
     return Path(getattr(importlib.import_module(module), function)())
 
 
-def _source(name: str, path: str | None) -> str:
-    """Where to load ``name`` from: ``path`` if given, the shipped tiny dir, or the hub id."""
+def _source(name: str, path: str | None, revision: str | None = None) -> str:
+    """Where to load ``name`` from: ``path`` if given, the shipped tiny dir, or the hub id (at
+    ``revision``: its snapshot folder in the Hugging Face cache, fetched if missing and the hub
+    is on, so every engine loads that commit)."""
     if path:
         p = Path(path).expanduser()
         if not p.is_dir():
@@ -72,6 +74,14 @@ def _source(name: str, path: str | None) -> str:
         return str(d)
     if name in SOURCES:
         return str(sourced_dir(name))
+    if name in REGISTRY and revision:
+        from huggingface_hub import snapshot_download
+
+        try:
+            return snapshot_download(REGISTRY[name], revision=str(revision))
+        except Exception as e:  # noqa: BLE001 - huggingface_hub's errors: offline, unknown revision, ...
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"model {name} ({REGISTRY[name]}) at revision {revision}: {first[:200]}") from None
     if name in REGISTRY:
         return REGISTRY[name]
     raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
@@ -261,7 +271,7 @@ def local_config(name: str, path: str | None = None) -> dict | None:
 
 
 def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu",
-         trust_remote_code: bool = False):
+         trust_remote_code: bool = False, revision: str | None = None):
     """``(model, tokenizer)`` for a registry / tiny name, or a local HF directory ``path``.
 
     Unknown name (without ``path``) -> ``ConfigError``. The model is in eval mode on ``device``
@@ -274,7 +284,7 @@ def load(name: str, path: str | None = None, dtype: str = "float32", device="cpu
     check_dtype(dtype)
     if not path and name not in known_names():
         raise ConfigError(f"unknown model {name!r} (known: {', '.join(known_names())})")
-    src = _source(name, path)
+    src = _source(name, path, revision)
     try:
         if is_char_tokenizer_dir(src):
             # AutoTokenizer would build a Qwen2Tokenizer from config.json's model_type and

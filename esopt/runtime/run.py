@@ -55,7 +55,7 @@ def load_components(plan: RunPlan):
     engine_cfg, device = placement(plan, resolve_device(plan.engine_config.device))
     model, tokenizer = models.load(
         m["name"], path=m.get("path"), dtype=m.get("dtype", "float32"), device=device,
-        trust_remote_code=bool(m.get("trust_remote_code", False)),
+        trust_remote_code=bool(m.get("trust_remote_code", False)), revision=m.get("revision"),
     )
     task = tasks.get(plan.task_spec.config, tokenizer=tokenizer, style=plan.task_spec.stated)
     engine = engines.get(engine_cfg, model, tokenizer)

@@ -166,3 +166,40 @@ def test_the_disk_peak_counts_every_groups_array_at_once(tmp_path):
     running = re.search(r"\+ (\d+) kB for the running runs' checkpoints", r.stdout)
     assert one and running, r.stdout[-1500:]
     assert abs(int(running.group(1)) - 3 * int(one.group(1))) <= 2
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def fake_hub_cache(empty_hf_cache):
+    """The empty cache with one hub model in it, as ``snapshot_download`` leaves it: Qwen2.5-0.5B's
+    snapshot folder (holding the tiny-s checkpoint's files) at commit SHA, and ``refs/main``."""
+    import shutil
+
+    repo = empty_hf_cache / "hub" / "models--Qwen--Qwen2.5-0.5B-Instruct"
+    shutil.copytree(REPO / "esopt" / "models" / "tiny" / "tiny-s", repo / "snapshots" / SHA)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(SHA)
+    return repo
+
+
+def test_a_fetched_model_passes_offline_and_loads_at_its_revision(tmp_path, fake_hub_cache):
+    """With the model in the cache (hub off): the offline dry run passes; esopt.fetch records its
+    commit and size without downloading; ``model.revision`` loads that snapshot's weights."""
+    import json
+
+    from esopt import models
+
+    r = cli(*SLURM_DRY, "model=qwen0.5b", "sweep.offline=true", f"sweep.root={tmp_path}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = cli("esopt.fetch", "model=qwen0.5b", f"+model.revision={SHA}", f"sweep.root={tmp_path}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (entry,) = json.loads((fake_hub_cache.parent / "esopt-fetch.json").read_text())["models"]
+    size = sum(f.stat().st_size for f in (fake_hub_cache / "snapshots" / SHA).iterdir())
+    assert (entry["repo"], entry["revision"], entry["bytes"]) == ("Qwen/Qwen2.5-0.5B-Instruct", SHA, size)
+    assert f"model qwen0.5b     Qwen/Qwen2.5-0.5B-Instruct@{SHA[:12]}" in r.stdout
+    model, _ = models.load("qwen0.5b", revision=SHA)
+    tiny, _ = models.load("tiny-s")
+    assert model.name_or_path == str(fake_hub_cache / "snapshots" / SHA)
+    assert all(a.equal(b) for a, b in zip(model.state_dict().values(), tiny.state_dict().values()))
