@@ -132,7 +132,8 @@ def estimator() -> list[list]:
                     break
                 p = est.parts
                 state = sum(p.get(k, 0) for k in ("masters", "gradients", "optimizer"))
-                published = (f"{16 * params / 1e9:.0f}-{18 * params / 1e9:.0f} (16-18 B/param)" if algo == "grpo"
+                published = (f"{16 * params / gpus / 1e9:.1f}-{18 * params / gpus / 1e9:.1f} (16-18 B/param"
+                             + (f" / {gpus})" if gpus > 1 else ")") if algo == "grpo"
                              else f"{2 * params / 1e9:.1f} (bf16 weights)")
                 rows.append([model, algo, gpus, f"{state / 1e9:.1f}" if algo == "grpo" else f"{p['weights'] / 1e9:.1f}",
                              published, f"{p.get('activations', 0) / 1e9:.1f}", f"{p.get('logits', 0) / 1e9:.1f}",
@@ -169,7 +170,7 @@ def main(argv=None) -> None:
                 print(header)
         if "estimator" in only:
             rows = estimator()
-            header = ["model", "algo", "GPUs", "state / weights GB", "published GB", "activations GB", "logits GB",
+            header = ["model", "algo", "GPUs", "state / weights GB", "published GB per GPU", "activations GB", "logits GB",
                       "vLLM / KV GB", "total GB per GPU", "fits 80 GB"]
             notes = ("GRPO: group 8 x 8 prompts, 2,048 new tokens + a 256-token prompt allowance, micro-batches of "
                      "2, gradient checkpointing, vLLM colocated at 0.2; GPUs > 1: FSDP2's sharded figure (GRPO runs "
