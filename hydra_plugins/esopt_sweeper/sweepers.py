@@ -445,6 +445,8 @@ class EsoptSweeper(Sweeper):
                 if show_layout:
                     lay = layouts[i]
                     row["ranks"], row["gpus_req"], row["gpus_used"] = lay.ranks, lay.gpus_requested, lay.gpus_used
+                    minutes = collective_minutes(job.rc, lay.gpus_used > 0)  # the ranks' process group timeout
+                    row["collective_min"] = "-" if minutes is None else minutes
                 row["status"] = job.before or "new"
                 row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
                 row["max_tokens"] = estimate_tokens(job.rc)
@@ -661,6 +663,18 @@ class EsoptSweeper(Sweeper):
 def _span(hours: float) -> str:
     """``1.5 h`` / ``40 min``."""
     return f"{hours:.1f} h" if hours >= 1 else f"{max(1, round(hours * 60))} min"
+
+
+def collective_minutes(rc, cuda: bool) -> Optional[float]:
+    """The process group's timeout of a run of several ranks, in minutes (``esopt.runtime.budget
+    .collective_timeout``), for the dry run; None for a single process or a model of unknown size."""
+    from esopt import models
+    from esopt.runtime.budget import collective_timeout
+
+    params = models.param_count(rc.model)
+    if rc.layout.ranks < 2 or not params:
+        return None
+    return round(collective_timeout(rc, params, cuda=cuda)[0] / 60, 1)
 
 
 def remote_cuda(launcher: dict, cfg) -> Optional[bool]:

@@ -251,3 +251,12 @@ def test_a_sweep_too_long_for_this_machine_is_refused_unless_forced(tmp_path, mo
     with pytest.raises(SystemExit) as e:
         _sweep(monkeypatch, *grid, "sweep.max_local_hours=0")
     assert e.value.code == 2 and "sweep.max_local_hours" in capsys.readouterr().err
+
+
+def test_the_dry_run_table_shows_the_ranks_collective_timeout():
+    from hydra_plugins.esopt_sweeper.sweepers import collective_minutes
+
+    two = run_config("model=tiny-s", "algo=es", "model.resources.ranks=2", "model.resources.collective_timeout_min=45",
+                     check_data=False)
+    assert collective_minutes(two, cuda=False) == 45.0
+    assert collective_minutes(run_config("model=tiny-s", "algo=es", check_data=False), cuda=False) is None
