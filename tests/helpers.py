@@ -719,15 +719,16 @@ def grpo_context(rc, path, stop_at=None):
 
 
 @contextlib.contextmanager
-def counted_calls(**functions):
+def counted_calls(by: str | None = None, **functions):
     """Count the calls of ``functions`` (name -> function) made while the block runs, by their
     code objects (``sys.setprofile``: nothing is replaced, so a function imported by name
-    elsewhere is counted too). Yields a dict: each name's calls, and ``<name>_outside`` for the
-    calls made while no ``outside=`` function is running (e.g. block parses below validate)::
+    elsewhere is counted too). Yields a dict: each name's calls; ``<name>_outside``, the calls
+    made while no ``outside=`` function is running (e.g. block parses below validate); with
+    ``by``, ``<name>:<value>``, the calls by the value of that argument (``block:es``)::
 
-        with counted_calls(validate=validate, block=config.block, outside=validate) as n:
+        with counted_calls(validate=validate, block=config.block, outside=validate, by="name") as n:
             ...
-        n["validate"], n["block"], n["block_outside"]
+        n["validate"], n["block"], n["block_outside"], n["block:es"]
     """
     outside = functions.pop("outside", None)
     codes = {f.__code__: name for name, f in functions.items()}
@@ -746,6 +747,9 @@ def counted_calls(**functions):
                 counts[name] += 1
                 if not inside[0]:
                     counts[f"{name}_outside"] += 1
+                if by is not None and by in frame.f_locals:
+                    key = f"{name}:{frame.f_locals[by]}"
+                    counts[key] = counts.get(key, 0) + 1
         elif event == "return" and code is fence:
             inside[0] -= 1
 

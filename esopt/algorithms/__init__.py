@@ -6,7 +6,7 @@ an algorithm its name:
 
 - ``module``: where its ``train(ctx)`` lives, beside ``validate(cfg)`` (every check of its
   knobs, before any work: required of an algorithm that trains), ``resolve(cfg, iterations)``
-  (its block with every default filled in: what the run's plan holds and ``train`` reads as
+  (its blocks parsed, once, with every default filled in: what the run's plan holds and ``train`` reads as
   ``ctx.settings``), ``estimate_tokens(settings, iterations, budget)`` (generated-token upper
   bound of a phase, from those resolved settings) and ``budgets(cfg)`` (the iterations of each
   phase; default one phase of all of them). ``None``: it trains nothing (the base model is
@@ -190,6 +190,13 @@ class Algorithm:
         keeps the result in the run's plan."""
         fn = getattr(self._module(), "resolve", None) if self.trains and not self.phases else None
         return None if fn is None else fn(cfg, int(cfg.iterations if iterations is None else iterations))
+
+    @property
+    def resolved_blocks(self) -> tuple[str, ...]:
+        """The blocks its ``resolve`` parses (all of its own, when its module declares one): a
+        run's validation leaves their parsing to it, so each block is parsed once."""
+        resolves = self.trains and not self.phases and getattr(self._module(), "resolve", None) is not None
+        return self.block_names if resolves else ()
 
     def phase_names(self) -> tuple[str, ...]:
         """The algorithms it runs, in order: its ``phases``, or itself when it trains; ()."""

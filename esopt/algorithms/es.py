@@ -163,9 +163,10 @@ TARGETS = ("all", "linear")  # es.targets (esopt.engines.lora)
 
 
 def _engine_targets(cfg) -> tuple[str, ...]:
-    """The ``es.targets`` the run's engine batches, its default first."""
+    """The ``es.targets`` the run's engine batches, its default first (the plan's typed engine)."""
     try:
-        return tuple(getattr(engines.engine_class(cfg.engine), "population_targets", ("all",)))
+        engine = getattr(cfg, "engine_config", None) or cfg.engine  # a plan, or a bare config
+        return tuple(getattr(engines.engine_class(engine), "population_targets", ("all",)))
     except Exception:  # noqa: BLE001 - an unknown engine: its own validation says so
         return ("all",)
 
@@ -176,8 +177,8 @@ def check_engine(cfg, es: ESRun) -> None:
     ``check_population``)."""
     if not es.batched:
         return
-    cls = engines.engine_class(cfg.engine)
-    name = (cfg.engine or {}).get("name")
+    cls = engines.engine_class(cfg.engine_config)
+    name = cfg.engine_config.name
     if not cls.batches_population:
         raise ConfigError(f"es.batched needs an engine that batches a population; engine={name} schedules "
                           "its own batches (use es.batched=false: members one after another)")
@@ -192,7 +193,7 @@ def check_engine(cfg, es: ESRun) -> None:
     check = getattr(cls, "check_population", None)
     model = getattr(cfg, "model", None)
     if check is not None and model:
-        check(engines.parse(cfg.engine), model, es.noise_rank)
+        check(cfg.engine_config, model, es.noise_rank)
 
 
 def noise_label(cfg) -> str | None:
@@ -278,11 +279,11 @@ class ES(Strategy):
     config = ESRun
 
     @classmethod
-    def validate(cls, cfg) -> None:
-        """Config-time check for a run of ES or a variant of it (before any work): its
-        settings resolve and validate, and a batched population fits the engine
-        (:func:`check_engine`)."""
-        check_engine(cfg, cls.resolve(cfg, cfg.iterations))
+    def validate(cls, plan) -> None:
+        """Config-time check for a run of ES or a variant of it (before any work): a batched
+        population fits the engine (:func:`check_engine`; its settings were resolved and
+        validated once, into the plan's phase)."""
+        check_engine(plan, plan.phase(cls.name).settings)
 
     estimate_tokens = staticmethod(estimate_tokens)
 

@@ -171,11 +171,12 @@ class GRPOSettings:
         return self.completions_per_step // self.grad_accum
 
 
-def validate(rc) -> GRPOSettings:
-    """Config-time check for grpo / grpo_es / es_grpo (before any work): the block, and that the
-    run can keep fp32 master weights (:func:`check_masters`)."""
-    settings = resolve(rc, rc.iterations)
-    check_masters(rc, settings)
+def validate(plan) -> GRPOSettings:
+    """Config-time check for grpo / grpo_es / es_grpo (before any work): that the run can keep
+    fp32 master weights (:func:`check_masters`; the block was resolved and checked once, into
+    the plan's phase)."""
+    settings = plan.phase("grpo").settings
+    check_masters(plan, settings)
     return settings
 
 
@@ -200,13 +201,13 @@ def check_masters(cfg, settings: GRPOSettings) -> None:
     weights or the compute dtype would contradict the load dtype (ConfigError, one line):
     the hf engine told to cast the weights it generates with (``engine.dtype``: they are the
     masters GRPO trains), bf16 autocast over float16 weights."""
-    engine = dict(cfg.engine or {})
-    edtype = engine.get("dtype") or "auto"
+    engine = cfg.engine_config
+    edtype = engine.dtype or "auto"
     from esopt import engines
 
-    if not engines.engine_class(engines.parse(engine)).holds_weights and edtype not in ("auto", "float32"):
+    if not engines.engine_class(engine).holds_weights and edtype not in ("auto", "float32"):
         raise ConfigError(
-            f"engine.dtype={edtype} with a GRPO phase on engine={engine.get('name')}: that engine generates with "
+            f"engine.dtype={edtype} with a GRPO phase on engine={engine.name}: that engine generates with "
             f"the trained model itself, whose weights are GRPO's fp32 masters; leave engine.dtype=auto and set "
             f"model.dtype={edtype} (loaded in {edtype}, trained as fp32 masters, computed in {edtype})")
     if settings.bf16 and load_dtype(cfg) == "float16":

@@ -14,8 +14,8 @@ cannot leave its checks out. The class declares:
   ``noise_rank``, ``noise_targets``) and the bookkeeping (``drift``, ``anchor_decay``,
   ``checkpoint_every``, ``checksum_every``): ES's ``ESRun`` has them all, and a variant's
   config subclasses it with its own fields;
-- ``validate(cfg)``: every check of the run for it, before any work (default: its config
-  resolves and validates);
+- ``validate(plan)``: every check of the run for it beyond its settings' own, before any work
+  (its phase's settings are resolved and validated once, by ``resolve``; default: none);
 - ``ask(iteration, n_rows) -> (seeds, signs, prompt indices)`` and ``tell(seeds, signs,
   rewards, weights) -> step norm``;
 - ``state_dict()`` / ``load_state_dict(state)``: what it carries from one iteration to the
@@ -51,9 +51,10 @@ class Strategy:
         return replace(cls.config.from_run(cfg), iterations=int(iterations)).validate()
 
     @classmethod
-    def validate(cls, cfg) -> None:
-        """Every check of a run of this strategy (``Algorithm.validate``); ConfigError, one line."""
-        cls.resolve(cfg, cfg.iterations)
+    def validate(cls, plan) -> None:
+        """Every check of a run of this strategy beyond its settings' own (``Algorithm.validate``,
+        over the run's draft plan, whose phase settings :meth:`resolve` made and checked once);
+        ConfigError, one line. Default: none."""
 
     @staticmethod
     def estimate_tokens(settings, iterations: int, budget: int, train_rows: int | None = None) -> int:

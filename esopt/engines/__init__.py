@@ -251,12 +251,13 @@ def engine_class(cfg: Mapping | EngineConfig | None) -> type:
     return cls
 
 
-def check(cfg: Mapping | None, model_cfg: Mapping, remote: bool = False) -> None:
+def check(cfg: Mapping | EngineConfig | None, model_cfg: Mapping, remote: bool = False) -> None:
     """Before any run starts: ConfigError (one line) when the engine cannot run the model here
     (engine=vllm: vLLM not installed, or a head size its CPU attention cannot serve). A run sent
     to a job with its own environment (``remote``: a Slurm job with GPUs) is checked there, when
-    its engine starts: this host's installation says nothing about it."""
-    c = parse(cfg)
+    its engine starts: this host's installation says nothing about it. ``cfg``: the engine block
+    or its typed config (a run's, parsed once by validate)."""
+    c = cfg if isinstance(cfg, EngineConfig) else parse(cfg)
     if not remote:
         engine_class(c).check(c, model_cfg)
 

@@ -57,7 +57,8 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     ood = rc.eval.ood_task
     if ood is not None and ood.get("name") not in tasks.TASK_NAMES:
         raise ConfigError(f"unknown eval.ood_task {ood.get('name')!r} (known: {', '.join(tasks.TASK_NAMES)})")
-    check_probes(rc)
+    engine_config = engines.parse(rc.engine)  # the engine block, typed once
+    check_probes(rc, engine_config)
     rc = resolve_defaults(rc)
     models.check_dtype(rc.model.get("dtype", "float32"))
     if rc.model.get("save_dtype") is not None:
@@ -65,9 +66,9 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     if rc.model.get("path"):
         models.check_dir(rc.model["path"])
     check_remote_code(rc.model)
-    engine_config = engines.parse(rc.engine)
-    algo.validate(rc)
-    engines.check(rc.engine, rc.model, remote=remote)
+    draft = draft_plan(rc, engine_config)  # each phase's block resolved (and parsed) once
+    algo.validate(draft)
+    engines.check(engine_config, rc.model, remote=remote)
     lay = layout(rc)  # the GPUs the run asks for must be the GPUs it uses
     tuning_settings = tuning.check(rc)
     tracker_options = trackers.check(rc)
@@ -75,35 +76,49 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
         _check_task_data(rc)
         if tuning_settings.enabled:
             tuning.check_storage(tuning_settings.storage)
-    plan = make_plan(rc, engine_config, tuning_settings, lay, tracker_options)
+    plan = make_plan(rc, None, tuning_settings, lay, tracker_options, draft=draft)
     if on_gpu(rc, remote):
         memory.check(plan)  # a plan its GPUs cannot hold is refused before it is queued
     return plan
 
 
+def draft_plan(rc: RunConfig, engine_config: Any = None) -> RunPlan:
+    """The plan's resolved core, what the algorithms' checks read (``Algorithm.validate``): the
+    typed engine block (with the engine's adjustments for the run: :func:`run_engine`), the task
+    spec, and each phase's block resolved once through its registry entry
+    (``Algorithm.resolve``, over the phase's share of the iterations: ``Algorithm.budgets``)."""
+    engine_config = run_engine(rc, engine_config if engine_config is not None else engines.parse(rc.engine))
+    draft = RunPlan(rc, engine_config, task_spec(rc.task, rc))
+    algo = algorithms.get(rc.algo)
+    phases, offset = [], 0
+    for name, n in zip(algo.phase_names(), algo.budgets(draft)):
+        phases.append(PhasePlan(name, int(n), offset, algorithms.get(name).resolve(draft, n)))
+        offset += int(n)
+    return dataclasses.replace(draft, phases=tuple(phases))
+
+
 def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_settings: Any = None,
-              lay: Any = None, tracker_options: dict | None = None, ids: bool = True) -> RunPlan:
+              lay: Any = None, tracker_options: dict | None = None, ids: bool = True,
+              draft: RunPlan | None = None) -> RunPlan:
     """The run's :class:`RunPlan` from its validated config: each phase's block resolved through
     its registry entry (``Algorithm.resolve``, over the phase's share of the iterations:
     ``Algorithm.budgets``), the typed engine block, the task specs, the tuning settings
     (``esopt.runtime.tuning.resolve``), the layout (``esopt.runtime.layout``) and the trackers'
     options (``esopt.runtime.trackers.check``). A plan is returned as it is. ``ids=False``: without
-    input fingerprints and ids (a what-if plan that only prices a run: esopt.plan's search)."""
+    input fingerprints and ids (a what-if plan that only prices a run: esopt.plan's search).
+    ``draft``: its :func:`draft_plan`, already made (validate's)."""
     if isinstance(rc, RunPlan):
         return rc
-    algo = algorithms.get(rc.algo)
-    phases, offset = [], 0
-    for name, n in zip(algo.phase_names(), algo.budgets(rc)):
-        phases.append(PhasePlan(name, int(n), offset, algorithms.get(name).resolve(rc, n)))
-        offset += int(n)
+    if draft is None:
+        draft = draft_plan(rc, engine_config)
     ood = rc.eval.ood_task
-    plan = RunPlan(rc, run_engine(rc, engine_config if engine_config is not None else engines.parse(rc.engine)),
-                   task_spec(rc.task, rc), tuple(phases), inputs=input_fingerprints(rc) if ids else {},
-                   tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
-                   ood_spec=task_spec(ood, rc) if ood is not None else None,
-                   probe_specs=tuple(task_spec(p, rc) for p in rc.eval.probes),
-                   layout=lay if lay is not None else layout(rc),
-                   tracker_options=tracker_options if tracker_options is not None else trackers.check(rc))
+    plan = dataclasses.replace(
+        draft, inputs=input_fingerprints(rc) if ids else {},
+        tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
+        ood_spec=task_spec(ood, rc) if ood is not None else None,
+        probe_specs=tuple(task_spec(p, rc) for p in rc.eval.probes),
+        layout=lay if lay is not None else layout(rc),
+        tracker_options=tracker_options if tracker_options is not None else trackers.check(rc))
     if not ids:
         return plan
     return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
@@ -157,9 +172,11 @@ def own_blocks(rc: RunConfig, algo: algorithms.Algorithm) -> RunConfig:
     blocks, so ``es.nonsense=1`` is an error under any algo), then keep the blocks ``algo``
     reads: the run's config holds what the run uses."""
     known = algorithms.blocks()
+    resolved = {b for name in algo.phase_names() for b in algorithms.get(name).resolved_blocks}
     for name, raw in rc.blocks.items():
-        block(known[name].dataclass(), raw, name)
-    return dataclasses.replace(rc, blocks={name: rc.block(name) for name in algo.block_names})
+        if name not in resolved:  # the run's phases parse theirs, once, as they resolve them (draft_plan)
+            block(known[name].dataclass(), raw, name)
+    return dataclasses.replace(rc, blocks={name: dict(rc.blocks.get(name) or {}) for name in algo.block_names})
 
 
 def resolve_defaults(rc: RunConfig) -> RunConfig:
@@ -184,7 +201,7 @@ def resolve_defaults(rc: RunConfig) -> RunConfig:
     return dataclasses.replace(rc, task=task, eval=ev)
 
 
-def check_probes(rc: RunConfig) -> None:
+def check_probes(rc: RunConfig, engine_config: Any) -> None:
     """``eval.probes``: known task names, none the training task itself (a probe measures what
     training does not touch), and at least one when ``eval.require_probes`` (a preset whose
     claims read the held-out curve switches it on)."""
@@ -199,7 +216,7 @@ def check_probes(rc: RunConfig) -> None:
         if p["name"] not in tasks.TASK_NAMES:
             raise ConfigError(f"unknown eval.probes task {p['name']!r} (known: {', '.join(tasks.TASK_NAMES)})")
         if scored_by_likelihood(tasks.task_class(p["name"])) \
-                and not getattr(engines.engine_class(rc.engine), "scores_text", False):
+                and not getattr(engines.engine_class(engine_config), "scores_text", False):
             raise ConfigError(f"eval.probes: {p['name']} is scored by likelihood, which engine "
                               f"{rc.engine.get('name')} cannot do here (use engine=hf)")
         if p["name"] == rc.task.get("name"):
