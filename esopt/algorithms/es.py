@@ -102,7 +102,7 @@ class ESRun(ESConfig):
     def from_run(cls, cfg) -> "ESRun":
         """Top-level ``sigma`` / ``lr`` if set, else ``es.sigma`` / ``es.lr``, else the model's
         defaults (``model.hparams.es_sigma`` / ``es_lr``); plus ``pop``, ``iterations``, ``seed``."""
-        es = asdict(block(ESConfig, cfg.es, "es"))
+        es = asdict(block(ESConfig, cfg.block("es"), "es"))
         at_least("es.rank", es["rank"], 1)  # checked as written, though unread below
         for key in inert_keys(es):  # unread with the other values: the default (one run, one id)
             es[key] = getattr(ESConfig, key)

@@ -185,7 +185,7 @@ def resolve(cfg, iterations: int) -> GRPOSettings:
     (null: whether ``model.dtype`` is bfloat16): what the run's plan holds
     (``esopt.algorithms.Algorithm.resolve``); ``iterations`` is the phase's step budget, which
     TRL reads from the run context."""
-    settings = GRPOSettings.from_config(cfg.grpo)
+    settings = GRPOSettings.from_config(cfg.block("grpo"))
     bf16 = settings.bf16 if settings.bf16 is not None else load_dtype(cfg) == "bfloat16"
     return replace(settings, lr=resolve_lr(cfg, settings), bf16=bool(bf16))
 

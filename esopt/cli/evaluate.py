@@ -22,40 +22,40 @@ from esopt.runtime.run import load_components, load_ood_task, load_probe_tasks
 def evaluate_model(cfg) -> dict:
     """The Hydra task function: validate, load, evaluate, print, maybe save."""
     try:
-        rc = validated(cfg)
-        if rc.eval.out:  # before the evaluation, not after it (the result would be lost)
-            check_output_file("eval.out", str(rc.eval.out))
+        plan = validated(cfg)
+        if plan.eval.out:  # before the evaluation, not after it (the result would be lost)
+            check_output_file("eval.out", str(plan.eval.out))
     except ConfigError as e:
         fail(str(e))
-    once = dataclasses.replace(rc, phases=()).replace_config(algo="none")  # one evaluation, whatever algo says
+    once = dataclasses.replace(plan, phases=()).replace_config(algo="none")  # one evaluation, whatever algo says
     line = budget.cpu_time_warning(once, budget.estimate_tokens(once))
     if line:
         print(f"esopt: warning: {line}", file=sys.stderr)
     try:
-        model, tokenizer, engine, task = load_components(rc)
-        ood = load_ood_task(rc, tokenizer)
-        probes = load_probe_tasks(rc, tokenizer)
+        model, tokenizer, engine, task = load_components(plan)
+        ood = load_ood_task(plan, tokenizer)
+        probes = load_probe_tasks(plan, tokenizer)
     except ConfigError as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001 - weights that pass the header check but do not load
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        fail(f"cannot load model {rc.model['name']!r}"
-             + (f" from {rc.model['path']}" if rc.model.get("path") else "") + f": {type(e).__name__}: {first}")
+        fail(f"cannot load model {plan.model['name']!r}"
+             + (f" from {plan.model['path']}" if plan.model.get("path") else "") + f": {type(e).__name__}: {first}")
     records: list = []
-    result = evaluate_config(rc.eval, engine, task, ood, completions=records, probes=probes)
+    result = evaluate_config(plan.eval, engine, task, ood, completions=records, probes=probes)
     for line in probe_floor_warnings(result):
         print(f"esopt: warning: {line}", file=sys.stderr)
-    result["model"] = {"name": rc.model["name"], "path": rc.model.get("path")}
-    result["engine"] = rc.engine_config.name
+    result["model"] = {"name": plan.model["name"], "path": plan.model.get("path")}
+    result["engine"] = plan.engine_config.name
     print(format_table(result))
-    if rc.eval.print_samples:
-        print(format_samples(records, rc.eval.print_samples))
-    if rc.eval.out:
-        store.atomic_write_json(rc.eval.out, result)
-        print(f"wrote {rc.eval.out}")
-        if rc.eval.save_samples:
-            write_samples(samples_file(rc.eval.out), records, rc.eval.save_samples, result, model=result["model"])
-            print(f"wrote {samples_file(rc.eval.out)} (completions)")
+    if plan.eval.print_samples:
+        print(format_samples(records, plan.eval.print_samples))
+    if plan.eval.out:
+        store.atomic_write_json(plan.eval.out, result)
+        print(f"wrote {plan.eval.out}")
+        if plan.eval.save_samples:
+            write_samples(samples_file(plan.eval.out), records, plan.eval.save_samples, result, model=result["model"])
+            print(f"wrote {samples_file(plan.eval.out)} (completions)")
     return result
 
 

@@ -16,17 +16,16 @@ import sys
 
 from esopt.cli.common import fail, hydra_app, quiet, validated
 from esopt.core import store
-from esopt.core.config import RunConfig
 from esopt.core.errors import ConfigError
 from esopt.runtime.run import print_summary, run, run_worker
-from esopt.runtime.runplan import recorded_id
+from esopt.runtime.runplan import RunPlan, recorded_id
 from esopt.runtime.validate import run_id, uses, verify_shipped
 
 
-def missing_analyses(cfg: RunConfig, rid: str) -> list[str]:
+def missing_analyses(plan: RunPlan, rid: str) -> list[str]:
     """The analyses of ``analysis=[...]`` a run asks for and has no ``<analysis>.json`` of."""
-    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
-    return [a for a in cfg.analysis if not (rd.path / f"{a}.json").exists()] if uses(cfg, "analysis") else []
+    rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, rid)
+    return [a for a in plan.analysis if not (rd.path / f"{a}.json").exists()] if uses(plan, "analysis") else []
 
 
 def no_model_warning(rid: str, missing: list[str], where) -> str:
@@ -34,23 +33,23 @@ def no_model_warning(rid: str, missing: list[str], where) -> str:
             "(deleted, or the run had sweep.save_model=false)")
 
 
-def analyses(cfg: RunConfig, summary: dict) -> dict:
+def analyses(plan: RunPlan, summary: dict) -> dict:
     """Run the analyses of ``analysis=[...]`` still missing for a completed run (never raises);
     they read ``<run>/model/`` and write ``<analysis>.json`` beside it; sparsity evaluates the
     points of the run's ``sparsity:`` block (fractions, modes, control_fractions). Without
     ``<run>/model/`` they are not computed, and one warning says so."""
-    rid = summary.get("run_id") or run_id(cfg)
-    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
-    missing = missing_analyses(cfg, rid) if summary.get("status") == "completed" else []
+    rid = summary.get("run_id") or run_id(plan)
+    rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, rid)
+    missing = missing_analyses(plan, rid) if summary.get("status") == "completed" else []
     if missing and not rd.model_dir.is_dir():
         print(no_model_warning(rid, missing, rd.model_dir), file=sys.stderr)
         return summary
     if missing:
         from esopt.study.analyses import run_analyses
 
-        opts = {k: list(v) for k, v in dataclasses.asdict(cfg.sparsity).items()}  # the sparsity: block
+        opts = {k: list(v) for k, v in dataclasses.asdict(plan.sparsity).items()}  # the sparsity: block
         summary["analyses"] = {**(summary.get("analyses") or {}),
-                               **run_analyses(cfg, rd.path, missing, opts=opts)}
+                               **run_analyses(plan, rd.path, missing, opts=opts)}
         rd.write_summary(summary)
     return summary
 
@@ -64,20 +63,20 @@ def main_run(cfg, single: bool = False) -> dict:
     quiet()  # also in launcher workers (submitit, Slurm), which start from this function
     # a multirun's job: an unreadable plan raises, its launcher returns the error and the sweeper
     # records that run failed; a run of its own is validated here, bad input one line and exit 2
-    rc = shipped_plan(cfg)
-    if rc is None:
+    plan = shipped_plan(cfg)
+    if plan is None:
         try:
-            rc = validated(cfg)  # the plan the command line's check made, else validated now
+            plan = validated(cfg)  # the plan the command line's check made, else validated now
         except ConfigError as e:
             fail(str(e))
     if distributed.launched_rank() > 0:  # torchrun / srun rank > 0: a silent ES worker
-        return run_worker(rc)
-    if rc.sweep.dry_run:  # one run (no -m; a multirun's dry run is the sweeper's table)
-        return dry_run(rc)
+        return run_worker(plan)
+    if plan.sweep.dry_run:  # one run (no -m; a multirun's dry run is the sweeper's table)
+        return dry_run(plan)
     if single:
-        budget_notes(rc)
-    summary = analyses(rc, run(rc))
-    print_summary(summary, store.RunDir.for_run(rc.sweep.root, rc.sweep.name, summary.get("run_id", "")).path)
+        budget_notes(plan)
+    summary = analyses(plan, run(plan))
+    print_summary(summary, store.RunDir.for_run(plan.sweep.root, plan.sweep.name, summary.get("run_id", "")).path)
     return summary
 
 
@@ -112,45 +111,45 @@ def shipped_plan(cfg):
     return verify_shipped(plan, str(rid), where / runplan.PLAN_FILE)  # its ids recomputed from its content
 
 
-def dry_run(rc: RunConfig) -> dict:
+def dry_run(plan: RunPlan) -> dict:
     """``sweep.dry_run=true`` without ``-m``: say which run it would be and whether it is done;
     launch nothing."""
-    rid = recorded_id(rc)
-    rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
+    rid = recorded_id(plan)
+    rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, rid)
     status = (rd.read_summary() or {}).get("status") or "not started"
     from esopt.algorithms.es import noise_label
 
-    label = noise_label(rc)
-    print(f"esopt: dry run: run {rid} (algo={rc.algo} model={rc.model['name']} "
-          f"engine={rc.engine_config.name}{f' es={label}' if label else ''}): {status}; "
+    label = noise_label(plan)
+    print(f"esopt: dry run: run {rid} (algo={plan.algo} model={plan.model['name']} "
+          f"engine={plan.engine_config.name}{f' es={label}' if label else ''}): {status}; "
           f"nothing launched\n  {rd.path}")
     from esopt.engines.base import resolve_device
 
-    print(f"  engine: {rc.engine_config.name} on {resolve_device(rc.engine_config.device)}, "
-          f"{type(rc.engine_config).where(False)} (this host runs it)")
-    budget_notes(rc, dry=True)
+    print(f"  engine: {plan.engine_config.name} on {resolve_device(plan.engine_config.device)}, "
+          f"{type(plan.engine_config).where(False)} (this host runs it)")
+    budget_notes(plan, dry=True)
     return {"status": "dry_run", "run_id": rid}
 
 
-def budget_notes(rc: RunConfig, dry: bool = False) -> None:
+def budget_notes(plan: RunPlan, dry: bool = False) -> None:
     """What the run will cost (``esopt.runtime.budget``): in a dry run its token bound and disk;
     always a warning when its disk estimate exceeds the free space or, on a CPU, its tokens
     would take over an hour."""
     from esopt.runtime import budget
 
-    tokens = budget.estimate_tokens(rc)
-    need = budget.sweep_disk([rc])
-    where = store.sweep_dir(rc.sweep.root, rc.sweep.name)
+    tokens = budget.estimate_tokens(plan)
+    need = budget.sweep_disk([plan])
+    where = store.sweep_dir(plan.sweep.root, plan.sweep.name)
     if dry:
         print(f"  max generated tokens (upper bound): {tokens:,}")
         print("  " + (budget.disk_line(need, where) if need else "disk (estimate): unknown (the model's size is not known here)"))
-    for line in (budget.disk_warning(need, where), budget.cpu_time_warning(rc, tokens)):
+    for line in (budget.disk_warning(need, where), budget.cpu_time_warning(plan, tokens)):
         if line:
             print(f"esopt: warning: {line}", file=sys.stderr)
-    refusal = budget.local_refusal({recorded_id(rc): budget.cpu_seconds(rc, tokens)}, 1, rc.sweep.max_local_hours)
+    refusal = budget.local_refusal({recorded_id(plan): budget.cpu_seconds(plan, tokens)}, 1, plan.sweep.max_local_hours)
     if refusal and dry:
         print(f"esopt: note: a launch would be refused: {refusal}", file=sys.stderr)
-    elif refusal and not rc.sweep.force:
+    elif refusal and not plan.sweep.force:
         fail(refusal.replace("this sweep", "this run", 1))
 
 

@@ -14,9 +14,9 @@ What the registry resolves is resolved here, once: each algorithm's block throug
 ``hparams``), a sequence's phases with their share of the iterations, the engine, the task's
 knobs, prompt style and token budget, the tuning block (its study and storage named). Nothing
 below re-resolves them: a trainer reads its
-phase's settings (``RunContext.settings``). The plan also reads as its ``RunConfig``
-(``plan.model``, ``plan.eval``, ...: the validated config it was made from, which the legacy run
-id and ``config.yaml`` still come from).
+phase's settings (``RunContext.settings``). The validated config's values are declared on the
+plan (``plan.model``, ``plan.eval``, ``plan.block("es")``, ...: read from ``plan.config``, which
+the legacy run id and ``config.yaml`` still come from).
 """
 
 from __future__ import annotations
@@ -66,12 +66,17 @@ class PhasePlan:
     #                       GRPO's GRPOSettings with lr filled in; None when the entry resolves nothing
 
 
+def _of_config(name: str, doc: str) -> property:
+    """A declared, read-only value of the plan's validated config (``plan.model``, ``plan.sweep``)."""
+    return property(lambda self: getattr(self.config, name), doc=doc)
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """One run, validated and resolved (module docstring). Frozen: made once, read everywhere.
 
-    Attributes not declared here read through to :attr:`config` (``plan.model``, ``plan.sweep``),
-    so code written for a ``RunConfig`` reads a plan unchanged.
+    The validated config's values read as the plan's own (declared below: ``plan.model``,
+    ``plan.sweep``, ``plan.block("es")``); what was resolved from them is in the fields.
     """
 
     config: RunConfig          # the validated config (engine=auto picked, the run's own blocks, task
@@ -89,13 +94,28 @@ class RunPlan:
     layout: Layout | None = None      # its ranks x GPUs per rank (esopt.runtime.layout: the launcher request)
     tracker_options: dict = field(default_factory=dict)  # logger=[...]: each tracker's typed options, in order
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name == "config":
-            raise AttributeError(name)
-        config = self.__dict__.get("config")
-        if config is None:
-            raise AttributeError(name)
-        return getattr(config, name)
+    # the validated config's values (esopt.core.config.RunConfig), read-only
+    model = _of_config("model", "The model block: name, path, dtype, hparams, resources.")
+    task = _of_config("task", "The task block, its source-dependent knobs resolved.")
+    algo = _of_config("algo", "The registered algorithm the run trains with (none: evaluation only).")
+    engine = _of_config("engine", "The engine block as written (engine=auto picked); typed: engine_config.")
+    pop = _of_config("pop", "The top-level population axis.")
+    sigma = _of_config("sigma", "The top-level sigma axis as written (resolved: axis('sigma')).")
+    lr = _of_config("lr", "The top-level lr axis as written (resolved: axis('lr')).")
+    seed = _of_config("seed", "The run seed.")
+    iterations = _of_config("iterations", "The run's training iterations (all phases together).")
+    eval = _of_config("eval", "The eval block (EvalConfig).")
+    sweep = _of_config("sweep", "The sweep block (SweepConfig): root, name, dry_run, ...")
+    tuning = _of_config("tuning", "The tuning block as written (resolved: tuning_settings).")
+    analysis = _of_config("analysis", "The analyses asked for after the run (analysis=[...]).")
+    blocks = _of_config("blocks", "The run's own algorithm blocks as written, by name.")
+    logger = _of_config("logger", "The experiment trackers (logger=[...]).")
+    logger_opts = _of_config("logger_opts", "The trackers' options as written (typed: tracker_options).")
+    sparsity = _of_config("sparsity", "What analysis=[sparsity] evaluates (SparsityConfig).")
+
+    def block(self, name: str) -> dict:
+        """The run's block ``name`` as written (``{}`` when it has none); resolved: :meth:`phase`."""
+        return self.config.block(name)
 
     def phase(self, algo: str) -> PhasePlan:
         """The phase that runs ``algo`` (KeyError when none does)."""

@@ -26,13 +26,13 @@ class ToyConfig:
 
 
 def validate(cfg) -> None:
-    if not block(ToyConfig, cfg.toy, "toy").step > -1:
-        raise ConfigError(f"toy.step must be > -1, got {cfg.toy.get('step')}")
+    if not block(ToyConfig, cfg.block("toy"), "toy").step > -1:
+        raise ConfigError(f"toy.step must be > -1, got {cfg.block('toy').get('step')}")
 
 
 def train(ctx):
     """``ctx.iterations`` scalings; evaluations on the run's schedule (eval.every, the end)."""
-    toy = block(ToyConfig, ctx.cfg.toy, "toy")
+    toy = block(ToyConfig, ctx.cfg.block("toy"), "toy")
     result = None
     for it in range(1, ctx.iterations + 1):
         with torch.no_grad():
