@@ -63,6 +63,8 @@ MANAGED = frozenset({
     "data_seed", "use_cpu", "report_to", "max_completion_length", "temperature", "beta",
     "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "half_precision_backend",  # masters: keep_masters
 })
+# GRPOConfig fields that shard the model over processes (FSDP, DeepSpeed ZeRO): a one-process run has none
+SHARDING = frozenset({"fsdp", "fsdp_config", "deepspeed"})
 HALF = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 
 
@@ -155,6 +157,11 @@ class GRPOSettings:
         bad = sorted(set(self.trl) - {f.name for f in fields(GRPOConfig)})
         if bad:
             raise ConfigError(f"grpo.trl has unknown GRPOConfig field(s): {', '.join(bad)}")
+        sharding = sorted(k for k in set(self.trl) & SHARDING if self.trl[k])
+        if sharding:
+            raise ConfigError(
+                f"grpo.trl.{sharding[0]}: esopt's GRPO runs as one process, which shards nothing (FSDP and DeepSpeed "
+                "ZeRO stages need several; multi-GPU GRPO through FSDP2 is not wired yet: docs/design/gpu_scale.md)")
         managed = sorted(set(self.trl) & MANAGED)
         if managed:
             raise ConfigError(
