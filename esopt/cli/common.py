@@ -282,12 +282,12 @@ def override_keys(overrides: list[str]) -> list[str]:
     return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o]
 
 
-def inert_notes(rc, keys: list[str]) -> list[str]:
+def inert_notes(plan, keys: list[str]) -> list[str]:
     """Notes for the given keys that the run's other values leave unread (its blocks' ``inert``:
     ``es.rank has no effect with es.batched=false (full-rank ES)``)."""
     from esopt import algorithms
 
-    inert = {k: why for b in algorithms.get(rc.algo).blocks for k, why in b.inert_keys(rc.block(b.name)).items()}
+    inert = {k: why for b in algorithms.get(plan.algo).blocks for k, why in b.inert_keys(plan.block(b.name)).items()}
     return [f"{k} has no effect with {inert[k]}" for k in dict.fromkeys(keys) if k in inert]
 
 

@@ -1,8 +1,8 @@
 """What a run will cost, known before it starts: generated tokens, disk, and time on a CPU.
 
     tokens = estimate_tokens(plan)        # upper bound on generated tokens (the dry run's max_tokens)
-    disk = run_disk(rc)                   # bytes of model/ and of the resume checkpoint, or None
-    line = cpu_time_warning(rc, tokens)   # one warning when a CPU would need over an hour
+    disk = run_disk(plan)                 # bytes of model/ and of the resume checkpoint, or None
+    line = cpu_time_warning(plan, tokens) # one warning when a CPU would need over an hour
 
 The sweeper prints these in its dry run and checks the disk before launching
 (hydra_plugins/esopt_sweeper); a single run and ``esopt.evaluate`` print the time warning.
@@ -93,15 +93,15 @@ def collective_timeout(plan, params: int, cuda: bool) -> tuple[float, str]:
                      f"between collectives at ~{rate:,.0f} tokens/s, at least {COLLECTIVE_FLOOR_S / 60:.0f} min")
 
 
-def n_evaluations(rc) -> int:
+def n_evaluations(plan) -> int:
     """Evaluations after the base one: every ``eval.every`` iterations and at the end (0 for
     an algorithm that trains nothing)."""
     from esopt import algorithms
 
-    if not algorithms.get(rc.algo).trains:
+    if not algorithms.get(plan.algo).trains:
         return 0
-    every = rc.eval.every
-    return rc.iterations // every + (1 if rc.iterations % every else 0)
+    every = plan.eval.every
+    return plan.iterations // every + (1 if plan.iterations % every else 0)
 
 
 def eval_rows(plan) -> int:
@@ -131,7 +131,7 @@ DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, 
 GB = 1e9
 
 
-def run_disk(rc) -> tuple[int, int] | None:
+def run_disk(plan) -> tuple[int, int] | None:
     """``(model bytes, checkpoint bytes)`` of one run, from the model's parameter count
     (``esopt.models.param_count``) and ``model.dtype`` (fp32 for an algorithm that trains master
     weights, GRPO; ``model.save_dtype`` for ``model/``): ``model/`` holds the weights once (when
@@ -143,14 +143,14 @@ def run_disk(rc) -> tuple[int, int] | None:
     bookkeeping not counted)."""
     from esopt import algorithms, models
 
-    params = models.param_count(rc.model)
+    params = models.param_count(plan.model)
     if params is None:
         return None
-    algo = algorithms.get(rc.algo)
-    loaded = DTYPE_BYTES.get(str(rc.model.get("dtype", "float32")), 4)
+    algo = algorithms.get(plan.algo)
+    loaded = DTYPE_BYTES.get(str(plan.model.get("dtype", "float32")), 4)
     trained = 4 if algo.master_weights else loaded  # fp32 masters (GRPO), whatever model.dtype
-    saved = DTYPE_BYTES.get(str(rc.model.get("save_dtype") or ""), trained)
-    kept = params * saved if algo.trains and rc.sweep.save_model else 0
+    saved = DTYPE_BYTES.get(str(plan.model.get("save_dtype") or ""), trained)
+    kept = params * saved if algo.trains and plan.sweep.save_model else 0
     return kept, int(2 * params * trained * algo.checkpoint_copies)
 
 
@@ -159,10 +159,10 @@ def sweep_disk(rcs: list, at_once: int = 1) -> dict | None:
     checkpoints: all of them with ``sweep.keep_checkpoints``, else only those of the runs in
     flight (the ``at_once`` largest; a completed run frees its own). None when a run's size is
     unknown."""
-    sizes = [run_disk(rc) for rc in rcs]
+    sizes = [run_disk(plan) for plan in rcs]
     if not sizes or any(s is None for s in sizes):
         return None
-    keep = any(rc.sweep.keep_checkpoints for rc in rcs)
+    keep = any(plan.sweep.keep_checkpoints for plan in rcs)
     ckpts = sorted((c for _, c in sizes), reverse=True)
     models_b = sum(m for m, _ in sizes)
     ckpt_b = sum(ckpts) if keep else sum(ckpts[:max(1, at_once)])
@@ -232,53 +232,53 @@ SMALL_MODEL_CPU_SOURCE = ("paper_cpu's tiny-s runs: 73.9M bound tokens in 2,540 
                           "docs/results/claims_paper_cpu.md (small models are latency-bound)")
 
 
-def cpu_tokens_per_s(rc, params: int) -> tuple[float, str]:
+def cpu_tokens_per_s(plan, params: int) -> tuple[float, str]:
     """Generated tokens per second of the run's engine on a CPU for a model of ``params``
     parameters, and where that number comes from: the engine's measured rate
     (``EngineConfig.cpu_param_tokens_per_s``: tokens/s x parameters of a measured model,
     docs/results/smollm2.md) scaled by parameters (each token costs ~2 x params FLOPs)."""
-    cfg = type(rc.engine_config)
+    cfg = type(plan.engine_config)
     rate = float(cfg.cpu_param_tokens_per_s)
     if rate / params > SMALL_MODEL_CPU_TOKENS_PER_S:  # a tiny model is latency-bound, not FLOP-bound
         return SMALL_MODEL_CPU_TOKENS_PER_S, SMALL_MODEL_CPU_SOURCE
     return rate / params, cfg.cpu_throughput_source
 
 
-def cpu_seconds(rc, tokens: int, cuda: bool | None = None) -> float | None:
+def cpu_seconds(plan, tokens: int, cuda: bool | None = None) -> float | None:
     """Seconds ``tokens`` generated tokens take at the engine's CPU rate (:func:`cpu_tokens_per_s`)
     when the run goes to a CPU (``cuda``: whether it will see a GPU, None = this process's
     answer); None for a GPU run or a model of unknown size."""
     from esopt import models
     from esopt.engines import cuda_visible
 
-    device = str(rc.engine_config.device)
+    device = str(plan.engine_config.device)
     on_cpu = device == "cpu" or (device == "auto" and not (cuda_visible() if cuda is None else cuda))
-    params = models.param_count(rc.model)
+    params = models.param_count(plan.model)
     if not on_cpu or not params:
         return None
-    return tokens / cpu_tokens_per_s(rc, params)[0]
+    return tokens / cpu_tokens_per_s(plan, params)[0]
 
 
-def cpu_time_warning(rc, tokens: int, cuda: bool | None = None) -> str | None:
+def cpu_time_warning(plan, tokens: int, cuda: bool | None = None) -> str | None:
     """One warning line when the run goes to a CPU and ``tokens`` (its :func:`estimate_tokens`)
     at that engine's measured CPU throughput would take longer than ``CPU_WARN_S``, naming the
     estimate and the keys that set it; None otherwise (a GPU run, an unknown size, a short run)."""
     from esopt import models
 
-    seconds = cpu_seconds(rc, tokens, cuda)
+    seconds = cpu_seconds(plan, tokens, cuda)
     if seconds is None or seconds <= CPU_WARN_S:
         return None
-    params = models.param_count(rc.model)
-    rate, source = cpu_tokens_per_s(rc, params)
-    ev = rc.eval
-    budget = ev.max_new_tokens or rc.task_spec.max_new_tokens
-    per_eval = (f"eval.problems={eval_rows(rc)} x (eval.samples={ev.samples}" + (" + 1 greedy" if ev.greedy else "")
+    params = models.param_count(plan.model)
+    rate, source = cpu_tokens_per_s(plan, params)
+    ev = plan.eval
+    budget = ev.max_new_tokens or plan.task_spec.max_new_tokens
+    per_eval = (f"eval.problems={eval_rows(plan)} x (eval.samples={ev.samples}" + (" + 1 greedy" if ev.greedy else "")
                 + f") x eval.max_new_tokens={budget}")
-    evals = 1 + n_evaluations(rc)
+    evals = 1 + n_evaluations(plan)
     return (f"this run may take about {_duration(seconds)} on this CPU: up to {tokens:,} generated tokens "
             f"({per_eval} per evaluation, {evals} evaluation(s)"
-            + (", plus training" if n_evaluations(rc) else "") + f") at about {rate:.3g} tokens/s "
-            f"({rc.engine_config.name} engine, {params / 1e6:.0f}M parameters; {source}); lower eval.problems, "
+            + (", plus training" if n_evaluations(plan) else "") + f") at about {rate:.3g} tokens/s "
+            f"({plan.engine_config.name} engine, {params / 1e6:.0f}M parameters; {source}); lower eval.problems, "
             "eval.samples or eval.max_new_tokens")
 
 
@@ -399,8 +399,8 @@ def recorded_shares(root) -> list[dict]:
     return out
 
 
-def generated_share(rc, root=None) -> tuple[float, str]:
-    """Expected generated tokens over the bound for run ``rc``, and where it comes from: the
+def generated_share(plan, root=None) -> tuple[float, str]:
+    """Expected generated tokens over the bound for run ``plan``, and where it comes from: the
     median share of the completed runs recorded under ``root`` (default ``sweep.root``) with the
     same task, model family and algorithm, else the algorithm's declared default
     (``Algorithm.generated_share``)."""
@@ -408,15 +408,15 @@ def generated_share(rc, root=None) -> tuple[float, str]:
 
     from esopt import algorithms
 
-    root = rc.sweep.root if root is None else root
-    task, fam = rc.task_spec.config.get("name"), run_family(rc.model["name"])
-    same = [r for r in recorded_shares(root) if (r["task"], r["family"], r["algo"]) == (task, fam, rc.algo)] \
+    root = plan.sweep.root if root is None else root
+    task, fam = plan.task_spec.config.get("name"), run_family(plan.model["name"])
+    same = [r for r in recorded_shares(root) if (r["task"], r["family"], r["algo"]) == (task, fam, plan.algo)] \
         if Path(root).is_dir() else []
     if same:
         shares = [r["share"] for r in same]
-        return (statistics.median(shares), f"median of {len(same)} recorded {rc.algo} run(s) of {task} on the "
+        return (statistics.median(shares), f"median of {len(same)} recorded {plan.algo} run(s) of {task} on the "
                 f"{fam} family in {root} ({min(shares):.2f}-{max(shares):.2f})")
-    return algorithms.get(rc.algo).generated_share, f"{rc.algo}'s default share (esopt.algorithms: Algorithm.generated_share)"
+    return algorithms.get(plan.algo).generated_share, f"{plan.algo}'s default share (esopt.algorithms: Algorithm.generated_share)"
 
 
 @dataclass(frozen=True)
@@ -545,7 +545,7 @@ def rate_for(rates, model_name: str):
     return rates
 
 
-def run_cost(rc, gpu: str = DEFAULT_GPU, tokens_per_s=None, root=None, engine: str | None = None) -> dict:
+def run_cost(plan, gpu: str = DEFAULT_GPU, tokens_per_s=None, root=None, engine: str | None = None) -> dict:
     """What one run costs, in hours on its device (``"cpu"`` when its model asks the scheduler
     for no GPU, ``model.resources.gpus``; else ``gpu``'s GPU-hours, every GPU of the run counted):
 
@@ -566,14 +566,14 @@ def run_cost(rc, gpu: str = DEFAULT_GPU, tokens_per_s=None, root=None, engine: s
     "rate_source", "sources" (of the training passes)}."""
     from esopt import engines, models
 
-    eng = engines.ENGINES.get(engine) if engine else type(rc.engine_config)
+    eng = engines.ENGINES.get(engine) if engine else type(plan.engine_config)
     if eng is None:
         raise ValueError(f"unknown engine {engine!r} (known: {', '.join(engines.ENGINES)})")
-    params = models.param_count(rc.model) or 0
-    gpus = int(((rc.model.get("resources") or {}).get("gpus")) or 0)
+    params = models.param_count(plan.model) or 0
+    gpus = int(((plan.model.get("resources") or {}).get("gpus")) or 0)
     device = gpu if gpus else "cpu"
-    parts = token_parts(rc)
-    share, share_src = generated_share(rc, root)
+    parts = token_parts(plan)
+    share, share_src = generated_share(plan, root)
     bound = parts["eval"] + parts["train"] + parts["analysis"]
     out = {"device": device, "bound": bound, "expected": int(bound * share), "share": share, "share_source": share_src,
            "hours": {"generate": float("nan"), "train": 0.0, "analysis": float("nan")}, "sources": []}
@@ -581,11 +581,11 @@ def run_cost(rc, gpu: str = DEFAULT_GPU, tokens_per_s=None, root=None, engine: s
         out |= {"total": float("nan"), "bound_hours": float("nan"), "rate": float("nan"),
                 "rate_source": "model size unknown"}
         return out
-    fixed = rate_for(tokens_per_s, rc.model["name"])
+    fixed = rate_for(tokens_per_s, plan.model["name"])
     if fixed:
         rate, src = float(fixed), "plan.tokens_per_s"
     elif device == "cpu":
-        rate, src = cpu_tokens_per_s(rc, params)
+        rate, src = cpu_tokens_per_s(plan, params)
     else:
         rate, src = gpu_rate(eng.name, params, gpu)
     priced = share if eng.continuous_batching else 1.0
@@ -609,17 +609,17 @@ def gpu_tokens_per_s(params: int) -> tuple[float, str]:
     return gpu_rate("hf", params, "H200", table=THROUGHPUT)
 
 
-def wall_hours(rc, tokens: int) -> float | None:
+def wall_hours(plan, tokens: int) -> float | None:
     """A run's wall-clock hours at its token bound ``tokens``: on GPUs (``model.resources.gpus``
     > 0) tokens / (:func:`gpu_tokens_per_s` x the GPUs its ranks use); on a CPU,
     :func:`cpu_seconds`; None for a model of unknown size."""
     from esopt import models
 
-    params = models.param_count(rc.model)
+    params = models.param_count(plan.model)
     if not params:
         return None
-    gpus = int(((rc.model.get("resources") or {}).get("gpus")) or 0)
+    gpus = int(((plan.model.get("resources") or {}).get("gpus")) or 0)
     if gpus:
-        return tokens / (gpu_tokens_per_s(params)[0] * max(1, rc.layout.gpus_used or gpus)) / 3600
-    seconds = cpu_seconds(rc, tokens, cuda=False)
+        return tokens / (gpu_tokens_per_s(params)[0] * max(1, plan.layout.gpus_used or gpus)) / 3600
+    seconds = cpu_seconds(plan, tokens, cuda=False)
     return None if seconds is None else seconds / 3600
