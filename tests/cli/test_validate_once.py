@@ -1,21 +1,14 @@
 """A run is validated once (``esopt.runtime.validate.validate``): a single run by the command
-line's check, whose plan its task function takes; a sweep's job by the sweeper, whose plan its
-worker reads. Counted by code object (``helpers.counted_calls``), nothing replaced. The commands
-run in this interpreter (``helpers.cli``): tiny-xs dry runs, nothing trained."""
+line's check, whose plan its task function takes (a real ES run: tests/runtime/test_parse_once.py);
+a sweep's job by the sweeper, whose plan its worker reads. Counted by code object
+(``helpers.counted_calls``), nothing replaced. The commands run in this interpreter
+(``helpers.cli``): a tiny-xs evaluation of 2 problems and a dry run, nothing trained."""
 
 from esopt.core import store
 from esopt.runtime.validate import validate
 from helpers import cli, compose, counted_calls, run_config
 
 DRY = ("model=tiny-xs", "algo=es", "pop=4", "iterations=2", "sweep.dry_run=true")
-
-
-def test_a_single_run_is_validated_once(tmp_path):
-    with counted_calls(validate=validate) as n:
-        out = cli("esopt.sweep", *DRY, f"sweep.root={tmp_path}")
-    assert out.returncode == 0, out.stderr
-    assert "esopt: dry run: run " in out.stdout
-    assert n["validate"] == 1
 
 
 def test_a_single_evaluation_is_validated_once(tmp_path):
