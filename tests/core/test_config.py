@@ -123,10 +123,10 @@ def test_one_reading_of_booleans_and_integers_in_every_block():
     from esopt.runtime.tuning import settings
 
     rc = validate(compose_cfg("sweep.keep_checkpoints='false'", "sweep.save_model='true'", "eval.greedy='False'",
-                              "model.trust_remote_code='false'", "seed=4.0", "es.rank='2'"), check_data=False)
+                              "model.trust_remote_code='false'", "seed=4.0", "es.batch_size='8'"), check_data=False)
     assert (rc.sweep.keep_checkpoints, rc.sweep.save_model, rc.eval.greedy) == (False, True, False)
     assert rc.model["trust_remote_code"] is False and rc.seed == 4 and type(rc.seed) is int
-    assert rc.phases[0].settings.rank == 2
+    assert rc.phases[0].settings.batch_size == 8
     for override, line in (("sweep.save_model='no'", "sweep.save_model must be true or false, got 'no'"),
                            ("sweep.keep_checkpoints=1", "sweep.keep_checkpoints must be true or false, got 1"),
                            ("es.batched='0'", "es.batched must be true or false, got '0'"),
