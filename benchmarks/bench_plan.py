@@ -48,16 +48,24 @@ def local_overrides(preset: str, tmp: Path) -> list[str]:
     return out + [f"task.source={shared}"]
 
 
-def preset_plan(preset: str, sims: int, seed: int, tmp: Path) -> dict:
+def preset_plans(preset: str, sims: int, seed: int, tmp: Path, sets: list[str], spread_sims: int) -> dict:
+    """{component set: the preset's plan under it} (a set with unknown seed spreads: with its
+    sensitivity row at ``spread_sims``)."""
     from hydra.core.global_hydra import GlobalHydra
 
     from esopt.cli.plan import compose
     from esopt.study.claims import plan as P
+    from esopt.study.claims.component_sets import component_set
 
     GlobalHydra.instance().clear()
     runs = compose([f"+experiment={preset}", *local_overrides(preset, tmp)])
     GlobalHydra.instance().clear()
-    return P.plan(P.grid_of(runs), runs, sims=sims, seed=seed, engine=preset_engine(preset))
+    grid, engine, out = P.grid_of(runs), preset_engine(preset), {}
+    for name in sets:
+        comps, source, spreads = component_set(name)
+        out[name] = P.plan(grid, runs, comps=comps, comp_source=source, sims=sims, seed=seed, engine=engine,
+                           spreads=spreads, spread_sims=spread_sims)
+    return out
 
 
 def preset_engine(preset: str) -> str:
@@ -73,6 +81,7 @@ def preset_engine(preset: str) -> str:
 
 def main(argv=None) -> int:
     from esopt.study.claims import plan as P
+    from esopt.study.claims.component_sets import SEED_SPREADS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=P.SIMS)
@@ -80,32 +89,43 @@ def main(argv=None) -> int:
     ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--write-presets", action="store_true")
+    ap.add_argument("--components", nargs="+", default=["paper", "tiny"],
+                    help="component sets side by side (the first one writes the presets' headers)")
+    ap.add_argument("--spread-sims", type=int, default=30, help="sims per seed spread of the sensitivity row")
     args = ap.parse_args(argv)
     rows, blocks, t0 = [], {}, time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets:
             t = time.time()
-            report = preset_plan(preset, args.sims, args.seed, Path(tmp))
+            reports = preset_plans(preset, args.sims, args.seed, Path(tmp), args.components, args.spread_sims)
             print(f"== {preset} ({time.time() - t:.0f} s)")
-            for line in P.lines(report):
-                print(line)
-            c = report["cost"]
-            verdicts = "; ".join(
-                f"{cid}: " + (f"{r['power']:.2f} [{r['power_ci'][0]:.2f}, {r['power_ci'][1]:.2f}] "
-                              f"({r['power_gen']}){'' if r['decidable'] else ', cannot decide'}"
-                              if "power" in r else f"cannot decide: {r['why'].split('; ')[0]}")
-                for cid, r in report["claims"].items())
-            rows.append([preset, c["runs"], f"{c['tokens'] + c['analysis_tokens']:,}", f"{c['expected']:,}",
-                         f"{P.hours_text(c['gpu_hours'])} ({P.hours_text(c['gpu_hours_bound'])})", verdicts])
-            blocks[preset] = P.header_lines(report, f"python -m esopt.plan +experiment={preset}")
+            for name, report in reports.items():
+                print(f"-- components {name}")
+                for line in P.lines(report):
+                    print(line)
+                c = report["cost"]
+                verdicts = "; ".join(
+                    f"{cid}: " + (f"{r['power']:.2f} [{r['power_ci'][0]:.2f}, {r['power_ci'][1]:.2f}] "
+                                  f"({r['power_gen']}){'' if r['decidable'] else ', cannot decide'}"
+                                  + (f"; {P.spread_text(r)}" if r.get("spreads") else "")
+                                  if "power" in r else f"cannot decide: {r['why'].split('; ')[0]}")
+                    for cid, r in report["claims"].items())
+                rows.append([preset, name, c["runs"], f"{c['tokens'] + c['analysis_tokens']:,}", f"{c['expected']:,}",
+                             f"{P.hours_text(c['gpu_hours'])} ({P.hours_text(c['gpu_hours_bound'])})", verdicts])
+            first = reports[args.components[0]]
+            blocks[preset] = P.header_lines(first, f"python -m esopt.plan +experiment={preset} "
+                                                   f"--components {args.components[0]}")
     wall = time.time() - t0
     if args.write_docs:
         write_table("plan", "Plans of the GPU presets", None,
-                    ["preset", "runs", "generated tokens (bound)", "expected", "GPU-hours expected (at the bound)",
+                    ["preset", "components", "runs", "generated tokens (bound)", "expected",
+                     "GPU-hours expected (at the bound)",
                      "per claim: power at its smallest "
                      "effect [Wilson 95%] (least favourable generator), or what the grid lacks"], rows,
-                    notes=(f"{args.sims} sims per scenario and generator, seed {args.seed}; components: "
-                           f"{P.MEASURED_ON} (no real-model components yet: measure them with --pilot); "
+                    notes=(f"{args.sims} sims per scenario and generator, seed {args.seed}; components (--components): "
+                           "paper = the study's and its rivals' published gains, seed spread unknown (power over "
+                           f"sigma_seed in {', '.join(map(str, SEED_SPREADS))} at {args.spread_sims} sims each: the "
+                           f"spread up to which each claim decides); tiny = {P.MEASURED_ON}; "
                            "GPU-hours expected on an H100 (esopt.runtime.budget.run_cost, docs/design/"
                            "gpu_throughput.md), priced at each preset's engine. Composed with "
                            "engine=hf where vLLM is missing, GSM8K from ../shared/data/gsm8k, the Countdown "

@@ -16,6 +16,9 @@ The grid is composed and validated by the esopt sweeper exactly as ``esopt.sweep
 does not measure stays the model's: each line says which), ``--print-components`` (with --pilot:
 print the pilot's ``Components(...)`` for ``simulate.MODEL_COMPONENTS`` and exit; no grid needed),
 without --pilot the cell model's shipped components (``MODEL_COMPONENTS``, else the tiny family's),
+``--components NAME`` (a named set, ``esopt.study.claims.component_sets``: ``paper``, the study's
+and its rivals' published gains with the seed spread unknown, so power is also shown over a range of
+spreads; ``tiny``; a model with a pilot's components),
 ``--target-power P --max-hours H`` (search the cheapest design meeting P for every named claim),
 ``--sims N`` (synthetic sweeps per scenario and generator, default 100), ``--seed S``.
 Exit codes: 0 ok (whatever the verdicts), 2 bad input.
@@ -32,7 +35,7 @@ from esopt.cli.common import fail, hydra_app, quiet
 from esopt.core.errors import ConfigError
 
 FLAGS = {"--pilot": str, "--target-power": float, "--claims": str, "--max-hours": float, "--sims": int,
-         "--seed": int}
+         "--seed": int, "--components": str}
 SWITCHES = ("--print-components",)
 PLAN_KEYS = {"plan.tokens_per_s": float, "plan.gpu": str, "plan.engine": str}
 
@@ -121,6 +124,8 @@ def check(flags: dict, keys: dict) -> None:
         fail("--max-hours caps the search of --target-power: give both")
     if "--print-components" in flags and "--pilot" not in flags:
         fail("--print-components prints a pilot's components: give --pilot DIR")
+    if "--components" in flags and "--pilot" in flags:
+        fail("--components and --pilot both set the components: give one")
 
 
 def compose(overrides: list[str]) -> list:
@@ -193,7 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     if across and sizes < 2:
         fail(f"claim {across[0]} compares model sizes: the grid's ES runs have {sizes} "
              f"({grid.cell_model}); sweep model=a,b,c,... with >= 2 populations each")
-    comps, source, bounds = None, None, None
+    comps, source, bounds, spreads = None, None, None, ()
+    if "--components" in flags:
+        from esopt.study.claims.component_sets import component_set
+
+        try:
+            comps, source, spreads = component_set(flags["--components"])
+        except ConfigError as e:
+            fail(str(e))
     if "--pilot" in flags:
         try:
             start, start_source = P.model_components(grid.cell_model)   # what the pilot does not measure
@@ -206,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     sims, seed, rate = flags.get("--sims", P.SIMS), flags.get("--seed", 0), rates(keys)
     price = {"gpu": keys.get("plan.gpu"), "engine": keys.get("plan.engine")}
     report = P.plan(grid, runs, claims, comps, source, bounds, sims=sims, seed=seed, tokens_per_s=rate,
-                    target=flags.get("--target-power", P.TARGET), **price)
+                    target=flags.get("--target-power", P.TARGET), spreads=spreads, **price)
     print(f"esopt plan: {report['cost']['runs']} runs (nothing launched)")
     for line in P.lines(report):
         print(line)

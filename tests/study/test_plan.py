@@ -209,7 +209,10 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
     assert block[0] == P.header_cost(c)
     claimed = {int(m.group(1)): m.group(2) for ln in block[1:] if (m := re.match(r"claim (\d+): (.*)", ln))}
     assert sorted(claimed) == P.bears_on(g)
-    d, comps, shape = P.design_of(g), P.components_for(g), P.shaper(g)
+    from esopt.study.claims.component_sets import component_set
+
+    named = component_set(re.search(r"--components (\S+?);", head).group(1))[0]   # the header's component set
+    d, comps, shape = P.design_of(g), P.components_for(g, named), P.shaper(g)
     for cid, text in claimed.items():
         gap = P.data_gap(cid, d, comps, shape)
         if text.startswith("cannot decide: "):

@@ -365,10 +365,13 @@ def cost(runs: list, tokens_per_s=None, gpu: str | None = None, engine: str | No
 # the plan of a grid
 def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Components | None = None,
          comp_source: str | None = None, bounds: tuple | None = None, sims: int = SIMS, seed: int = 0,
-         tokens_per_s=None, target: float = TARGET, gpu: str | None = None, engine: str | None = None) -> dict:
+         tokens_per_s=None, target: float = TARGET, gpu: str | None = None, engine: str | None = None,
+         spreads: tuple = (), spread_sims: int | None = None) -> dict:
     """Per claim (``claims``, default: those the grid bears on): what it lacks, or its power and
     false yes (``claim_power``) and at the pilot's ``bounds`` (pessimistic, optimistic
-    components) its power there; the cost; the components and their source (``comps`` None:
+    components) its power there; with ``spreads`` (an unknown seed spread: ``component_sets``)
+    its power at each ``sigma_seed`` (``spread_sims`` each) and the largest that still decides;
+    the cost; the components and their source (``comps`` None:
     the grid's model's, ``model_components``)."""
     if comps is None:
         comps, src = model_components(grid.cell_model)
@@ -392,6 +395,12 @@ def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Compone
                 row["bounds"] = [claim_power(cid, design, components_for(grid, b), shape, sims, seed,
                                              false_yes=False)["power"] for b in bounds]
             row["decidable"] = row["power"] >= target
+            if spreads:   # the seed spread is unknown: power over a range of it
+                row["spreads"] = [(sd, claim_power(cid, design, replace(comps, sigma_seed=sd), shape,
+                                                   spread_sims or sims, seed, false_yes=False)["power"])
+                                  for sd in spreads]
+                ok = [sd for sd, pw in row["spreads"] if pw >= target]
+                row["decidable_up_to"] = max(ok) if ok else None
             if not row["decidable"]:
                 row["why"] = (f"power {row['power']:.2f} < {target:g} at its smallest effect of interest "
                               f"(more {REGISTRY[cid].units}; --target-power {target:g} --claims {cid} searches "
@@ -412,7 +421,17 @@ def claim_line(cid: int, row: dict) -> str:
             f"false yes {row['false_yes']:.2f} {_fmt_ci(row['fy_ci'])}")
     if row.get("bounds"):
         text += f", power at the components' bounds {row['bounds'][0]:.2f} to {row['bounds'][1]:.2f}"
+    if row.get("spreads"):
+        text += "; " + spread_text(row)
     return head + text + "; " + ("decidable" if row["decidable"] else f"cannot decide: {row['why']}")
+
+
+def spread_text(row: dict) -> str:
+    """The sensitivity row of one claim: its power at each seed spread, and up to which it decides."""
+    up = row.get("decidable_up_to")
+    return (("decidable while the seed spread is <= " + f"{up:g}" if up is not None else "decidable at no seed spread")
+            + " (power " + ", ".join(f"{pw:.2f}" for _, pw in row["spreads"]) + " at sigma_seed "
+            + ", ".join(f"{sd:g}" for sd, _ in row["spreads"]) + ")")
 
 
 def cost_lines(c: dict) -> list[str]:
@@ -798,7 +817,8 @@ def header_lines(report: dict, command: str) -> list[str]:
     for cid, row in report["claims"].items():
         if "power" in row:
             out.append(f"#   claim {cid}: power {row['power']:.2f} {_fmt_ci(row['power_ci'])} ({row['power_gen']}), "
-                       + ("decidable" if row["decidable"] else "cannot decide"))
+                       + ("decidable" if row["decidable"] else "cannot decide")
+                       + (f"; {spread_text(row)}" if row.get("spreads") else ""))
         else:
             out.append(f"#   claim {cid}: cannot decide: {row['why'].split('; ')[0]}")
     return out
