@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_table  # noqa: E402
 
-PRESETS = ("pop_vs_size_gpu", "es_vs_grpo_gpu", "sequential_gpu", "sigma_lr_gpu", "es_vs_grpo_countdown_gpu")
+PRESETS = ("pop_vs_size_gpu", "es_vs_grpo_gpu", "sequential_gpu", "sigma_lr_gpu", "es_vs_grpo_countdown_gpu", "pilot_gpu")
 
 
 def local_overrides(preset: str, tmp: Path) -> list[str]:
@@ -41,7 +41,8 @@ def local_overrides(preset: str, tmp: Path) -> list[str]:
         path = tmp / "countdown.json"
         if not path.exists():
             write_countdown_es_file(path)
-        return out + [f"task.source={path}"]
+        shared = Path(os.environ.get("ESOPT_SHARED_DATA") or REPO.parent / "shared" / "data") / "gsm8k"
+        return out + [f"task.source={path}", f"++eval.ood_task.source={shared}"]   # its out-of-domain set
     shared = Path(os.environ.get("ESOPT_SHARED_DATA") or REPO.parent / "shared" / "data") / "gsm8k"
     if not (shared / "test.jsonl").exists():
         sys.exit(f"bench_plan: the full GSM8K ({shared}) is needed for the GPU presets' problem counts")

@@ -187,17 +187,20 @@ def local_data_overrides(cfg, tmp_path) -> list[str]:
     has no network): GSM8K -> ../shared/data/gsm8k when present, else the sample in tests/ (with
     a held-out split that fits it); a Countdown file -> a generated file in the published format."""
     task = cfg["task"]
+    ood = (cfg.get("eval") or {}).get("ood_task")
+    full = SHARED_DATA / "gsm8k"
+    gsm8k = str(full) if (full / "test.jsonl").exists() else str(GSM8K_SAMPLE)
+    extra = [f"++eval.ood_task.source={gsm8k}"] if hasattr(ood, "get") and ood.get("name") == "gsm8k" else []
     if task["name"] == "gsm8k":
-        full = SHARED_DATA / "gsm8k"
         if (full / "test.jsonl").exists():
-            return [f"task.source={full}"]
-        return [f"task.source={GSM8K_SAMPLE}", "task.n_heldout=10"]
+            return [f"task.source={full}"] + extra
+        return [f"task.source={GSM8K_SAMPLE}", "task.n_heldout=10"] + extra
     if task["name"] == "countdown" and task.get("source") is not None:
         path = Path(tmp_path) / "countdown.json"
         if not path.exists():
             write_countdown_es_file(path)
-        return [f"task.source={path}"]
-    return []
+        return [f"task.source={path}"] + extra
+    return extra
 
 
 def model_copy(dest, name: str = "tiny-xs", mismatched: bool = False) -> Path:

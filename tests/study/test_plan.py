@@ -207,7 +207,16 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
     g = P.grid_of(runs)
     c = P.cost(runs, engine=str(base.engine.name))   # priced at the preset's engine (composed with hf here)
     assert block[0] == P.header_cost(c)
-    claimed = {int(m.group(1)): m.group(2) for ln in block[1:] if (m := re.match(r"claim (\d+): (.*)", ln))}
+    claimed = {int(m.group(1)): m.group(2) for ln in block[2:] if (m := re.match(r"claim (\d+): (.*)", ln))}
+    decided = []
+    for cid, text in claimed.items():   # under unknown seed spreads: where it decides; else the point value
+        m = re.search(r"decidable while the seed spread is <= ([\d.]+)", text)
+        if m or ("seed spread" not in text and "), decidable" in text):
+            decided.append(f"claim {cid}" + (f" while the seed spread is <= {m.group(1)}" if m else ""))
+    assert block[1] == ("decides: " + "; ".join(decided) if decided else
+                        "decides no claim under these components: a pilot or a demo")
+    first = (REPO / "sweeps" / f"{preset}.yaml").read_text().splitlines()[1]
+    assert bool(decided) or first.startswith(("# Pilot", "# Demo")), first   # one that decides nothing says so
     assert sorted(claimed) == P.bears_on(g)
     from esopt.study.claims.component_sets import component_set
 

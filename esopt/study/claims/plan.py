@@ -813,7 +813,7 @@ def header_lines(report: dict, command: str) -> list[str]:
     c = report["cost"]
     out = [f"{HEADER} ({command}; {report['sims']} sims, {report['source'].split(':')[0]} components; "
            "docs/results/plan.md):",
-           "#   " + header_cost(c)]
+           "#   " + header_cost(c), "#   " + decides_line(report)]
     for cid, row in report["claims"].items():
         if "power" in row:
             out.append(f"#   claim {cid}: power {row['power']:.2f} {_fmt_ci(row['power_ci'])} ({row['power_gen']}), "
@@ -822,6 +822,21 @@ def header_lines(report: dict, command: str) -> list[str]:
         else:
             out.append(f"#   claim {cid}: cannot decide: {row['why'].split('; ')[0]}")
     return out
+
+
+def decides_line(report: dict) -> str:
+    """What a plan decides at power >= its target: the claims, each with the seed spreads where it
+    holds when the components leave the spread unknown, or that it decides none (a pilot or a demo)."""
+    parts = []
+    for cid, row in report["claims"].items():
+        if "power" not in row:
+            continue
+        if row.get("spreads"):
+            if row.get("decidable_up_to") is not None:
+                parts.append(f"claim {cid} while the seed spread is <= {row['decidable_up_to']:g}")
+        elif row["decidable"]:
+            parts.append(f"claim {cid}")
+    return ("decides: " + "; ".join(parts) if parts else "decides no claim under these components: a pilot or a demo")
 
 
 def header_cost(c: dict) -> str:
