@@ -6,6 +6,8 @@ can decide each claim and what it costs; launches nothing.
     python -m esopt.plan +experiment=paper_cpu --pilot results/paper_cpu_quick
     python -m esopt.plan --pilot results/pilot_smollm2 --print-components   # the literal for MODEL_COMPONENTS
     python -m esopt.plan +experiment=es_vs_grpo_gpu --target-power 0.8 --claims 1,3 --max-hours 5000
+    python -m esopt.plan +experiment=es_vs_grpo_gpu --pilot results/pilot_gpu --target-power 0.8 \
+        --claims 1,3 --max-gpu-hours 2000 --write sweeps/es_vs_grpo_confirm.yaml   # a confirmatory preset
     python -m esopt.plan ... plan.tokens_per_s=3000        # the throughput the hours are computed at
     python -m esopt.plan ... plan.tokens_per_s.qwen7b=9000 plan.gpu=H200   # per model; the GPU kind priced
 
@@ -20,6 +22,9 @@ without --pilot the cell model's shipped components (``MODEL_COMPONENTS``, else 
 and its rivals' published gains with the seed spread unknown, so power is also shown over a range of
 spreads; ``tiny``; a model with a pilot's components),
 ``--target-power P --max-hours H`` (search the cheapest design meeting P for every named claim),
+``--max-gpu-hours H`` (the same cap as --max-hours), ``--write sweeps/<name>.yaml`` (with --pilot
+and --target-power: the design found, written as a registered confirmatory preset: fresh seeds, a
+fresh test draw where the task has one, the cost and power in its header; ``--force`` overwrites),
 ``--sims N`` (synthetic sweeps per scenario and generator, default 100), ``--seed S``.
 Exit codes: 0 ok (whatever the verdicts), 2 bad input.
 """
@@ -35,8 +40,8 @@ from esopt.cli.common import fail, hydra_app, quiet
 from esopt.core.errors import ConfigError
 
 FLAGS = {"--pilot": str, "--target-power": float, "--claims": str, "--max-hours": float, "--sims": int,
-         "--seed": int, "--components": str}
-SWITCHES = ("--print-components",)
+         "--seed": int, "--components": str, "--max-gpu-hours": float, "--write": str}
+SWITCHES = ("--print-components", "--force")
 PLAN_KEYS = {"plan.tokens_per_s": float, "plan.gpu": str, "plan.engine": str}
 
 
@@ -103,8 +108,25 @@ def parse_claims(text: str | None) -> list[int] | None:
 
 def check(flags: dict, keys: dict) -> None:
     """Budgets and rates must be positive, a target power a probability."""
+    if "--max-gpu-hours" in flags:
+        if "--max-hours" in flags:
+            fail("--max-gpu-hours and --max-hours are one cap: give one")
+        flags["--max-hours"] = flags.pop("--max-gpu-hours")
+        if not flags["--max-hours"] > 0:
+            fail(f"--max-gpu-hours must be > 0 (got {flags['--max-hours']:g})")
     if "--max-hours" in flags and not flags["--max-hours"] > 0:
         fail(f"--max-hours must be > 0 (got {flags['--max-hours']:g})")
+    if "--write" in flags:
+        from pathlib import Path
+
+        if "--pilot" not in flags or "--target-power" not in flags:
+            fail("--write writes the design a pilot's components call for: give --pilot DIR and --target-power P")
+        if Path(flags["--write"]).suffix != ".yaml":
+            fail(f"--write: a preset is a .yaml file (got {flags['--write']!r})")
+        if Path(flags["--write"]).exists() and "--force" not in flags:
+            fail(f"--write: {flags['--write']} exists (--force overwrites it)")
+        if not Path(flags["--write"]).resolve().parent.is_dir():
+            fail(f"--write: no folder {Path(flags['--write']).parent}")
     from esopt import engines
     from esopt.runtime.budget import GPU_KINDS
 
@@ -212,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
             comps, pess, opt, how = P.pilot_components(flags["--pilot"], start=start, start_source=start_source)
         except (ConfigError, FileNotFoundError, NotADirectoryError) as e:
             fail(f"--pilot {flags['--pilot']}: {e}" if "--pilot" not in str(e) else str(e))
+        if "--write" in flags:
+            try:
+                P.pilot_enough(flags["--pilot"])
+            except ConfigError as e:
+                fail(str(e))
         source, bounds = f"pilot {flags['--pilot']}", (pess, opt)
         for k, v in how.items():
             print(f"# component {k}: {v}")
@@ -233,8 +260,61 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:
             fail(str(e))
         print(search_lines(found, named, flags["--target-power"], overrides))
+        if "--write" in flags:
+            if not found["found"]:
+                fail(f"--write: no design within the cap reaches power {flags['--target-power']:g} for claims "
+                     f"{','.join(map(str, named))}; nothing written")
+            path = write_preset(flags["--write"], found, grid, runs, overrides, flags, argv, report)
+            print(f"wrote {path}: python -m esopt.sweep -m +experiment={path.stem}")
     print(f"({time.time() - t0:.0f} s)")
     return 0
+
+
+def write_preset(path, found: dict, grid, runs, overrides: list[str], flags: dict, argv: list[str], report) -> "Path":
+    """The design ``found`` as a confirmatory preset at ``path``: the grid's own preset (its
+    ``+experiment=``) as its base, the found design's grids with seeds the pilot never ran and
+    (where the task has test draws) the next fresh test draw, and a header with the command, the
+    design, its cost and power (``claims.register`` records it when the sweep starts)."""
+    import json
+    from pathlib import Path
+
+    from esopt.study.claims import plan as P
+    from esopt.study.claims.simulate import sweep_records
+
+    path = Path(path)
+    pilot = sweep_records(flags["--pilot"])
+    first = 1 + max((int(r["seed"]) for r in pilot if r.get("seed") is not None), default=-1)
+    rc0 = runs[0][1]
+    draws = "test_draw" in rc0.task_spec.config
+    draw = 1 + max([int((r.get("config") or {}).get("task", {}).get("test_draw") or 0) for r in pilot]
+                   + [int(rc0.task_spec.config.get("test_draw") or 0)]) if draws else None
+    base = [o.split("=", 1)[1] for o in overrides if o.startswith("+experiment=")]
+    design, f = found["_design"], found.get("_family")
+    ev = {"eval.problems": design.problems, "eval.samples": design.samples}
+    grids = []
+    if any(P.REGISTRY[c].part != "family" for c in found["power"]):
+        grids.append({"model": grid.cell_model, "algo": ",".join(sorted(grid.cell_seeds)),
+                      "seed": f"range({first},{first + design.seeds})", **ev})
+    if f:
+        grids.append({"algo": "es", "model": ",".join(f[0]), "pop": ",".join(map(str, f[2])),
+                      "seed": f"range({first},{first + f[3]})", **ev})
+    h = found["hours"]
+    lines = ["# @package _global_",
+             f"# Confirmatory (registered design): written by python -m esopt.plan {' '.join(argv)}",
+             f"# from the pilot {flags['--pilot']}: the cheapest design whose power >= {flags['--target-power']:g} "
+             f"for claims {', '.join(map(str, found['power']))}: {found['design']}; seeds from {first} (none the pilot "
+             "ran)" + (f", test draw {draw} (task.test_draw: a fresh test split)" if draws else "") + ".",
+             f"# cost: {P.hours_text(h)} hours expected (GPU-hours for GPU runs); power "
+             + ", ".join(f"claim {c} {p:.2f} ({found['generators'][c]})" for c, p in found["power"].items())
+             + f" ({found['sims']} sims). Claims are registered into claims.json as the sweep starts.",
+             "defaults:", *(f"  - {b}" for b in base), "  - _self_", "",
+             f"sweep:\n  name: {path.stem}"]
+    if draws:
+        lines.append(f"task:\n  test_draw: {draw}")
+    lines.append("hydra:\n  sweeper:\n    params: null\n    grids:")
+    lines += [f"      - {json.dumps({k: str(v) for k, v in g.items()})}" for g in grids]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def search_lines(found: dict, claims: list[int], target: float, overrides: list[str]) -> str:

@@ -94,6 +94,10 @@ def test_pilot_components_and_their_bounds(tmp_path):
     (("-m", "model=tiny-s", "plan.tokens_per_s.tiny-s=nan"), "plan.tokens_per_s.tiny-s must be a positive number"),
     (("-m", "model=tiny-s", "plan.gpu=V100"), "plan.gpu: unknown GPU kind 'V100' (known: H100, H200, A100)"),
     (("-m", "model=tiny-s", "plan.engine=tgi"), "plan.engine: unknown engine 'tgi'"),
+    (("-m", "model=tiny-s", "--components", "papers"), "--components: unknown component set 'papers' (known: tiny, "),
+    (("-m", "model=tiny-s", "--target-power", "0.8", "--max-gpu-hours", "0"), "--max-gpu-hours must be > 0"),
+    (("-m", "model=tiny-s", "--target-power", "0.8", "--max-gpu-hours", "nan"), "--max-gpu-hours must be > 0"),
+    (("-m", "model=tiny-s", "--target-power", "0.8", "--write", "x.yaml"), "--write writes the design a pilot's"),
     (("-m", "model=tiny-s", "--target-power", "1.5"), "--target-power must be in (0, 1)"),
     (("-m", "model=tiny-s", "plan.speed=3"), "unknown key 'plan.speed'"),
     (("-m", "model=tiny-s", "popp=8"), "unknown key 'popp'"),
@@ -169,3 +173,23 @@ def test_a_pilot_run_whose_summary_has_another_shape_is_left_out(tmp_path):
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
     assert first == f"# components of {pilot} ({len(summaries) - len(spoil)} finished runs; estimate_components)", first
+
+
+def test_write_refuses_an_existing_file_and_a_thin_pilot(tmp_path):
+    """--write: an existing preset is not overwritten without --force, and a pilot with fewer than
+    two finished runs of an algorithm cannot set a seed spread: one line, exit 2, nothing written."""
+    pilot = tmp_path / "pilot"
+    write_planted_sweep(pilot, seeds=(0,), problems=20)
+    target = tmp_path / "confirm.yaml"
+    target.write_text("# mine\n")
+    args = ("-m", "model=tiny-s", "algo=es,grpo", f"sweep.root={tmp_path / 'r'}", "--pilot", str(pilot),
+            "--target-power", "0.8", "--max-gpu-hours", "5", "--write")
+    r = cli("esopt.plan", *args, str(target))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and lines == [f"esopt: error: --write: {target} exists (--force overwrites it)"]
+    assert target.read_text() == "# mine\n"
+    fresh = tmp_path / "fresh.yaml"
+    r = cli("esopt.plan", *args, str(fresh))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("esopt: note")]
+    assert r.returncode == 2 and len(lines) == 1 and "finished run(s); the components need >= 2 per algorithm" in lines[0]
+    assert not fresh.exists()

@@ -248,3 +248,30 @@ def test_grid_of_reads_the_family_and_es_members_as_composed():
     gap = P.data_gap(4, d, P.components_for(g), P.shaper(g))
     assert gap is None or "greedily" not in gap
     assert "2 model size(s)" in P.data_gap(7, d, P.components_for(g), P.shaper(g))
+
+
+def test_a_written_confirmatory_preset_recomposes_to_the_design_found(tmp_path):
+    """``esopt.plan --write``: the found design written as a preset (fresh seeds after the pilot's,
+    its own sweep name), composed again through Hydra, is the same design at the same cost."""
+    from esopt.cli.plan import write_preset
+    from helpers import write_planted_sweep
+
+    pilot = tmp_path / "pilot"
+    write_planted_sweep(pilot, seeds=(0, 1, 2), problems=20)
+    runs = composed("model=tiny-s", "algo=es", "seed=0,1,2")
+    g = P.grid_of(runs)
+    found = P.search(g, runs, [1], 0.8, 10.0, Components(), sims=SIMS, seeds=(3, 6, 12), problems=(200, 500),
+                     samples=(32, 128))
+    assert found["found"], found
+    (tmp_path / "experiment").mkdir()
+    path = write_preset(tmp_path / "experiment" / "confirm_t.yaml", found, g, runs, [],
+                        {"--pilot": str(pilot), "--target-power": 0.8}, ["..."], None)
+    text = path.read_text()
+    assert text.startswith("# @package _global_\n# Confirmatory (registered design)") and "seeds from 3" in text
+    again = composed(f"hydra.searchpath=[file://{tmp_path}]", "+experiment=confirm_t")
+    d2 = P.design_of(P.grid_of(again))
+    d = found["_design"]
+    assert (d2.seeds, d2.problems, d2.samples) == (d.seeds, d.problems, d.samples)
+    assert sorted({rc.seed for _, rc in again}) == list(range(3, 3 + d.seeds))          # none the pilot ran
+    assert {rc.sweep.name for _, rc in again} == {"confirm_t"}
+    assert found["hours"] == pytest.approx(P.cost(again)["cpu_hours"], rel=1e-6)

@@ -561,6 +561,19 @@ def _pilot_records(sweep_dir) -> list[dict]:
     return recs
 
 
+PILOT_MIN_RUNS = 2   # finished runs per algorithm a pilot needs: a seed spread takes two
+
+
+def pilot_enough(sweep_dir) -> None:
+    """ConfigError (one line) when a pilot has fewer than ``PILOT_MIN_RUNS`` finished runs of an
+    algorithm it ran: its seed spread cannot be estimated, so a design from it is a guess."""
+    counts = Counter(r.get("algo") for r in _pilot_records(sweep_dir))
+    few = {a: n for a, n in counts.items() if n < PILOT_MIN_RUNS}
+    if few:
+        raise ConfigError(f"--pilot {sweep_dir}: " + ", ".join(f"{a} has {n} finished run(s)" for a, n in few.items())
+                          + f"; the components need >= {PILOT_MIN_RUNS} per algorithm (a seed spread)")
+
+
 def pilot_components(sweep_dir, boot: int = 30, level: float = 0.8, seed: int = 0,
                      start: Components = MEASURED, start_source: str = MEASURED_ON) -> tuple:
     """(point, pessimistic, optimistic, how) from a finished pilot sweep: ``estimate_components``
@@ -736,7 +749,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
                 return {"found": True, "design": desc, "power": {c: r["power"] for c, r in conf.items()},
                         "generators": {c: r["power_gen"] for c, r in conf.items()}, "hours": h,
                         "overrides": _overrides(grid, design, f, bool(cell_claims)), "sims": sims, "seed": seed,
-                        "components": comps, "_design": design}
+                        "components": comps, "_design": design, "_family": f}
             low = min(r["power"] for r in conf.values())
             if low > best["power"]:
                 best = {"power": low, "design": desc, "hours": h, "_design": (design, f, comps, shape)}
