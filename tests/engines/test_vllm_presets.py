@@ -18,7 +18,7 @@ import json
 import sys
 
 import pytest
-from helpers import require_vllm, vllm_tiny_family, write_countdown_es_file
+from helpers import GSM8K_SAMPLE, require_vllm, vllm_tiny_family, write_countdown_es_file
 
 pytestmark = pytest.mark.vllm
 
@@ -34,6 +34,7 @@ PRESETS = {
     "es_vs_grpo_gpu": (("tiny-s", "tiny-xs", "tiny-m"), 1),
     "pop_vs_size_gpu": (("tiny-m", "tiny-xs", "tiny-s"), 1),
     "es_vs_grpo_countdown_gpu": (("tiny-xs", "tiny-s", "tiny-m"), 1),
+    "pilot_gpu": (("tiny-m",), 1),
 }
 
 
@@ -61,16 +62,18 @@ def test_presets_sweep_dir_lists_every_gpu_preset():
 def test_gpu_preset_grid_runs_with_vllm_on_cpu(preset, monkeypatch, results_root):
     require_vllm()
     names, iterations = PRESETS[preset]
-    extra = GRPO_SMALL if preset in ("sequential_gpu", "es_vs_grpo_gpu", "es_vs_grpo_countdown_gpu") else []
-    if preset == "es_vs_grpo_countdown_gpu":  # the ES repository's file format, at its size
+    extra = GRPO_SMALL if preset != "pop_vs_size_gpu" and preset != "sigma_lr_gpu" else []
+    if preset == "es_vs_grpo_countdown_gpu":  # the ES repository's file format, at its size; GSM8K's sample OOD
         write_countdown_es_file(results_root.parent / "countdown.json")
-        extra = [*extra, f"task.source={results_root.parent / 'countdown.json'}"]
+        extra = [*extra, f"task.source={results_root.parent / 'countdown.json'}",
+                 f"++eval.ood_task.source={GSM8K_SAMPLE}", "eval.ood_problems=4"]
     sweep_in_process(monkeypatch, f"+experiment={preset}", *vllm_tiny_family(names), f"iterations={iterations}",
                      *SMALL, *extra, f"sweep.root={results_root}")
     runs = sorted((results_root / preset / "runs").glob("*/summary.json"))
     summaries = [json.loads(p.read_text()) for p in runs]
-    expected = {"sequential_gpu": 12, "sigma_lr_gpu": 16, "es_vs_grpo_gpu": 18, "pop_vs_size_gpu": 36,
-                "es_vs_grpo_countdown_gpu": 18}[preset]
+    # the sequence grids' model is overridden by the command line's three tiny models: 36, not 24
+    expected = {"sequential_gpu": 12, "sigma_lr_gpu": 16, "es_vs_grpo_gpu": 36, "pop_vs_size_gpu": 36,
+                "es_vs_grpo_countdown_gpu": 36, "pilot_gpu": 6}[preset]
     assert len(summaries) == expected
     bad = [(s["run_id"], s["algo"], s.get("error")) for s in summaries if s["status"] != "completed"]
     assert not bad, bad
