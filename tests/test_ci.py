@@ -26,17 +26,20 @@ def test_require_skips_with_the_reason_and_fails_where_the_service_is_required(m
 
 def test_ci_requires_every_service_and_stage_it_starts():
     """Each service .ci/run starts has its ESOPT_REQUIRE_<X> exported before the suite, and each
-    gate the tests use is one of them (a new service needs both)."""
+    gate the tests use is one of them, or the GPU check's (scripts/gpu_check.sh: CUDA, which CI's
+    machine lacks): a new service needs both."""
     ci = (REPO / ".ci" / "run").read_text()
     smollm2 = (REPO / "scripts" / "ci_smollm2.sh").read_text()
     required = set(re.findall(r"ESOPT_REQUIRE_([A-Z0-9]+)=1", ci + smollm2))
+    gpu_check = set(re.findall(r"ESOPT_REQUIRE_([A-Z0-9]+)=1", (REPO / "scripts" / "gpu_check.sh").read_text()))
     gates = set()
     for path in (REPO / "tests").rglob("*.py"):
         text = path.read_text()
         if " as require\n" in text:  # another helper under that name (test_smollm2.py's)
             continue
         gates |= {g.upper() for g in re.findall(r'require\("([a-z0-9]+)"', text)}
-    assert gates and gates <= required, (gates, required)
+    assert gates and gates <= required | gpu_check, (gates, required, gpu_check)
+    assert gpu_check == {"CUDA"}
     assert {"SLURM", "POSTGRES", "BROWSER", "VLLM", "SMOLLM2"} <= required
     assert "--durations=25" in ci
 
