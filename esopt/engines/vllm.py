@@ -324,7 +324,7 @@ class VLLMEngine:
             _LIVE["key"] = key
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)  # as the hf engine
         engine = cls(_LIVE["llm"], tokenizer, max_batch=int(cfg.max_batch), entropy_topk=int(cfg.entropy_topk),
-                     device=here,
+                     device="cpu" if on_cpu else "cuda",
                      eos_ids=gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
         if live:
             engine.check_layout(model)
