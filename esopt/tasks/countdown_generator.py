@@ -6,6 +6,7 @@ problems and the solutions are built from one rule for an intermediate value (``
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import itertools
 import random
@@ -137,16 +138,24 @@ def generate(
     pool: str = "rl",
 ) -> list[dict]:
     """``n`` distinct problems (by ``key``) of ``pool`` (``pool_of``), none in ``exclude``;
-    deterministic for the knobs.
+    deterministic for the knobs, so a process draws each set once (``_draw``'s cache: the runs
+    of a sweep in one process build the same splits) and gets a fresh copy of it each time.
 
     Raises ConfigError when the knobs admit too few distinct problems.
     """
-    counts = [count] if isinstance(count, int) else list(count)
+    counts = (count,) if isinstance(count, int) else tuple(count)
+    problems = _draw(n, counts, min_number, max_number, max_target, seed, frozenset(exclude), pool)
+    return [{**p, "numbers": list(p["numbers"])} for p in problems]
+
+
+@functools.lru_cache(maxsize=8)
+def _draw(n: int, counts: tuple[int, ...], min_number: int, max_number: int, max_target: int | None,
+          seed: int, exclude: frozenset, pool: str) -> tuple[dict, ...]:
     rng = random.Random(seed)
-    return distinct_problems(
+    return tuple(distinct_problems(
         n, lambda: random_problem(rng, rng.choice(counts), min_number, max_number, max_target),
         lambda p: key(p["numbers"], p["target"]), exclude=exclude, keep=lambda k: pool_of(k) == pool,
         too_few=lambda found: (
             f"task countdown: only {found} distinct problems found of {n} wanted; widen "
             f"min_number..max_number ({min_number}..{max_number}), raise max_target "
-            f"({max_target}) or lower n_train/n_test/n_heldout"))
+            f"({max_target}) or lower n_train/n_test/n_heldout")))
