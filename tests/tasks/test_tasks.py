@@ -57,7 +57,11 @@ def test_omegaconf_and_style_precedence():
 
 
 def test_countdown_generator_determinism_disjoint_reachable():
+    from esopt.tasks import countdown_generator
+
     a = get({"name": "countdown", **SMALL})
+    a.split("test")
+    countdown_generator._draw.cache_clear()  # b draws afresh: the same knobs, the same problems
     b = get({"name": "countdown", **SMALL})
     c = get({"name": "countdown", **SMALL, "seed": 1})
     for split, n in (("train", 300), ("test", 100), ("heldout", 100)):
@@ -81,6 +85,21 @@ def test_countdown_generator_determinism_disjoint_reachable():
     assert big.split("heldout").to_list() == a.split("heldout").to_list()
     assert big.split("train")["id"][:300] == a.split("train")["id"]
     assert big.split("train")["prompt"][:300] == a.split("train")["prompt"]
+
+
+def test_a_repeated_countdown_draw_is_a_copy_of_the_first():
+    """A process draws a problem set once (a sweep's runs build the same splits): each call gets
+    its own copy, equal to a fresh draw, whatever the caller did to the one before."""
+    from esopt.tasks import countdown_generator as gen
+
+    gen._draw.cache_clear()
+    first = gen.generate(50, seed=5)
+    first[0]["numbers"].append(99)
+    first[1]["target"] = -1
+    again = gen.generate(50, seed=5)
+    assert gen._draw.cache_info().hits == 1
+    gen._draw.cache_clear()
+    assert again == gen.generate(50, seed=5)  # the caller's edits reached neither
 
 
 def test_countdown_test_draw_is_a_fresh_disjoint_test_split(tmp_path):
