@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, run_cli
+from helpers import REPO, cli, run_cli
 from helpers import require_smollm2 as require
 
 from esopt.core.errors import ConfigError
@@ -402,13 +402,14 @@ SMOKE = ["model=smollm2-135m", "task=arith", "eval.problems=4", "eval.samples=2"
 def test_real_model_evaluate_es_and_grpo(real_cache, tmp_path):
     """One evaluation, one ES iteration and one GRPO step on the real model with tiny budgets:
     each completes, evaluates 4 problems x 2 samples and saves finite weights under the HF names
-    (ES: changed iff its members' rewards differed)."""
+    (ES: changed iff its members' rewards differed). The commands run in this process
+    (``helpers.cli``): the model is the subject, not the interpreter."""
     from safetensors.torch import load_file
 
     root, out = real_cache
-    env = {"ESOPT_CACHE": str(root), "OMP_NUM_THREADS": "2"}
+    env = {"ESOPT_CACHE": str(root)}
     ev = tmp_path / "eval.json"
-    r = run_cli("esopt.evaluate", *SMOKE[:-2], f"eval.out={ev}", env=env)
+    r = cli("esopt.evaluate", *SMOKE[:-2], f"eval.out={ev}", env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(ev.read_text())
     assert res["n_problems"] == 4 and res["samples"] == 2 and 0 <= res["pass@k"]["1"] <= 1
@@ -417,8 +418,8 @@ def test_real_model_evaluate_es_and_grpo(real_cache, tmp_path):
                         ("grpo", ["grpo.prompts_per_step=2", "grpo.num_generations=2",
                                   "grpo.max_completion_length=8"])):
         res_root = tmp_path / algo
-        r = run_cli("esopt.sweep", *SMOKE, f"algo={algo}", *extra, f"sweep.root={res_root}",
-                    "sweep.name=smoke", env=env)
+        r = cli("esopt.sweep", *SMOKE, f"algo={algo}", *extra, f"sweep.root={res_root}",
+                "sweep.name=smoke", env=env)
         assert r.returncode == 0, r.stderr[-3000:]
         s = _summary(res_root)
         assert s["status"] == "completed", s["error"]
