@@ -206,7 +206,7 @@ def test_cli_exit_codes_and_outputs(tmp_path):
     tr = json.loads((tmp_path / "o" / "trend.json").read_text())
     assert tr["metric"] == "final_pass@2" and tr["bootstrap"] == 100 and tr["tolerance"] == 0.02
     assert tr["seed"] == 3 and tr["n_model_sizes"] == 3 and tr["n_seeds"] == 2
-    for key in ("slope", "intercept", "slope_ci", "intercept_ci", "verdict", "verdict_reason", "method",
+    for key in ("slope", "intercept", "slope_ci", "intercept_ci", "reading", "reading_reason", "method",
                 "models", "variants", "band"):
         assert key in tr
     assert set(tr["models"][0]["pop_star"]) == {"continuous", "discrete", "efficient"}
@@ -226,7 +226,7 @@ def test_sweep_in_progress_minimal_and_odd_summaries(tmp_path, capsys):
     assert aggregate_main([str(tmp_path / "s"), "--bootstrap", "10"]) == 0
     out = capsys.readouterr().out
     assert "3 runs (1 completed, 1 running, 1 failed)" in out
-    assert "no run has a final evaluation yet" in out and "trend: not enough data" in out
+    assert "no run has a final evaluation yet" in out and "trend: too few sizes" in out
     runs_csv = pd.read_csv(tmp_path / "s" / "runs.csv").set_index("run_id")
     assert runs_csv.loc["c", "model"] == "z" and runs_csv.loc["c", "error"] == "OOM"
     assert runs_csv.loc["b", "status"] == "running" and runs_csv.loc["b", "params"] == 5
