@@ -51,7 +51,8 @@ def test_the_toy_claim_is_decided_in_a_family_of_24(toy, tmp_path):
     row = next(c for c in out["claims"] if c["id"] == toy.id)
     assert C.family_size() == out["family_size"] == 24 and "24 yes and no hypotheses" in row["decision"]
     assert row["reproduced"] == "yes" and row["effect"] == pytest.approx(2.0, abs=0.6), row
-    reg = {"design": {"run_ids": sorted(r["run_id"] for r in recs)}, "claims": list(range(1, 12)), "amendments": []}
+    reg = {"design": {"run_ids": sorted(r["run_id"] for r in recs)}, "claims": list(range(1, 12)), "amendments": [],
+           "graph": C.registered_graph()}
     look = C.judge_look(reg, recs)
     assert not look["confirmatory"] and "added since: 12" in look["why"], look
     assert C.judge_look({**reg, "claims": sorted(R.REGISTRY)}, recs)["confirmatory"]

@@ -6,17 +6,20 @@ each a pre-registered test decided on a sweep, with the family-wise error across
 
 The claims, their estimands, boundaries, smallest effects of interest, statistics and variance
 models are the registry in ``esopt.study.claims.rules`` (one entry per claim); the statistics
-are ``esopt.core.metrics`` (contrast, p_above, power_at, holm, t_interval); the page's section
-is ``esopt.study.report.page.claims_html``. This module reads the sweep, chooses the comparison
-cell, runs every claim and decides:
+are ``esopt.core.metrics`` (contrast, p_above, power_at, t_interval) and ``esopt.core.graphical``
+(Bretz et al. 2009); the page's section is ``esopt.study.report.page.claims_html``. This module
+reads the sweep, chooses the comparison cell, runs every claim and decides:
 
     p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim)
-    one Holm family of fixed size m = 2 x the registered claims: every claim's yes and no
-    hypothesis, an untested or gated one at p = 1 (``decide_all``)
-    yes   = Holm rejects p_yes; no = Holm rejects p_no (and not yes)
+    one registered graph over the m = 2 x claims hypotheses (``registered_graph``, written into the
+    registration before the runs): claim 1's yes starts at weight 0.8 (the study's first question,
+    and the gate of four claims), the other hypotheses of the ungated claims share 0.2, the gated
+    claims' start at 0 and get claim 1's weight once its yes is rejected; untested: p = 1
+    yes   = the graph rejects p_yes at alpha; no = it rejects p_no (and not yes)
     a claim with ``needs`` (3, 4, 6, 11: about what ES's training gives) is unclear unless claim 1 is yes
-    unclear: "power": power_at(delta, se, df, alpha / m) is the test's power at the smallest
-             effect of interest (Holm's first step), and data_needed (on the same t) is about
+    unclear: "power": power_at(delta, se, df, level) is the test's power at the smallest effect
+             of interest at the level its yes holds at the start (alpha x its weight; a gated
+             claim's once its gate opened), and data_needed (on the same t) is about
              how many times the test's units (the claim's ``units``: seeds; claim 4 ES runs;
              claim 7 model sizes) 80% power needs; where problems share the variance (claims 1,
              3, 5, 6), also what the units alone and the problems alone would need; "data":
@@ -67,8 +70,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from esopt.algorithms import ALGORITHMS, family, trains
+from esopt.core import graphical
 from esopt.core.errors import ConfigError
-from esopt.core.metrics import holm, p_above, power_at, t_interval
+from esopt.core.metrics import p_above, power_at, t_interval
 from esopt.study import fit
 from esopt.study import tables
 from esopt.study.claims import stored
@@ -89,9 +93,10 @@ def arm(r: Mapping) -> str | None:
 DEFAULTS = {"alpha": 0.05, "level": 0.95, "power": 0.80, "k": 8, "samples_per_k": 4, "min_runs": 3,
             "keep": 0.22, "keep_share": 0.90, "min_sizes": 5}
 MAX_DATA_NEEDED = 100
+# 6: the registered graph over the hypotheses (registration "graph", claims' p_yes_adj / p_no_adj / level)
 # 5: one Holm family of fixed size (family_size), the registration written before the runs
 #    (registration, looks, look, headline; claims' "exploratory"); 4: data_needed a mapping
-VERSION = 5
+VERSION = 6
 
 
 # ---------------------------------------------------------------------------------------
@@ -141,9 +146,60 @@ def select_cell(records: list[dict]) -> dict:
 
 # ---------------------------------------------------------------------------------------
 # the decision
+SIDES = ("yes", "no")
+
+
 def family_size() -> int:
-    """m of the one Holm family: every registered claim's yes and no hypotheses (2 per claim)."""
+    """m, the family's hypotheses: every registered claim's yes and no (2 per claim)."""
     return 2 * len(REGISTRY)
+
+
+def hypothesis(cid: int, side: str) -> str:
+    """A hypothesis's name in the graph: "<claim>.<yes|no>" (H0 of yes: theta <= b; of no: theta >= b + delta)."""
+    return f"{cid}.{side}"
+
+
+def registered_graph() -> dict:
+    """The graph over the 2 x claims hypotheses (``esopt.core.graphical``, Bretz et al. 2009) that
+    ``register`` writes before the runs, from the registry:
+    - initial weights: what a claim declares (``Claim.weights``: claim 1's yes 0.8); the other
+      hypotheses of the claims without ``needs`` share the rest equally; a gated claim's (one with
+      ``needs``) start at 0;
+    - edges: a hypothesis that gates others (claim 1's yes) passes its weight to the gated claims'
+      hypotheses, equally; an ungated one to every other ungated hypothesis (the gate's yes among
+      them, so once it is rejected that share reroutes to the gated ones), equally; a gated one to
+      every other hypothesis but the gates', equally.
+    So a gated claim can be decided only once the claim it needs says yes, and every weight sums
+    to at most 1: family-wise error <= alpha over the whole family, whichever hypotheses are true
+    (the yes and no nulls of one claim are disjoint, so at most one of them is)."""
+    gated = {cid for cid, c in REGISTRY.items() if c.needs}
+    gates = {hypothesis(n, "yes") for c in REGISTRY.values() for n in c.needs}
+    names = [hypothesis(cid, s) for cid in sorted(REGISTRY) for s in SIDES]
+    fixed = {hypothesis(cid, s): float(w) for cid, c in REGISTRY.items() for s, w in c.weights.items()}
+    claim_of = {h: int(h.split(".")[0]) for h in names}
+    free = [h for h in names if h not in fixed and claim_of[h] not in gated]
+    rest = max(0.0, 1.0 - sum(fixed.values()))
+    weights = {h: fixed.get(h, rest / len(free) if h in free else 0.0) for h in names}
+    edges = {}
+    for h in names:
+        if h in gates:
+            to = [k for k in names if claim_of[h] in REGISTRY[claim_of[k]].needs]
+        elif claim_of[h] in gated:
+            to = [k for k in names if k != h and k not in gates]
+        else:
+            to = [k for k in names if k != h and claim_of[k] not in gated]
+        edges[h] = {k: 1.0 / len(to) for k in to}
+    return {"weights": weights, "edges": edges}
+
+
+def check_graph(graph: Mapping) -> Mapping:
+    """``graph`` if it is a valid graph over this registry's hypotheses; ConfigError naming what
+    is wrong otherwise (weights summing above 1, an edge to an unknown hypothesis, ...)."""
+    bad = graphical.check(graph, {hypothesis(cid, s) for cid in REGISTRY for s in SIDES}) \
+        if isinstance(graph, Mapping) else ["not a mapping"]
+    if bad:
+        raise ConfigError("claims.json registration: its graph " + "; ".join(bad))
+    return graph
 
 
 def data_needed(se: float, delta: float, alpha: float, power: float = 0.80,
@@ -190,76 +246,68 @@ def _need_text(need: dict | None, units: str) -> str:
             f"{times(need['runs'])}; the problems alone: {times(need['problems'])})")
 
 
-def _holm_family(measures: dict[int, dict], alpha: float, m: int, gated: set) -> dict:
-    """Holm over the fixed family: (claim, "yes") and (claim, "no") for every registered claim,
-    p = 1 where the claim was not measured or is ``gated`` (its precondition not met)."""
-    p = {}
-    for cid in REGISTRY:
-        m_ = measures[cid]
-        on = "unclear" not in m_ and cid not in gated
-        p[(cid, "yes")] = m_["p_yes"] if on else 1.0
-        p[(cid, "no")] = m_["p_no"] if on else 1.0
-    return holm(p, alpha, m)
+def _start_level(graph: Mapping, cid: int, alpha: float) -> float:
+    """alpha x the weight claim ``cid``'s yes hypothesis holds at the start, or, for a gated claim,
+    once the yes of each claim it needs is rejected: the level its power is read at."""
+    gates = [hypothesis(n, "yes") for n in REGISTRY[cid].needs]
+    return alpha * graphical.weights_after(graph, gates).get(hypothesis(cid, "yes"), 0.0)
 
 
-def decide_all(measures: dict[int, dict], s: Mapping, m: int | None = None) -> dict[int, dict]:
+def decide_all(measures: dict[int, dict], s: Mapping, graph: Mapping | None = None) -> dict[int, dict]:
     """Verdicts of the registry's claims from their rules' answers (see module docstring); fills
-    each measured answer's p_yes, p_no and ci where its rule did not set them. ``m``: the
-    family's size fixed at registration (default ``family_size()``).
-
-    Gates (``needs``): a first Holm with every gated claim at p = 1; if a claim's needs then say
-    yes, a second Holm with its p-values (its rejections contain the first's: the p-values only
-    fell), else the claim stays at p = 1 and unclear. Either way the reported rejections are a
-    subset of Holm's on the measured p-values: family-wise error <= alpha."""
+    each measured answer's p_yes, p_no and ci where its rule did not set them. ``graph``: the
+    graph registered with the sweep (default ``registered_graph()``); every yes and no p-value
+    (untested: 1) goes through it once (``graphical.adjusted``): yes when the yes hypothesis is
+    rejected at alpha, no when the no hypothesis is and the yes is not. A claim with ``needs``
+    whose needs are not all yes is unclear (the graph gives it no weight before then)."""
     alpha = float(s["alpha"])
-    m = max(int(m or 0), family_size())
+    graph = graph or registered_graph()
     tested = {cid: m_ for cid, m_ in measures.items() if "unclear" not in m_}
     for cid, m_ in tested.items():
         c = REGISTRY[cid]
         m_.setdefault("p_yes", p_above(m_["effect"], m_["se"], m_["df"], c.boundary))
         m_.setdefault("p_no", p_above(-m_["effect"], m_["se"], m_["df"], -(c.boundary + c.sesoi)))
         m_.setdefault("ci", t_interval(m_["effect"], m_["se"], m_["df"], float(s["level"])))
-    with_needs = {cid for cid, c in REGISTRY.items() if c.needs}
-    first = _holm_family(measures, alpha, m, with_needs)
-    met = {cid for cid in with_needs if all(first[(n, "yes")][0] for n in REGISTRY[cid].needs)}
-    h = _holm_family(measures, alpha, m, with_needs - met) if met else first
+    p = {hypothesis(cid, side): (tested[cid][f"p_{side}"] if cid in tested else 1.0)
+         for cid in REGISTRY for side in SIDES}
+    adj = graphical.adjusted(p, graph)
+    said_yes = {cid for cid in REGISTRY if adj[hypothesis(cid, "yes")] <= alpha}
     out = {}
     for cid, c in sorted(REGISTRY.items()):
         m_ = measures[cid]
         row = {"verdict": "unclear", "unclear": m_.get("unclear"), "why": m_["why"]}
+        failed = [n for n in c.needs if n not in said_yes]
         if cid in tested:
             delta, se, df = m_.get("power_at", (c.sesoi, m_["se"], m_["df"]))
-            yes, no = h[(cid, "yes")], h[(cid, "no")]
-            row.update(p_yes_holm=yes[1], p_no_holm=no[1], power=power_at(delta, se, df, alpha / m),
-                       data_needed=data_needed(se, delta, alpha / m, float(s["power"]),
-                                               m_.get("var_problems", 0.0) if "power_at" not in m_ else 0.0, df))
-            if cid in with_needs - met:
+            yes, no = adj[hypothesis(cid, "yes")], adj[hypothesis(cid, "no")]
+            level = _start_level(graph, cid, alpha)
+            row.update(p_yes_adj=yes, p_no_adj=no, level=level,
+                       power=power_at(delta, se, df, level) if level > 0 else 0.0,
+                       data_needed=data_needed(se, delta, level, float(s["power"]),
+                                               m_.get("var_problems", 0.0) if "power_at" not in m_ else 0.0, df)
+                       if level > 0 else None)
+            if failed:
                 pass                                    # gated: decided below
-            elif yes[0]:
+            elif yes <= alpha:
                 row["verdict"] = "yes"
-                row["why"] += f"; yes (Holm p {yes[1]:.2g}, m {m})"
-                if no[0]:
+                row["why"] += f"; yes (graph p {yes:.2g})"
+                if no <= alpha:
                     row["why"] += f", but below the smallest effect of interest {c.boundary + c.sesoi:+g}"
-            elif no[0]:
+            elif no <= alpha:
                 row["verdict"] = "no"
-                row["why"] += f"; no: below {c.boundary + c.sesoi:+g} (Holm p {no[1]:.2g}, m {m})"
+                row["why"] += f"; no: below {c.boundary + c.sesoi:+g} (graph p {no:.2g})"
             else:
                 row["unclear"] = "power"
-                row["why"] = (f"unclear: power {row['power']:.0%} at {c.boundary + c.sesoi:+g}"
+                row["why"] = (f"unclear: power {row['power']:.0%} at {c.boundary + c.sesoi:+g} (level {level:.2g})"
                               + _need_text(row["data_needed"], c.units)
-                              + f" (Holm p yes {yes[1]:.2g}, no {no[1]:.2g}, m {m}); {m_['why']}")
+                              + f" (graph p yes {yes:.2g}, no {no:.2g}); {m_['why']}")
+        if failed:                                      # preconditions: claim 1 first
+            kinds = {out[n]["unclear"] or "data" for n in failed}
+            kind = "power" if kinds == {"power"} else "data"
+            row.update(verdict="unclear", unclear=kind, why=(
+                f"unclear: {kind}: ES did not learn (claim " + ", ".join(f"{n} is {out[n]['verdict']}" for n in failed)
+                + f"); {m_['why']}"))
         out[cid] = row
-    for cid in sorted(with_needs - met):                # preconditions: claim 1 first
-        c = REGISTRY[cid]
-        failed = [n for n in c.needs if out[n]["verdict"] != "yes"]
-        kinds = {out[n]["unclear"] or "data" for n in failed}
-        kind = "power" if kinds == {"power"} else "data"
-        would = ("yes" if m * measures[cid]["p_yes"] <= alpha else "no" if m * measures[cid]["p_no"] <= alpha
-                 else None) if cid in tested else None
-        was = f" (would be {would})" if would else ""
-        out[cid].update(verdict="unclear", unclear=kind, why=(
-            f"unclear: {kind}: ES did not learn (claim " + ", ".join(f"{n} is {out[n]['verdict']}" for n in failed)
-            + f"){was}; {measures[cid]['why']}"))
     for row in out.values():
         if row["verdict"] == "unclear" and not row["why"].startswith("unclear"):
             row["why"] = f"unclear: {row['unclear']}: {row['why']}"
@@ -312,6 +360,7 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
     stamp = now or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if reg is None:       # verdicts computed before any registration (claims.json before version 5): too late
         reg = {"design": design, "design_sha256": stored.design_hash(design), "family_size": family_size(),
+               "graph": check_graph(registered_graph()),
                "claims": sorted(REGISTRY), "at": stamp, "amendments": [],
                "after_look": bool(old.get("claims") or old.get("looks"))}
         if replaced:
@@ -358,6 +407,9 @@ def judge_look(reg: Mapping | None, records: list[dict], looks: list | None = No
         why.append("the registered claims differ from this code's (" + "; ".join(
             f"{what}: {', '.join(map(str, sorted(ids)))}" for what, ids in (("added since", now - then),
                                                                           ("removed since", then - now)) if ids) + ")")
+    if not reg.get("graph"):
+        why.append("registered before the graph over the hypotheses (a Holm family): the verdicts, decided by the "
+                   "graph, are not the registered procedure's")
     if any(a.get("after_look") for a in reg.get("amendments") or []):
         why.append("the design was changed after verdicts had been computed: a second look at the same draw")
     if reg.get("after_look"):
@@ -382,7 +434,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
             looks: list | None = None, **settings: Any) -> dict:
     """claims.json's content from run records (see module docstring). ``trend`` (trend.json, the
     aggregator's fit) is reported beside claim 7. ``registration`` (claims.json's, written by
-    ``register`` before the runs) fixes the Holm family's size and decides whether the verdicts
+    ``register`` before the runs) fixes the family's graph and decides whether the verdicts
     are confirmatory (``judge_look``); ``looks``: the earlier computations, to which this one is
     appended. Unknown settings (e.g. the aggregator's n_boot, seed) are recorded and ignored."""
     s = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
@@ -392,7 +444,8 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
     sweep = {"cell": A, "es": [r for r in done if family(r.get("algo")) == "es" and arm(r) != ES_ANCHOR]}
     measures = {cid: c.rule(c.select(sweep), s) for cid, c in sorted(REGISTRY.items())}
     m_family = int((registration or {}).get("family_size") or family_size())
-    decided = decide_all(measures, s, m_family)
+    graph = check_graph(registration["graph"]) if (registration or {}).get("graph") else registered_graph()
+    decided = decide_all(measures, s, graph)
     look = judge_look(registration, records, looks)
     out = []
     for cid, c in sorted(REGISTRY.items()):
@@ -404,15 +457,17 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
         out.append({
             "id": cid, "key": c.key, "claim": c.text, "source": c.source, "estimand": c.estimand, "boundary": c.boundary,
             "sesoi": c.sesoi, "statistic": c.statistic, "variance": c.variance,
-            "decision": (f"yes if Holm rejects theta <= {c.boundary:+g}; no if Holm rejects theta >= "
+            "decision": (f"yes if the registered graph rejects theta <= {c.boundary:+g}; no if it rejects theta >= "
                          f"{c.boundary + c.sesoi:+g}; family-wise alpha {s['alpha']:g} over the {m_family} yes and "
-                         "no hypotheses of the registered claims (untested: p = 1)"
+                         "no hypotheses of the registered claims (untested: p = 1; weights at the start: yes "
+                         f"{graph['weights'].get(hypothesis(cid, 'yes'), 0.0):.3g}, no "
+                         f"{graph['weights'].get(hypothesis(cid, 'no'), 0.0):.3g})"
                          + ("; needs claim " + ", ".join(map(str, c.needs)) + " yes" if c.needs else "")),
             "effect": float(m["effect"]) if tested else None, "ci": m.get("ci") if tested else None,
             "se": float(m["se"]) if tested else None,
             "df": float(m["df"]) if tested and math.isfinite(m["df"]) else None,
-            "p_yes": m.get("p_yes"), "p_no": m.get("p_no"), "p_yes_holm": d.get("p_yes_holm"),
-            "p_no_holm": d.get("p_no_holm"), "power": d.get("power"), "data_needed": d.get("data_needed"),
+            "p_yes": m.get("p_yes"), "p_no": m.get("p_no"), "p_yes_adj": d.get("p_yes_adj"),
+            "p_no_adj": d.get("p_no_adj"), "level": d.get("level"), "power": d.get("power"), "data_needed": d.get("data_needed"),
             "reproduced": d["verdict"], "unclear": d["unclear"] if d["verdict"] == "unclear" else None,
             "exploratory": not look["confirmatory"],
             "reason": d["why"], "n": m.get("n") or {}, "details": details})
@@ -428,6 +483,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
         "version": VERSION,
         "settings": s,
         "family_size": m_family,
+        "graph": graph,
         "registration": dict(registration) if registration else None,
         "look": look,
         "looks": [*(looks or []), this_look],

@@ -1,7 +1,7 @@
 """The study's claims, each a pre-registered test: one registry entry per claim. Claims 1-7
 are the seed paper's (arXiv 2608.27351); claims 8-11 are its 2026 rivals' (Abdi et al., arXiv
 2601.20861; Schweighofer et al., arXiv 2605.30148; Hoy et al., arXiv 2604.01499), each naming
-its ``source``, decided on the same runs in the same Holm family.
+its ``source``, decided on the same runs in the same registered family.
 
 A claim is a ``Claim``, everything about it declared on its one ``@claim(...)`` entry below:
 its estimand theta, the boundary b and the smallest effect of interest delta (fixed here,
@@ -18,8 +18,9 @@ the registry and never name a claim; the family's size m is 2 per registered cla
 The decision, the same for every claim (``esopt.study.claims.decide_all``):
     p_yes = P-value of H0: theta <= b          (one-sided t, ``metrics.p_above``)
     p_no  = P-value of H0: theta >= b + delta  (the effect is at least the smallest of interest)
-    one Holm step-down over a family fixed at registration: every registered claim's yes and no
-    hypotheses (2 per claim; untested or gated ones count with p = 1), family-wise alpha 0.05;
+    one graphical procedure (Bretz et al. 2009) over a family fixed at registration: every
+    registered claim's yes and no hypotheses (2 per claim; untested ones with p = 1), with the
+    weights each claim declares (``weights``: claim 1's yes 0.8), family-wise alpha 0.05;
     yes: its p_yes rejected; no: its p_no rejected, and not yes;
     unclear: neither; it says "power" (the test's power at theta = b + delta, and about how
     many times the runs a power of 80% needs, on the same t) or "data" (what the sweep lacks).
@@ -91,6 +92,8 @@ class Claim:
     shown: tuple = ()            # the components the planner prints beside it
     plan_gap: Callable | None = None   # (why, components) -> the planner's reading of a data gap, or None
     more: tuple | None = None    # (Design field, values, floors): where its data fall short, its power at each value
+    weights: dict = field(default_factory=dict)  # its hypotheses' initial weights in the registered graph
+    #                                              ({"yes": w}); unset: an equal share of the rest (gated: 0)
     shows_trend: bool = False    # trend.json's fit (the aggregator's, descriptive) is shown beside it
 
 
@@ -183,6 +186,11 @@ def _cell(*algos):
 
 # ---------------------------------------------------------------------------------------
 # 1. ES raises Pass@1
+# Its yes holds 0.8 of alpha in the registered graph (claims.registered_graph): it is the study's
+# first question and the gate of claims 3, 4, 6 and 11, whose 8 hypotheses get that weight once it is
+# rejected; the other 13 hypotheses share 0.2. At paper_cpu's design and components its power at
+# +0.01 is about 0.73 at 0.8 alpha against 0.13 under Holm over 22 (docs/results/claims_calibration.md).
+CLAIM1_WEIGHT = 0.8
 def _plant_es_gain(theta, k, p, c, K, th, tested):
     """ES's Pass@1 gain (the components' own, ``es_gain``, where claim 1 is not under test), and
     its expected Pass@K (claims 3 and 6 set the other arms from it)."""
@@ -195,7 +203,7 @@ def _plant_es_gain(theta, k, p, c, K, th, tested):
        estimand="mean over ES seeds and problems of Pass@1(final) - Pass@1(base), paired",
        boundary=0.0, sesoi=0.01, statistic="t = theta / se",
        variance="seeds x problems (two-way random effects), Welch-Satterthwaite df", select=_cell("es"),
-       strong=0.05, plant=_plant_es_gain)
+       strong=0.05, plant=_plant_es_gain, weights={"yes": CLAIM1_WEIGHT})
 def es_raises_pass1(data, s):
     es = data["es"]
     if (few := _enough({"ES": es}, s)):

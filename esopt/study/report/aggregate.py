@@ -119,6 +119,8 @@ def _write_outputs(agg: Aggregate, stage: Path, *, algo, tolerance, bootstrap, s
             agg.claims = claims_mod.claims(agg, n_boot=bootstrap or claims_mod.DEFAULTS["n_boot"], seed=seed)
             atomic_write_json(stage / "claims.json", agg.claims)
             names.append("claims.json")
+        except ConfigError:     # bad input (a registration whose graph is not valid): one line, exit 2
+            raise
         except Exception as e:  # noqa: BLE001 - the tables and page must still be written
             agg.notes.append(f"claims failed ({type(e).__name__}: {e}); rerun: python -m esopt.aggregate "
                              f"{agg.sweep_dir} --claims")
