@@ -456,7 +456,7 @@ def hours_text(h: float) -> str:
 def component_lines(report: dict) -> list[str]:
     c = report["components"]
     d = report["design"]
-    shown = ("sigma_seed", "sigma_seed_grpo", "sigma_problem_algo", "sigma_entropy", "s0", "sigma_size", "es_gain",
+    shown = ("sigma_seed", "sigma_seed_grpo", "sigma_problem_es", "sigma_problem_grpo", "sigma_entropy", "s0", "sigma_size", "es_gain",
              "grpo_gain", "params")
     for cid in report["claims"]:   # each claim's own (the rivals')
         shown += tuple(k for k in REGISTRY[cid].shown if k not in shown)
@@ -547,7 +547,7 @@ def what_would(cid: int, grid: Grid, design: Design, comps: Components, sims: in
 
 # ---------------------------------------------------------------------------------------------
 # components from a pilot sweep
-PILOT_NOISE = ("sigma_seed", "sigma_seed_grpo", "sigma_problem_algo", "sigma_entropy", "sigma_size", "sigma_step",
+PILOT_NOISE = ("sigma_seed", "sigma_seed_grpo", "sigma_problem_algo", "sigma_problem_es", "sigma_problem_grpo", "sigma_entropy", "sigma_size", "sigma_step",
                "sigma_probe", "sigma_probe_eval", "sigma_share", "sigma_log_l2", "sigma_cosine")
 
 

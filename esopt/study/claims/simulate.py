@@ -12,9 +12,11 @@ the same P problems):
 - a run r of algorithm A: p_rp = p_p + (g_A + u_r) / (1 - unsolvable) on the solvable
   problems, u_r ~ N(0, sigma_seed^2) the seed's deviation (GRPO's: ``sigma_seed_grpo`` where a
   pilot measured it apart; so the mean Pass@1 gain over all problems is g_A + u_r); base evaluations: one draw per model, shared by its runs;
-- problem x algorithm (``sigma_problem_algo``, default 0): algorithm A's runs see p_p + d_Ap,
-  d_Ap ~ N(0, sigma^2) drawn once per sweep (ES and GRPO change different problems), clipped to
-  [0.01, 0.99] and re-centred so that the mean over problems stays that of p;
+- problem x algorithm: algorithm A's runs see clip(p_p + d_Ap - c_A, 0.01, 0.99), d_Ap ~
+  N(0, sigma_A^2) drawn once per sweep (ES and GRPO change different problems; sigma_A each arm's
+  own, ``sigma_problem_es`` / ``sigma_problem_grpo``, else ``sigma_problem_algo``), not re-centred:
+  the draw's mean over problems moves the arm's Pass@1 as it does in real runs; c_A is the
+  constant that keeps the expected mean over problems at p's despite the clipping (``_centre``);
 - per-sample noise: correct counts ~ Binomial(n, p_rp);
 - GRPO's Pass@1 curve (claim 6's saturation check): an evaluation at half its budget with
   p = p_p + (g_GRPO + u_r - climb + v_r) / (1 - unsolvable), v_r ~ N(0, sigma_step^2), so the
@@ -94,6 +96,8 @@ class Components:
     s_random: float = 0.3
     sigma_step: float = 0.005
     sigma_problem_algo: float = 0.0        # per-problem, per-algorithm offset of p (shared by its seeds)
+    sigma_problem_es: float | None = None  # ES's own per-problem spread (None: sigma_problem_algo)
+    sigma_problem_grpo: float | None = None   # GRPO's own (None: sigma_problem_algo)
     grpo_climb: float = 0.0                # GRPO's mean Pass@1 gain over the second half of its budget
     params: tuple = (3e4, 1.7e6)           # the family's smallest and largest size (geometric between)
     es_gain: float | None = None           # ES's Pass@1 gain where claim 1 is not under test (None: claim 1's strong effect)
@@ -121,8 +125,16 @@ class Components:
 # the components estimated from the tuning runs of paper_cpu (8 seeds) and paper_cpu_family (its
 # first 116 runs) by estimate_components (docs/results/claims_calibration.md, "components from
 # real runs"; those sweeps are gone, so the values are kept here); grpo_gain is ES's 0.0185 plus
-# "GRPO - ES at Pass@1 +0.063" of that tuning run (docs/results/claims_paper_cpu.md)
+# "GRPO - ES at Pass@1 +0.063" of that tuning run (docs/results/claims_paper_cpu.md). Each arm's
+# own per-problem spread was not kept; it is backed out of what the runs recorded: ES's,
+# sigma_problem_es = 0.04, is the spread at which claim 1's simulated se at paper_cpu's design (16
+# seeds x 500 problems x 32 samples) is the 16-seed run's recorded one (CLAIM1_SE: +0.018, 95% CI
+# [+0.011, +0.025], claims_paper_cpu.md "paper_cpu: claims"; the old single spread applied to ES
+# gave 0.0047); GRPO's from the recorded ES - GRPO spread, sigma_problem_algo^2 x 2 =
+# sigma_es^2 + sigma_grpo^2 (the arms' offsets independent): sqrt(2 x 0.0998^2 - 0.04^2) = 0.135.
+CLAIM1_SE = 0.0033     # claim 1's se in that run: the CI's half-width 0.007 / t(0.975, ~16 df)
 MEASURED = Components(unsolvable=0.146, beta=(0.649, 2.05), sigma_seed=0.00413, sigma_problem_algo=0.0998,
+                      sigma_problem_es=0.04, sigma_problem_grpo=0.135,
                       es_gain=0.0185, grpo_gain=0.0815, sigma_entropy=0.0217, grpo_per_gain=-0.0834, grpo_climb=0.034,
                       sigma_step=0.00262, s_random=0.185, s0=0.0085, sigma_size=0.000684, params=(3.01e4, 8.01e5))
 
@@ -162,10 +174,54 @@ GENERATORS = {
     "shared_eval_seed": {"shared_eval_seed": True},
     "count_noise": {"sigma_count_js": 0.008},
 }
+# what each generator perturbs (the calibration table's column)
+PERTURBS = {
+    "current": "nothing: the simulator's own model",
+    "entropy_intercept": "out-of-domain entropy: every run's moves +1.5% whatever its gain",
+    "seed_x_problem": "each run's per-problem success: its own N(0, 0.05) offset per problem",
+    "shared_eval_seed": "every evaluation of a model draws the same sampling uniforms (eval.seed fixed)",
+    "count_noise": "js_succ and p_pop: count noise of sd 0.008, variance estimated from 40 train lines",
+}
 ARMS = ("es", "grpo", "es_grpo", "grpo_es", ES_ANCHOR)   # the simulated arms (the knobs' gains "g")
+assert set(PERTURBS) == set(GENERATORS)
 _unknown = {f"claim {c.id}: {g}" for c in REGISTRY.values() for g in c.generators if g not in GENERATORS}
 if _unknown:
     raise ImportError(f"unknown generators {sorted(_unknown)} (simulate.GENERATORS)")
+
+
+CLIP = (0.01, 0.99)   # a problem's success probability under an arm's per-problem offset
+
+
+def problem_spread(c: Components, algo: str) -> float:
+    """Arm ``algo``'s per-problem spread sigma_A: ES's and GRPO's own where the components have
+    them, else ``sigma_problem_algo`` (the sequences always)."""
+    own = {"es": c.sigma_problem_es, "grpo": c.sigma_problem_grpo}.get(algo)
+    return float(own if own is not None else c.sigma_problem_algo)
+
+
+def _centre(p: np.ndarray, sd: float, lo: float = CLIP[0], hi: float = CLIP[1]) -> float:
+    """The constant c with mean_p E[clip(p_p + d - c, lo, hi)] = mean_p p_p, d ~ N(0, sd^2): for
+    X ~ N(x, sd^2), E clip(X) = lo F(a) + hi (1 - F(b)) + x (F(b) - F(a)) + sd (f(a) - f(b)),
+    a = (lo - x) / sd, b = (hi - x) / sd (F, f: the standard normal cdf and pdf); bisection
+    (the clipped mean falls as c rises). A constant, not the draw's own mean: the draw's mean
+    over problems stays in the arm's Pass@1."""
+    from scipy.special import ndtr
+
+    def mean_clipped(cc):
+        x = p - cc
+        a, b = (lo - x) / sd, (hi - x) / sd
+        Fa, Fb = ndtr(a), ndtr(b)
+        return float(np.mean(lo * Fa + hi * (1 - Fb) + x * (Fb - Fa)
+                             + sd * (np.exp(-a * a / 2) - np.exp(-b * b / 2)) / math.sqrt(2 * math.pi)))
+
+    target, l_, h_ = float(p.mean()), -0.5, 0.5
+    for _ in range(30):
+        mid = (l_ + h_) / 2
+        if mean_clipped(mid) > target:
+            l_ = mid
+        else:
+            h_ = mid
+    return (l_ + h_) / 2
 
 
 def difficulty(P: int, c: Components, rng) -> np.ndarray:
@@ -252,11 +308,9 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
     p_algo = {}
     for algo in ("es", "grpo", "es_grpo", "grpo_es"):
         pa = p.copy()
-        if c.sigma_problem_algo > 0 and not nothing_trains:
-            q = np.clip(p[solv] + rng.normal(0, c.sigma_problem_algo, int(solv.sum())), 0.01, 0.99)
-            for _ in range(3):  # re-centred: the clipping must not move the mean (no gain of its own)
-                q = np.clip(q - (q.mean() - p[solv].mean()), 0.01, 0.99)
-            pa[solv] = q
+        sd = problem_spread(c, algo)
+        if sd > 0 and not nothing_trains:
+            pa[solv] = np.clip(p[solv] + rng.normal(0, sd, int(solv.sum())) - _centre(p[solv], sd), *CLIP)
         p_algo[algo] = pa
     for seed in range(R):
         recs.append(rec("none", seed, base, pop=None))
@@ -437,9 +491,10 @@ def _planted(cid: int) -> dict:
 
 def verdict_of(cid: int, records: list[dict], s: dict) -> str:
     """Claim ``cid``'s verdict on ``records`` with every other claim planted as a clear yes (its
-    needs met): Holm's step-down then reaches the most lenient threshold it can give ``cid``
-    (alpha over m - (number of claims) + 1 of the m = 2 per claim), so the rates measured this way bound those of the full family from above
-    for false yes and false no, at a fraction of the cost (one rule, one part of the sweep)."""
+    needs met, its no not rejected): the world where the other claims hold strongly, in which the
+    registered graph passes ``cid`` the weight of every other yes; its rates at a fraction of
+    the full family's cost (one rule, one part of the sweep). Its yes is tested at alpha times
+    a weight between its start (``claims.decide_all``'s level) and 1."""
     from esopt.study.claims import decide_all, select_cell
 
     sweep = {"cell": select_cell(records)["algos"], "es": [r for r in records if r.get("algo") == "es"]}
@@ -539,6 +594,9 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     - ``sigma_seed``^2 = pooled within-algorithm variance of the runs' Pass@1 gains - the mean
       binomial variance of a final Pass@1 (every run scores the same problems); with >= 2 GRPO
       runs and >= 2 of another algorithm, GRPO's apart (``sigma_seed_grpo``), the others pooled;
+    - ``sigma_problem_es``^2 (``sigma_problem_grpo``^2) = Var over the problems the base solves of
+      that arm's per-problem change, mean over its runs of q_p - the base's q_p, minus its binomial
+      part (the arm's final over its runs and the base's);
     - ``sigma_problem_algo``^2 = (Var over the problems the base solves of mean_ES q_p - mean_GRPO q_p
       - its binomial part) / 2;
     - ``sigma_entropy``^2 = pooled residual variance of rel = h_final / h_base - 1 on the gain,
@@ -577,6 +635,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
 
     est: dict = {}
     how = {f: "assumed" for f in ("unsolvable", "beta", "sigma_seed", "sigma_seed_grpo", "sigma_problem_algo",
+                                  "sigma_problem_es", "sigma_problem_grpo",
                                   "es_gain", "grpo_gain",
                                   "sigma_entropy", "grpo_per_gain",
                                   "grpo_climb", "sigma_step", "s_random", "s0", "sigma_size", "params",
@@ -632,6 +691,15 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
         est["sigma_problem_algo"] = math.sqrt(max(0.0, (float(d.var(ddof=1)) - noise) / 2))
         how["sigma_problem_algo"] = (f"per-problem ES - GRPO Pass@1 difference over {int(keep.sum())} problems the base "
                                      f"solves (sd {float(d.std(ddof=1)):.3f}, binomial part {math.sqrt(noise):.3f}) / sqrt(2)")
+        b0 = np.asarray(base["base_counts"][:P], dtype=np.float64)[keep] / int(base["samples"])
+        base_noise = float(np.mean(b0 * (1 - b0))) / int(base["samples"])
+        for a, field in (("es", "sigma_problem_es"), ("grpo", "sigma_problem_grpo")):
+            q = mean_q[a].mean(0)[keep]     # each arm's own: its per-problem change from the shared base
+            own = float(np.mean(q * (1 - q))) / (int(base["samples"]) * mean_q[a].shape[0]) + base_noise
+            est[field] = math.sqrt(max(0.0, float((q - b0).var(ddof=1)) - own))
+            how[field] = (f"per-problem {a.upper()} Pass@1 change (mean of {mean_q[a].shape[0]} runs - the base) over "
+                          f"{int(keep.sum())} problems the base solves (sd {float((q - b0).std(ddof=1)):.3f}, "
+                          f"binomial part {math.sqrt(own):.3f})")
     for a, field in (("es", "es_gain"), ("grpo", "grpo_gain")):
         gains = [gain(r) for r in with_base.get(a, [])]
         if len(gains) >= 2:
