@@ -28,7 +28,7 @@ The goal: the family-wise false yes <= 0.05 under every generator (``--family-si
 that claim with the others planted as clear yeses (the registered graph then passes it the weight
 of every other yes; esopt.study.claims.simulate.verdict_of); ``--full`` runs every claim on the
 whole sweep instead. ``--claim1-power N``: claim 1's power at +0.01 over N sweeps at the design,
-decided alone (the others untested) by the registered graph (its yes at 0.8 alpha) beside the
+decided alone (the others untested) by the registered graph (its yes at 0.6 alpha) beside the
 Holm family over the 22 hypotheses that preceded it.
 
 Generators (esopt.study.claims.simulate.GENERATORS): ``current`` (the simulator's own model), and what
@@ -195,8 +195,8 @@ def main(argv=None) -> int:
                            f"samples (Pass@{design.k}); family {design.sizes} sizes x pops {list(design.pops)} x "
                            f"{design.family_seeds} seeds. Components: {args.components} "
                            "(esopt/study/claims/simulate.py: MEASURED, Components, GENERATORS). Decided by the registered "
-                           "graph over the 22 hypotheses (claims.registered_graph: claim 1's yes 0.8, the 13 other "
-                           "ungated hypotheses 0.2 / 13 each, the gated claims' 0 until claim 1's yes is rejected). Per "
+                           "graph over the 22 hypotheses (claims.registered_graph: claim 1's yes 0.6, the 13 other "
+                           "ungated hypotheses 0.4 / 13 each, the gated claims' 0 until claim 1's yes is rejected). Per "
                            "claim: its rule with the others planted as clear yeses (the graph passes it their weight), "
                            "under the generators that change what it reads" +
                            (", here every claim on the whole sweep" if args.full else "") +
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
         if args.write_docs:
             write_table("claims_calibration", "Claim 1: power at +0.01, the registered graph beside Holm", None,
                         ["procedure", "level of claim 1's yes", "power at +0.01", "sims"],
-                        [["registered graph (claim 1's yes at 0.8 alpha)", f"{got['level']:.3g}",
+                        [["registered graph (claim 1's yes at 0.6 alpha)", f"{got['level']:.3g}",
                           f"{got['graph']:.3f}", args.claim1_power],
                          ["Holm over the 22 hypotheses (before)", f"{0.05 / 22:.3g}", f"{got['holm']:.3f}",
                           args.claim1_power]],

@@ -19,7 +19,7 @@ from esopt.study.claims.simulate import Components, Design, GENERATORS, calibrat
 
 SIMS = 200
 FAIL_AT = 13          # P(Binomial(200, 0.10) >= 13) = 0.968; at a true 0.05: 0.20, at 0.03: 0.008
-FW_SIMS, FW_FAIL_AT = 600, 47   # the family: claim 1's yes at 0.8 alpha (the registered graph) puts its rate
+FW_SIMS, FW_FAIL_AT = 600, 47   # the family: claim 1's yes at 0.6 alpha (the registered graph) puts its rate
 #                                 near 0.04, so more sims: P(Bin(600, 0.10) >= 47) = 0.96, at 0.05: 0.001
 DESIGN = Design(seeds=4, problems=100, samples=32, pops=(4, 8, 16), family_seeds=3)
 SECOND = ["null5c", "null9c", "null10c", "null11c"]     # the intersection-union claims' second nulls

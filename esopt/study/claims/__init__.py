@@ -12,8 +12,8 @@ reads the sweep, chooses the comparison cell, runs every claim and decides:
 
     p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim)
     one registered graph over the m = 2 x claims hypotheses (``registered_graph``, written into the
-    registration before the runs): claim 1's yes starts at weight 0.8 (the study's first question,
-    and the gate of four claims), the other hypotheses of the ungated claims share 0.2, the gated
+    registration before the runs): claim 1's yes starts at weight 0.6 (the study's first question,
+    and the gate of four claims), the other hypotheses of the ungated claims share 0.4, the gated
     claims' start at 0 and get claim 1's weight once its yes is rejected; untested: p = 1
     yes   = the graph rejects p_yes at alpha; no = it rejects p_no (and not yes)
     a claim with ``needs`` (3, 4, 6, 11: about what ES's training gives) is unclear unless claim 1 is yes
@@ -162,7 +162,7 @@ def hypothesis(cid: int, side: str) -> str:
 def registered_graph() -> dict:
     """The graph over the 2 x claims hypotheses (``esopt.core.graphical``, Bretz et al. 2009) that
     ``register`` writes before the runs, from the registry:
-    - initial weights: what a claim declares (``Claim.weights``: claim 1's yes 0.8); the other
+    - initial weights: what a claim declares (``Claim.weights``: claim 1's yes 0.6); the other
       hypotheses of the claims without ``needs`` share the rest equally; a gated claim's (one with
       ``needs``) start at 0;
     - edges: a hypothesis that gates others (claim 1's yes) passes its weight to the gated claims'

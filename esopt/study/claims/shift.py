@@ -7,33 +7,83 @@ over all problems is g), its seed by u ~ N(0, sigma_seed^2), so
     E Pass@K(g) = E_u mean_p [1 - (1 - clip(p_p + (g + u) / (1 - unsolvable), 0, 1))^K]
 
 over the solvable problems (the unsolvable ones stay at 0), the expectation over u by
-Gauss-Hermite quadrature (``HERMITE``, 6 nodes).
+Gauss-Hermite quadrature (``HERMITE``, 6 nodes). An arm with its own per-problem spread sigma_A
+(``problem_spread``) moves p_p to clip(p_p + d_p - c_A, 0.01, 0.99) first (d_p ~ N(0, sigma_A^2),
+c_A = ``centre``), and the expectation runs over d too (the same quadrature): Pass@K is concave
+in p, so an arm's spread lowers its Pass@K, more for the arm that spreads more.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 HERMITE = np.polynomial.hermite_e.hermegauss(6)
 
 
-def pass_k_expected(p: np.ndarray, shift: float, c, K: int) -> float:
-    """E over u ~ N(0, sigma_seed^2) of mean_p [1 - (1 - p'_p)^K], p' the shifted solvable p
-    (``c``: the simulator's Components)."""
+CLIP = (0.01, 0.99)   # a problem's success probability under an arm's per-problem offset
+
+
+def problem_spread(c, algo: str) -> float:
+    """Arm ``algo``'s per-problem spread sigma_A: ES's and GRPO's own where the components have
+    them (``sigma_problem_es``, ``sigma_problem_grpo``), else ``sigma_problem_algo`` (the
+    sequences always)."""
+    own = {"es": c.sigma_problem_es, "grpo": c.sigma_problem_grpo}.get(algo)
+    return float(own if own is not None else c.sigma_problem_algo)
+
+
+def centre(p: np.ndarray, sd: float, lo: float = CLIP[0], hi: float = CLIP[1]) -> float:
+    """The constant c with mean_p E[clip(p_p + d - c, lo, hi)] = mean_p p_p, d ~ N(0, sd^2): for
+    X ~ N(x, sd^2), E clip(X) = lo F(a) + hi (1 - F(b)) + x (F(b) - F(a)) + sd (f(a) - f(b)),
+    a = (lo - x) / sd, b = (hi - x) / sd (F, f: the standard normal cdf and pdf); bisection
+    (the clipped mean falls as c rises). A constant, not a draw's own mean: the draw's mean over
+    problems stays in the arm's Pass@1."""
+    from scipy.special import ndtr
+
+    def mean_clipped(cc):
+        x = p - cc
+        a, b = (lo - x) / sd, (hi - x) / sd
+        Fa, Fb = ndtr(a), ndtr(b)
+        return float(np.mean(lo * Fa + hi * (1 - Fb) + x * (Fb - Fa)
+                             + sd * (np.exp(-a * a / 2) - np.exp(-b * b / 2)) / math.sqrt(2 * math.pi)))
+
+    target, l_, h_ = float(p.mean()), -0.5, 0.5
+    for _ in range(30):
+        mid = (l_ + h_) / 2
+        if mean_clipped(mid) > target:
+            l_ = mid
+        else:
+            h_ = mid
+    return (l_ + h_) / 2
+
+
+def _spread(p: np.ndarray, sd: float) -> tuple:
+    """(weights (J,), the solvable problems' p after an offset at each quadrature node (J, P))."""
+    solv = p[p > 0]
+    if sd <= 0:
+        return np.ones(1), solv[None, :]
     x, w = HERMITE
-    solv = p > 0
-    out = 0.0
-    for xi, wi in zip(x, w / w.sum()):
-        q = np.clip(p[solv] + (shift + c.sigma_seed * xi) / (1 - c.unsolvable), 0.0, 1.0)
-        out += wi * float(np.sum(1 - (1 - q) ** K)) / p.size
-    return out
+    return w / w.sum(), np.clip(solv[None, :] + sd * x[:, None] - centre(solv, sd), *CLIP)
 
 
-def solve_shift(p, target: float, c, K: int, lo=-0.2, hi=0.3) -> float:
-    """The shift g with E Pass@K(g) = target (bisection: Pass@K rises with g)."""
+def pass_k_expected(p: np.ndarray, shift: float, c, K: int, sd: float = 0.0, _nodes=None) -> float:
+    """E over u ~ N(0, sigma_seed^2) (and an arm's offsets d ~ N(0, sd^2)) of mean_p
+    [1 - (1 - p'_p)^K], p' the shifted solvable p (``c``: the simulator's Components)."""
+    x, w = HERMITE
+    wd, ps = _nodes or _spread(p, sd)
+    q = np.clip(ps[:, None, :] + ((shift + c.sigma_seed * x) / (1 - c.unsolvable))[None, :, None], 0.0, 1.0)
+    per = (1 - (1 - q) ** K).sum(-1) / p.size                     # (offset node, seed node)
+    return float(wd @ per @ (w / w.sum()))
+
+
+def solve_shift(p, target: float, c, K: int, lo=-0.2, hi=0.3, sd: float = 0.0) -> float:
+    """The shift g with E Pass@K(g) = target for an arm of spread ``sd`` (bisection: Pass@K rises
+    with g)."""
+    nodes = _spread(p, sd)
     for _ in range(32):
         mid = (lo + hi) / 2
-        if pass_k_expected(p, mid, c, K) < target:
+        if pass_k_expected(p, mid, c, K, _nodes=nodes) < target:
             lo = mid
         else:
             hi = mid

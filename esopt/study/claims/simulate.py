@@ -16,7 +16,7 @@ the same P problems):
   N(0, sigma_A^2) drawn once per sweep (ES and GRPO change different problems; sigma_A each arm's
   own, ``sigma_problem_es`` / ``sigma_problem_grpo``, else ``sigma_problem_algo``), not re-centred:
   the draw's mean over problems moves the arm's Pass@1 as it does in real runs; c_A is the
-  constant that keeps the expected mean over problems at p's despite the clipping (``_centre``);
+  constant that keeps the expected mean over problems at p's despite the clipping (``shift.centre``);
 - per-sample noise: correct counts ~ Binomial(n, p_rp);
 - GRPO's Pass@1 curve (claim 6's saturation check): an evaluation at half its budget with
   p = p_p + (g_GRPO + u_r - climb + v_r) / (1 - unsolvable), v_r ~ N(0, sigma_step^2), so the
@@ -61,7 +61,7 @@ import numpy as np
 from esopt.algorithms import family, trains
 from esopt.core.errors import ConfigError
 from esopt.study.claims.rules import ES_ANCHOR, KEEP, REGISTRY, pass_k_for
-from esopt.study.claims.shift import pass_k_expected, solve_shift
+from esopt.study.claims.shift import CLIP, centre, problem_spread
 
 PROBE_T = (0.25, 0.5, 0.75)   # claim 11: the interpolation points of the barrier
 GRPO_PER_GAIN = -2.3          # GRPO's relative entropy change per unit Pass@1 gain (paper_cpu: -16.8% / 0.074)
@@ -189,41 +189,6 @@ if _unknown:
     raise ImportError(f"unknown generators {sorted(_unknown)} (simulate.GENERATORS)")
 
 
-CLIP = (0.01, 0.99)   # a problem's success probability under an arm's per-problem offset
-
-
-def problem_spread(c: Components, algo: str) -> float:
-    """Arm ``algo``'s per-problem spread sigma_A: ES's and GRPO's own where the components have
-    them, else ``sigma_problem_algo`` (the sequences always)."""
-    own = {"es": c.sigma_problem_es, "grpo": c.sigma_problem_grpo}.get(algo)
-    return float(own if own is not None else c.sigma_problem_algo)
-
-
-def _centre(p: np.ndarray, sd: float, lo: float = CLIP[0], hi: float = CLIP[1]) -> float:
-    """The constant c with mean_p E[clip(p_p + d - c, lo, hi)] = mean_p p_p, d ~ N(0, sd^2): for
-    X ~ N(x, sd^2), E clip(X) = lo F(a) + hi (1 - F(b)) + x (F(b) - F(a)) + sd (f(a) - f(b)),
-    a = (lo - x) / sd, b = (hi - x) / sd (F, f: the standard normal cdf and pdf); bisection
-    (the clipped mean falls as c rises). A constant, not the draw's own mean: the draw's mean
-    over problems stays in the arm's Pass@1."""
-    from scipy.special import ndtr
-
-    def mean_clipped(cc):
-        x = p - cc
-        a, b = (lo - x) / sd, (hi - x) / sd
-        Fa, Fb = ndtr(a), ndtr(b)
-        return float(np.mean(lo * Fa + hi * (1 - Fb) + x * (Fb - Fa)
-                             + sd * (np.exp(-a * a / 2) - np.exp(-b * b / 2)) / math.sqrt(2 * math.pi)))
-
-    target, l_, h_ = float(p.mean()), -0.5, 0.5
-    for _ in range(30):
-        mid = (l_ + h_) / 2
-        if mean_clipped(mid) > target:
-            l_ = mid
-        else:
-            h_ = mid
-    return (l_ + h_) / 2
-
-
 def difficulty(P: int, c: Components, rng) -> np.ndarray:
     p = np.clip(rng.beta(*c.beta, P), 0.05, 0.85)
     p[rng.random(P) < c.unsolvable] = 0.0
@@ -310,7 +275,7 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
         pa = p.copy()
         sd = problem_spread(c, algo)
         if sd > 0 and not nothing_trains:
-            pa[solv] = np.clip(p[solv] + rng.normal(0, sd, int(solv.sum())) - _centre(p[solv], sd), *CLIP)
+            pa[solv] = np.clip(p[solv] + rng.normal(0, sd, int(solv.sum())) - centre(p[solv], sd), *CLIP)
         p_algo[algo] = pa
     for seed in range(R):
         recs.append(rec("none", seed, base, pop=None))
