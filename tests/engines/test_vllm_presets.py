@@ -7,7 +7,7 @@ this process with the local launcher, so consecutive runs of a model share one v
 (esopt/engines/vllm.py). Swapped for CPU scale: the models (tiny-xs / tiny-s / tiny-m for the
 0.5B / 1.5B / 3B sizes, tiny-s for 1.5B alone), the launcher (local instead of Slurm) and the
 device (cpu instead of the presets' cuda), the
-iterations (1; 2 for the sequential preset, whose sequences need one per phase), and the sizes
+iterations (1; 2 for the presets with sequence arms, which need one per phase), and the sizes
 of a run (4 training prompts per ES iteration, 4 GRPO prompts, 8 evaluation problems x 2
 samples). Algorithms, populations, sigma / lr values, seeds and the presets' own GRPO settings
 (grpo.use_vllm=true: rollouts by the run's vLLM engine) are the presets' own. The task is fixed
@@ -18,22 +18,22 @@ import json
 import sys
 
 import pytest
-from helpers import GSM8K_SAMPLE, require_vllm, vllm_tiny_family, write_countdown_es_file
+from helpers import require_vllm, vllm_tiny_family, write_countdown_es_file
 
 pytestmark = pytest.mark.vllm
 
 SMALL = ["hydra/launcher=local", "engine=vllm", "engine.device=cpu", "task=countdown", "es.batch_size=4", "eval.problems=8",
          "eval.samples=2"]
-GRPO_SMALL = ["++grpo.prompts_per_step=4"]  # presets with GRPO runs
+GRPO_SMALL = ["++grpo.prompts_per_step=4", "++grpo.grad_accum=16"]  # presets with GRPO runs: micro-batches of 2, as theirs
 
 # preset -> (tiny models in grid order, iterations); the order lets consecutive presets reuse
 # the engine of the model the previous one ended with
 PRESETS = {
     "sequential_gpu": (("tiny-s",), 2),
     "sigma_lr_gpu": (("tiny-s",), 1),
-    "es_vs_grpo_gpu": (("tiny-s", "tiny-xs", "tiny-m"), 1),
+    "es_vs_grpo_gpu": (("tiny-s", "tiny-xs", "tiny-m"), 2),
     "pop_vs_size_gpu": (("tiny-m", "tiny-xs", "tiny-s"), 1),
-    "es_vs_grpo_countdown_gpu": (("tiny-xs", "tiny-s", "tiny-m"), 1),
+    "es_vs_grpo_countdown_gpu": (("tiny-xs", "tiny-s", "tiny-m"), 2),
     "pilot_gpu": (("tiny-m",), 1),
 }
 
@@ -63,10 +63,11 @@ def test_gpu_preset_grid_runs_with_vllm_on_cpu(preset, monkeypatch, results_root
     require_vllm()
     names, iterations = PRESETS[preset]
     extra = GRPO_SMALL if preset != "pop_vs_size_gpu" and preset != "sigma_lr_gpu" else []
-    if preset == "es_vs_grpo_countdown_gpu":  # the ES repository's file format, at its size; GSM8K's sample OOD
+    if preset == "es_vs_grpo_countdown_gpu":  # the ES repository's file format, at its size
         write_countdown_es_file(results_root.parent / "countdown.json")
-        extra = [*extra, f"task.source={results_root.parent / 'countdown.json'}",
-                 f"++eval.ood_task.source={GSM8K_SAMPLE}", "eval.ood_problems=4"]
+        # the preset's GSM8K out-of-domain prompts (~290 tokens) exceed the tiny family's 128-token
+        # context, which vLLM refuses, and no other task takes its compact style: no OOD set here
+        extra = [*extra, f"task.source={results_root.parent / 'countdown.json'}", "eval.ood_task=null"]
     sweep_in_process(monkeypatch, f"+experiment={preset}", *vllm_tiny_family(names), f"iterations={iterations}",
                      *SMALL, *extra, f"sweep.root={results_root}")
     runs = sorted((results_root / preset / "runs").glob("*/summary.json"))
