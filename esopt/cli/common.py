@@ -30,6 +30,19 @@ def verbose(argv: list[str] | None = None) -> bool:
     return os.environ.get("ESOPT_VERBOSE", "") not in ("", "0") or any(a in ("-v", "--verbose") for a in argv or ())
 
 
+def command_argv(argv: list[str] | None, doc: str | None) -> list[str] | None:
+    """A hand-parsed command's arguments (``sys.argv[1:]`` when ``argv`` is None), after
+    :func:`quiet`; None once ``-h`` / ``--help`` has printed ``doc`` (the caller returns 0)."""
+    import sys
+
+    quiet()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(doc)
+        return None
+    return argv
+
+
 def quiet() -> None:
     """Silence known library chatter in this process (and, through the environment, in the
     processes it starts): warnings issued inside the NOISY libraries, transformers' and datasets'

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-from esopt.cli.common import fail, quiet
+from esopt.cli.common import command_argv, fail
 
 MANIFEST = "esopt-fetch.json"
 
@@ -91,10 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     from esopt import models
     from esopt.cli.plan import compose
 
-    quiet()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
+    argv = command_argv(argv, __doc__)
+    if argv is None:
         return 0
     cache, overrides = split_argv(argv)
     if cache is not None and Path(cache).exists() and not Path(cache).is_dir():

@@ -36,7 +36,7 @@ import re
 import sys
 import time
 
-from esopt.cli.common import fail, hydra_app, quiet
+from esopt.cli.common import command_argv, fail, hydra_app
 from esopt.core.errors import ConfigError
 
 FLAGS = {"--pilot": str, "--target-power": float, "--claims": str, "--max-hours": float, "--sims": int,
@@ -195,10 +195,8 @@ def family_models(grid) -> list:
 def main(argv: list[str] | None = None) -> int:
     from esopt.study.claims import plan as P
 
-    quiet()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
+    argv = command_argv(argv, __doc__)
+    if argv is None:
         return 0
     flags, keys, overrides = split_argv(argv)
     check(flags, keys)
