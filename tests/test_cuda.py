@@ -161,12 +161,17 @@ def test_batched_population_equals_members_alone(device, rank):
                 out.append(m(**rows).logits.float())
             noise.restore(params, state)
     alone, ref = torch.cat(alone), torch.cat(ref)
+    # real tokens only: a left-padded position attends to nothing, and what comes out there is
+    # the attention kernel's choice (on an H200, bf16 SDPA's pad rows made the error 0.35 where
+    # the real tokens' was 0.02)
+    keep = ids["attention_mask"].bool()
+    batched, alone, ref = batched[keep], alone[keep], ref[keep]
     err_batched, err_alone = (float((x - ref).norm() / ref.norm()) for x in (batched, alone))
-    spread = float((ref[:2] - ref[2:4]).norm() / ref.norm())  # member 0 vs its mirror
+    half = int(keep[:2].sum())  # member 0's rows, then its mirror's
+    spread = float((ref[:half] - ref[half:2 * half]).norm() / ref.norm())
     assert err_alone < 5e-2 and err_batched < 2 * err_alone + 1e-3, (err_batched, err_alone)
     assert spread > 10 * err_batched, (spread, err_batched)
-    keep = ids["attention_mask"].bool()
-    agree = (batched.argmax(-1) == ref.argmax(-1))[keep].float().mean()
+    agree = (batched.argmax(-1) == ref.argmax(-1)).float().mean()
     assert agree >= 0.95, float(agree)
 
 
