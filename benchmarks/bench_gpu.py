@@ -213,7 +213,7 @@ def grpo_step(name: str, device: str, s: dict, tok, vocab: int, path: Path) -> d
 
 def table(results: list[dict]) -> tuple[list[str], list[list]]:
     header = ["model", "params", "row", "setting", "wall s", "generated tok/s", "peak GiB"]
-    body = [[r["model"], f"{r['params'] / 1e6:.3g}M", r["row"], r["setting"], f"{r['wall']:.2f}",
+    body = [[r["model"], (f"{r['params'] / 1e9:.3g}B" if r["params"] >= 1e9 else f"{r['params'] / 1e6:.3g}M"), r["row"], r["setting"], f"{r['wall']:.2f}",
              f"{r['tokens'] / r['wall']:.0f}", "-" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}"]
             for r in results]
     return header, body

@@ -2,6 +2,7 @@
 benchmark, the summary) on the CPU at tiny sizes, so that the script cannot rot between the rare
 runs on a GPU; and the wheel list of scripts/gpu_wheels.sh against pyproject's dependencies."""
 
+import os
 import re
 import subprocess
 import tomllib
@@ -14,8 +15,10 @@ def test_cpu_smoke_run_passes_every_step(tmp_path):
     tests run on the CPU there and pass (none skipped but the two-rank one, which says why), and
     the benchmark writes its stamped table, one row per measurement, to the output folder only."""
     out = tmp_path / "out"
+    # no wheels: this environment's own packages (a checkout's .whl/ holds the GPU image's cp312 ones)
+    env = {**os.environ, "ESOPT_WHEELS": str(tmp_path / "no-wheels")}
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out), "--cpu"], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     summary = (out / "summary.txt").read_text()
     assert re.findall(r"^(\w+)\s+exit\s+(\d+)", summary, re.M)[-2:] == [("tests", "0"), ("bench", "0")]

@@ -492,7 +492,7 @@ def measured_rates(path=None) -> list[Rate]:
             rate = float(cells[col["tok/s"]].replace(",", "").split()[0])
             params = models.param_count({"name": cells[col["model"]]}) if col["model"] is not None else None
             if not params and col["params"] is not None:
-                m = re.fullmatch(r"([\d.,]+)\s*([KMB]?)", cells[col["params"]])
+                m = re.fullmatch(r"([\d.,]+(?:e[+-]?\d+)?)\s*([KMB]?)", cells[col["params"]])
                 params = float(m.group(1).replace(",", "")) * {"": 1, "K": 1e3, "M": 1e6, "B": 1e9}[m.group(2)]
         except (ValueError, IndexError, TypeError, AttributeError):
             continue

@@ -139,12 +139,14 @@ def test_the_ranks_collective_timeout_follows_the_token_bound(tmp_path):
         run_config("model=tiny-s", "algo=es", "model.resources.collective_timeout_min=0", root, check_data=False)
 
 
-def test_a_gpu_runs_hours_from_the_throughput_table_expected_tokens_and_parts(tmp_path):
+def test_a_gpu_runs_hours_from_the_throughput_table_expected_tokens_and_parts(tmp_path, monkeypatch):
     """A GPU run is priced per part: generation at the table's rate for its engine, size and GPU
     kind (bandwidth-scaled, interpolated between published rows), at the expected tokens on a
     continuously batching engine and at the bound on hf; GRPO's training passes at FLOPs; the
-    evaluations its analyses add."""
+    evaluations its analyses add. The published rows alone: no measured table."""
     import math
+
+    monkeypatch.setattr(budget, "GPU_RESULTS", tmp_path / "no-gpu.md")
 
     root = f"sweep.root={tmp_path}"
     q = ["model=qwen1.5b", root, *GSM8K, "eval.problems=10", "iterations=2", "pop=4", "es.batch_size=4"]
@@ -206,10 +208,13 @@ def test_expected_tokens_from_recorded_runs_and_measured_rates(tmp_path):
                   "- machine: Linux x86_64, 16 CPUs, NVIDIA H100 80GB HBM3\n\n"   # bench_gpu.py's table
                   "| model | params | row | setting | wall s | generated tok/s | peak GiB |\n|---|---|---|---|---|---|---|\n"
                   "| qwen2-0.5b | 494M | generate | batch 64 x 128 new | 2.00 | 4096 | 1.2 |\n"
-                  "| qwen2-0.5b | 494M | grpo_step | 2 steps | 9.00 | 100 | 5.0 |\n")
+                  "| qwen2-0.5b | 494M | grpo_step | 2 steps | 9.00 | 100 | 5.0 |\n"
+                  "| qwen2-1.5b | 1.54e+03M | generate | batch 64 x 128 new | 8.00 | 982 | 3.6 |\n"  # older format
+                  "| qwen2-3b | 3.09B | generate | batch 64 x 128 new | 9.00 | 700 | 7.0 |\n")
     rows = budget.measured_rates(md)
     assert [(r.engine, r.params, r.device, r.tokens_per_s, r.measured) for r in rows] == \
-        [("vllm", 1_543_714_304, "H200", 40_000.0, True), ("hf", 494e6, "H100", 4096.0, True)]
+        [("vllm", 1_543_714_304, "H200", 40_000.0, True), ("hf", 494e6, "H100", 4096.0, True),
+         ("hf", pytest.approx(1.54e9), "H100", 982.0, True), ("hf", pytest.approx(3.09e9), "H100", 700.0, True)]
     rate, src = budget.gpu_rate("vllm", 1_543_714_304, "H200", table=[*rows, *budget.THROUGHPUT])
     assert rate == 40_000.0 and src == "measured: gpu.md"
 
