@@ -85,6 +85,8 @@ class Block:
     #                          knob added later keeps the ids runs had before it): a tuple or "module:NAME"
     inert: Any = None        # "module:function": block dict -> {key: why} of the keys its other values
     #                          leave unread (es.rank without es.batched): said in a note, resolved to the default
+    id_form: Any = None      # "module:function": block dict -> the dict the run id hashes (a key renamed
+    #                          later hashed under its earlier spelling); None = as it is
 
     def dataclass(self) -> type:
         return load(self.config)
@@ -101,6 +103,10 @@ class Block:
 
     def neutral_values(self) -> tuple[tuple[str, Any], ...]:
         return tuple(load(self.id_neutral))
+
+    def id_dict(self, values: dict) -> dict:
+        """The block's values as the run id hashes them (its ``id_form``)."""
+        return dict(values) if self.id_form is None else load(self.id_form)(dict(values))
 
     def inert_keys(self, raw: dict | None) -> dict[str, str]:
         """``{"<block>.<key>": why}`` for the keys of the block as written that its other values
@@ -294,7 +300,7 @@ ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es
                   ("samples", "samples", "completions per prompt per member"),
                   ("rank", "rank", "perturbation rank"), ("max_new_tokens", "new_tokens", "generation budget")),
            budget="max_new_tokens")
-GRPO = Block("grpo", "esopt.algorithms.grpo:GRPOSettings",
+GRPO = Block("grpo", "esopt.algorithms.grpo:GRPOSettings", id_form="esopt.algorithms.grpo:id_form",
              sizes=(("num_generations", "generations", "group size"),
                     ("prompts_per_step", "batch", "prompts per optimizer step"),
                     ("grad_accum", "grad_accum", "micro-batches per step"),

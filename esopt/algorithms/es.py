@@ -165,8 +165,7 @@ TARGETS = ("all", "linear")  # es.targets (esopt.engines.lora)
 def _engine_targets(cfg) -> tuple[str, ...]:
     """The ``es.targets`` the run's engine batches, its default first (the plan's typed engine)."""
     try:
-        engine = getattr(cfg, "engine_config", None) or cfg.engine  # a plan, or a bare config
-        return tuple(getattr(engines.engine_class(engine), "population_targets", ("all",)))
+        return tuple(engines.engine_class(cfg.engine_config).population_targets)
     except Exception:  # noqa: BLE001 - an unknown engine: its own validation says so
         return ("all",)
 
@@ -182,7 +181,7 @@ def check_engine(cfg, es: ESRun) -> None:
     if not cls.batches_population:
         raise ConfigError(f"es.batched needs an engine that batches a population; engine={name} schedules "
                           "its own batches (use es.batched=false: members one after another)")
-    if es.full_rank and not getattr(cls, "population_full_rank", True):
+    if es.full_rank and not cls.population_full_rank:
         raise ConfigError(f"engine={name} batches low-rank members only: es.full_rank=true needs engine=hf "
                           "(or es.batched=false)")
     supported = _engine_targets(cfg)
@@ -190,10 +189,7 @@ def check_engine(cfg, es: ESRun) -> None:
         raise ConfigError(f"engine={name} batches members over es.targets={' or '.join(supported)} only "
                           f"(LoRA reaches the linear layers, not embeddings, norms or biases), "
                           f"got es.targets={es.noise_targets}")
-    check = getattr(cls, "check_population", None)
-    model = getattr(cfg, "model", None)
-    if check is not None and model:
-        check(cfg.engine_config, model, es.noise_rank)
+    cls.check_population(cfg.engine_config, cfg.model, es.noise_rank)
 
 
 def noise_label(cfg) -> str | None:

@@ -65,6 +65,7 @@ MANAGED = frozenset({
 })
 # GRPOConfig fields that shard the model over processes (FSDP, DeepSpeed ZeRO): a one-process run has none
 SHARDING = frozenset({"fsdp", "fsdp_config", "deepspeed"})
+ROLLOUTS = ("trl", "engine")  # grpo.rollouts
 HALF = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 
 
@@ -96,9 +97,13 @@ class GRPOSettings:
     gradient_checkpointing: bool = False
     bf16: bool | None = None          # bf16 autocast (accelerate's mixed precision) over the fp32 master weights;
     #                                   null = when model.dtype is bfloat16 (the run's plan holds the answer)
-    use_vllm: bool = False            # rollouts by vLLM: with engine=vllm the run's own engine (CPU or GPU),
-    #                                   synced to the policy every step; with engine=hf TRL's colocated vLLM (GPU only)
-    vllm_gpu_memory_utilization: float = 0.3  # GPU share of that vLLM (engine=vllm: caps engine.gpu_memory_utilization)
+    rollouts: str = "trl"             # who samples the completions: trl (TRL, with its generate or, grpo.use_vllm,
+    #                                   its own colocated vLLM) | engine (the run's engine, synced to the policy
+    #                                   every step: an engine that serves rollouts, engine=vllm; CPU or GPU)
+    use_vllm: bool = False            # TRL's own colocated vLLM samples (GPU only; engine=hf); with an engine that
+    #                                   serves rollouts it means grpo.rollouts=engine (its spelling before that key)
+    vllm_gpu_memory_utilization: float = 0.3  # GPU share of TRL's vLLM; caps the share of an engine that reserves
+    #                                           one beside training (EngineConfig.sharing_gpu: vllm's gpu_memory_utilization)
     trl: dict = field(default_factory=dict)  # extra GRPOConfig fields, passed through verbatim
 
     @classmethod
@@ -137,6 +142,8 @@ class GRPOSettings:
         at_least("grpo.epsilon_high", self.epsilon_high, 0, kind=float, allow_none=True)
         if not isinstance(self.temperature, (int, float)) or self.temperature <= 0:
             raise ConfigError(f"grpo.temperature must be > 0 (GRPO samples), got {self.temperature!r}")
+        if self.rollouts not in ROLLOUTS:
+            raise ConfigError(f"grpo.rollouts must be one of {', '.join(ROLLOUTS)}, got {self.rollouts!r}")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
             raise ConfigError(f"grpo.top_p must be in (0, 1], got {self.top_p!r}")
         if self.loss_type not in LOSS_TYPES:
@@ -192,9 +199,36 @@ def resolve(cfg, iterations: int) -> GRPOSettings:
     (null: whether ``model.dtype`` is bfloat16): what the run's plan holds
     (``esopt.algorithms.Algorithm.resolve``); ``iterations`` is the phase's step budget, which
     TRL reads from the run context."""
-    settings = GRPOSettings.from_config(cfg.block("grpo"))
+    settings = resolve_rollouts(cfg, GRPOSettings.from_config(cfg.block("grpo")))
     bf16 = settings.bf16 if settings.bf16 is not None else load_dtype(cfg) == "bfloat16"
     return replace(settings, lr=resolve_lr(cfg, settings), bf16=bool(bf16))
+
+
+def resolve_rollouts(cfg, settings: GRPOSettings) -> GRPOSettings:
+    """``grpo.rollouts`` as the run's engine allows (its ``serves_rollouts`` capability):
+    ``use_vllm=true`` on an engine that serves rollouts is ``rollouts=engine`` (the spelling
+    before that key: one run, one id, :func:`id_form`); ``rollouts=engine`` on one that does
+    not is a ConfigError (one line)."""
+    from esopt import engines
+
+    engine = cfg.engine_config
+    serves = engines.engine_class(engine).serves_rollouts
+    if settings.use_vllm and serves:
+        return replace(settings, rollouts="engine", use_vllm=False)
+    if settings.rollouts == "engine" and not serves:
+        raise ConfigError(f"grpo.rollouts=engine needs an engine that serves rollouts (engine=vllm); engine="
+                          f"{engine.name} leaves them to TRL (grpo.rollouts=trl)")
+    return settings
+
+
+def id_form(block: dict) -> dict:
+    """The ``grpo`` block as run ids hash it: ``rollouts=engine`` as ``use_vllm: true`` (its
+    spelling before ``grpo.rollouts``; the engine's name is in the id too), ``rollouts=trl`` left
+    out, so runs keep the ids they had before the key."""
+    out = dict(block)
+    if out.pop("rollouts", "trl") == "engine":
+        out["use_vllm"] = True
+    return out
 
 
 def load_dtype(cfg) -> str:
@@ -481,7 +515,7 @@ ROLLOUT_SEED_STRIDE = 1_000_003  # rollout seed = run seed * this + step: distin
 
 def rollout_function(ctx, settings: GRPOSettings, max_new_tokens: int):
     """TRL's ``rollout_func`` generating GRPO's completions with the run's engine
-    (``grpo.use_vllm=true`` with ``engine=vllm``: one vLLM engine per run serves both the
+    (``grpo.rollouts=engine``, e.g. with ``engine=vllm``: one vLLM engine per run serves both the
     rollouts and the evaluations, instead of TRL starting a second one).
 
     Before the first rollout of each optimizer step the engine takes the policy's current
@@ -602,10 +636,10 @@ def train(ctx) -> dict | None:
     problem = compute_error(autocast_dtype(settings, loaded), device)
     if problem is not None:
         raise ConfigError(problem)
-    engine_rollouts = bool(settings.use_vllm) and ctx.engine.serves_rollouts  # engine=vllm
-    if settings.use_vllm and not engine_rollouts and next(ctx.model.parameters()).device.type != "cuda":
-        raise ConfigError("grpo.use_vllm=true needs engine=vllm, or the model on a GPU (engine.device=cuda) "
-                          "for TRL's colocated vLLM")
+    engine_rollouts = settings.rollouts == "engine"  # the plan checked the engine serves them (resolve_rollouts)
+    if settings.use_vllm and next(ctx.model.parameters()).device.type != "cuda":
+        raise ConfigError("grpo.use_vllm=true needs the model on a GPU (engine.device=cuda) for TRL's colocated "
+                          "vLLM, or an engine that serves rollouts (engine=vllm, grpo.rollouts=engine)")
     lr = float(settings.lr)
     max_steps = int(ctx.iterations)
     if hasattr(ctx, "set_effective"):  # summary: lr when GRPO is the whole run; grpo_lr always (sequences)

@@ -36,11 +36,11 @@ _DONE: tuple = ()  # the algorithms registered when register() last ran
 
 def register() -> None:
     """Store every structured block in Hydra's ConfigStore (idempotent; again when an algorithm
-    was registered since)."""
+    or an engine was registered since)."""
     global _DONE
     from esopt import algorithms, engines, tasks
 
-    registered = tuple(algorithms.ALGORITHMS.items())
+    registered = (tuple(algorithms.ALGORITHMS.items()), tuple(engines.ENGINES.items()))
     if _DONE == registered:
         return
     from esopt.core.config import EvalConfig, SparsityConfig, SweepConfig

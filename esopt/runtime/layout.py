@@ -1,13 +1,14 @@
 """How a run uses the machines it asks Slurm for: ranks (processes) x GPUs per rank.
 
-    lay = layout(rc)      # Layout(ranks, gpus_per_rank, gpus_requested, note)
+    lay = layout(rc, engine_config)   # Layout(ranks, gpus_per_rank, gpus_requested, note)
 
 ES splits its population across ranks (esopt.algorithms.distributed: each rank drives its own
 engine -- one vLLM engine per GPU, as in the study -- scores its members and only rewards cross
 ranks). By default an ES run has one rank per engine of the GPUs it asks for:
 
     ranks = model.resources.ranks, or model.resources.gpus / gpus_per_rank (1 without GPUs)
-    gpus_per_rank = engine.tensor_parallel_size (vllm) or 1 (hf), 0 on a CPU-only request
+    gpus_per_rank = the engine's gpus_per_engine (its config's: vllm's tensor_parallel_size,
+                    1 for hf), 0 on a CPU-only request
 
 GRPO, the sequences (their GRPO phase) and base evaluations run as one process: they ask for the
 GPUs of one engine, and the layout's note says why when the model's request was larger. A
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from esopt import algorithms
+from esopt import algorithms, engines
 from esopt.core.config import RunConfig
 from esopt.core.errors import ConfigError
 
@@ -37,8 +38,9 @@ class Layout:
         return self.ranks * self.gpus_per_rank
 
 
-def layout(rc: RunConfig) -> Layout:
-    """The run's ranks and GPUs (see the module docstring); ConfigError on a request no layout fills."""
+def layout(rc: RunConfig, engine_config=None) -> Layout:
+    """The run's ranks and GPUs (see the module docstring); ConfigError on a request no layout
+    fills. ``engine_config``: the run's typed engine block (None: parsed from ``rc.engine``)."""
     res = dict(rc.model.get("resources") or {})
     gpus = int(res.get("gpus") or 0)
     ranks_set = res.get("ranks")
@@ -50,11 +52,13 @@ def layout(rc: RunConfig) -> Layout:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0):
         raise ConfigError(f"model.resources.collective_timeout_min must be null or a number of minutes > 0, "
                           f"got {limit!r}")
-    engine = rc.engine or {}
-    tp = int(engine.get("tensor_parallel_size") or 1)  # only engines that shard have the key
+    if engine_config is None:
+        engine_config = engines.parse(engines.resolve(rc.engine))
+    tp = engine_config.gpus_per_engine
     per_rank = tp if gpus else 0
     if gpus and gpus % per_rank:
-        raise ConfigError(f"model.resources.gpus={gpus} is not a multiple of engine.tensor_parallel_size={tp}")
+        raise ConfigError(f"model.resources.gpus={gpus} is not a multiple of the GPUs one {engine_config.name} "
+                          f"engine spans ({tp})")
     if algorithms.get(rc.algo).multi_rank:
         ranks = int(ranks_set) if ranks_set is not None else max(1, gpus // per_rank if gpus else 1)
         if gpus and ranks * per_rank != gpus:

@@ -17,11 +17,13 @@ P parameters, L layers, hidden size h, vocabulary V, micro-batch b completions o
                              scores: flash / SDPA attention); with gradient checkpointing
                              2 b T h L (each layer's input) + 34 b T h (one layer recomputed)
     logits       4 b T V     bf16 logits and their gradient (64 x 2,048 x 151,936 x 2 B = 40 GB)
-    vllm         u M         a colocated vLLM's share u of the GPU's M bytes (grpo.use_vllm)
+    vllm         u M         a colocated vLLM's share u of the GPU's M bytes (grpo.use_vllm: TRL's;
+                             grpo.rollouts=engine: the run's engine)
     overhead     2 GB        CUDA context and the allocator's slack
 
-``algo=es`` (and every rank of it) holds the weights in ``model.dtype`` inside its engine:
-vLLM takes its ``gpu_memory_utilization`` u of the GPU for weights and KV cache, counted as
+``algo=es`` (and every rank of it) holds the weights in ``model.dtype`` inside its engine: an
+engine that reserves a share u of the GPU up front (its config's ``gpu_share``: vLLM's
+``engine.gpu_memory_utilization``) takes it for weights and KV cache, counted as
 weights + max(weights, u M - weights) (the weights may take at most half of the share, the rest
 is KV cache for the population's batches); the hf engine needs the weights plus the KV cache of
 ``engine.max_batch`` sequences (2 L kv_heads head_dim bytes x tokens each).
@@ -106,7 +108,8 @@ def grpo_parts(params: int, shape, gpus: int, settings, max_len: int, gpu_bytes:
         "reference": 2 * params / gpus if settings.beta > 0 else 0,
         "compute": dtype_bytes * params if gpus == 1 else 2 * dtype_bytes * params / layers,
         "activations": act, "logits": 2 * dtype_bytes * tokens * vocab,
-        "vllm": settings.vllm_gpu_memory_utilization * gpu_bytes if settings.use_vllm else 0,
+        "vllm": settings.vllm_gpu_memory_utilization * gpu_bytes if settings.use_vllm or settings.rollouts == "engine"
+        else 0,
         "overhead": OVERHEAD,
     }
 
@@ -115,17 +118,11 @@ def es_parts(params: int, shape, engine_config, max_len: int, gpu_bytes: float, 
     """Bytes per GPU of an ES rank: its weights, and the KV cache an engine needs beside them."""
     layers, kv_heads, head_dim = shape[0], shape[3], shape[4]
     weights = dtype_bytes * params
-    if engines_hold_weights(engine_config):  # vLLM: its share, of which the weights take at most half
-        share = float(engine_config.gpu_memory_utilization) * gpu_bytes
+    if engine_config.gpu_share is not None:  # vLLM: its share, of which the weights take at most half
+        share = engine_config.gpu_share * gpu_bytes
         return {"weights": weights, "kv cache": max(weights, share - weights), "overhead": OVERHEAD}
     kv = 2 * layers * kv_heads * head_dim * dtype_bytes * max_len * int(engine_config.max_batch)
     return {"weights": weights, "kv cache": kv, "overhead": OVERHEAD}
-
-
-def engines_hold_weights(engine_config) -> bool:
-    from esopt import engines
-
-    return bool(engines.engine_class(engine_config).holds_weights)
 
 
 def estimate(plan, gpus: int | None = None) -> Estimate | None:

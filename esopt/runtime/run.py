@@ -93,8 +93,7 @@ def placement(plan: RunPlan, device: str) -> tuple[Any, str]:
     share = next((getattr(p.settings, key, None) for p in plan.phases
                   if block in algorithms.get(p.algo).block_names), None)
     if share is not None:
-        engine_cfg = dataclasses.replace(engine_cfg, gpu_memory_utilization=min(
-            float(engine_cfg.gpu_memory_utilization), float(share)))
+        engine_cfg = engine_cfg.sharing_gpu(float(share))
     return engine_cfg, device
 
 

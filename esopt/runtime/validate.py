@@ -69,7 +69,7 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     draft = draft_plan(rc, engine_config)  # each phase's block resolved (and parsed) once
     algo.validate(draft)
     engines.check(engine_config, rc.model, remote=remote)
-    lay = layout(rc)  # the GPUs the run asks for must be the GPUs it uses
+    lay = layout(rc, engine_config)  # the GPUs the run asks for must be the GPUs it uses
     tuning_settings = tuning.check(rc)
     tracker_options = trackers.check(rc)
     if check_data:  # what the run will read and write: the task's data, a database tuning.storage
@@ -117,7 +117,7 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
         tuning_settings=tuning_settings if tuning_settings is not None else tuning.resolve(rc),
         ood_spec=task_spec(ood, rc) if ood is not None else None,
         probe_specs=tuple(task_spec(p, rc) for p in rc.eval.probes),
-        layout=lay if lay is not None else layout(rc),
+        layout=lay if lay is not None else layout(rc, draft.engine_config),
         tracker_options=tracker_options if tracker_options is not None else trackers.check(rc))
     if not ids:
         return plan
@@ -147,11 +147,10 @@ def check_device(rc: RunConfig, remote: bool) -> None:
 def run_engine(rc: RunConfig, engine_config: Any) -> Any:
     """The typed engine block with the engine's own adjustments for this run (its class's
     ``prepare``, e.g. vLLM: room for the population's LoRA adapters when ``es.batched``): what
-    the run builds its engine from (``plan.engine_config``). Other engines take it as it is."""
-    prepare = getattr(engines.engine_class(engine_config), "prepare", None)
-    if prepare is None:
-        return engine_config
-    return engines.parse(prepare(dataclasses.asdict(engine_config), rc))
+    the run builds its engine from (``plan.engine_config``). ``Engine.prepare``'s default keeps it."""
+    block = dataclasses.asdict(engine_config)
+    prepared = engines.engine_class(engine_config).prepare(block, rc)
+    return engine_config if prepared == block else engines.parse(prepared)
 
 
 def check_names(rc: RunConfig) -> None:
@@ -216,7 +215,7 @@ def check_probes(rc: RunConfig, engine_config: Any) -> None:
         if p["name"] not in tasks.TASK_NAMES:
             raise ConfigError(f"unknown eval.probes task {p['name']!r} (known: {', '.join(tasks.TASK_NAMES)})")
         if scored_by_likelihood(tasks.task_class(p["name"])) \
-                and not getattr(engines.engine_class(engine_config), "scores_text", False):
+                and not engines.engine_class(engine_config).scores_text:
             raise ConfigError(f"eval.probes: {p['name']} is scored by likelihood, which engine "
                               f"{rc.engine.get('name')} cannot do here (use engine=hf)")
         if p["name"] == rc.task.get("name"):
@@ -328,7 +327,7 @@ def identity(plan: RunPlan | RunConfig) -> dict:
             neutral = dict(b.neutral_values())  # a later knob at its neutral value: not in the id
             resolved = {k: getattr(phase.settings, k) for k in b.keys()
                         if k not in b.speed_keys() and not (k in neutral and getattr(phase.settings, k) == neutral[k])}
-            d[b.name] = {k: v for k, v in resolved.items() if k not in algorithms.AXES or algo.uses(k)}
+            d[b.name] = b.id_dict({k: v for k, v in resolved.items() if k not in algorithms.AXES or algo.uses(k)})
     if plan.phases:
         for key in ("sigma", "lr"):  # resolved into the blocks above
             d.pop(key, None)
@@ -370,6 +369,8 @@ def legacy_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
         for key, value in b.neutral_values():  # a later knob at its neutral value: the earlier id
             if key in (d.get(b.name) or {}) and d[b.name][key] == value:
                 d[b.name].pop(key)
+        if isinstance(d.get(b.name), dict):
+            d[b.name] = b.id_dict(d[b.name])
     # the engine's name, and its dtype when set (it changes the numbers; auto keeps earlier ids)
     d["engine"] = {k: v for k, v in d["engine"].items()
                    if k == "name" or (k == "dtype" and v not in (None, "auto"))}

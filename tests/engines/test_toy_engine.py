@@ -2,8 +2,10 @@
 greedy / Gumbel-max decoding loop over an HF model, no KV cache), registered with
 ``engines.register``, and the test runs it through the sweep as a user would
 (``python tests/engines/test_toy_engine.py engine=toy ...`` is ``python -m esopt.sweep``
-with the toy engine added). ES drives it through the Engine protocol only: its weights are
-perturbed, restored and updated, and ``es.batched`` is refused from its capabilities.
+with the toy engine added). It subclasses the ``Engine`` protocol, so it states every
+capability (the protocol's defaults: it only generates) and inherits the hooks it does not
+need. ES drives it through the protocol only: its weights are perturbed, restored and updated,
+and ``es.batched`` and GRPO's ``grpo.rollouts=engine`` are refused from its capabilities.
 """
 
 from __future__ import annotations
@@ -16,19 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 import torch
 
 from esopt import engines
-from esopt.engines.base import Generation, encode_prompts, entropy_per_token, resolve_device, trim_at_stop
+from esopt.core.errors import ConfigError
+from esopt.engines.base import Engine, Generation, encode_prompts, entropy_per_token, resolve_device, trim_at_stop
 from esopt.engines.weights import Weights
 
 
-class ToyEngine:
-    """Decodes one sequence at a time with full forward passes over the caller's model."""
-
-    batches_population = False
-    holds_weights = False
-    serves_rollouts = False
+class ToyEngine(Engine):
+    """Decodes one sequence at a time with full forward passes over the caller's model; the
+    protocol's default capabilities (no batched population, no rollouts, no text scoring)."""
 
     def __init__(self, model, tokenizer, device: str = "cpu", max_batch: int = 1):
         self.device = torch.device(resolve_device(device))
@@ -79,9 +80,6 @@ class ToyEngine:
             texts.append(t_p), ids.append(i_p), lens.append(l_p), ents.append(e_p)
         return Generation(completions=texts, token_ids=ids, lengths=lens,
                           entropy=ents if return_entropy else None, n_tokens=sum(map(sum, lens)))
-
-    def generate_population(self, prompts, members, sigma, *, rank, **kw):
-        raise NotImplementedError("the toy engine scores members one after another")
 
     def weights(self) -> Weights:
         if self._weights is None:
@@ -135,6 +133,32 @@ def test_greedy_toy_completions_match_the_hf_engine(monkeypatch):
     hf = engines.get({"name": "hf", "device": "cpu"}, model, tok)
     prompts = ["12+7=", "3*4=", "9-5=", "abc"]
     assert toy.generate(prompts, max_new_tokens=6).completions == hf.generate(prompts, max_new_tokens=6).completions
+
+
+def test_capabilities_are_declared_not_probed(monkeypatch):
+    """The toy engine's capabilities come from the protocol it subclasses, and they, not its
+    name, refuse what it cannot do before any run (GRPO rollouts, likelihood probes); a class
+    that states no capabilities is refused with one line naming the missing ones."""
+    from helpers import run_config  # here: this file also runs as a script, without tests/ on the path
+
+    monkeypatch.setitem(engines.ENGINES, "toy", ToyConfig)
+    cls = engines.engine_class({"name": "toy"})
+    assert (cls.batches_population, cls.serves_rollouts, cls.scores_text, cls.population_targets) == \
+        (False, False, False, ("all",))
+    with pytest.raises(ConfigError, match="grpo.rollouts=engine needs an engine that serves rollouts"):
+        run_config("model=tiny-xs", "engine=toy", "algo=grpo", "grpo.rollouts=engine")
+    with pytest.raises(ConfigError, match="engine toy cannot do here"):
+        run_config("model=tiny-xs", "engine=toy", "eval.probes=[passages]")
+
+    @dataclass(frozen=True)
+    class Bare(engines.EngineConfig):
+        name: str = "bare"
+        engine: ClassVar[Any] = type("BareEngine", (), {"batches_population": False})
+
+    monkeypatch.setitem(engines.ENGINES, "bare", Bare)
+    with pytest.raises(ConfigError, match="BareEngine does not state population_targets, population_full_rank, "
+                                          "holds_weights, serves_rollouts, scores_text"):
+        engines.engine_class({"name": "bare"})
 
 
 def test_a_toy_engine_runs_es_through_the_sweep(tmp_path):
