@@ -196,6 +196,20 @@ def test_worker_alive_tells_live_other_processes_from_dead_and_self():
     assert store.worker_alive({}) is None
 
 
+def test_launch_order_keeps_each_models_runs_together():
+    """A grid whose model axis varies fastest is launched model by model (the grid's order kept
+    within a model), so an in-process launcher starts one vLLM engine per model, not per run."""
+    from types import SimpleNamespace
+
+    from hydra_plugins.esopt_sweeper.sweepers import Job, by_model
+
+    jobs = [Job(overrides=[], rc=SimpleNamespace(model={"name": m, "path": None}), rid=f"{m}{seed}", launcher={})
+            for seed in (0, 1, 2) for m in ("tiny-s", "tiny-xs", "tiny-m")]
+    assert [j.rid for j in by_model(jobs)] == ["tiny-s0", "tiny-s1", "tiny-s2", "tiny-xs0", "tiny-xs1",
+                                               "tiny-xs2", "tiny-m0", "tiny-m1", "tiny-m2"]
+    assert by_model(jobs[:1]) == jobs[:1] and by_model([]) == []
+
+
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (REPO / "sweeps").glob("*.yaml")))
 def test_every_preset_value_composes_and_validates(preset, tmp_path):
     """Each value of each grid axis of every preset (``params`` and any sub-``grids``), varied
