@@ -636,8 +636,8 @@ def test_a_corrupt_claims_json_is_kept_aside_and_a_hand_edit_reads_exploratory(t
     claims sweep before any run with a traceback. The sweeper's register keeps it aside under a new
     name, says so in one warning and registers afresh, labelled so (exploratory: the earlier looks
     are unknown); the aggregator refuses it with one line and exit 2, the file untouched. Looks are
-    tamper-evident: a registration edited by hand after looks (its hash kept or forged, or a file
-    from before the hashes) is never "confirmatory: first look"."""
+    tamper-evident: a registration edited by hand after looks (its design or its graph alone, its
+    hash kept or forged, or a file from before the hashes) is never "confirmatory: first look"."""
     from esopt.cli.aggregate import main as aggregate_main
     from esopt.study import tables
     from helpers import run_config
@@ -677,6 +677,26 @@ def test_a_corrupt_claims_json_is_kept_aside_and_a_hand_edit_reads_exploratory(t
     edited["registration"]["design_sha256"] = stored.design_hash(edited["registration"]["design"])  # forged too
     path.write_text(json.dumps(edited))
     assert "differs from the one an earlier look judged" in look_at()["look"]["why"]
+    assert first["looks"][-1]["graph_sha256"] == first["registration"]["graph_sha256"] \
+        == stored.design_hash(C.registered_graph())
+    graph = json.loads(json.dumps(first))                  # the graph alone edited by hand: still valid (sum <= 1)
+    w = graph["registration"]["graph"]["weights"]
+    w["1.yes"], w["2.yes"] = w["1.yes"] - 0.1, w["2.yes"] + 0.1
+    path.write_text(json.dumps(graph))
+    out = look_at()
+    assert not out["look"]["confirmatory"] and "graph was edited by hand" in out["look"]["why"] \
+        and "design" not in out["look"]["why"]
+    graph["registration"]["graph_sha256"] = stored.design_hash(graph["registration"]["graph"])   # forged too
+    path.write_text(json.dumps(graph))
+    assert "the registered graph differs from the one an earlier look judged" in look_at()["look"]["why"]
+    unhashed = json.loads(json.dumps(first))               # registered before the graph was hashed: its own graph passes
+    unhashed["registration"].pop("graph_sha256")
+    unhashed["looks"] = [{k: v for k, v in x.items() if k != "graph_sha256"} for x in first["looks"]]
+    path.write_text(json.dumps(unhashed))
+    assert look_at()["look"]["confirmatory"]
+    unhashed["registration"]["graph"] = graph["registration"]["graph"]      # ... another graph does not
+    path.write_text(json.dumps(unhashed))
+    assert "graph was edited by hand" in look_at()["look"]["why"]
     legacy = json.loads(json.dumps(first))                 # a file from before the hashes, edited after two looks
     legacy["registration"].pop("design_sha256")
     legacy["looks"] = [{k: v for k, v in x.items() if k != "design_sha256"} | {"confirmatory": False}

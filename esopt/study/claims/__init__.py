@@ -359,8 +359,9 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
     design = design_of(runs)
     stamp = now or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if reg is None:       # verdicts computed before any registration (claims.json before version 5): too late
+        graph = check_graph(registered_graph())
         reg = {"design": design, "design_sha256": stored.design_hash(design), "family_size": family_size(),
-               "graph": check_graph(registered_graph()),
+               "graph": graph, "graph_sha256": stored.design_hash(graph),
                "claims": sorted(REGISTRY), "at": stamp, "amendments": [],
                "after_look": bool(old.get("claims") or old.get("looks"))}
         if replaced:
@@ -389,9 +390,10 @@ def judge_look(reg: Mapping | None, records: list[dict], looks: list | None = No
     run missing, failed or added), when the registered claims differ from the registry's (a claim
     added or removed changes the family the verdicts are decided in), or when the registration
     was changed after verdicts had been computed (a second look at the same draw): an amendment
-    after a look, a design that no longer matches the hash recorded when it was written or by an
-    earlier look (``looks``: edited by hand), or an earlier look at the same runs that was not
-    confirmatory. Also a registration written afresh over a corrupt claims.json (its earlier
+    after a look, a design or graph that no longer matches the hash recorded when it was written
+    (``design_sha256``, ``graph_sha256``) or by an earlier look (``looks``: edited by hand), or an
+    earlier look at the same runs that was not confirmatory. A graph registered before it was
+    hashed passes only where it is this code's own (``registered_graph``). Also a registration written afresh over a corrupt claims.json (its earlier
     looks are unknown)."""
     if not reg:
         return {"confirmatory": False, "why": "no registration: the design was not written into claims.json before "
@@ -421,10 +423,17 @@ def judge_look(reg: Mapping | None, records: list[dict], looks: list | None = No
     if any(d.get("design_sha256") not in (None, stored.design_hash(d["design"])) for d in written):
         why.append("the registration was edited by hand: its design no longer matches the hash recorded when it was "
                    "written")
+    graph = reg.get("graph")
+    if graph and reg.get("graph_sha256") != stored.design_hash(graph) and \
+            (reg.get("graph_sha256") is not None or graph != registered_graph()):
+        why.append("the registration's graph was edited by hand: it no longer matches the hash recorded when it was "
+                   "written")
     in_force = stored.design_hash(current_design(reg))
     runs = zlib.crc32(" ".join(sorted(have)).encode())
     if any(x.get("design_sha256") not in (None, in_force) for x in looks or []):
         why.append("the registered design differs from the one an earlier look judged: changed after a look")
+    elif graph and any(x.get("graph_sha256") not in (None, stored.design_hash(graph)) for x in looks or []):
+        why.append("the registered graph differs from the one an earlier look judged: changed after a look")
     elif any(x.get("runs_hash") == runs and x.get("confirmatory") is False for x in looks or []):
         why.append("an earlier look at these runs was exploratory: the registration was changed after it")
     return {"confirmatory": not why, "why": "; ".join(why) or "the registered design, first look"}
@@ -477,7 +486,8 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
     runs_key = sorted(str(r["run_id"]) for r in done)
     this_look = {"runs": len(runs_key), "runs_hash": zlib.crc32(" ".join(runs_key).encode()),
                  "confirmatory": look["confirmatory"],  # and the design it judged (tamper-evident: judge_look)
-                 "design_sha256": stored.design_hash(current_design(registration)) if registration else None}
+                 "design_sha256": stored.design_hash(current_design(registration)) if registration else None,
+                 "graph_sha256": stored.design_hash(graph) if (registration or {}).get("graph") else None}
     summary = {v: [c["id"] for c in out if c["reproduced"] == v] for v in VERDICTS}
     return {
         "version": VERSION,

@@ -9,9 +9,10 @@ not have the shape ``esopt.study.claims.register`` writes (a registration whose 
 number, a look that is not an object). The sweeper keeps such a file aside under a new name and
 registers the design afresh; the aggregator refuses it with one line.
 
-Each registration (and amendment) records ``design_sha256``, the hash of the design it wrote,
-and each look the ``design_sha256`` of the design it judged (``compute``): a design edited by
-hand afterwards no longer matches either, and ``judge_look`` reads its verdicts as exploratory.
+Each registration (and amendment) records ``design_sha256``, the hash of the design it wrote (a
+registration also ``graph_sha256``, its graph's), and each look the hashes of the design and
+graph it judged (``compute``): a design or graph edited by hand afterwards no longer matches
+either, and ``judge_look`` reads its verdicts as exploratory.
 """
 
 from __future__ import annotations
