@@ -31,12 +31,15 @@ whole sweep instead. ``--claim1-power N``: claim 1's power at +0.01 over N sweep
 decided alone (the others untested) by the registered graph (its yes at 0.6 alpha) beside the
 Holm family over the 22 hypotheses that preceded it.
 
-Generators (esopt.study.claims.simulate.GENERATORS): ``current`` (the simulator's own model), and what
-the rules do not model: ``entropy_intercept`` (every run's out-of-domain entropy moves +1.5%,
-whatever its gain), ``seed_x_problem`` (each run moves each problem by its own N(0, 0.05)),
-``shared_eval_seed`` (every evaluation of a model draws the same sampling uniforms, as
-eval.seed = 0 does), ``count_noise`` (claim 4's js_succ and p_pop measured with noise of sd
-0.008, their variance estimated from 40 train lines).
+Generators (esopt.study.claims.simulate.GENERATORS, what each perturbs: simulate.PERTURBS): ``current``
+(the simulator's own model), and what the rules do not model: ``seed_x_problem`` (each run moves each
+problem by its own N(0, 0.05)), ``shared_eval_seed`` (every evaluation of a model draws the same
+sampling uniforms, as eval.seed = 0 does), ``overdispersed_eval`` (an evaluation's samples of one
+problem correlated: beta-binomial), ``heavy_tails`` (every run-level deviation Student t(3) at the
+same sd), ``two_batches`` (seeds in two balanced batches, every run-level deviation +-0.8 sd by
+batch), ``count_noise`` (claim 4's js_succ and p_pop measured with noise of sd 0.008, their variance
+estimated from 40 train lines). Every claim is read under at least four of them (claim 11's barrier
+under five, its cosine under the run-level two; tests/study/test_claims_calibration.py).
 
 ``--quick``: 100 sims a line (a few minutes on 2 cores); default 2,000. ``--components
 measured`` (the default) uses the components estimated from the paper_cpu runs
@@ -198,7 +201,8 @@ def main(argv=None) -> int:
                            "graph over the 22 hypotheses (claims.registered_graph: claim 1's yes 0.6, the 13 other "
                            "ungated hypotheses 0.4 / 13 each, the gated claims' 0 until claim 1's yes is rejected). Per "
                            "claim: its rule with the others planted as clear yeses (the graph passes it their weight), "
-                           "under the generators that change what it reads" +
+                           "under the generators that change what it reads (Claim.generators, at least four each; "
+                           f"{sims} sims a claim line)" +
                            (", here every claim on the whole sweep" if args.full else "") +
                            f"; familywise: every claim where nothing trains ({family_sims} sims). Goal: every false "
                            f"yes and false no <= {BOUND}: "

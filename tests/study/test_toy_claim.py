@@ -40,7 +40,7 @@ def test_the_toy_claim_is_simulated_and_calibrated(toy):
 def test_the_toy_claim_is_planned(toy):
     g = P.Grid(cell_model="m", cell_seeds={"es": 6, "grpo": 6}, problems=60, samples=16, split_rows=500,
                iterations=30, ood=True, sparsity=(), es_temperature=1.0, es_samples=4, grpo_mid=True)
-    assert toy.id in P.bears_on(g) and P.generators_for(toy.id) == ["current", "seed_x_problem", "shared_eval_seed"]
+    assert toy.id in P.bears_on(g) and P.generators_for(toy.id) == ["current", *R.PER_PROBLEM]
     row = P.plan(g, [], claims=[toy.id], sims=8)["claims"][toy.id]
     assert row["key"] == "toy_shorter" and row["power"] >= 0.75 and row["false_yes"] <= 0.25, row
 

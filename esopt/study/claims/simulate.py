@@ -34,10 +34,14 @@ the same P problems):
 - ES family (claims 4 and 7): ``_family``'s docstring; per size j the population slope
   s0 + beta (ln params_j - mean) + w_j on log2 N, w_j ~ N(0, sigma_size^2).
 
-Misspecifications the rules do not model (``GENERATORS``, each a Components override): an
-entropy intercept, a seed x problem term (``sigma_seed_problem``), a shared evaluation seed
-(every evaluation of a model draws the same uniforms: ``_Evaluator``), count noise in claim 4's
-js_succ / p_pop (``sigma_count_js``, with its variance estimated from ``TRAIN_LINES`` lines).
+Misspecifications the rules do not model (``GENERATORS``, each a Components override; what each
+perturbs: ``PERTURBS``): a seed x problem term (``sigma_seed_problem``), a shared evaluation seed
+(every evaluation of a model draws the same uniforms: ``_Evaluator``), overdispersed evaluations
+(``overdispersion``: beta-binomial counts), heavy-tailed and two-batch run-level deviations
+(``run_tails``, ``batch_shift``: ``shaped``), count noise in claim 4's js_succ / p_pop
+(``sigma_count_js``, with its variance estimated from ``TRAIN_LINES`` lines). Each draws its own
+randomness apart from the main stream, so at one seed a generator changes only what it perturbs
+(each claim's ``Claim.generators``: at least four).
 
 Default magnitudes are assumed (base Pass@1 ~0.20 and Pass@16 ~0.72 from unsolvable 0.2 and
 Beta(2, 6); sigma_seed 0.005; sigma_entropy 0.005; s0 0.006; sigma_size 0.001; sigma_step
@@ -108,6 +112,9 @@ class Components:
     sigma_seed_problem: float = 0.0        # seed x problem: each run's own per-problem offset of p
     shared_eval_seed: bool = False         # every evaluation of a model family draws the same uniforms
     sigma_count_js: float = 0.0            # claim 4: count noise of a run's js_succ / p_pop (sd of its mean)
+    overdispersion: float = 0.0            # an evaluation's samples of one problem correlated (beta-binomial rho)
+    run_tails: float = 0.0                 # run-level deviations Student t with these df at the same sd (0: normal)
+    batch_shift: float = 0.0               # seeds in two balanced batches: each run-level deviation +-this many sds
     # the rivals' measures (claims 8-11; assumed, no real runs yet)
     probe_base: float = 0.4                # held-out probes' base Pass@1
     probe_per_gain: float = -0.3           # the probes' change per unit of target gain (both algorithms)
@@ -166,20 +173,33 @@ SMOLLM2 = Components(
 )
 MODEL_COMPONENTS = {"smollm2-135m": SMOLLM2}
 
-# the misspecified generators of the calibration (issue 39): name -> Components overrides
+# the misspecified generators of the calibration (issues 39, 53): name -> Components overrides. Each
+# draws its own randomness apart from the simulator's main stream (``_Evaluator``, ``shaped``), so
+# under a fixed seed it changes only what it perturbs (tests/study/test_claims_calibration.py checks
+# each claim's reading against ``Claim.generators``). entropy_intercept (every run's entropy +1.5%)
+# left the list with issue 53: claim 2's rule has an intercept, so it no longer misspecifies it.
 GENERATORS = {
     "current": {},
-    "entropy_intercept": {"entropy_intercept": 0.015},
     "seed_x_problem": {"sigma_seed_problem": 0.05},
     "shared_eval_seed": {"shared_eval_seed": True},
+    "overdispersed_eval": {"overdispersion": 0.03},
+    "heavy_tails": {"run_tails": 3.0},
+    "two_batches": {"batch_shift": 0.8},
     "count_noise": {"sigma_count_js": 0.008},
 }
 # what each generator perturbs (the calibration table's column)
 PERTURBS = {
     "current": "nothing: the simulator's own model",
-    "entropy_intercept": "out-of-domain entropy: every run's moves +1.5% whatever its gain",
-    "seed_x_problem": "each run's per-problem success: its own N(0, 0.05) offset per problem",
-    "shared_eval_seed": "every evaluation of a model draws the same sampling uniforms (eval.seed fixed)",
+    "seed_x_problem": "each run's per-problem success: its own N(0, 0.05) offset per problem (Pass@1, Pass@K, "
+                      "sparsity, the barrier's interpolations, the gains claims 2, 8, 9 match on)",
+    "shared_eval_seed": "every evaluation of a model draws the same sampling uniforms (eval.seed fixed): every "
+                        "count, the barrier's end points and interpolations alike",
+    "overdispersed_eval": "an evaluation's samples of one problem correlated (beta-binomial, rho 0.03: 1.9x the "
+                          "binomial variance at 32 samples): every count, the gains' noise the rules correct for",
+    "heavy_tails": "every run-level deviation (seed gain, entropy, probes, update share and norm, barrier, cosine, "
+                   "js_succ / p_pop) Student t(3) at the same sd",
+    "two_batches": "seeds in two balanced batches (even, odd: two machines): every run-level deviation of a seed "
+                   "+-0.8 sd by batch, the same sign across its measures",
     "count_noise": "js_succ and p_pop: count noise of sd 0.008, variance estimated from 40 train lines",
 }
 ARMS = ("es", "grpo", "es_grpo", "grpo_es", ES_ANCHOR)   # the simulated arms (the knobs' gains "g")
@@ -221,23 +241,66 @@ def knobs(p: np.ndarray, effects: dict, c: Components, K: int, nothing_trains: b
     return k
 
 
+def shaped(c: Components, z, seed=None):
+    """Standard normal deviates ``z`` (drawn from the main stream) in the shape a generator gives
+    every run-level deviation, at unit variance: Student t with ``run_tails`` df (its quantile at
+    z's, scaled by sqrt((nu - 2) / nu)); with ``batch_shift`` b, the seed's batch (even seeds +,
+    odd -) at +-b and the rest sqrt(1 - b^2) z. The main stream's draws are the same whatever the
+    generator. Identity under the simulator's own model."""
+    if not c.run_tails and not (c.batch_shift and seed is not None):
+        return z
+    from scipy.special import ndtr, stdtrit
+
+    x = np.asarray(z, dtype=np.float64)
+    if c.run_tails:
+        nu = float(c.run_tails)
+        x = stdtrit(nu, ndtr(x)) * math.sqrt((nu - 2) / nu)
+    if c.batch_shift and seed is not None:
+        b = float(c.batch_shift)
+        x = x * math.sqrt(1 - b * b) + (b if int(seed) % 2 == 0 else -b)
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def _dev(rng, c: Components, sd: float, seed=None, size=None):
+    """A run-level deviation N(0, sd^2) in the generator's shape (``shaped``)."""
+    return sd * shaped(c, rng.normal(size=size), seed)
+
+
 class _Evaluator:
     """Correct counts of an evaluation: Binomial(n, q) per problem, or, with a shared evaluation
     seed, the count of a model family's fixed uniforms U[p, s] below q_p (every evaluation of
-    that family draws the same sampling noise, as eval.seed = 0 does in real sweeps)."""
+    that family draws the same sampling noise, as eval.seed = 0 does in real sweeps); with
+    ``overdispersion`` rho, each problem's q first drawn from Beta(q (1/rho - 1), (1 - q)(1/rho - 1))
+    for that evaluation (beta-binomial). Each evaluation takes one integer from the main stream
+    (its own child stream's seed) and the generators' randomness from it or from ``aux``, so the
+    main stream's draws are the same under every generator."""
 
-    def __init__(self, n: int, c: Components, rng):
+    def __init__(self, n: int, c: Components, rng, aux=None):
         self.n, self.c, self.rng, self.U = n, c, rng, {}
+        self.aux = aux if aux is not None else rng.spawn(1)[0]
 
-    def __call__(self, p, shift, family="cell", offset=None):
+    def q(self, p, shift, offset=None):
+        """Each problem's success probability at a Pass@1 shift (and a run's own offsets)."""
         q = p.copy()
         solv = p > 0
         q[solv] = np.clip(p[solv] + shift / (1 - self.c.unsolvable) + (0.0 if offset is None else offset[solv]),
                           0.0, 1.0)
+        return q
+
+    def __call__(self, p, shift, family="cell", offset=None):
+        return self.draw(self.q(p, shift, offset), family)
+
+    def draw(self, q, family="cell"):
+        sub = np.random.default_rng(int(self.rng.integers(2 ** 63)))
+        if self.c.overdispersion > 0:
+            k = 1.0 / self.c.overdispersion - 1.0
+            q = q.copy()
+            inner = (q > 0) & (q < 1)
+            q[inner] = sub.beta(q[inner] * k, (1 - q[inner]) * k)
         if not self.c.shared_eval_seed:
-            return self.rng.binomial(self.n, q)
+            return sub.binomial(self.n, q)
         if family not in self.U:
-            self.U[family] = np.sort(self.rng.random((p.size, self.n)), axis=1)
+            self.U[family] = np.sort(self.aux.random((q.size, self.n)), axis=1)
         return (self.U[family] < q[:, None]).sum(1)
 
 
@@ -264,10 +327,7 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
                 "tokens_generated": 1000, **extra}
 
     def seed_problem(size):       # the run's own per-problem offset (seed x problem), mean 0
-        if c.sigma_seed_problem <= 0 or nothing_trains:
-            return None
-        v = rng.normal(0, c.sigma_seed_problem, size)
-        return v - v.mean()
+        return _seed_problem(c, ev.aux, size, nothing_trains)
 
     solv = p > 0  # problem x algorithm: each algorithm moves each solvable problem by its own offset
     p_algo = {}
@@ -280,20 +340,21 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
     for seed in range(R):
         recs.append(rec("none", seed, base, pop=None))
         for algo in ("es", "grpo", "es_grpo", "grpo_es"):
-            u = rng.normal(0, c.sigma_seed_grpo if algo == "grpo" and c.sigma_seed_grpo is not None else c.sigma_seed)
+            u = _dev(rng, c, c.sigma_seed_grpo if algo == "grpo" and c.sigma_seed_grpo is not None else c.sigma_seed,
+                     seed)
             g = kn["g"][algo] + u
             pa, off = p_algo[algo], seed_problem(P)
             final = ev(pa, g, offset=off)
             extra = {"base_pass@1": float(base.mean() / n), "final_pass@1": float(final.mean() / n)}
             if algo == "grpo":
                 climb = 0.0 if nothing_trains else c.grpo_climb
-                mid = ev(pa, g - climb + rng.normal(0, c.sigma_step), offset=off)
+                mid = ev(pa, g - climb + _dev(rng, c, c.sigma_step, seed), offset=off)
                 extra["pass1_curve"] = [[0, extra["base_pass@1"]], [ITERATIONS // 2, float(mid.mean() / n)],
                                         [ITERATIONS, extra["final_pass@1"]]]
             if algo in ("es", "grpo"):
                 h0 = 1.0
                 rel = (0.0 if nothing_trains else c.entropy_intercept) + kn["per_gain"] * g \
-                    + (kn["h_es"] if algo == "es" else 0.0) + rng.normal(0, c.sigma_entropy)
+                    + (kn["h_es"] if algo == "es" else 0.0) + _dev(rng, c, c.sigma_entropy, seed)
                 extra |= {"base_ood_entropy": h0, "final_ood_entropy": h0 * (1 + rel)}
             if algo == "es":
                 extra["sparsity"] = {"samples": n, "base_counts": base, "trained_counts": final, "curves": [
@@ -301,11 +362,20 @@ def simulate(design: Design = Design(), effects: dict | None = None, components:
                     {"mode": "equal_norm", "keep": KEEP, "correct_counts": ev(pa, g + kn["control"], offset=off)},
                     {"mode": "random", "keep": KEEP, "correct_counts": ev(pa, kn["s_random"] * g, offset=off)}]}
             if algo in ("es", "grpo"):
-                extra["_g"] = g
+                extra["_g"], extra["_q"] = g, ev.q(pa, g, off)   # the rivals' barrier interpolates the two
             recs.append(rec(algo, seed, final, pop=None if algo == "grpo" else 16, **extra))
     _rivals(recs, kn, c, p_algo["es"], rng.spawn(1)[0], ev, nothing_trains)
     recs += _family(d, c, kn, rng, nothing_trains) if "family" in parts else []
     return _drawn(recs, kn, c, rng, nothing_trains, parts)
+
+
+def _seed_problem(c: Components, aux, size: int, nothing_trains: bool):
+    """A run's own per-problem offset (seed x problem), mean 0, from the generators' stream; None
+    without one."""
+    if c.sigma_seed_problem <= 0 or nothing_trains:
+        return None
+    v = aux.normal(0, c.sigma_seed_problem, size)
+    return v - v.mean()
 
 
 def _drawn(recs: list[dict], kn: dict, c: Components, rng, nothing_trains: bool, parts: tuple) -> list[dict]:
@@ -330,42 +400,55 @@ def _rivals(recs: list[dict], kn: dict, c: Components, p_es, rng, ev: "_Evaluato
     - the update: top-22% share = top_share + share_per_gain g - dense [ES] + N(0, sigma_share),
       ln l2 = log_l2 + large [ES] + N(0, sigma_log_l2);
     - connectivity (on the ES run, paired with the GRPO run of its seed): barrier = max over t in
-      PROBE_T of barrier x (1 - |2t - 1|/2) + N(0, sigma_barrier), cosine = cosine + N(0, sigma_cosine);
+      PROBE_T of the straight line between the two runs' final Pass@1 as evaluated, (1 - t) ES + t
+      GRPO, minus one evaluation of the interpolated model (each problem's q (1 - t) q_ES + t q_GRPO,
+      less barrier x (1 - |2t - 1|/2) spread over the solvable problems), + N(0, sigma_barrier)
+      (the interpolated model's own deviation): its noise is the evaluations' and that;
+      cosine = cosine + N(0, sigma_cosine);
     - an anchored ES run per seed (``es_anchor``: algo es, anchor_decay 0.01): Pass@1 shift ES's
       + anchor_pass1 (with its own seed x problem offset where the generator has one), probe
       change anchor_probe + u + e."""
-    ev2 = _Evaluator(ev.n, c, rng)
+    ev2 = _Evaluator(ev.n, c, rng, aux=ev.aux)
     ev2.U = ev.U                                     # a shared evaluation seed stays shared
     base_probe = c.probe_base + rng.normal(0, c.sigma_probe_eval)
     e = lambda: rng.normal(0, c.sigma_probe_eval)
-    grpo_of = {r["seed"]: r["run_id"] for r in recs if r["algo"] == "grpo"}
+    grpo_of = {r["seed"]: r for r in recs if r["algo"] == "grpo"}
+    q_of = {(r["algo"], r["seed"]): r.pop("_q") for r in recs if "_q" in r}
+    solv = p_es > 0
     anchored = []
     for r in recs:
         g = r.pop("_g", None)
         if g is None:
             continue
-        es = r["algo"] == "es"
-        u = rng.normal(0, c.sigma_probe)
+        es, seed = r["algo"] == "es", r["seed"]
+        u = _dev(rng, c, c.sigma_probe, seed)
         final_true = base_probe + kn["probe_per_gain"] * g - (kn["forget"] if es else 0.0) + u
         final = final_true + e()
         low = min(base_probe, final)
         if es:
             low = min(low, final_true - kn["recovery"] + e())
-        share = c.top_share + c.share_per_gain * g - (kn["dense"] if es else 0.0) + rng.normal(0, c.sigma_share)
+        share = c.top_share + c.share_per_gain * g - (kn["dense"] if es else 0.0) + _dev(rng, c, c.sigma_share, seed)
         r |= {"base_probe_pass1": base_probe, "final_probe_pass1": final, "min_probe_pass1": low,
               "update_top_share": share,
-              "update_l2": math.exp(c.log_l2 + (kn["large"] if es else 0.0) + rng.normal(0, c.sigma_log_l2))}
+              "update_l2": math.exp(c.log_l2 + (kn["large"] if es else 0.0) + _dev(rng, c, c.sigma_log_l2, seed))}
         if es:
-            prof = [kn["barrier"] * (1 - abs(2 * t - 1) / 2) + rng.normal(0, c.sigma_barrier) for t in PROBE_T]
-            r |= {"connectivity_barrier": max(prof), "connectivity_cosine": kn["cosine"] + rng.normal(0, c.sigma_cosine),
-                  "connectivity_grpo_run": grpo_of.get(r["seed"])}
-            ga = kn["g"][ES_ANCHOR] + rng.normal(0, c.sigma_seed)
-            off = None
-            if c.sigma_seed_problem > 0 and not nothing_trains:
-                off = rng.normal(0, c.sigma_seed_problem, p_es.size)
-                off -= off.mean()
-            fa = ev2(p_es, ga, offset=off)
-            pa = base_probe + kn["anchor_probe"] + rng.normal(0, c.sigma_probe) + e()
+            gr = grpo_of.get(seed)
+            prof = []
+            for t in PROBE_T:
+                drop = kn["barrier"] * (1 - abs(2 * t - 1) / 2)
+                if gr is None:           # no GRPO run of this seed: the profile alone
+                    prof.append(drop + _dev(rng, c, c.sigma_barrier, seed))
+                    continue
+                q = (1 - t) * q_of[("es", seed)] + t * q_of[("grpo", seed)]
+                q[solv] = np.clip(q[solv] - drop / (1 - c.unsolvable), 0.0, 1.0)
+                line = (1 - t) * r["final_pass@1"] + t * gr["final_pass@1"]
+                prof.append(line - float(ev2.draw(q).mean()) / ev.n + _dev(rng, c, c.sigma_barrier, seed))
+            r |= {"connectivity_barrier": max(prof),
+                  "connectivity_cosine": kn["cosine"] + _dev(rng, c, c.sigma_cosine, seed),
+                  "connectivity_grpo_run": gr["run_id"] if gr is not None else None}
+            ga = kn["g"][ES_ANCHOR] + _dev(rng, c, c.sigma_seed, seed)
+            fa = ev2(p_es, ga, offset=_seed_problem(c, ev.aux, p_es.size, nothing_trains))
+            pa = base_probe + kn["anchor_probe"] + _dev(rng, c, c.sigma_probe, seed) + e()
             anchored.append({**{k: v for k, v in r.items() if not k.startswith(("connectivity", "sparsity"))},
                              "run_id": f"{ES_ANCHOR}-{r['model']}-{r['pop']}-{r['seed']}", "anchor_decay": 0.01,
                              "final_counts": fa, "final_pass@1": float(fa.mean() / ev.n), "final_probe_pass1": pa,
@@ -391,7 +474,7 @@ def _family(d: Design, c: Components, kn: dict, rng, nothing_trains: bool) -> li
     for j in range(d.sizes):
         pj = difficulty(P, c, rng)
         bj = ev(pj, 0.0, family=j)
-        slope = kn["s0"] + kn["beta"] * (lp[j] - lp.mean()) + rng.normal(0, c.sigma_size)
+        slope = kn["s0"] + kn["beta"] * (lp[j] - lp.mean()) + _dev(rng, c, c.sigma_size)
         solv = pj > 0
         for xi in x:
             shift = g_es + slope * (xi - x.mean())
@@ -403,23 +486,19 @@ def _family(d: Design, c: Components, kn: dict, rng, nothing_trains: bool) -> li
     recs = []
     for (j, pj, bj, xi, shift, _), g_std in zip(cells, G):
         pop = int(round(2 ** xi))
-        a_js, a_pp = (0.01 * (rho * g_std + math.sqrt(1 - rho * rho) * rng.normal()) for _ in range(2))
+        a_js, a_pp = (0.01 * (rho * g_std + math.sqrt(1 - rho * rho) * _dev(rng, c, 1.0)) for _ in range(2))
         for seed in range(R):
-            z, e1, e2, e3 = rng.normal(size=4)
+            z, e1, e2, e3 = _dev(rng, c, 1.0, seed, size=4)
             u = c.sigma_seed * (0.5 * z + rho * e1 + rho * e2 + math.sqrt(max(0.0, 1 - 2 * rho * rho)) * e3) / \
                 math.sqrt(1.25)
-            off = None
-            if c.sigma_seed_problem > 0 and not nothing_trains:
-                off = rng.normal(0, c.sigma_seed_problem, P)
-                off -= off.mean()
-            final = ev(pj, shift + u, family=j, offset=off)
+            final = ev(pj, shift + u, family=j, offset=_seed_problem(c, ev.aux, P, nothing_trains))
             js = 0.1 + 0.01 * (0.6 * z + 0.8 * e1) + a_js
             pp = 0.5 + 0.01 * (0.6 * z + 0.8 * e2) + a_pp
             noise = {}
             if c.sigma_count_js > 0:   # the means of TRAIN_LINES noisy lines, and their estimated variance
-                js += rng.normal(0, c.sigma_count_js)
-                pp += rng.normal(0, c.sigma_count_js)
-                noise = {f"{k}_var": c.sigma_count_js ** 2 * rng.chisquare(TRAIN_LINES - 1) / (TRAIN_LINES - 1)
+                js += ev.aux.normal(0, c.sigma_count_js)
+                pp += ev.aux.normal(0, c.sigma_count_js)
+                noise = {f"{k}_var": c.sigma_count_js ** 2 * ev.aux.chisquare(TRAIN_LINES - 1) / (TRAIN_LINES - 1)
                          for k in ("js_succ", "p_pop")}
             recs.append({"run_id": f"es-size{j}-{pop}-{seed}", "status": "completed", "algo": "es",
                          "model": f"size{j}", "params": float(sizes[j]), "pop": pop, "seed": seed,
