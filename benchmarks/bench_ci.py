@@ -106,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         command = "python benchmarks/bench_ci.py --write-docs" if not args.from_log else \
             f"python benchmarks/bench_ci.py --from-log {args.from_log.name} --write-docs"
         notes = (f"A fresh clone of {at} and `bash .ci/run` in it, as CI runs it. Start and end are seconds "
-                 "from .ci/run's start; stages overlap (services beside the main install; the vLLM install "
-                 "and tests beside the main suite), so durations do not add up to the total. "
+                 "from .ci/run's start; stages overlap (services beside the main install; the vLLM and "
+                 "real-model installs and tests beside the main suite, niced while it runs), so durations "
+                 "do not add up to the total. "
                  f"Main suite: {counts or 'no closing line found'}. This machine's speed moves by much more "
                  "than +-10% from hour to hour: read the table beside its date.")
         write_table("ci", "CI stages from a fresh clone", command,
