@@ -69,8 +69,9 @@ def collective_timeout(plan, params: int, cuda: bool) -> tuple[float, str]:
     """Seconds a collective of the run's ranks may wait, and where the number comes from:
     ``model.resources.collective_timeout_min`` when set, else the longest stretch one rank works
     between two collectives at the run's token bound (one evaluation's tokens over the ranks, or
-    one iteration's training tokens over the ranks, whichever is larger) at the engine's
-    estimated throughput (GPU: :func:`gpu_tokens_per_s`; CPU: :func:`cpu_tokens_per_s`), times
+    one iteration's training tokens over the ranks, whichever is larger) at the rate of one rank
+    (:func:`tokens_rate`: on a GPU the throughput table's row for the run's engine and size on a
+    ``DEFAULT_GPU``, as a Slurm job's hours; on a CPU the engine's measured rate), times
     ``COLLECTIVE_MARGIN``, at least ``COLLECTIVE_FLOOR_S``:
 
         timeout = max(floor, margin * max(eval_tokens, iteration_tokens) / ranks / tokens_per_s)
@@ -87,7 +88,7 @@ def collective_timeout(plan, params: int, cuda: bool) -> tuple[float, str]:
     per_iteration = max((algorithms.get(p.algo).estimate_tokens(p, budget, train_rows=train_rows) / max(1, p.iterations)
                          for p in plan.phases), default=0)
     longest = max(eval_tokens(plan), per_iteration) / ranks
-    rate = gpu_tokens_per_s(params)[0] if cuda else cpu_tokens_per_s(plan, params)[0]
+    rate = tokens_rate(plan, params, DEFAULT_GPU if cuda else "cpu")[0]
     seconds = max(COLLECTIVE_FLOOR_S, COLLECTIVE_MARGIN * longest / rate)
     return seconds, (f"{TIMEOUT_SETTING}=null: {COLLECTIVE_MARGIN:g} x {longest:,.0f} bound tokens per rank "
                      f"between collectives at ~{rate:,.0f} tokens/s, at least {COLLECTIVE_FLOOR_S / 60:.0f} min")
@@ -560,8 +561,7 @@ def run_cost(plan, gpu: str = DEFAULT_GPU, tokens_per_s=None, root=None, engine:
 
     ``engine``: price at this engine instead of the run's (a plan composed with engine=hf where
     vLLM is missing prices the preset's vLLM). rate: ``tokens_per_s`` (``plan.tokens_per_s``, a
-    number or per model name), else on a CPU
-    :func:`cpu_tokens_per_s`, on a GPU :func:`gpu_rate`. Returns {"device", "bound", "expected",
+    number or per model name), else :func:`tokens_rate`. Returns {"device", "bound", "expected",
     "share_source", "hours": {generate, train, analysis}, "total", "bound_hours", "rate" (tokens/s),
     "rate_source", "sources" (of the training passes)}."""
     from esopt import engines, models
@@ -581,13 +581,7 @@ def run_cost(plan, gpu: str = DEFAULT_GPU, tokens_per_s=None, root=None, engine:
         out |= {"total": float("nan"), "bound_hours": float("nan"), "rate": float("nan"),
                 "rate_source": "model size unknown"}
         return out
-    fixed = rate_for(tokens_per_s, plan.model["name"])
-    if fixed:
-        rate, src = float(fixed), "plan.tokens_per_s"
-    elif device == "cpu":
-        rate, src = cpu_tokens_per_s(plan, params)
-    else:
-        rate, src = gpu_rate(eng.name, params, gpu)
+    rate, src = tokens_rate(plan, params, device, eng.name, tokens_per_s)
     priced = share if eng.continuous_batching else 1.0
     out["hours"]["generate"] = (parts["eval"] + parts["train"]) * priced / rate / 3600
     out["hours"]["analysis"] = parts["analysis"] * priced / rate / 3600
@@ -602,24 +596,36 @@ def run_cost(plan, gpu: str = DEFAULT_GPU, tokens_per_s=None, root=None, engine:
     return out
 
 
-def gpu_tokens_per_s(params: int) -> tuple[float, str]:
-    """A cautious rate for limits (a collective's timeout, a job's time limit): bound tokens per
-    GPU-second of the slowest published row, es-at-scale's HF code on an H200, scaled by
-    parameters (:func:`gpu_rate` of hf over :data:`THROUGHPUT`; measured rows do not lower it)."""
-    return gpu_rate("hf", params, "H200", table=THROUGHPUT)
+def tokens_rate(plan, params: float, device: str, engine: str | None = None, tokens_per_s=None) -> tuple[float, str]:
+    """Generated tokens a second of one rank of run ``plan`` (one GPU of kind ``device``, or
+    ``"cpu"``: one process) for a model of ``params`` parameters, and the source: the one reading
+    of the throughput table that the planner's prices (:func:`run_cost`), a Slurm job's hours
+    and its ``sweep.max_job_hours`` check (:func:`wall_hours`) and the process group's timeout
+    (:func:`collective_timeout`) share. ``tokens_per_s`` (``plan.tokens_per_s``, a number or per
+    model name) when given; on a CPU :func:`cpu_tokens_per_s`; on a GPU :func:`gpu_rate` for
+    ``engine`` (default the run's) over the table (docs/results/gpu.md's measured rows, else the
+    published :data:`THROUGHPUT`)."""
+    fixed = rate_for(tokens_per_s, plan.model["name"])
+    if fixed:
+        return float(fixed), "plan.tokens_per_s"
+    if device == "cpu":
+        return cpu_tokens_per_s(plan, params)
+    return gpu_rate(engine or type(plan.engine_config).name, params, device)
 
 
-def wall_hours(plan, tokens: int) -> float | None:
-    """A run's wall-clock hours at its token bound ``tokens``: on GPUs (``model.resources.gpus``
-    > 0) tokens / (:func:`gpu_tokens_per_s` x the GPUs its ranks use); on a CPU,
-    :func:`cpu_seconds`; None for a model of unknown size."""
+def wall_hours(plan, gpu: str = DEFAULT_GPU) -> float | None:
+    """A run's wall-clock hours at its token bound, for a Slurm job's time limit: its
+    :func:`run_cost` at the bound (``bound_hours``: every completion at its budget, analyses and
+    training passes included, at :func:`tokens_rate`) over the GPUs its ranks use
+    (``model.resources.gpus`` > 0, on ``gpu``), or on a CPU as it is; None for a model of
+    unknown size:
+
+        hours = bound_hours / gpus_used
+    """
     from esopt import models
 
-    params = models.param_count(plan.model)
-    if not params:
+    if not models.param_count(plan.model):
         return None
+    hours = run_cost(plan, gpu)["bound_hours"]
     gpus = int(((plan.model.get("resources") or {}).get("gpus")) or 0)
-    if gpus:
-        return tokens / (gpu_tokens_per_s(params)[0] * max(1, plan.layout.gpus_used or gpus)) / 3600
-    seconds = cpu_seconds(plan, tokens, cuda=False)
-    return None if seconds is None else seconds / 3600
+    return hours / max(1, plan.layout.gpus_used or gpus) if gpus else hours

@@ -215,17 +215,18 @@ class EsoptSweeper(Sweeper):
         return cache[part]
 
     def time_notes(self, jobs: List[Job]) -> List[str]:
-        """Runs whose estimated hours (``esopt.runtime.budget.wall_hours``, at the token bound)
-        exceed their Slurm job's time limit: one that cannot checkpoint (it trains nothing: an
-        evaluation cannot be resumed) is refused here, exit 2, before anything is submitted; one
-        that would need more than ``1 + sweep.max_requeues`` jobs is listed (returned lines)."""
+        """Runs whose estimated hours (``esopt.runtime.budget.wall_hours``: the token bound at the
+        throughput table's rate, as ``esopt.plan`` prices it) exceed their Slurm job's time
+        limit: one that cannot checkpoint (it trains nothing: an evaluation cannot be resumed) is
+        refused here, exit 2, before anything is submitted; one that would need more than
+        ``1 + sweep.max_requeues`` jobs is listed (returned lines)."""
         from esopt.algorithms import get as algorithm
         from esopt.runtime.budget import wall_hours
 
         notes = []
         for job in {j.rid: j for j in jobs if j.launcher.get("max_timeout_min") and not self.skipped(j)}.values():
             limit_h = min(int(job.launcher.get("timeout_min") or 10 ** 9), int(job.launcher["max_timeout_min"])) / 60
-            hours = wall_hours(job.rc, estimate_tokens(job.rc))
+            hours = wall_hours(job.rc)
             if hours is None or hours <= limit_h:
                 continue
             source = "sweep.max_job_hours" if job.rc.sweep.max_job_hours else "the partition's limit"

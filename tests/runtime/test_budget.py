@@ -119,17 +119,30 @@ def test_grpo_disk_counts_its_fp32_masters(tmp_path):
     assert budget.run_disk(es) == (2 * TINY_2XL, 2 * 2 * TINY_2XL)  # ES updates bf16 in place
 
 
-def test_the_ranks_collective_timeout_follows_the_token_bound(tmp_path):
-    """timeout = max(30 min, 4 x the longest stretch of one rank's tokens / the throughput)."""
+def test_the_ranks_collective_timeout_follows_the_token_bound(tmp_path, monkeypatch):
+    """timeout = max(30 min, 4 x the longest stretch of one rank's tokens / the throughput), the
+    throughput being the table's row for the run's engine and size on an H100, as the planner's
+    and the Slurm job's hours read it: a measured row moves all three."""
     root = f"sweep.root={tmp_path}"
-    study = run_config("model=qwen7b", "algo=es", "eval.problems=1319", "eval.samples=32", "eval.max_new_tokens=2048",
-                       "model.resources.gpus=4", root, *GSM8K, check_data=False)
+    monkeypatch.setattr(budget, "GPU_RESULTS", tmp_path / "no-gpu.md")   # the published rows alone
+    study = run_config("model=qwen7b", "algo=es", "engine=hf", "eval.problems=1319", "eval.samples=32",
+                       "eval.max_new_tokens=2048", "model.resources.gpus=4", root, *GSM8K, check_data=False)
     params = 7_615_616_512
     seconds, why = budget.collective_timeout(study, params, cuda=True)
     longest = 1319 * 33 * 2048 / 4  # one evaluation (32 samples + greedy) over 4 ranks outlasts an ES iteration
-    assert seconds == pytest.approx(4 * longest / budget.gpu_tokens_per_s(params)[0])
+    hf_h100 = 30 * 200 * 1024 / (559.0 * 4) * 3.35 / 4.8 * 1_543_714_304 / params   # es-at-scale's HF row, moved
+    assert seconds == pytest.approx(4 * longest / hf_h100)
     assert seconds > 24 * 3600  # NCCL's 10-minute default would have ended it
     assert "model.resources.collective_timeout_min=null" in why and "\n" not in why
+    cost = budget.run_cost(study, "H100", root=tmp_path)
+    assert cost["rate"] == pytest.approx(hf_h100)
+    assert budget.wall_hours(study) == pytest.approx(cost["bound_hours"] / 4)      # 4 GPUs share the bound
+    md = tmp_path / "gpu.md"
+    md.write_text("| engine | model | GPU | generated tokens/s |\n|---|---|---|---|\n| hf | qwen7b | H100 | 1,000 |\n")
+    monkeypatch.setattr(budget, "GPU_RESULTS", md)
+    assert budget.collective_timeout(study, params, cuda=True)[0] == pytest.approx(4 * longest / 1000.0)
+    assert budget.run_cost(study, "H100", root=tmp_path)["rate"] == 1000.0
+    assert budget.wall_hours(study) == pytest.approx(budget.estimate_tokens(study) / 1000.0 / 3600 / 4)
     tiny = run_config("model=tiny-s", "algo=es", "model.resources.ranks=2", root, check_data=False)
     assert budget.collective_timeout(tiny, 105_216, cuda=False)[0] == budget.COLLECTIVE_FLOOR_S
     set_ = run_config("model=tiny-s", "algo=es", "model.resources.ranks=2", "model.resources.collective_timeout_min=90",
