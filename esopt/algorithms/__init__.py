@@ -219,6 +219,13 @@ class Algorithm:
         split = getattr(self._module(), "budgets", None)
         return tuple(split(cfg)) if split is not None else (int(cfg.iterations),)
 
+    def checkpoint_saves(self, phase, eval_every: int) -> int:
+        """Checkpoints one phase of a run's plan (``PhasePlan``) writes on its schedule (its
+        module's ``checkpoint_saves(settings, iterations, eval_every)``; 0 when it declares
+        none): what ``sweep.keep_checkpoints`` keeps (``esopt.runtime.budget.run_disk``)."""
+        fn = getattr(self._module(), "checkpoint_saves", None) if self.trains else None
+        return int(fn(phase.settings, int(phase.iterations), int(eval_every))) if fn is not None else 0
+
     def estimate_tokens(self, phase, budget: int, train_rows: int | None = None) -> int:
         """Upper bound on the generated training tokens of one phase of a run's plan
         (``esopt.runtime.runplan.PhasePlan``: its resolved settings over its iterations), every

@@ -302,6 +302,13 @@ def estimate_tokens(g: GRPOSettings, iterations: int, budget: int) -> int:
     return int(iterations * g.prompts_per_step * g.num_generations * (g.max_completion_length or budget))
 
 
+def checkpoint_saves(g: GRPOSettings, iterations: int, eval_every: int) -> int:
+    """Checkpoints the Trainer writes in a phase of ``iterations`` steps: every grpo.save_every
+    (null: eval.every) steps and at the last (transformers saves there with save_strategy=steps):
+    ``ceil(iterations / save_every)``."""
+    return -(-int(iterations) // int(g.save_every or eval_every))
+
+
 # --------------------------------------------------------------------------- rewards
 
 
@@ -384,11 +391,12 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
         def on_save(self, args, state, control, **kw):
             """The Trainer's checkpoint (written in place, not atomically) with the process
             umask's modes (safetensors writes 0600), then its sha256 manifest, written last:
-            only then is it trusted (:func:`last_checkpoint`) and the older ones removed."""
+            only then is it trusted (:func:`last_checkpoint`) and the older ones removed (kept
+            with ``sweep.keep_checkpoints``)."""
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             apply_umask(path)
             store.write_manifest(path)
-            for old in _checkpoints(Path(args.output_dir)):
+            for old in _checkpoints(Path(args.output_dir)) if not ctx.cfg.sweep.keep_checkpoints else ():
                 if _step(old) < state.global_step:
                     shutil.rmtree(old, ignore_errors=True)
             if self.preempted:  # saved on the scheduler's warning (on_step_end): requeue now
@@ -496,6 +504,7 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vl
         save_strategy="steps",
         save_steps=save_every,
         save_total_limit=None,  # on_save removes the older ones once the new one has its manifest
+        #                         (unless sweep.keep_checkpoints)
         report_to="none",
         disable_tqdm=True,
         log_completions=False,

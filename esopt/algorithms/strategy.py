@@ -61,6 +61,13 @@ class Strategy:
         """Upper bound on the phase's generated training tokens (0: none declared)."""
         return 0
 
+    @staticmethod
+    def checkpoint_saves(settings, iterations: int, eval_every: int) -> int:
+        """Checkpoints a phase of ``iterations`` writes on the trainer's schedule, every
+        ``checkpoint_every`` iterations and at the end (0 = never): ``ceil(iterations / k)``."""
+        k = int(settings.checkpoint_every or 0)
+        return -(-int(iterations) // k) if k else 0
+
     @classmethod
     def train(cls, ctx) -> None:
         """The strategy on the engine's weights for the phase (the loop: ``trainer.train``)."""

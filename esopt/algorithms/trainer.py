@@ -31,6 +31,7 @@ from esopt import models
 from esopt.algorithms import distributed
 from esopt.core import metrics, preempt, store
 from esopt.core.errors import NonFinite
+from esopt.core.files import link_tree
 from esopt.core.progress import Progress
 
 GEN_SEED_STRIDE = 1_000_003  # the iteration's sampling seed: run seed * GEN_SEED_STRIDE + iteration
@@ -164,7 +165,8 @@ def save_checkpoint(ctx, state: dict, strategy_state: dict | None = None) -> Non
     """Write ``<run>/checkpoint/`` as a whole or not at all: the weights the engine generates
     with (copied into the HF model first when the engine holds its own copy), state.json, the
     strategy's state (``strategy.pt``, when it keeps one) and, last, the sha256 manifest that
-    :func:`load_checkpoint` checks."""
+    :func:`load_checkpoint` checks. The next one replaces it, unless ``sweep.keep_checkpoints``:
+    then each also stays as :func:`kept_checkpoint` (hard links to its files)."""
     ctx.engine.sync_to(ctx.model)
     extra: dict = {"state.json": json.dumps(state, indent=2)}
     if strategy_state:
@@ -172,6 +174,15 @@ def save_checkpoint(ctx, state: dict, strategy_state: dict | None = None) -> Non
         torch.save(strategy_state, buf)
         extra[STRATEGY_STATE] = buf.getvalue()
     models.save(ctx.model, ctx.tokenizer, ctx.run.checkpoint_dir, extra=extra, manifest=True)
+    if ctx.cfg.sweep.keep_checkpoints:  # every checkpoint stays: this one also as <checkpoint>-<iteration>
+        link_tree(ctx.run.checkpoint_dir, kept_checkpoint(ctx.run.checkpoint_dir, int(state["iteration"])))
+
+
+def kept_checkpoint(directory, iteration: int) -> Path:
+    """Where ``sweep.keep_checkpoints`` keeps the checkpoint of ``iteration`` (``<run>/checkpoint``
+    -> ``<run>/checkpoint-<iteration>``; a sequence phase's beside its own directory)."""
+    directory = Path(directory)
+    return directory.with_name(f"{directory.name}-{iteration}")
 
 
 def load_checkpoint(ctx, phase: str, algo: str) -> dict | None:

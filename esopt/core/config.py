@@ -76,8 +76,9 @@ class SweepConfig:
     retry_failed: bool = False   # rerun runs recorded as failed
     aggregate: bool = True       # aggregate the sweep (report.html) when a multirun ends
     save_model: bool = True      # keep the trained weights in <run>/model/ (HF format) for analyses
-    keep_checkpoints: bool = False  # keep <run>/checkpoint/ (resume state) after the run completes;
-    #                                 false frees it (for a 0.5B model 5-10 GB per run) once model/ is saved
+    keep_checkpoints: bool = False  # keep every checkpoint (ES <run>/checkpoint-<it>/, GRPO checkpoint-<step>/)
+    #                                 and the last after the run completes; false keeps only the last while
+    #                                 it runs and frees it (0.5B: 5-10 GB per run) once model/ is saved
     max_job_hours: float | None = None  # Slurm: the longest a job may run; caps every job's timeout_min.
     #                                 null = the partition's limit as Slurm states it (none if infinite)
     max_requeues: int = 3           # Slurm: requeues after a time-out or preemption (the launcher's

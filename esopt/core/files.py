@@ -117,3 +117,20 @@ def apply_umask(path: str | os.PathLike) -> None:
                 p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
         except OSError:
             pass
+
+
+def link_tree(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """``dst`` as a complete copy of directory ``src`` (:func:`atomic_dir`), its files hard links
+    to ``src``'s where the filesystem allows (no second copy on disk while ``src`` keeps them;
+    a later writer that replaces ``src`` writes new files, so ``dst`` keeps these), else copies."""
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    dst = Path(dst)
+    with atomic_dir(dst) as tmp:
+        shutil.copytree(src, tmp, copy_function=link, dirs_exist_ok=True)
+    return dst

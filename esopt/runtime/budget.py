@@ -133,15 +133,21 @@ GB = 1e9
 
 
 def run_disk(plan) -> tuple[int, int] | None:
-    """``(model bytes, checkpoint bytes)`` of one run, from the model's parameter count
-    (``esopt.models.param_count``) and ``model.dtype`` (fp32 for an algorithm that trains master
-    weights, GRPO; ``model.save_dtype`` for ``model/``): ``model/`` holds the weights once (when
-    the algorithm trains and ``sweep.save_model``); the resume checkpoint holds
-    ``Algorithm.checkpoint_copies`` copies of them (ES 1, GRPO 3: with AdamW's moments), and
-    while a new one is written the previous one stays (x2). None when the size is unknown.
-    Measured for a 0.5B fp32 model (issue 44): ES left 4.8 GB after one iteration, GRPO 9.5 GB
-    (a 5.0 GB optimizer.pt); this estimate gives 4.0 and 8.0 GB (tokenizer and optimizer
-    bookkeeping not counted)."""
+    """``(model bytes, checkpoint bytes)`` of one run at its peak, from the model's parameter
+    count (``esopt.models.param_count``) and ``model.dtype`` (fp32 for an algorithm that trains
+    master weights, GRPO; ``model.save_dtype`` for ``model/``): ``model/`` holds the weights once
+    (when the algorithm trains and ``sweep.save_model``). One checkpoint holds
+    ``Algorithm.checkpoint_copies`` copies of the weights (ES 1, GRPO 3: with AdamW's moments);
+    a run keeps only its last, and while a new one is written the previous one stays:
+
+        checkpoint bytes = 2 x one checkpoint
+                         = (saves + 1) x one checkpoint   with sweep.keep_checkpoints
+
+    (``saves``: the checkpoints its schedule writes, ``Algorithm.checkpoint_saves`` summed over
+    its phases, each phase's at its own size; + 1 for a save on the time-limit signal). None when
+    the size is unknown. Measured for a 0.5B fp32 model (issue 44): ES left 4.8 GB after one
+    iteration, GRPO 9.5 GB (a 5.0 GB optimizer.pt); this estimate gives 4.0 and 8.0 GB
+    (tokenizer and optimizer bookkeeping not counted)."""
     from esopt import algorithms, models
 
     params = models.param_count(plan.model)
@@ -152,14 +158,19 @@ def run_disk(plan) -> tuple[int, int] | None:
     trained = 4 if algo.master_weights else loaded  # fp32 masters (GRPO), whatever model.dtype
     saved = DTYPE_BYTES.get(str(plan.model.get("save_dtype") or ""), trained)
     kept = params * saved if algo.trains and plan.sweep.save_model else 0
-    return kept, int(2 * params * trained * algo.checkpoint_copies)
+    one = params * trained * algo.checkpoint_copies
+    if not plan.sweep.keep_checkpoints:
+        return kept, int(2 * one)
+    every = sum(algorithms.get(p.algo).checkpoint_saves(p, plan.eval.every) * algorithms.get(p.algo).checkpoint_copies
+                for p in plan.phases)
+    return kept, int(params * trained * every + one)
 
 
 def sweep_disk(rcs: list, at_once: int = 1) -> dict | None:
     """The disk a sweep of runs ``rcs`` needs at its peak: every run's ``model/``, plus the
-    checkpoints: all of them with ``sweep.keep_checkpoints``, else only those of the runs in
-    flight (the ``at_once`` largest; a completed run frees its own). None when a run's size is
-    unknown."""
+    checkpoints: every one of every run with ``sweep.keep_checkpoints`` (:func:`run_disk`), else
+    only the last ones of the runs in flight (the ``at_once`` largest; a completed run frees its
+    own). None when a run's size is unknown."""
     sizes = [run_disk(plan) for plan in rcs]
     if not sizes or any(s is None for s in sizes):
         return None
@@ -199,11 +210,12 @@ def disk_line(need: dict, where) -> str:
     """The dry run's disk line: what the sweep needs at its peak, of which model weights and
     checkpoints, and the free space where it writes."""
     free, at = free_bytes(where)
-    ckpt = ("all runs' checkpoints, kept (sweep.keep_checkpoints=true)" if need["keep_checkpoints"]
-            else "the running runs' checkpoints, each removed when its run completes")
+    ckpt = ("every checkpoint of every run, kept (sweep.keep_checkpoints=true)" if need["keep_checkpoints"]
+            else "the running runs' checkpoints (each its last only), each removed when its run completes")
     return (f"disk (estimate, from each model's parameters and dtype): per run up to {size_text(need['run_model'])} "
-            f"of trained weights (model/) and {size_text(need['run_checkpoint'])} of resume checkpoint while it "
-            f"runs; {need['runs']} run(s) need about {size_text(need['peak'])} at the peak: "
+            f"of trained weights (model/) and {size_text(need['run_checkpoint'])} of resume checkpoint"
+            + (" (all of them)" if need["keep_checkpoints"] else " while it runs") + "; "
+            f"{need['runs']} run(s) need about {size_text(need['peak'])} at the peak: "
             f"{size_text(need['models'])} of weights + {size_text(need['checkpoints'])} for {ckpt}; "
             f"{size_text(free)} free in {at}")
 

@@ -38,7 +38,7 @@ def test_grpo_learns_and_records_train_and_eval_lines(results_root):
     every step is a train line with TRL's entropy, KL (beta > 0) and token counts."""
     rc = config(results_root, "iterations=12", "eval.every=6", "task.n_train=8", "eval.split=train",
                 "eval.samples=16", "grpo.num_generations=8", "grpo.prompts_per_step=8", "lr=3e-4",
-                "grpo.beta=0.04", "sweep.keep_checkpoints=true")  # its checkpoint is looked at below
+                "grpo.beta=0.04", "sweep.keep_checkpoints=true")  # its checkpoints are looked at below
     summary = run(rc)
     assert summary["status"] == "completed", summary["error"]
     path = run_dir(rc)
@@ -67,7 +67,9 @@ def test_grpo_learns_and_records_train_and_eval_lines(results_root):
     base = summary["base"]["pass@k"]["1"]
     assert evals[-1]["pass@1"] >= base + 0.15, (base, evals[-1]["pass@1"])  # measured 0.11 -> 0.54
     assert summary["lr"] == 3e-4
-    assert (path / "checkpoint" / "grpo" / "checkpoint-12" / "trainer_state.json").exists()
+    kept = sorted((path / "checkpoint" / "grpo").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in kept] == ["checkpoint-6", "checkpoint-12"]   # sweep.keep_checkpoints: every one
+    assert all(store.verify_manifest(p) is None and (p / "trainer_state.json").exists() for p in kept)
 
 
 def test_resume_continues_from_checkpoint(results_root, tmp_path):

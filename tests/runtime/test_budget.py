@@ -31,7 +31,11 @@ def test_disk_of_a_run_from_its_parameters_dtype_and_algorithm(tmp_path):
     assert budget.sweep_disk([es, grpo], at_once=2)["peak"] == 2 * w + 8 * w
     kept = [run_config("model=tiny-2xl", f"algo={a}", "sweep.keep_checkpoints=true", root, check_data=False)
             for a in ("es", "grpo")]
-    assert budget.sweep_disk(kept)["peak"] == 2 * w + 8 * w
+    # kept: every scheduled checkpoint (30 iterations, one every 10: 3) and one more being written
+    assert [budget.run_disk(k)[1] for k in kept] == [(3 + 1) * w, (3 + 1) * 3 * w]
+    assert budget.sweep_disk(kept)["peak"] == 2 * w + 4 * w + 12 * w
+    seq_kept = run_config("model=tiny-2xl", "algo=grpo_es", "sweep.keep_checkpoints=true", root, check_data=False)
+    assert budget.run_disk(seq_kept)[1] == (2 * 3 + 2 * 1 + 4) * w      # GRPO's 2 of 15 steps, ES's 2 of 15
     qwen = run_config("model=qwen0.5b", "algo=es", root, *GSM8K, check_data=False)
     assert budget.run_disk(qwen) == (494_032_768 * 2, 494_032_768 * 4)  # bfloat16, before any download
 

@@ -1,5 +1,6 @@
 """What a run leaves on disk besides its numbers (issue 44): each evaluation's completions in
-``<run>/samples/``, and no resume checkpoint once it has completed (``sweep.keep_checkpoints``)."""
+``<run>/samples/``, its last checkpoint only while it runs and none once it has completed, or
+every checkpoint with ``sweep.keep_checkpoints`` (issue 51)."""
 
 import json
 
@@ -33,6 +34,7 @@ def test_a_completed_run_keeps_its_completions_and_frees_its_checkpoint(tmp_path
         assert saved["truncated"] == result["truncated"] and 0 <= result["truncated"] <= 1
     assert final["iteration"] == 2 and base["problems"][0]["id"] == final["problems"][0]["id"]
     assert not (rd.path / "checkpoint").exists() and (rd.model_dir / "model.safetensors").is_file()
+    assert not list(rd.path.glob("checkpoint*"))   # the one of iteration 1 went when iteration 2's came
 
     # kept when asked, and no samples with save_samples=0: the same run (its id unchanged)
     kept = run_config(*ES, "eval.save_samples=0", "sweep.keep_checkpoints=true", f"sweep.root={tmp_path / 'b'}")
@@ -41,6 +43,13 @@ def test_a_completed_run_keeps_its_completions_and_frees_its_checkpoint(tmp_path
     rd2 = store.RunDir.for_run(kept.sweep.root, kept.sweep.name, s2["run_id"])
     assert s2["final"]["pass@k"] == s["final"]["pass@k"]
     assert (rd2.checkpoint_dir / "model.safetensors").is_file() and not (rd2.path / "samples").exists()
+    # every checkpoint kept (es.checkpoint_every=1): iteration 1's and 2's, the last one's files shared
+    assert sorted(p.name for p in rd2.path.glob("checkpoint*")) == ["checkpoint", "checkpoint-1", "checkpoint-2"]
+    one, two = (json.loads((rd2.path / f"checkpoint-{i}" / "state.json").read_text()) for i in (1, 2))
+    assert (one["iteration"], two["iteration"]) == (1, 2)
+    assert store.verify_manifest(rd2.path / "checkpoint-1") is None
+    assert (rd2.path / "checkpoint-1" / "model.safetensors").read_bytes() != (rd2.checkpoint_dir / "model.safetensors").read_bytes()
+    assert (rd2.path / "checkpoint-2" / "model.safetensors").samefile(rd2.checkpoint_dir / "model.safetensors")
 
 
 @pytest.mark.parametrize("value", ["-1", "some", "true"])
