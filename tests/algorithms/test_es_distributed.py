@@ -135,17 +135,29 @@ def test_single_process_is_a_no_op():
 
 
 def test_slurm_env_translation(monkeypatch):
+    """ES over two nodes (``hydra.launcher.nodes=2``, two tasks a node): the torch.distributed
+    environment each of the four Slurm tasks builds from its own SLURM_* variables. Ranks 0-3,
+    a local rank per node, and one rendezvous (the node list's first host, a port from the job
+    id) that every task agrees on; a launch that already names its rank is left alone."""
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
         # set then delete, so monkeypatch records the key and removes what _slurm_env adds
         # (a leaked RANK/WORLD_SIZE makes later tests' accelerate try to rendezvous)
         monkeypatch.setenv(k, "")
         monkeypatch.delenv(k)
-    monkeypatch.setenv("SLURM_PROCID", "3")
     monkeypatch.setenv("SLURM_NTASKS", "4")
-    monkeypatch.setenv("SLURM_LOCALID", "1")
     monkeypatch.setenv("SLURM_JOB_ID", "12345")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[07-08]")
     monkeypatch.setenv("PATH", "/nonexistent")  # no scontrol: parse the node list
-    distributed._slurm_env()
-    assert (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"]) == ("3", "4", "1")
-    assert os.environ["MASTER_ADDR"] == "gpu07" and os.environ["MASTER_PORT"] == str(20000 + 12345)
+    built = []
+    for procid, local in enumerate([0, 1, 0, 1]):   # gpu07's two tasks, then gpu08's
+        for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+            os.environ.pop(k, None)
+        monkeypatch.setenv("SLURM_PROCID", str(procid))
+        monkeypatch.setenv("SLURM_LOCALID", str(local))
+        distributed._slurm_env()
+        built.append(tuple(os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")))
+        assert (distributed.launched_world(), distributed.launched_rank()) == (4, procid)
+    assert built == [(str(r), "4", str(r % 2), "gpu07", str(20000 + 12345)) for r in range(4)]
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    distributed._slurm_env()                     # RANK already set (torchrun): not overwritten
+    assert os.environ["RANK"] == "3"
