@@ -3,6 +3,7 @@ array, two runs per array task), then the four run directories. Skipped, with th
 when Slurm is not running (start it with ``scripts/start_slurm.sh``; CI's ``.ci/run`` does)."""
 
 import json
+import os
 import re
 
 import pytest
@@ -120,62 +121,109 @@ def test_two_resource_groups_run_at_once(tmp_path):
         assert scripts.count(line + "\n") == 2                  # sweep.offline: the jobs' setup
 
 
-def test_es_saves_on_the_time_limit_signal_and_resumes_bitwise(tmp_path):
-    """One ES run as a Slurm job (es.checkpoint_every=0: no scheduled checkpoint) gets the
-    scheduler's warning (SIGUSR2, as ``--signal=USR2@signal_delay_s`` sends it before the time
-    limit; sent here with scancel once the run has logged an iteration, so the test waits
-    seconds, not a minute-long limit): it saves at that iteration boundary, submitit requeues the
-    job, and the second attempt resumes there. The final weights equal, bitwise, the same run
-    uninterrupted in this process; every iteration is recorded once."""
+def _proc_status(pid: int) -> dict:
+    """/proc/<pid>/status as {field: value}; {} once the process is gone."""
+    try:
+        text = open(f"/proc/{pid}/status").read()
+    except OSError:
+        return {}
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def test_es_saves_at_a_real_time_limit_and_resumes_bitwise(tmp_path):
+    """One ES run as a Slurm job with a real 2-minute limit (``#SBATCH --time=2``) and
+    ``--signal=USR2@30``: Slurm's own time-limit check sends the warning, the run saves at that
+    iteration boundary (es.checkpoint_every=0: no scheduled checkpoint), submitit requeues the job
+    and the second attempt resumes there. The final weights equal, bitwise, the same run
+    uninterrupted; every iteration is recorded once.
+
+    It starts Slurm jobs and takes two to three minutes: slurmctld checks limits every 30 s, so
+    the warning comes 60-90 s into the job. Slurm's least limit, 1 minute, would put it 20-50 s
+    in (at USR2@10; the launcher's grace to reach an iteration boundary is half the lead), before
+    a loaded 2-core machine has the run at its first iteration (30-45 s measured). To keep a tiny
+    run (a second an iteration) in the middle of an iteration when it comes, without burning a
+    CPU through that window, the job's process is paused (SIGSTOP) after its first train line,
+    as a long GPU iteration would hold it; Slurm continues it to deliver the warning (the test
+    does, should it not). The uninterrupted run goes meanwhile, in a process of its own."""
+    import datetime
+    import signal
     import subprocess
     import threading
     import time
 
     from safetensors.torch import load_file
 
-    from helpers import cli
-
     env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    run = ["model=tiny-xs", "algo=es", "pop=4", "iterations=20", "es.batch_size=4", "es.checkpoint_every=0",
-           "eval.problems=2", "eval.samples=1", "eval.every=20", "task.n_train=32", "task.n_test=8",
+    run = ["model=tiny-xs", "algo=es", "pop=4", "iterations=6", "es.batch_size=4", "es.checkpoint_every=0",
+           "eval.problems=2", "eval.samples=1", "eval.every=6", "task.n_train=32", "task.n_test=8",
            "task.n_heldout=8", "sweep.aggregate=false", f"sweep.root={tmp_path}"]
-    signalled = []
+    hydra = tmp_path / "slurm" / ".hydra"
+    seen: dict = {}
+    done = threading.Event()
+    straight = threading.Thread(target=lambda: seen.update(straight=run_cli(
+        "esopt.sweep", "-m", *run, "sweep.name=straight", env=env, timeout=900)))
 
-    def signal_once_running() -> None:  # the job's first train line: send the warning
+    def job_started() -> float | None:  # the first attempt's start, as submitit logged it
+        logs = "".join(f.read_text() for f in hydra.glob("*/.submitit/*/*_log.out"))
+        m = re.search(r"submitit INFO \((\S+ \S+)\) - Starting with JobEnvironment", logs)
+        return datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() if m else None
+
+    def pause_until_the_warning() -> None:
         deadline = time.time() + 600
-        while time.time() < deadline and not signalled:
-            logs = list((tmp_path / "slurm" / "runs").glob("*/metrics.jsonl"))
-            folders = [p for p in (tmp_path / "slurm" / ".hydra").glob("*/.submitit/*") if p.is_dir()]
-            if logs and '"kind": "train"' in logs[0].read_text() and folders:
-                subprocess.run(["scancel", "--signal=USR2", folders[0].name], check=True)
-                signalled.append(time.time())
-            time.sleep(0.2)
-        while signalled and time.time() < deadline:  # Slurm holds a requeued job 120 s: release it
-            state = subprocess.run(["squeue", "-h", "-j", folders[0].name, "-o", "%T"], capture_output=True,
-                                   text=True).stdout.strip()
-            if state in ("PENDING", ""):
-                subprocess.run(["scontrol", "update", f"JobId={folders[0].name}", "StartTime=now"])
-                if state == "" or "Resources" not in subprocess.run(["squeue", "-h", "-j", folders[0].name, "-o",
-                                                                    "%r"], capture_output=True, text=True).stdout:
-                    return
-            time.sleep(0.2)
+        while time.time() < deadline and not done.is_set():   # the first train line: pause the job there
+            seen["job"] = next((p.name for p in hydra.glob("*/.submitit/*") if p.name.isdigit()), None)
+            run_dir = next((tmp_path / "slurm" / "runs").glob("*/metrics.jsonl"), tmp_path).parent
+            if (run_dir / "owner.lock").exists() and '"kind": "train"' in (run_dir / "metrics.jsonl").read_text():
+                seen["trained_at"] = time.time() - (job_started() or 0)
+                if seen["trained_at"] < 55:  # before the warning's window: 60-90 s into the job
+                    seen["pid"] = int(json.loads((run_dir / "owner.lock").read_text())["pid"])
+                    os.kill(seen["pid"], signal.SIGSTOP)
+                    seen["straight_started"] = True
+                    straight.start()   # on the CPU the paused job leaves
+                break
+            time.sleep(0.1)
+        while "pid" in seen and time.time() < deadline:          # until Slurm's warning wakes it
+            st = _proc_status(seen["pid"])
+            stopped = st.get("State", "").startswith("T")
+            seen["stopped"] = seen.get("stopped") or stopped
+            pending = int(st.get("ShdPnd", "0"), 16) | int(st.get("SigPnd", "0"), 16)
+            if not st or (seen["stopped"] and not stopped) or pending & (1 << (signal.SIGUSR2 - 1)):
+                seen["warned"] = time.time()
+                if st:
+                    os.kill(seen["pid"], signal.SIGCONT)
+                break
+            time.sleep(0.1)
+        while not done.is_set() and time.time() < deadline:     # Slurm holds a requeued job 120 s: release it
+            out = subprocess.run(["squeue", "-h", "-j", str(seen.get("job")), "-o", "%T %r"], capture_output=True,
+                                 text=True).stdout.split()
+            if out[:2] == ["PENDING", "BeginTime"]:
+                subprocess.run(["scontrol", "update", f"JobId={seen['job']}", "StartTime=now"])
+            time.sleep(0.5)
 
-    watcher = threading.Thread(target=signal_once_running, daemon=True)
+    watcher = threading.Thread(target=pause_until_the_warning, daemon=True)
     watcher.start()
     r = run_cli("esopt.sweep", "-m", "hydra/launcher=slurm", *run, "sweep.name=slurm", "hydra.launcher.poll_s=1",
-                "hydra.launcher.timeout_min=10", "hydra.launcher.mem_gb=2", env=env, timeout=900)
-    watcher.join(timeout=1)
+                "hydra.launcher.timeout_min=2", "hydra.launcher.runs_per_job=1", "hydra.launcher.signal_delay_s=30",
+                "hydra.launcher.mem_gb=2", env=env, timeout=900)
+    done.set()
+    watcher.join(timeout=5)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
-    assert signalled
-    straight = cli("esopt.sweep", "-m", *run, "sweep.name=straight")
-    assert straight.returncode == 0, straight.stderr[-2000:]
-    (d1,), (d2,) = [list((tmp_path / s / "runs").iterdir()) for s in ("slurm", "straight")]
-    logs = "".join(f.read_text() for f in (tmp_path / "slurm" / ".hydra").glob("*/.submitit/*/*_log.*"))
-    resumed = re.findall(r"resumes from its checkpoint at iteration (\d+)", logs)
-    assert len(resumed) == 1 and 1 <= int(resumed[0]) < 20, resumed   # saved on the signal, mid-run
+    script = "".join(p.read_text() for p in hydra.glob("*/.submitit/*/*_submission.sh"))
+    assert "#SBATCH --time=2\n" in script and "#SBATCH --signal=USR2@30\n" in script
+    # the warning came from Slurm's time limit, 60-90 s into the job (its 30-s check), while paused
+    assert seen.get("stopped"), f"the first train line came {seen.get('trained_at')} s into the job, after 55 s"
+    assert 60 - 3 <= seen["warned"] - job_started() <= 90 + 3, (seen["warned"], job_started())
+    logs = "".join(f.read_text() for f in hydra.glob("*/.submitit/*/*_log.*"))
     assert "DUE TO JOB REQUEUE" in logs                                # submitit's handler requeued it
+    resumed = re.findall(r"resumes from its checkpoint at iteration (\d+)", logs)
+    assert len(resumed) == 1 and 1 <= int(resumed[0]) < 6, resumed   # saved on the warning, mid-run
+    if not seen.get("straight_started"):
+        straight.start()
+    straight.join(timeout=900)
+    assert seen["straight"].returncode == 0, seen["straight"].stderr[-2000:]
+    (d1,), (d2,) = [list((tmp_path / s / "runs").iterdir()) for s in ("slurm", "straight")]
     w1, w2 = load_file(str(d1 / "model" / "model.safetensors")), load_file(str(d2 / "model" / "model.safetensors"))
     assert w1.keys() == w2.keys() and all(w1[k].equal(w2[k]) for k in w1)
     train = [json.loads(x)["iteration"] for x in (d1 / "metrics.jsonl").read_text().splitlines()
              if json.loads(x)["kind"] == "train"]
-    assert train == list(range(1, 21))
+    assert train == list(range(1, 7))
