@@ -1,7 +1,9 @@
 """Shared test settings: offline, quiet, small thread counts (the suite runs on 2 cores).
 Shared helpers live in tests/helpers.py (this directory is on sys.path for every test)."""
 
+import itertools
 import os
+import tempfile
 import types
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -13,6 +15,10 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 # subprocesses (sweeps, Slurm jobs, distributed ranks) some tests start for the 2 cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("ESOPT_PROGRESS", "0")  # quiet: no progress lines (tests/core/test_progress.py turns them on)
+# the looks ledger (esopt.study.claims.ledger) of the tests' sweeps stays out of the user's own: one per
+# module (its module-scoped fixtures) and one per test below (a test's sweeps are not another's looks)
+LOOKS_DIR = tempfile.mkdtemp(prefix="esopt-looks-")
+os.environ["ESOPT_LOOKS"] = os.path.join(LOOKS_DIR, "looks.jsonl")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -20,12 +26,25 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
+_LOOKS = itertools.count()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_looks():
+    """A module's own looks ledger, set before its module-scoped fixtures (autouse runs first)."""
+    saved = os.environ.get("ESOPT_LOOKS")
+    os.environ["ESOPT_LOOKS"] = os.path.join(LOOKS_DIR, f"looks-{next(_LOOKS)}.jsonl")
+    yield
+    os.environ["ESOPT_LOOKS"] = saved
+
+
 @pytest.fixture(autouse=True)
 def _environment_as_it_was():
     """Each test starts from the suite's environment: an in-process CLI call (esopt.cli.common's
     quiet() sets PYTHONWARNINGS and friends for the processes it starts) must not leak into the
-    subprocesses of later tests."""
+    subprocesses of later tests. Its own looks ledger (ESOPT_LOOKS, empty)."""
     saved = dict(os.environ)
+    os.environ["ESOPT_LOOKS"] = os.path.join(LOOKS_DIR, f"looks-{next(_LOOKS)}.jsonl")
     yield
     if os.environ != saved:
         os.environ.clear()

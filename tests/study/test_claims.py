@@ -631,7 +631,41 @@ def test_a_registered_design_is_confirmatory_once(tmp_path):
     assert "registered after verdicts" in C.claims(late)["look"]["why"]
 
 
-def test_a_corrupt_claims_json_is_kept_aside_and_a_hand_edit_reads_exploratory(tmp_path, capsys):
+def test_a_look_is_remembered_per_data_not_per_folder(tmp_path):
+    """The looks ledger (ESOPT_LOOKS; conftest gives each test its own): a registered sweep's first
+    look is confirmatory and recomputing it, also from a copy in another folder, is the same look;
+    another registered sweep that reads some of the same data (task, split, test draw, seeds) is a
+    second look at them, exploratory, naming the earlier one; the same seeds on a fresh test draw
+    are new data."""
+    import shutil
+
+    from esopt.study.claims import ledger
+    from helpers import run_config
+
+    rc = run_config("model=tiny-xs")
+
+    def registered(name, seeds, draw=0):
+        sweep = tmp_path / name
+        write_planted_sweep(sweep, {}, seeds=seeds, problems=100, test_draw=draw)
+        C.register(sweep, [(p.name, rc) for p in sorted((sweep / "runs").iterdir())])
+        return sweep
+
+    first = registered("paper_a", (0, 1, 2, 3))
+    assert C.claims(first, trend={})["look"]["confirmatory"]
+    moved = tmp_path / "elsewhere" / "paper_a"
+    shutil.copytree(first, moved)
+    assert C.claims(moved, trend={})["look"]["confirmatory"]                # the same look, wherever it is
+    (entry,) = [json.loads(x) for x in ledger.path().read_text().splitlines()]
+    assert entry["data"] == "countdown test split, draw 0, seeds 0-3" and entry["sweep"] == str(first)
+    again = C.claims(registered("paper_b", (2, 3, 4, 5)), trend={})      # seeds 2 and 3 of that split again
+    assert not again["look"]["confirmatory"] and again["headline"] == {"yes": [], "no": [], "unclear": []}
+    assert f"these data were looked at before (countdown test split, draw 0, seeds 0-3: 2 of them, sweep {first}" \
+        in again["look"]["why"]
+    assert C.claims(registered("paper_c", (0, 1, 2, 3), draw=1), trend={})["look"]["confirmatory"]   # a fresh draw
+    assert len(ledger.path().read_text().splitlines()) == 3
+
+
+def test_a_corrupt_claims_json_is_kept_aside_and_a_hand_edit_reads_exploratory(tmp_path, capsys, monkeypatch):
     """A corrupt claims.json (torn, a list, a registration whose design is a number) stopped a
     claims sweep before any run with a traceback. The sweeper's register keeps it aside under a new
     name, says so in one warning and registers afresh, labelled so (exploratory: the earlier looks
@@ -666,6 +700,7 @@ def test_a_corrupt_claims_json_is_kept_aside_and_a_hand_edit_reads_exploratory(t
         assert not look["confirmatory"] and f"registered afresh over a corrupt claims.json (kept as {kept.name})" \
             in look["why"]
     path.unlink()
+    monkeypatch.setenv("ESOPT_LOOKS", str(tmp_path / "fresh-looks.jsonl"))   # the looks above read these data
     C.register(sweep, runs)
     first = look_at()
     assert first["look"]["confirmatory"] and first["looks"][-1]["design_sha256"] == first["registration"]["design_sha256"]
@@ -693,6 +728,7 @@ def test_a_corrupt_claims_json_is_kept_aside_and_a_hand_edit_reads_exploratory(t
     unhashed["registration"].pop("graph_sha256")
     unhashed["looks"] = [{k: v for k, v in x.items() if k != "graph_sha256"} for x in first["looks"]]
     path.write_text(json.dumps(unhashed))
+    monkeypatch.setenv("ESOPT_LOOKS", str(tmp_path / "fresh-looks-2.jsonl"))   # the edited graphs' looks read them
     assert look_at()["look"]["confirmatory"]
     unhashed["registration"]["graph"] = graph["registration"]["graph"]      # ... another graph does not
     path.write_text(json.dumps(unhashed))

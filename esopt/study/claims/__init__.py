@@ -75,7 +75,7 @@ from esopt.core.errors import ConfigError
 from esopt.core.metrics import p_above, power_at, t_interval
 from esopt.study import fit
 from esopt.study import tables
-from esopt.study.claims import stored
+from esopt.study.claims import ledger, stored
 from esopt.study.claims.rules import CLAIMS, ES_ANCHOR, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
 __all__ = ["ALGOS", "ARMS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "arm", "attach_details", "claims",
@@ -384,7 +384,14 @@ def current_design(reg: Mapping) -> dict:
     return (reg.get("amendments") or [reg])[-1]["design"]
 
 
-def judge_look(reg: Mapping | None, records: list[dict], looks: list | None = None) -> dict:
+def _seen_why(seen: list | None) -> list[str]:
+    """The looks ledger's earlier looks at these data (``ledger.earlier``), in words."""
+    return [f"these data were looked at before ({e.get('data')}: {e.get('shared')} of them, sweep {e.get('sweep')} "
+            f"at {e.get('at')}): a later verdict on them is exploratory, wherever the sweep lives"
+            for e in (seen or [])[:1]]
+
+
+def judge_look(reg: Mapping | None, records: list[dict], looks: list | None = None, seen: list | None = None) -> dict:
     """Whether verdicts on ``records`` are confirmatory: {"confirmatory", "why"}. Exploratory when
     the sweep has no registration, when its completed runs differ from the registered ones (a
     run missing, failed or added), when the registered claims differ from the registry's (a claim
@@ -393,11 +400,14 @@ def judge_look(reg: Mapping | None, records: list[dict], looks: list | None = No
     after a look, a design or graph that no longer matches the hash recorded when it was written
     (``design_sha256``, ``graph_sha256``) or by an earlier look (``looks``: edited by hand), or an
     earlier look at the same runs that was not confirmatory. A graph registered before it was
-    hashed passes only where it is this code's own (``registered_graph``). Also a registration written afresh over a corrupt claims.json (its earlier
+    hashed passes only where it is this code's own (``registered_graph``). And whatever the
+    folder: when another look already read these data (``seen``: the looks ledger's entries,
+    ``ledger.earlier``: the same task, split, test draw and seeds). Also a registration written afresh over a corrupt claims.json (its earlier
     looks are unknown)."""
     if not reg:
-        return {"confirmatory": False, "why": "no registration: the design was not written into claims.json before "
-                                              "the runs (python -m esopt.sweep writes it for a claims sweep)"}
+        return {"confirmatory": False, "why": "; ".join([
+            "no registration: the design was not written into claims.json before the runs (python -m esopt.sweep "
+            "writes it for a claims sweep)", *_seen_why(seen)])}
     why = []
     want = set(current_design(reg)["run_ids"])
     have = {str(r["run_id"]) for r in records if r.get("status", "completed") == "completed"}
@@ -436,16 +446,17 @@ def judge_look(reg: Mapping | None, records: list[dict], looks: list | None = No
         why.append("the registered graph differs from the one an earlier look judged: changed after a look")
     elif any(x.get("runs_hash") == runs and x.get("confirmatory") is False for x in looks or []):
         why.append("an earlier look at these runs was exploratory: the registration was changed after it")
+    why += _seen_why(seen)
     return {"confirmatory": not why, "why": "; ".join(why) or "the registered design, first look"}
 
 
 def compute(records: list[dict], trend: Mapping | None = None, registration: Mapping | None = None,
-            looks: list | None = None, **settings: Any) -> dict:
+            looks: list | None = None, seen: list | None = None, **settings: Any) -> dict:
     """claims.json's content from run records (see module docstring). ``trend`` (trend.json, the
     aggregator's fit) is reported beside claim 7. ``registration`` (claims.json's, written by
     ``register`` before the runs) fixes the family's graph and decides whether the verdicts
     are confirmatory (``judge_look``); ``looks``: the earlier computations, to which this one is
-    appended. Unknown settings (e.g. the aggregator's n_boot, seed) are recorded and ignored."""
+    appended; ``seen``: the looks ledger's other looks at these data (``ledger.earlier``). Unknown settings (e.g. the aggregator's n_boot, seed) are recorded and ignored."""
     s = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
     cell = select_cell(records)
     A = cell["algos"]
@@ -455,7 +466,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
     m_family = int((registration or {}).get("family_size") or family_size())
     graph = check_graph(registration["graph"]) if (registration or {}).get("graph") else registered_graph()
     decided = decide_all(measures, s, graph)
-    look = judge_look(registration, records, looks)
+    look = judge_look(registration, records, looks, seen)
     out = []
     for cid, c in sorted(REGISTRY.items()):
         m, d = measures[cid], decided[cid]
@@ -600,6 +611,8 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
         es_cfg = _obj(config.get("es"))
         r["es_temperature"], r["es_samples"] = es_cfg.get("temperature"), es_cfg.get("samples")
         r["test_draw"] = _obj(config.get("task")).get("test_draw")
+        r["task_source"] = _obj(config.get("task")).get("source")     # the data a look reads (ledger.datum)
+        r["eval_split"] = final.get("split") or _obj(config.get("eval")).get("split") or "test"
         ev = _obj(config.get("eval"))
         if ev.get("probes"):   # one probe evaluation's sampling noise (simulate.probe_eval_var)
             r["probe_samples"], r["probe_problems"] = ev.get("probe_samples"), ev.get("probe_problems")
@@ -624,7 +637,11 @@ def claims(source, trend: Mapping | None = None, **settings: Any) -> dict:
     records = records_from_tables(agg.runs, agg.curves)
     attach_details(records, tables.find_runs_dir(sweep_dir))
     before = stored.read(sweep_dir / "claims.json")  # a corrupt one: one ConfigError line, never overwritten
-    out = compute(records, trend, before.get("registration"), before.get("looks"), **settings)
+    data = ledger.data_of(records)                   # the looks ledger: these data read before, anywhere?
+    look = ledger.look_id(before.get("registration"), records)
+    out = compute(records, trend, before.get("registration"), before.get("looks"), ledger.earlier(data, look),
+                  **settings)
+    ledger.remember(data, look, str(sweep_dir), data)
     out["sweep_dir"] = str(sweep_dir)
     return out
 
