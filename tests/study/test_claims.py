@@ -631,23 +631,27 @@ def test_a_registered_design_is_confirmatory_once(tmp_path):
     assert "registered after verdicts" in C.claims(late)["look"]["why"]
 
 
-def test_a_look_is_remembered_per_data_not_per_folder(tmp_path):
+def test_a_look_is_remembered_per_data_not_per_folder(tmp_path, capsys):
     """The looks ledger (ESOPT_LOOKS; conftest gives each test its own): a registered sweep's first
     look is confirmatory and recomputing it, also from a copy in another folder, is the same look;
     another registered sweep that reads some of the same data (task, split, test draw, seeds) is a
     second look at them, exploratory, naming the earlier one; the same seeds on a fresh test draw
-    are new data."""
+    are new data. The sweeper's registration says so before any run, in one warning."""
     import shutil
 
     from esopt.study.claims import ledger
     from helpers import run_config
 
-    rc = run_config("model=tiny-xs")
+    rcs = {}
 
     def registered(name, seeds, draw=0):
         sweep = tmp_path / name
         write_planted_sweep(sweep, {}, seeds=seeds, problems=100, test_draw=draw)
-        C.register(sweep, [(p.name, rc) for p in sorted((sweep / "runs").iterdir())])
+        for s in seeds:     # each run's own seed and draw, as the sweeper registers them
+            rcs.setdefault((s, draw), run_config("model=tiny-xs", "task=countdown", f"seed={s}",
+                                                 f"task.test_draw={draw}"))
+        C.register(sweep, [(p.name, rcs[int(p.name.rsplit("-s", 1)[1]), draw])
+                           for p in sorted((sweep / "runs").iterdir())])
         return sweep
 
     first = registered("paper_a", (0, 1, 2, 3))
@@ -657,7 +661,10 @@ def test_a_look_is_remembered_per_data_not_per_folder(tmp_path):
     assert C.claims(moved, trend={})["look"]["confirmatory"]                # the same look, wherever it is
     (entry,) = [json.loads(x) for x in ledger.path().read_text().splitlines()]
     assert entry["data"] == "countdown test split, draw 0, seeds 0-3" and entry["sweep"] == str(first)
+    capsys.readouterr()
     again = C.claims(registered("paper_b", (2, 3, 4, 5)), trend={})      # seeds 2 and 3 of that split again
+    warned = capsys.readouterr().err.strip().splitlines()                 # said at registration, before any run
+    assert len(warned) == 1 and warned[0].startswith("esopt: warning: these data were looked at before"), warned
     assert not again["look"]["confirmatory"] and again["headline"] == {"yes": [], "no": [], "unclear": []}
     assert f"these data were looked at before (countdown test split, draw 0, seeds 0-3: 2 of them, sweep {first}" \
         in again["look"]["why"]
@@ -684,7 +691,8 @@ def test_a_corrupt_claims_json_is_kept_aside_and_a_hand_edit_reads_exploratory(t
     path = sweep / "claims.json"
     agg = tables.load(sweep)
     look_at = lambda: C.claims(agg, trend={})  # noqa: E731 - read once, no trend fit: the look is what is judged
-    for bad in ('{"registration": {"des', "[1, 2]", '{"registration": {"design": 5}}'):
+    for i, bad in enumerate(('{"registration": {"des', "[1, 2]", '{"registration": {"design": 5}}')):
+        monkeypatch.setenv("ESOPT_LOOKS", str(tmp_path / f"looks-{i}.jsonl"))   # the looks ledger's warning apart
         path.write_text(bad)
         assert aggregate_main([str(sweep), "--no-html", "--claims"]) == 2
         err = capsys.readouterr().err.strip()

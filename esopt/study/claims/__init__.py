@@ -342,7 +342,8 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
     Each records its design's hash (``stored.design_hash``). A corrupt claims.json
     (``stored.read``) is kept aside under a new name, said in one warning, and the design
     registered afresh, labelled so (``replaces_corrupt``: its verdicts read as exploratory).
-    Returns the registration."""
+    A design whose data another look already read (the looks ledger, ``ledger.earlier``) is
+    registered too, with one warning: its verdicts will be exploratory. Returns the registration."""
     import time
 
     path = Path(sweep_dir) / "claims.json"
@@ -376,6 +377,10 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
     tmp.write_text(json.dumps({**old, "version": VERSION, "registration": reg, "looks": old.get("looks") or []},
                               indent=1))
     tmp.replace(path)
+    seen = ledger.earlier(ledger.data_of_configs(runs), ledger.look_id(reg, []))
+    if seen:                # said before any run: the verdicts of this design will be exploratory
+        print(f"esopt: warning: {_seen_why(seen)[0]}; use seeds or a test draw no look has read "
+              "(sweeps/README.md, \"Confirmatory runs\")", file=sys.stderr)
     return reg
 
 

@@ -19,6 +19,7 @@ time), so recomputing the verdicts of one registered sweep, wherever it is copie
 look; a sweep without a registration: ``unregistered:<hash of its run ids>``.
 
     data_of(records) -> {key: datum}           per completed run with a task
+    data_of_configs(runs) -> {key: datum}      per registered run (the sweeper's warning)
     look_id(registration, records) -> str
     earlier(keys, look) -> [entries]           other looks that read any of these data
     remember(keys, look, sweep, data) -> None  appends this look (once per look and data)
@@ -67,6 +68,19 @@ def data_of(records: Iterable[Mapping]) -> dict:
         if r.get("status", "completed") != "completed":
             continue
         d = datum(r)
+        if d is not None:
+            out[_hash(d)] = d
+    return out
+
+
+def data_of_configs(runs: Iterable) -> dict:
+    """{key: datum} of a design's runs, (run id, RunConfig) pairs as ``register`` takes them: the
+    data their records will carry (``datum``)."""
+    out = {}
+    for _, rc in runs:
+        task = dict(rc.task or {})
+        d = datum({"task": task.get("name"), "task_source": task.get("source"), "eval_split": rc.eval.split,
+                   "test_draw": task.get("test_draw"), "seed": rc.seed})
         if d is not None:
             out[_hash(d)] = d
     return out
