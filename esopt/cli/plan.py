@@ -151,7 +151,7 @@ def check(flags: dict, keys: dict) -> None:
 
 
 def compose(overrides: list[str]) -> list:
-    """The grid's runs [(run_id, rc)], composed by the esopt sweeper as ``esopt.sweep -m`` would."""
+    """The grid's runs [(run_id, plan)], composed by the esopt sweeper as ``esopt.sweep -m`` would."""
     from esopt.cli.common import SWEEP_CONSUMER
 
     jobs: list = []
@@ -165,7 +165,7 @@ def compose(overrides: list[str]) -> list:
         sys.argv = saved
     if not jobs:
         fail("the overrides compose no runs (esopt.plan plans a grid of the esopt sweeper)")
-    return [(j.rid, j.rc) for j in jobs]
+    return [(j.rid, j.plan) for j in jobs]
 
 
 def _never(cfg):
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         grid = P.grid_of(runs)
     except ConfigError as e:
         fail(str(e))
-    sizes = len({rc.model["name"] for _, rc in runs if rc.algo == "es"})
+    sizes = len({p.model["name"] for _, p in runs if p.algo == "es"})
     across = [c for c in claims or [] if (P.REGISTRY[c].more or ("",))[0] == "sizes"]   # compare model sizes
     if across and sizes < 2:
         fail(f"claim {across[0]} compares model sizes: the grid's ES runs have {sizes} "

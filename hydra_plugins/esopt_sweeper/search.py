@@ -63,7 +63,7 @@ class OptunaSweeper(EsoptSweeper):
             time.sleep(WAIT_S)
             waiting = [j for j in waiting if self.live_elsewhere(j)]
         for job in jobs:
-            job.summary = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).read_summary()
+            job.summary = store.RunDir.for_run(job.plan.sweep.root, job.plan.sweep.name, job.rid).read_summary()
 
     def sweep(self, arguments: List[str]) -> Any:
         from optuna.trial import TrialState
@@ -78,14 +78,14 @@ class OptunaSweeper(EsoptSweeper):
         quiet_sacct()
         fixed, space = self._space(arguments)
         base = self.compose_all([fixed])[0]  # the fixed part must be valid on its own
-        name = self.study_name or f"esopt:{base.rc.sweep.name}:search"
+        name = self.study_name or f"esopt:{base.plan.sweep.name}:search"
         if self.config.sweep.get("dry_run"):
-            print(f"esopt: dry run: optuna search, study {name!r} in {base.rc.tuning_settings.storage}, "
+            print(f"esopt: dry run: optuna search, study {name!r} in {base.plan.tuning_settings.storage}, "
                   f"{self.n_trials} trials in batches of {self.n_jobs}; space: "
                   + ", ".join(f"{k}={v}" for k, v in space.items()) + f"; fixed: {' '.join(fixed) or '-'}")
-            print(f"max generated tokens per run (upper bound, at the fixed values): {estimate_tokens(base.rc):,}")
+            print(f"max generated tokens per run (upper bound, at the fixed values): {estimate_tokens(base.plan):,}")
             return []
-        study = tuning.open_study(base.rc.tuning_settings, sampler=self._sampler(), name=name)
+        study = tuning.open_study(base.plan.tuning_settings, sampler=self._sampler(), name=name)
         all_jobs: List[Job] = []
         asked = 0
         while asked < self.n_trials:
@@ -108,14 +108,14 @@ class OptunaSweeper(EsoptSweeper):
             self._wait_elsewhere(batch)
             for job in batch:  # workers tell their trial; tell here too for skipped / crashed runs
                 s = job.summary or {"status": "failed"}
-                tuning.RunTrial(study, _Number(job.trial), job.rc.tuning_settings.metric, False).finish(s)
+                tuning.RunTrial(study, _Number(job.trial), job.plan.tuning_settings.metric, False).finish(s)
             all_jobs += batch
         code = self.finish(all_jobs, title="trials")
         done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         if done:
             best = study.best_trial
             print(f"best trial #{best.number}: {best.value:.4f} "
-                  f"({base.rc.tuning_settings.metric}), params {best.params}, "
+                  f"({base.plan.tuning_settings.metric}), params {best.params}, "
                   f"run {best.user_attrs.get('run_id')} (study {name!r})")
         else:
             print(f"no completed trial in study {name!r}")

@@ -69,7 +69,7 @@ class Job:
     """One run of the sweep: its overrides, typed config, run id and launcher request."""
 
     overrides: List[str]
-    rc: Any
+    plan: Any
     rid: str
     launcher: dict
     before: Optional[str] = None  # status recorded before this sweep launched anything
@@ -86,7 +86,7 @@ def by_model(jobs: Sequence[Job]) -> List[Job]:
     a change of model starts a new one; a grid whose model axis varies fastest (a ``model=a,b``
     on the command line goes after the preset's axes) would otherwise start one per run."""
     first: Dict[str, int] = {}
-    key = [json.dumps(j.rc.model, sort_keys=True, default=str) for j in jobs]
+    key = [json.dumps(j.plan.model, sort_keys=True, default=str) for j in jobs]
     for k in key:
         first.setdefault(k, len(first))
     order = sorted(range(len(jobs)), key=lambda i: first[key[i]])  # stable: the grid's order within a model
@@ -152,32 +152,32 @@ class EsoptSweeper(Sweeper):
         launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
         with open_dict(cfg):
             del cfg["hydra"]
-        rc = validate(cfg, cuda=remote_cuda(launcher, cfg))
-        if cfg.engine.name != rc.engine_config.name:  # engine=auto: the worker runs what was picked here
-            overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={rc.engine_config.name}"]
+        plan = validate(cfg, cuda=remote_cuda(launcher, cfg))
+        if cfg.engine.name != plan.engine_config.name:  # engine=auto: the worker runs what was picked here
+            overrides = [o for o in overrides if not o.startswith("engine=")] + [f"engine={plan.engine_config.name}"]
         if str(launcher.get("_target_", "")).endswith("EsoptSlurmLauncher"):
             from esopt.algorithms import ALGORITHMS
             from esopt.core.errors import ConfigError
             from hydra_plugins.esopt_sweeper.launchers import check_options
 
             check_options(launcher)
-            if int(launcher.get("nodes") or 1) > 1 and not ALGORITHMS[rc.algo].multi_rank:
+            if int(launcher.get("nodes") or 1) > 1 and not ALGORITHMS[plan.algo].multi_rank:
                 ranked = ", ".join(a.name for a in ALGORITHMS.values() if a.multi_rank)
-                raise ConfigError(f"hydra.launcher.nodes={launcher['nodes']}: algo={rc.algo} runs as one process "
+                raise ConfigError(f"hydra.launcher.nodes={launcher['nodes']}: algo={plan.algo} runs as one process "
                                   f"(only an algorithm that splits its work over ranks spans nodes: {ranked})")
-        if rc.sweep.offline:
-            launcher = self.offline_request(rc, launcher)
-        launcher = launcher_request(rc, launcher)  # ranks x GPUs per rank: what the run will use
-        limit = self.job_limit_min(rc, launcher)
+        if plan.sweep.offline:
+            launcher = self.offline_request(plan, launcher)
+        launcher = launcher_request(plan, launcher)  # ranks x GPUs per rank: what the run will use
+        limit = self.job_limit_min(plan, launcher)
         if limit:
             launcher["max_timeout_min"] = limit
-        rid = recorded_id(rc)  # a run completed under its legacy id is found there and kept
-        rd = store.RunDir.for_run(rc.sweep.root, rc.sweep.name, rid)
+        rid = recorded_id(plan)  # a run completed under its legacy id is found there and kept
+        rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, rid)
         before = rd.status  # "unreadable" for a summary.json that cannot be parsed: kept, listed
-        return Job(list(overrides), rc, rid, launcher, before, (rd.read_summary() or {}).get("error_type"))
+        return Job(list(overrides), plan, rid, launcher, before, (rd.read_summary() or {}).get("error_type"))
 
     @staticmethod
-    def offline_request(rc, launcher: dict) -> dict:
+    def offline_request(plan, launcher: dict) -> dict:
         """``sweep.offline``: a hub model must be in the cache already (ConfigError naming
         ``esopt.fetch`` otherwise; not for ``esopt.plan``, which plans without the weights),
         wandb must not be asked to go online, and a Slurm job exports the offline variables
@@ -186,12 +186,12 @@ class EsoptSweeper(Sweeper):
         from esopt.cli.common import SWEEP_CONSUMER
         from esopt.core.errors import ConfigError
 
-        missing = None if SWEEP_CONSUMER else models.hub_missing(rc.model)
+        missing = None if SWEEP_CONSUMER else models.hub_missing(plan.model)
         if missing:
             raise ConfigError(f"{missing} and sweep.offline=true: fetch it on a machine with internet "
                               "(python -m esopt.fetch <these overrides>) or give a local folder "
                               "(models.paths={name: folder} or model.path=folder)")
-        if "wandb" in rc.logger and ((rc.logger_opts.get("wandb") or {}).get("mode") == "online"):
+        if "wandb" in plan.logger and ((plan.logger_opts.get("wandb") or {}).get("mode") == "online"):
             raise ConfigError("logger_opts.wandb.mode=online with sweep.offline=true: compute nodes without "
                               "internet log offline (wandb sync uploads the runs later)")
         if "setup" not in launcher:
@@ -199,13 +199,13 @@ class EsoptSweeper(Sweeper):
         exports = [f"export {k}={v}" for k, v in OFFLINE_ENV.items()]
         return {**launcher, "setup": [*(launcher.get("setup") or []), *exports]}
 
-    def job_limit_min(self, rc, launcher: dict) -> Optional[int]:
+    def job_limit_min(self, plan, launcher: dict) -> Optional[int]:
         """A Slurm job's time limit in minutes: ``sweep.max_job_hours``, else the partition's limit
         as Slurm states it (asked once per partition); None for other launchers or no limit."""
         if not str(launcher.get("_target_", "")).endswith("EsoptSlurmLauncher"):
             return None
-        if rc.sweep.max_job_hours:
-            return max(1, int(rc.sweep.max_job_hours * 60))
+        if plan.sweep.max_job_hours:
+            return max(1, int(plan.sweep.max_job_hours * 60))
         from esopt.runtime.layout import partition_limit_min
 
         cache = self.__dict__.setdefault("_partition_limits", {})
@@ -226,20 +226,20 @@ class EsoptSweeper(Sweeper):
         notes = []
         for job in {j.rid: j for j in jobs if j.launcher.get("max_timeout_min") and not self.skipped(j)}.values():
             limit_h = min(int(job.launcher.get("timeout_min") or 10 ** 9), int(job.launcher["max_timeout_min"])) / 60
-            hours = wall_hours(job.rc)
+            hours = wall_hours(job.plan)
             if hours is None or hours <= limit_h:
                 continue
-            source = "sweep.max_job_hours" if job.rc.sweep.max_job_hours else "the partition's limit"
+            source = "sweep.max_job_hours" if job.plan.sweep.max_job_hours else "the partition's limit"
             shown = " ".join(o for o in job.overrides if not o.startswith(("hydra.", "sweep."))) or "defaults"
-            if not algorithm(job.rc.algo).checkpoint_copies:
+            if not algorithm(job.plan.algo).checkpoint_copies:
                 fail(f"run {job.rid} ({shown}) may take about {_span(hours)}, over its Slurm job's "
-                     f"{_span(limit_h)} ({source}), and algo={job.rc.algo} cannot checkpoint to go on after a "
+                     f"{_span(limit_h)} ({source}), and algo={job.plan.algo} cannot checkpoint to go on after a "
                      "requeue; lower eval.problems or eval.samples, or raise the limit")
-            attempts = 1 + int(job.rc.sweep.max_requeues)
+            attempts = 1 + int(job.plan.sweep.max_requeues)
             if hours > limit_h * attempts:
                 notes.append(f"run {job.rid} ({shown}) may take about {_span(hours)} (token bound), more than "
                              f"{attempts} Slurm jobs of {_span(limit_h)} ({source}; the first and "
-                             f"sweep.max_requeues={job.rc.sweep.max_requeues} requeues): it would end unfinished; "
+                             f"sweep.max_requeues={job.plan.sweep.max_requeues} requeues): it would end unfinished; "
                              "raise sweep.max_requeues or shorten the run")
         return notes
 
@@ -275,7 +275,7 @@ class EsoptSweeper(Sweeper):
         nothing, its worker computes the analysis from ``<run>/model/``."""
         from esopt.core import store
 
-        kept = store.keep_recorded(job.before, job.rc.sweep.retry_failed, job.before_error)
+        kept = store.keep_recorded(job.before, job.plan.sweep.retry_failed, job.before_error)
         return kept and not (job.before == "completed" and self.analyses_due(job))
 
     def analyses_due(self, job: Job) -> bool:
@@ -284,10 +284,10 @@ class EsoptSweeper(Sweeper):
         from esopt.cli.sweep import missing_analyses, no_model_warning
         from esopt.core import store
 
-        missing = missing_analyses(job.rc, job.rid)
+        missing = missing_analyses(job.plan, job.rid)
         if not missing:
             return False
-        model = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).model_dir
+        model = store.RunDir.for_run(job.plan.sweep.root, job.plan.sweep.name, job.rid).model_dir
         if model.is_dir():
             return True
         warned = self.__dict__.setdefault("_no_model", set())
@@ -306,7 +306,7 @@ class EsoptSweeper(Sweeper):
         from esopt.core import store
         from esopt.runtime.layout import slurm_job_state
 
-        return store.run_owner(store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path,
+        return store.run_owner(store.RunDir.for_run(job.plan.sweep.root, job.plan.sweep.name, job.rid).path,
                                slurm_job_state)
 
     def rereport(self, jobs: List[Job], launched: bool = False) -> None:
@@ -320,11 +320,11 @@ class EsoptSweeper(Sweeper):
 
         n, down = 0, 0
         for job in {j.rid: j for j in jobs if self.skipped(j) != launched}.values():
-            t = job.rc.tuning_settings
+            t = job.plan.tuning_settings
             if launched and not tuning.pending_path(t.root, t.sweep, job.rid).exists():
                 continue
             summary = store.RunDir.for_run(t.root, t.sweep, job.rid).read_summary() or {}
-            params = job.rc.trial_attrs((summary.get("model") or {}).get("params"))
+            params = job.plan.trial_attrs((summary.get("model") or {}).get("params"))
             try:
                 n += tuning.retrying(tuning.rereport, t, job.rid, summary, params) if launched else \
                     tuning.rereport(t, job.rid, summary, params)
@@ -361,7 +361,7 @@ class EsoptSweeper(Sweeper):
         with SweepProgress(todo):
             self._launch_groups(groups)
         for job in jobs:  # the store is the truth (also for runs done elsewhere)
-            rd = store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid)
+            rd = store.RunDir.for_run(job.plan.sweep.root, job.plan.sweep.name, job.rid)
             job.summary = rd.read_summary()
             if job.summary is None and rd.status == store.UNREADABLE:
                 job.summary = {"status": store.UNREADABLE, "error": f"{rd.summary_path} cannot be read"}
@@ -428,7 +428,7 @@ class EsoptSweeper(Sweeper):
                 if isinstance(err, BaseException):  # e.g. its Slurm job was cancelled
                     from esopt.runtime.run import record_ended
 
-                    record_ended(job.rc, job.rid, err)
+                    record_ended(job.plan, job.rid, err)
 
     @staticmethod
     def shipped(job: Job) -> List[str]:
@@ -439,7 +439,7 @@ class EsoptSweeper(Sweeper):
         from esopt.core import store
         from esopt.runtime import runplan
 
-        runplan.write(job.rc, store.RunDir.for_run(job.rc.sweep.root, job.rc.sweep.name, job.rid).path)
+        runplan.write(job.plan, store.RunDir.for_run(job.plan.sweep.root, job.plan.sweep.name, job.rid).path)
         return list(job.overrides) + [ship(job.rid)]
 
     # --- output -----------------------------------------------------------------------------
@@ -448,7 +448,7 @@ class EsoptSweeper(Sweeper):
         from esopt.runtime import tuning
 
         keys = varying_keys([j.overrides for j in jobs])
-        layouts = [j.rc.layout for j in jobs] if dry else []
+        layouts = [j.plan.layout for j in jobs] if dry else []
         show_layout = any(lay.ranks > 1 or lay.gpus_requested for lay in layouts)  # not for CPU-only sweeps
         rows = []
         for i, job in enumerate(jobs):
@@ -460,23 +460,23 @@ class EsoptSweeper(Sweeper):
                 if show_layout:
                     lay = layouts[i]
                     row["ranks"], row["gpus_req"], row["gpus_used"] = lay.ranks, lay.gpus_requested, lay.gpus_used
-                    minutes = collective_minutes(job.rc, lay.gpus_used > 0)  # the ranks' process group timeout
+                    minutes = collective_minutes(job.plan, lay.gpus_used > 0)  # the ranks' process group timeout
                     row["collective_min"] = "-" if minutes is None else minutes
                 row["status"] = job.before or "new"
                 row["action"] = "skip" if self.skipped(job) else ("resume" if job.before == "running" else "run")
-                row["max_tokens"] = estimate_tokens(job.rc)
+                row["max_tokens"] = estimate_tokens(job.plan)
                 from esopt.algorithms.es import noise_label
 
-                label = noise_label(job.rc)  # low-rank ES is EGGROLL, not the study's full-rank ES
+                label = noise_label(job.plan)  # low-rank ES is EGGROLL, not the study's full-rank ES
                 if label is not None:
                     row["es_noise"] = label
-                row["engine"] = job.rc.engine_config.name  # what engine=auto picked, or the forced one
+                row["engine"] = job.plan.engine_config.name  # what engine=auto picked, or the forced one
                 # a GPU job's engine build is its environment's, never this host's
-                remote = bool(remote_cuda(job.launcher, {"model": job.rc.model}))
-                row["engine_version"] = type(job.rc.engine_config).where(remote, job.rc.engine_config.device)
+                remote = bool(remote_cuda(job.launcher, {"model": job.plan.model}))
+                row["engine_version"] = type(job.plan.engine_config).where(remote, job.plan.engine_config.device)
             else:
                 s = job.summary or {}
-                metric = job.rc.tuning_settings.metric
+                metric = job.plan.tuning_settings.metric
                 row["status"] = s.get("status", "missing") + (" (kept)" if self.skipped(job) else "")
                 v = tuning.metric_value(s.get("final"), metric)
                 row[metric] = None if v is None else round(v, 4)
@@ -488,9 +488,9 @@ class EsoptSweeper(Sweeper):
     def sweep_dir(self, jobs: List[Job]) -> Path:
         from esopt.core import store
 
-        rc = jobs[0].rc if jobs else None
-        root = rc.sweep.root if rc else self.config.sweep.root
-        name = rc.sweep.name if rc else self.config.sweep.name
+        plan = jobs[0].plan if jobs else None
+        root = plan.sweep.root if plan else self.config.sweep.root
+        name = plan.sweep.name if plan else self.config.sweep.name
         return store.sweep_dir(root, name).resolve()
 
     def dry_run(self, jobs: List[Job]) -> None:
@@ -508,12 +508,12 @@ class EsoptSweeper(Sweeper):
         print(f"completed already (skipped): {len(done)}"
               + (f" [{', '.join(j.rid for j in done)}]" if done else ""))
         print(f"to run: {len(todo)}; max generated tokens (upper bound): "
-              f"{sum(estimate_tokens(j.rc) for j in todo):,} to run, "
-              f"{sum(estimate_tokens(j.rc) for j in whole):,} for the whole grid")
+              f"{sum(estimate_tokens(j.plan) for j in todo):,} to run, "
+              f"{sum(estimate_tokens(j.plan) for j in whole):,} for the whole grid")
         self.budget_notes(todo, dry=True)
         from esopt.study.claims.plan import trend_line
 
-        line = trend_line([j.rc for j in whole])  # None unless the grid spans sizes and populations
+        line = trend_line([j.plan for j in whole])  # None unless the grid spans sizes and populations
         if line:
             print(line)
 
@@ -535,27 +535,27 @@ class EsoptSweeper(Sweeper):
         else:
             at_once = max(int(j.launcher.get("n_jobs") or 1) for j in todo)
             at_once = (os.cpu_count() or 1) if at_once < 1 else at_once  # joblib's n_jobs=-1: every core
-        need = budget.sweep_disk([j.rc for j in todo], at_once=min(at_once, len(todo)))
+        need = budget.sweep_disk([j.plan for j in todo], at_once=min(at_once, len(todo)))
         where = self.sweep_dir(todo)
         if dry:
             print(budget.disk_line(need, where) if need else "disk (estimate): unknown (a model's size is not known here)")
         warn = budget.disk_warning(need, where)
         if warn:
             print(f"esopt: warning: {warn}", file=sys.stderr)
-        cuda = {j.rid: remote_cuda(j.launcher, {"model": j.rc.model}) for j in todo}
-        secs = {j.rid: budget.cpu_seconds(j.rc, estimate_tokens(j.rc), cuda[j.rid]) or 0.0 for j in todo}
+        cuda = {j.rid: remote_cuda(j.launcher, {"model": j.plan.model}) for j in todo}
+        secs = {j.rid: budget.cpu_seconds(j.plan, estimate_tokens(j.plan), cuda[j.rid]) or 0.0 for j in todo}
         local = {rid: t for rid, t in secs.items()
                  if not str(next(j for j in todo if j.rid == rid).launcher.get("_target_", "")).endswith("SlurmLauncher")}
-        refusal = budget.local_refusal(local, at_once, float(todo[0].rc.sweep.max_local_hours))
+        refusal = budget.local_refusal(local, at_once, float(todo[0].plan.sweep.max_local_hours))
         if refusal and dry:
             print(f"esopt: note: a launch would be refused: {refusal}", file=sys.stderr)
-        elif refusal and not todo[0].rc.sweep.force:
+        elif refusal and not todo[0].plan.sweep.force:
             fail(refusal)
         slow = [j for j in todo if secs[j.rid] > budget.CPU_WARN_S]
         if slow:
             job = max(slow, key=lambda j: secs[j.rid])
             more = f" ({len(slow)} of {len(todo)} runs over an hour; the longest, run {job.rid})" if len(slow) > 1 else ""
-            line = budget.cpu_time_warning(job.rc, estimate_tokens(job.rc), cuda[job.rid])
+            line = budget.cpu_time_warning(job.plan, estimate_tokens(job.plan), cuda[job.rid])
             print(f"esopt: warning: {line}{more}", file=sys.stderr)
 
     def finish(self, jobs: List[Job], title: str = "runs") -> int:
@@ -575,8 +575,8 @@ class EsoptSweeper(Sweeper):
         with wide():
             print(df.to_string(index=False))
         print(f"sweep dir: {sdir}")
-        if jobs and jobs[0].rc.sweep.aggregate:
-            aggregate_sweep(sdir, jobs[0].rc.tuning_settings.metric)
+        if jobs and jobs[0].plan.sweep.aggregate:
+            aggregate_sweep(sdir, jobs[0].plan.tuning_settings.metric)
         bad = sum(s not in ("completed", "pruned") for s in statuses)
         if bad:
             how = ", ".join(f"{n} {s}" for s, n in counts.items() if s not in ("completed", "pruned"))
@@ -589,8 +589,8 @@ class EsoptSweeper(Sweeper):
         registration its verdicts are judged against (esopt.study.claims.register)."""
         from esopt.study import claims
 
-        if jobs and claims.claims_sweep(jobs[0].rc.sweep.name, {j.rc.algo for j in jobs}):
-            claims.register(self.sweep_dir(jobs), [(j.rid, j.rc) for j in jobs])
+        if jobs and claims.claims_sweep(jobs[0].plan.sweep.name, {j.plan.algo for j in jobs}):
+            claims.register(self.sweep_dir(jobs), [(j.rid, j.plan) for j in jobs])
 
     def _pin_time(self) -> None:
         """Resolve ``hydra.sweep.dir`` (``${now:...}``) once in the master config: every job
@@ -653,7 +653,7 @@ class EsoptSweeper(Sweeper):
         self.register_claims(jobs)
         self.rereport(jobs)
         self.budget_notes(list({j.rid: j for j in jobs if not self.skipped(j)}.values()))
-        offline = any(j.rc.sweep.offline for j in jobs)
+        offline = any(j.plan.sweep.offline for j in jobs)
         saved = {k: os.environ.get(k) for k in OFFLINE_ENV}
         if offline:  # inherited by the launchers' processes and Slurm jobs (sbatch exports the environment)
             os.environ.update(OFFLINE_ENV)
@@ -680,16 +680,16 @@ def _span(hours: float) -> str:
     return f"{hours:.1f} h" if hours >= 1 else f"{max(1, round(hours * 60))} min"
 
 
-def collective_minutes(rc, cuda: bool) -> Optional[float]:
+def collective_minutes(plan, cuda: bool) -> Optional[float]:
     """The process group's timeout of a run of several ranks, in minutes (``esopt.runtime.budget
     .collective_timeout``), for the dry run; None for a single process or a model of unknown size."""
     from esopt import models
     from esopt.runtime.budget import collective_timeout
 
-    params = models.param_count(rc.model)
-    if rc.layout.ranks < 2 or not params:
+    params = models.param_count(plan.model)
+    if plan.layout.ranks < 2 or not params:
         return None
-    return round(collective_timeout(rc, params, cuda=cuda)[0] / 60, 1)
+    return round(collective_timeout(plan, params, cuda=cuda)[0] / 60, 1)
 
 
 def remote_cuda(launcher: dict, cfg) -> Optional[bool]:

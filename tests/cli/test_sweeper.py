@@ -203,7 +203,7 @@ def test_launch_order_keeps_each_models_runs_together():
 
     from hydra_plugins.esopt_sweeper.sweepers import Job, by_model
 
-    jobs = [Job(overrides=[], rc=SimpleNamespace(model={"name": m, "path": None}), rid=f"{m}{seed}", launcher={})
+    jobs = [Job(overrides=[], plan=SimpleNamespace(model={"name": m, "path": None}), rid=f"{m}{seed}", launcher={})
             for seed in (0, 1, 2) for m in ("tiny-s", "tiny-xs", "tiny-m")]
     assert [j.rid for j in by_model(jobs)] == ["tiny-s0", "tiny-s1", "tiny-s2", "tiny-xs0", "tiny-xs1",
                                                "tiny-xs2", "tiny-m0", "tiny-m1", "tiny-m2"]

@@ -50,7 +50,7 @@ from esopt.core.errors import ConfigError
 from esopt.study.analyses.common import EvalOpts, gain_share, paired_change, per_problem, run_evaluate
 from esopt.study.analyses.delta import (CHUNK, Pair, Rule, TrainedWeights, apply_rule, check_match, count_nonzero,
                                delta_chunks, keep_count, kept_norm, magnitude_bits, magnitude_key, make_rules,
-                               open_pair, random_key, rank_thresholds, run_config, stream_bits, trained_dir)
+                               open_pair, random_key, rank_thresholds, run_plan, stream_bits, trained_dir)
 from esopt.study.analyses.connectivity import INTERIOR, connectivity, partner_of, partners
 from esopt.study.analyses.drift import TOP_FRACTION, compare_drift, drift, format_drift
 from esopt.study.analyses.forgetting import REAL_HELDOUT_TASKS, TINY_HELDOUT_TASKS, default_tasks, forgetting, task_config
@@ -63,7 +63,7 @@ __all__ = ["REGISTRY", "Analysis", "CHUNK", "INTERIOR", "connectivity", "partner
            "Pair", "Rule", "TrainedWeights", "apply_rule", "check_match", "compare_drift", "count_nonzero",
            "default_tasks", "delta_chunks", "drift", "forgetting", "format_drift", "gain_share", "keep_count",
            "kept_norm", "layer_of", "magnitude_bits", "magnitude_key", "make_rules", "module_type", "open_pair",
-           "paired_change", "per_problem", "random_key", "rank_thresholds", "run_analyses", "run_config",
+           "paired_change", "per_problem", "random_key", "rank_thresholds", "run_analyses", "run_plan",
            "run_evaluate", "sparsity", "stream_bits", "task_config", "trained_dir"]
 
 
@@ -114,7 +114,7 @@ if set(REGISTRY) != set(ANALYSES):  # config validation's names and the registry
     raise ImportError(f"analyses registry {sorted(REGISTRY)} != esopt.core.config.ANALYSES {sorted(ANALYSES)}")
 
 
-def run_analyses(rc, run_dir: str | Path, names: Iterable[str], opts: dict | None = None) -> dict:
+def run_analyses(plan, run_dir: str | Path, names: Iterable[str], opts: dict | None = None) -> dict:
     """Run the named analyses on a finished run (sweep.run calls this after saving ``model/``).
 
     Evaluation sizes default to the run's own eval config (problems, samples, temperature,
@@ -130,7 +130,7 @@ def run_analyses(rc, run_dir: str | Path, names: Iterable[str], opts: dict | Non
         raise ConfigError(f"unknown analysis {unknown[0]!r} (known: {', '.join(ANALYSES)})")
     opts = dict(opts or {})
     fields = {f.name for f in dataclasses.fields(EvalOpts)}
-    eo = EvalOpts(**{"problems": rc.eval.problems, "samples": rc.eval.samples, "greedy": False,
+    eo = EvalOpts(**{"problems": plan.eval.problems, "samples": plan.eval.samples, "greedy": False,
                      **{k: v for k, v in opts.items() if k in fields}})
     out: dict = {}
     for name in names:

@@ -32,8 +32,8 @@ class EvalOpts:
     greedy: bool = False
     bootstrap: int = 1000
 
-    def resolved(self, rc) -> "EvalOpts":
-        ev = rc.eval
+    def resolved(self, plan) -> "EvalOpts":
+        ev = plan.eval
         return dataclasses.replace(
             self,
             temperature=ev.temperature if self.temperature is None else float(self.temperature),
@@ -119,9 +119,9 @@ def scores(result: dict, k: int) -> dict:
     return out
 
 
-def result_header(kind: str, rc, run_dir: Path, base_name: str, base_path: str | None) -> dict:
-    return {"analysis": kind, "version": 1, "run_dir": str(Path(run_dir).resolve()), "algo": rc.algo,
-            "model": rc.model["name"], "task": rc.task.get("name"), "seed": rc.seed,
+def result_header(kind: str, plan, run_dir: Path, base_name: str, base_path: str | None) -> dict:
+    return {"analysis": kind, "version": 1, "run_dir": str(Path(run_dir).resolve()), "algo": plan.algo,
+            "model": plan.model["name"], "task": plan.task.get("name"), "seed": plan.seed,
             "base": {"name": base_name, "path": base_path}}
 
 

@@ -35,7 +35,7 @@ from esopt.core.errors import ConfigError
 from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, checked, result_header,
                                          run_evaluate, scores, write_result)
 from esopt.study.analyses.delta import (TrainedWeights, check_match, delta_chunks, load_model, open_pair, params,
-                                        run_config, trained_dir, trained_tensor)
+                                        run_plan, trained_dir, trained_tensor)
 
 INTERIOR = (0.25, 0.5, 0.75)      # the barrier's points (the end points are evaluated too)
 PAIRED = ("es", "grpo")           # the algorithms a pair joins (plain ES: no anchored weight decay)
@@ -54,11 +54,11 @@ def connectivity(es_run: str | Path, grpo_run: str | Path, *, ts: Sequence[float
         raise ConfigError(f"connectivity needs two different runs, got {es_run} twice")
     opts, log = checked(opts, log, EvalOpts())
     pair = open_pair(es_run, base, device)
-    rc = pair.rc
-    grc = run_config(grpo_run)
-    if grc.model.get("name") != rc.model.get("name"):
-        raise ConfigError(f"runs {es_run} and {grpo_run} start from different models ({rc.model.get('name')} and "
-                          f"{grc.model.get('name')}): no common base to interpolate over")
+    plan = pair.plan
+    grpo_plan = run_plan(grpo_run)
+    if grpo_plan.model.get("name") != plan.model.get("name"):
+        raise ConfigError(f"runs {es_run} and {grpo_run} start from different models ({plan.model.get('name')} and "
+                          f"{grpo_plan.model.get('name')}): no common base to interpolate over")
     other = TrainedWeights(trained_dir(grpo_run))
     check_match(pair.base_params, other, pair.base_name)
     dot = sq_es = sq_grpo = 0.0
@@ -72,11 +72,11 @@ def connectivity(es_run: str | Path, grpo_run: str | Path, *, ts: Sequence[float
             sq_grpo += float(y.square().sum())
     cosine = dot / math.sqrt(sq_es * sq_grpo) if sq_es > 0 and sq_grpo > 0 else None
 
-    o = opts.resolved(rc)
-    work, tok = load_model(rc, rc.model["name"], str(pair.trained.path), pair.device)
+    o = opts.resolved(plan)
+    work, tok = load_model(plan, plan.model["name"], str(pair.trained.path), pair.device)
     work_params = dict(params(work))
-    engine = analysis_engine(rc, work, tok, pair.device)
-    task = analysis_task(rc, tok)
+    engine = analysis_engine(plan, work, tok, pair.device)
+    task = analysis_task(plan, tok)
     points = []
     for t in (0.0, *ts, 1.0):
         set_interpolation(pair, other, work_params, t)
@@ -90,8 +90,8 @@ def connectivity(es_run: str | Path, grpo_run: str | Path, *, ts: Sequence[float
     interior = [p for p in points if 0.0 < p["t"] < 1.0]
     worst = max(interior, key=lambda p: p["barrier"])
     result = {
-        **result_header("connectivity", rc, pair.run_dir, pair.base_name, pair.base_path),
-        "grpo_run": str(Path(grpo_run).resolve()), "grpo_algo": grc.algo, "grpo_seed": grc.seed,
+        **result_header("connectivity", plan, pair.run_dir, pair.base_name, pair.base_path),
+        "grpo_run": str(Path(grpo_run).resolve()), "grpo_algo": grpo_plan.algo, "grpo_seed": grpo_plan.seed,
         "split": o.split, "n_problems": len(points[0]["correct_counts"]), "samples": o.samples,
         "temperature": o.temperature, "eval_seed": o.seed, "ts": ts,
         "barrier": worst["barrier"], "barrier_t": worst["t"], "es_pass@1": p0, "grpo_pass@1": p1,

@@ -45,7 +45,7 @@ LOW_BINS = 1 << LOW_BITS  # histogram of the low 16 bits inside one high bucket
 LOW_MASK = LOW_BINS - 1
 
 
-def run_config(run_dir: str | Path):
+def run_plan(run_dir: str | Path):
     """The run's plan from its ``plan.json`` (``esopt.runtime.runplan.load``); a run recorded
     before plans were written: its ``config.yaml``, validated (ConfigError when it is not a run)."""
     import yaml
@@ -134,21 +134,21 @@ def check_match(base_params: Sequence[tuple[str, torch.Tensor]], trained: Traine
 
 
 
-def base_source(rc, base: str | None) -> tuple[str, str | None]:
+def base_source(plan, base: str | None) -> tuple[str, str | None]:
     """(name, path) of the base model: ``--base`` (a model name or a directory) or the run's."""
     if base is None:
-        return rc.model["name"], rc.model.get("path")
+        return plan.model["name"], plan.model.get("path")
     if Path(base).is_dir():
         return Path(base).name, str(Path(base).resolve())
     return base, None
 
 
-def load_model(rc, name: str, path: str | None, device: str):
+def load_model(plan, name: str, path: str | None, device: str):
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    return models.load(name, path=path, dtype=rc.model.get("dtype", "float32"), device=device,
-                       trust_remote_code=bool(rc.model.get("trust_remote_code", False)))
+    return models.load(name, path=path, dtype=plan.model.get("dtype", "float32"), device=device,
+                       trust_remote_code=bool(plan.model.get("trust_remote_code", False)))
 
 
 def analysis_device(plan, device: str | None) -> str:
@@ -159,7 +159,7 @@ def analysis_device(plan, device: str | None) -> str:
 class Pair:
     """A run's base model (in memory) and trained weights (on disk), checked to match."""
 
-    rc: object
+    plan: object
     run_dir: Path
     base_name: str
     base_path: str | None
@@ -172,15 +172,15 @@ class Pair:
 
 def open_pair(run_dir: str | Path, base: str | None = None, device: str | None = None) -> Pair:
     run_dir = Path(run_dir)
-    rc = run_config(run_dir)
+    plan = run_plan(run_dir)
     tdir = trained_dir(run_dir)
     trained = TrainedWeights(tdir)
-    name, path = base_source(rc, base)
-    dev = analysis_device(rc, device)
-    model, tok = load_model(rc, name, path, dev)
+    name, path = base_source(plan, base)
+    dev = analysis_device(plan, device)
+    model, tok = load_model(plan, name, path, dev)
     bp = params(model)
     check_match(bp, trained, name if path is None else f"{name} ({path})")
-    return Pair(rc, run_dir, name, path, model, tok, bp, trained, dev)
+    return Pair(plan, run_dir, name, path, model, tok, bp, trained, dev)
 
 
 def delta_chunks(b: torch.Tensor, t: torch.Tensor, name: str = "") -> Iterator[tuple[int, int, torch.Tensor]]:

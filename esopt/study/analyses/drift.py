@@ -45,7 +45,7 @@ def drift(run_dir: str | Path, *, top: float = TOP_FRACTION, base: str | None = 
     if not 0.0 < top <= 1.0:
         raise ConfigError(f"--top must be in (0, 1], got {top}")
     pair = open_pair(run_dir, base, device)
-    rc = pair.rc
+    plan = pair.plan
     tied = tied_embeddings(pair.base_model)
     acc = {}                       # name -> [n, delta_sq, base_sq, nnz]
     for name, b in pair.base_params:
@@ -99,7 +99,7 @@ def drift(run_dir: str | Path, *, top: float = TOP_FRACTION, base: str | None = 
     layers = summarise(dict(sorted(by_layer.items(), key=lambda kv: (kv[0] == "none", int(kv[0]) if kv[0].isdigit() else 0))))
     cells = summarise(by_cell)
     result = {
-        **result_header("drift", rc, pair.run_dir, pair.base_name, pair.base_path),
+        **result_header("drift", plan, pair.run_dir, pair.base_name, pair.base_path),
         "tied_embeddings": tied,
         "note": "lm_head is tied to the input embeddings: counted under embeddings" if tied else None,
         "n_params": n_all, "nnz": nnz, "changed_frac": nnz / max(n_all, 1),

@@ -20,15 +20,15 @@ from esopt.core.errors import ConfigError
 from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, checked, paired_change,
                                          per_problem, result_header, run_evaluate, scores, write_result)
 from esopt.study.analyses.delta import (TrainedWeights, analysis_device, base_source, check_match, load_model, params,
-                               run_config, trained_dir)
+                               run_plan, trained_dir)
 
 TINY_HELDOUT_TASKS = ("addition", "compare", "reverse")
 REAL_HELDOUT_TASKS = ("gsm8k",)
 
 
-def default_tasks(rc) -> list[str]:
-    pool = TINY_HELDOUT_TASKS if models.is_tiny(rc.model) else REAL_HELDOUT_TASKS
-    return [t for t in pool if t != rc.task.get("name")]
+def default_tasks(plan) -> list[str]:
+    pool = TINY_HELDOUT_TASKS if models.is_tiny(plan.model) else REAL_HELDOUT_TASKS
+    return [t for t in pool if t != plan.task.get("name")]
 
 
 def task_config(name: str) -> dict:
@@ -47,24 +47,24 @@ def forgetting(run_dir: str | Path, *, tasks: Sequence[str] | None = None, base:
     t0 = time.time()
     opts, log = checked(opts, log, EvalOpts(greedy=True))
     run_dir = Path(run_dir)
-    rc = run_config(run_dir)
+    plan = run_plan(run_dir)
     tdir = trained_dir(run_dir)
-    names = list(tasks) if tasks else default_tasks(rc)
+    names = list(tasks) if tasks else default_tasks(plan)
     if not names:
         raise ConfigError("no held-out tasks to evaluate (give --tasks)")
     cfgs = {n: task_config(n) for n in names}
-    o = opts.resolved(rc)
+    o = opts.resolved(plan)
     k = o.samples
-    dev = analysis_device(rc, device)
-    bname, bpath = base_source(rc, base)
+    dev = analysis_device(plan, device)
+    bname, bpath = base_source(plan, base)
     evals: dict[str, dict] = {}
-    for which, (name, path) in (("base", (bname, bpath)), ("trained", (rc.model["name"], str(tdir)))):
-        model, tok = load_model(rc, name, path, dev)
+    for which, (name, path) in (("base", (bname, bpath)), ("trained", (plan.model["name"], str(tdir)))):
+        model, tok = load_model(plan, name, path, dev)
         if which == "base":
             check_match(params(model), TrainedWeights(tdir), bname if bpath is None else f"{bname} ({bpath})")
-        engine = analysis_engine(rc, model, tok, dev)
+        engine = analysis_engine(plan, model, tok, dev)
         for tname, cfg in cfgs.items():
-            ev = run_evaluate(engine, analysis_task(rc, tok, cfg), o)
+            ev = run_evaluate(engine, analysis_task(plan, tok, cfg), o)
             evals[f"{which}/{tname}"] = ev
             log(f"forgetting {which:<7} {tname:<10} pass@1 {ev['pass@k']['1']:.4f}")
         del model, engine
@@ -84,8 +84,8 @@ def forgetting(run_dir: str | Path, *, tasks: Sequence[str] | None = None, base:
                             "base_greedy": b.get("greedy_correct"), "trained_greedy": t.get("greedy_correct")}
     metrics_ = [m for m in ("pass@1", "pass@K", "greedy") if all(m in v["change"] for v in out_tasks.values())]
     result = {
-        **result_header("forgetting", rc, run_dir, bname, bpath),
-        "trained_task": rc.task.get("name"), "tasks_evaluated": names, "split": o.split,
+        **result_header("forgetting", plan, run_dir, bname, bpath),
+        "trained_task": plan.task.get("name"), "tasks_evaluated": names, "split": o.split,
         "samples": o.samples, "k": k, "temperature": o.temperature, "eval_seed": o.seed,
         "tasks": out_tasks,
         "mean_change": {m: float(np.mean([v["change"][m] for v in out_tasks.values()])) for m in metrics_},

@@ -83,20 +83,20 @@ def sparsity(run_dir: str | Path, *, fractions: Sequence[float] = DEFAULT_FRACTI
         raise ConfigError(f"unknown sparsity mode(s) {bad or modes} (known: {', '.join(MODES)})")
     opts, log = checked(opts, log, EvalOpts())
     pair = open_pair(run_dir, base, device)
-    rc = pair.rc
-    o = opts.resolved(rc)
+    plan = pair.plan
+    o = opts.resolved(plan)
     k = o.samples
-    work, tok = load_model(rc, rc.model["name"], str(pair.trained.path), pair.device)
+    work, tok = load_model(plan, plan.model["name"], str(pair.trained.path), pair.device)
     work_params = dict(params(work))
-    engine = analysis_engine(rc, work, tok, pair.device)
-    task = analysis_task(rc, tok)
+    engine = analysis_engine(plan, work, tok, pair.device)
+    task = analysis_task(plan, tok)
 
     trained_eval = run_evaluate(engine, task, o)           # the working model is the trained one now
     nnz_t = count_nonzero(pair)
     nnz = sum(nnz_t.values())
     n_params = sum(p.numel() for _, p in pair.base_params)
 
-    seed = int(rc.seed if mask_seed is None else mask_seed)
+    seed = int(plan.seed if mask_seed is None else mask_seed)
     rules = mode_rules(pair, modes, fractions, nnz_t, control_fractions, seed)
     base_eval = None
     curves = []
@@ -117,7 +117,7 @@ def sparsity(run_dir: str | Path, *, fractions: Sequence[float] = DEFAULT_FRACTI
     add_shares(curves, b_c, t_c, trained_eval["pass@k"]["1"], k, o)
     base_s, trained_s = scores(base_eval, k), scores(trained_eval, k)
     result = {
-        **result_header("sparsity", rc, pair.run_dir, pair.base_name, pair.base_path),
+        **result_header("sparsity", plan, pair.run_dir, pair.base_name, pair.base_path),
         "trained_path": str(pair.trained.path), "split": o.split, "n_problems": trained_eval["n_problems"],
         "samples": o.samples, "k": k, "temperature": o.temperature, "eval_seed": o.seed,
         "n_params": int(n_params), "nnz": int(nnz), "changed_frac": nnz / max(n_params, 1),
