@@ -275,3 +275,18 @@ def test_a_written_confirmatory_preset_recomposes_to_the_design_found(tmp_path):
     assert sorted({rc.seed for _, rc in again}) == list(range(3, 3 + d.seeds))          # none the pilot ran
     assert {rc.sweep.name for _, rc in again} == {"confirm_t"}
     assert found["hours"] == pytest.approx(P.cost(again)["cpu_hours"], rel=1e-6)
+
+
+def test_one_cell_picker_for_composed_runs_and_records():
+    """The grid (runs composed before any ran) and the verdicts (their records) pick the
+    comparison cell with one function (claims.cell_model): most of the cell's algorithms, then
+    most runs of them; a random_search run is not one of the cell's and does not count."""
+    from esopt.study.claims import cell_model, select_cell
+
+    runs = (composed("model=tiny-m,tiny-s", "algo=es,grpo", "seed=0") + composed("model=tiny-s", "algo=es", "seed=1,2")
+            + composed("model=tiny-m", "algo=random_search", "seed=0,1,2,3"))
+    records = [{"run_id": rid, "model": p.model["name"], "algo": p.algo, "seed": p.seed, "pop": p.pop,
+                "iterations": p.iterations, "status": "completed"} for rid, p in runs]
+    assert P.grid_of(runs).cell_model == select_cell(records)["model"] == "tiny-s"
+    assert cell_model([("b", "es"), ("a", "es")]) == "a" and cell_model([]) is None
+    assert cell_model([("b", "es"), ("b", "grpo"), ("a", "es"), ("a", "es"), ("a", "es")]) == "b"

@@ -65,7 +65,7 @@ import sys
 import zlib
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -78,11 +78,13 @@ from esopt.study import tables
 from esopt.study.claims import ledger, stored
 from esopt.study.claims.rules import CLAIMS, ES_ANCHOR, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
-__all__ = ["ALGOS", "ARMS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "arm", "attach_details", "claims",
+__all__ = ["ALGOS", "ARMS", "CELL_ALGOS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "arm", "attach_details",
+           "cell_model", "claims",
            "claims_sweep", "compute", "decide_all", "family_size", "judge_look", "records_from_tables", "register",
            "select_cell", "table_lines", "wanted"]
 ALGOS = tuple(ALGORITHMS)
 ARMS = (*ALGOS, ES_ANCHOR)      # the cell's arms: the algorithms, and ES with anchored weight decay
+CELL_ALGOS = ("none", "es", "grpo", *SEQUENCES)  # the algorithms the claims read from the cell (anchored ES is es)
 
 
 def arm(r: Mapping) -> str | None:
@@ -105,16 +107,28 @@ def _setting(r: Mapping) -> tuple:
     return tuple(str(_num(r.get(k))) for k in ("pop", "iterations", "sigma", "lr"))
 
 
+def cell_model(runs: Iterable[tuple[Any, str]]) -> Any:
+    """The comparison cell's model, from ``(model, algo)`` of a sweep's runs: the model with the
+    most distinct :data:`CELL_ALGOS` (anchored ES counts as ES; other algorithms, such as
+    random_search, do not count), then the most runs of them, then the first name; None without
+    such runs. The one pick for a sweep's records (:func:`select_cell`) and for the runs a grid
+    will make (``esopt.study.claims.plan.grid_of``)."""
+    per: dict = {}
+    for model, algo in runs:
+        if algo in CELL_ALGOS:
+            per.setdefault(model, []).append(algo)
+    if not per:
+        return None
+    return min(per, key=lambda m: (-len(set(per[m])), -len(per[m]), str(m)))
+
+
 def select_cell(records: list[dict]) -> dict:
     """{"model", "algos": {algo: [records]}, "settings": {algo: setting}} (see module docstring)."""
     done = [r for r in records if r.get("status", "completed") == "completed" and arm(r) in ARMS]
-    models: dict = {}
-    for r in done:
-        models.setdefault(r["model"], []).append(r)
-    if not models:
+    model = cell_model((r["model"], r["algo"]) for r in done)
+    if model is None:
         return {"model": None, "algos": {}, "settings": {}}
-    model = min(models, key=lambda m: (-len({r["algo"] for r in models[m]}), -len(models[m]), str(m)))
-    runs = models[model]
+    runs = [r for r in done if r["model"] == model]
     by_algo: dict = {}
     for r in runs:
         by_algo.setdefault(arm(r), {}).setdefault(_setting(r), []).append(r)

@@ -40,6 +40,7 @@ import numpy as np
 
 from esopt.core.errors import ConfigError
 from esopt.core.metrics import wilson_interval
+from esopt.study.claims import CELL_ALGOS, cell_model as pick
 from esopt.study.claims.rules import ES_ANCHOR, REGISTRY, SEQUENCES
 from esopt.study.claims.simulate import (GENERATORS, MEASURED, MODEL_COMPONENTS, Components, Design, scenarios,
                                          simulate, verdict_of)
@@ -49,7 +50,6 @@ SIMS = 100                 # synthetic sweeps per scenario and generator (the CL
 TREND_SIMS = 30            # the dry run's one line: sims per design
 MEASURED_ON = ("tiny family: paper_cpu (tiny-s, 8 seeds) and paper_cpu_family (tiny-xs..xl, 116 runs), "
                "esopt/study/claims/simulate.py MEASURED")
-CELL_ALGOS = ("none", "es", "grpo", *SEQUENCES)
 # the search's candidates (iterations stay at the grid's: the simulator sets each effect at its
 # smallest effect of interest whatever the budget, so fewer iterations would look free)
 SEARCH_SEEDS = (3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -97,7 +97,7 @@ class Grid:
 
 def grid_of(runs: list) -> Grid:
     """The grid of composed runs ``[(run_id, rc)]`` (one per run id): the comparison cell as
-    ``claims.select_cell`` picks it (the model with the most algorithms), the ES family (models
+    ``claims.select_cell`` picks it (``claims.cell_model``: the model with the most algorithms), the ES family (models
     with >= 2 populations), and the evaluation settings of the cell's ES runs."""
     from esopt import models
     from esopt.runtime import budget
@@ -108,8 +108,7 @@ def grid_of(runs: list) -> Grid:
     by_model: dict = {}
     for rc in rcs:
         by_model.setdefault(rc.model["name"], []).append(rc)
-    cell_model = min(by_model, key=lambda m: (-len({rc.algo for rc in by_model[m] if rc.algo in CELL_ALGOS}),
-                                              -len(by_model[m]), m))
+    cell_model = pick((rc.model["name"], rc.algo) for rc in rcs) or rcs[0].model["name"]  # no cell run: any
     cell = [rc for rc in by_model[cell_model] if rc.algo in CELL_ALGOS]
     seeds: dict = {}
     for rc in cell:
