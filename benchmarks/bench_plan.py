@@ -6,7 +6,8 @@ runs, token bound, GPU-hours.
                                     [--write-docs] [--write-presets]
 
 ``--write-docs`` writes the table to docs/results/plan.md; ``--write-presets`` rewrites each
-preset's plan block (its header comment, ``esopt.study.claims.plan.header_lines``), which
+preset's plan block (its header comment, ``esopt.study.claims.plan.header_lines``) and its
+``sweep.plan_power`` (the claims registration records it), which
 tests/study/test_plan.py checks against esopt.plan. Composition needs no GPU: where vLLM is not
 installed the presets are composed with ``engine=hf`` (the engine enters neither the tokens nor
 the claims), GSM8K from ``../shared/data/gsm8k`` (or ESOPT_SHARED_DATA), the Countdown preset's
@@ -114,8 +115,8 @@ def main(argv=None) -> int:
                 rows.append([preset, name, c["runs"], f"{c['tokens'] + c['analysis_tokens']:,}", f"{c['expected']:,}",
                              f"{P.hours_text(c['gpu_hours'])} ({P.hours_text(c['gpu_hours_bound'])})", verdicts])
             first = reports[args.components[0]]
-            blocks[preset] = P.header_lines(first, f"python -m esopt.plan +experiment={preset} "
-                                                   f"--components {args.components[0]}")
+            blocks[preset] = (P.header_lines(first, f"python -m esopt.plan +experiment={preset} "
+                                                    f"--components {args.components[0]}"), P.plan_powers(first))
     wall = time.time() - t0
     if args.write_docs:
         write_table("plan", "Plans of the GPU presets", None,
@@ -132,9 +133,9 @@ def main(argv=None) -> int:
                            "engine=hf where vLLM is missing, GSM8K from ../shared/data/gsm8k, the Countdown "
                            f"preset with a generated file in the published format. Wall {wall:.0f} s."))
     if args.write_presets:  # after the table: its commit stamp is the tree's before these edits
-        for preset, block in blocks.items():
+        for preset, (block, powers) in blocks.items():   # the header and sweep.plan_power (registered)
             path = REPO / "sweeps" / f"{preset}.yaml"
-            path.write_text(P.replace_header(path.read_text(), block))
+            path.write_text(P.set_plan_power(P.replace_header(path.read_text(), block), powers))
     return 0
 
 

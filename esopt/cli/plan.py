@@ -272,7 +272,8 @@ def write_preset(path, found: dict, grid, runs, overrides: list[str], flags: dic
     """The design ``found`` as a confirmatory preset at ``path``: the grid's own preset (its
     ``+experiment=``) as its base, the found design's grids with seeds the pilot never ran and
     (where the task has test draws) the next fresh test draw, and a header with the command, the
-    design, its cost and power (``claims.register`` records it when the sweep starts)."""
+    design, its cost and power, the power per claim as ``sweep.plan_power`` (``claims.register``
+    records both when the sweep starts)."""
     import json
     from pathlib import Path
 
@@ -306,7 +307,7 @@ def write_preset(path, found: dict, grid, runs, overrides: list[str], flags: dic
              + ", ".join(f"claim {c} {p:.2f} ({found['generators'][c]})" for c, p in found["power"].items())
              + f" ({found['sims']} sims). Claims are registered into claims.json as the sweep starts.",
              "defaults:", *(f"  - {b}" for b in base), "  - _self_", "",
-             f"sweep:\n  name: {path.stem}"]
+             f"sweep:\n  name: {path.stem}\n  plan_power: {P.plan_power_text({c: round(p, 2) for c, p in found['power'].items()})}   # registered"]
     if draws:
         lines.append(f"task:\n  test_draw: {draw}")
     lines.append("hydra:\n  sweeper:\n    params: null\n    grids:")

@@ -89,6 +89,9 @@ class SweepConfig:
     offline: bool = False           # compute nodes without internet: jobs run with HF_HUB_OFFLINE=1,
     #                                 HF_DATASETS_OFFLINE=1 and WANDB_MODE=offline; a hub model or dataset
     #                                 not in the cache fails the dry run (python -m esopt.fetch fills it)
+    plan_power: Any = None          # {claim id: power}: the plan's power per claim at its smallest effect
+    #                                 of interest (python -m esopt.plan writes it into the presets it plans);
+    #                                 a claims sweep's registration records it (the report's "planned power")
 
 
 HEADLINE_KEEP = 0.22   # the study's headline keep fraction (78% of the update zeroed): claim 5's pruning point,
@@ -300,6 +303,26 @@ def block(cls, raw: Mapping | None, name: str):
     return cls(**raw)
 
 
+def plan_power(raw: Any) -> dict | None:
+    """``sweep.plan_power`` as {claim id: power}: ids positive integers, powers in [0, 1]; None
+    when unset. Anything else is one ConfigError naming the entry."""
+    raw = plain(raw)
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"sweep.plan_power must map claim ids to powers (e.g. {{1: 0.85}}), got {raw!r}")
+    out = {}
+    for k, v in raw.items():
+        try:
+            cid, pw = int(k), float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"sweep.plan_power: {k!r}: {v!r} is not a claim id and a power") from None
+        if cid < 1 or str(cid) != str(k).strip() or isinstance(v, bool) or not 0.0 <= pw <= 1.0:
+            raise ConfigError(f"sweep.plan_power: {k!r}: {v!r} is not a claim id (>= 1) and a power in [0, 1]")
+        out[cid] = pw
+    return dict(sorted(out.items()))
+
+
 def _probe_configs(probes: Any) -> tuple:
     """``eval.probes`` as a tuple of task configs (a name is ``{name: <name>}``); names unique."""
     if probes is None:
@@ -414,6 +437,7 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     at_least("sweep.max_job_hours", sweep.max_job_hours, 0, kind=float, above=True, allow_none=True)
     at_least("sweep.max_requeues", sweep.max_requeues, 0)
     at_least("sweep.max_local_hours", sweep.max_local_hours, 0, kind=float, above=True)
+    sweep = replace(sweep, plan_power=plan_power(sweep.plan_power))
 
     analysis = raw.get("analysis") or ()
     if isinstance(analysis, str):

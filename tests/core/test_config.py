@@ -34,6 +34,11 @@ def test_defaults_validate():
         ("eval.ood_problems=0", "eval.ood_problems must be >= 1"),
         ("eval.problems=0", "eval.problems must be >= 1"),
         ("eval.ood_task={name:addition,n_trian:3}", "task addition: unknown option(s) n_trian"),
+        ("+sweep.plan_power={1:1.5}", "sweep.plan_power: 1: 1.5 is not a claim id (>= 1) and a power in [0, 1]"),
+        ("+sweep.plan_power={0:0.5}", "sweep.plan_power: 0: 0.5 is not a claim id"),
+        ("+sweep.plan_power={1:nan}", "sweep.plan_power: 1: nan is not a claim id"),
+        ("+sweep.plan_power={one:0.5}", "sweep.plan_power: 'one': 0.5 is not a claim id and a power"),
+        ("+sweep.plan_power=0.9", "sweep.plan_power must map claim ids to powers"),
     ],
 )
 def test_bad_values_are_one_line(override, message):
@@ -41,6 +46,15 @@ def test_bad_values_are_one_line(override, message):
         validate(compose_cfg(override))
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_plan_power_is_read_as_claim_ids_and_powers():
+    """sweep.plan_power (what esopt.plan writes into a preset; the registration records it): ids
+    as integers, powers as floats, and none by default; not part of the run's id."""
+    rc = validate(compose_cfg("+sweep.plan_power={3:0.42,1:0.9}"))
+    assert rc.sweep.plan_power == {1: 0.9, 3: 0.42} and list(rc.sweep.plan_power) == [1, 3]
+    assert validate(compose_cfg()).sweep.plan_power is None
+    assert identity(rc) == identity(validate(compose_cfg()))
 
 
 def test_pop_is_read_as_a_key_not_the_method():

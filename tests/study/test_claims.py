@@ -607,12 +607,17 @@ def test_a_registered_design_is_confirmatory_once(tmp_path):
     sweep = tmp_path / "paper_reg"
     write_planted_sweep(sweep, {}, seeds=(0, 1, 2, 3))
     ids = sorted(p.name for p in (sweep / "runs").iterdir())
-    rc = run_config("model=tiny-xs")
+    rc = run_config("model=tiny-xs", "+sweep.plan_power={1:0.93,3:0.41}")   # as esopt.plan writes a preset
     reg = C.register(sweep, [(i, rc) for i in ids], now="2026-12-03T00:00:00Z")
     assert reg["design"]["run_ids"] == ids and reg["family_size"] == 22 and reg["amendments"] == []
+    assert reg["plan"] == {"1": 0.93, "3": 0.41}                           # the plan's power, registered
     assert C.register(sweep, [(i, rc) for i in ids]) == reg               # the same design: nothing changes
     out = C.claims(sweep)
     assert out["look"] == {"confirmatory": True, "why": "the registered design, first look"}
+    from esopt.study.report.page import claims_html   # the report's "planned power" column shows it
+
+    planned = dict(re.findall(r'<tr id="claim-(\d+)">.*?<td>([^<]*)</td><td class="claim-source">', claims_html(out)))
+    assert planned["1"] == "93%" and planned["3"] == "41%" and planned["2"] == "-", planned
     assert out["headline"] == out["summary"] and not any(c["exploratory"] for c in out["claims"])
     assert C.table_lines(out)[0].startswith("# confirmatory")
     (sweep / "claims.json").write_text(json.dumps(out))                      # as the aggregator writes it

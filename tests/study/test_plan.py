@@ -218,6 +218,8 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
     first = (REPO / "sweeps" / f"{preset}.yaml").read_text().splitlines()[1]
     assert bool(decided) or first.startswith(("# Pilot", "# Demo")), first   # one that decides nothing says so
     assert sorted(claimed) == P.bears_on(g)
+    powers = {cid: float(m.group(1)) for cid, text in claimed.items() if (m := re.match(r"power ([\d.]+) ", text))}
+    assert all(rc.sweep.plan_power == powers for _, rc in runs), (powers, runs[0][1].sweep.plan_power)   # registered
     from esopt.study.claims.component_sets import component_set
 
     named = component_set(re.search(r"--components (\S+?);", head).group(1))[0]   # the header's component set
@@ -275,6 +277,11 @@ def test_a_written_confirmatory_preset_recomposes_to_the_design_found(tmp_path):
     assert sorted({rc.seed for _, rc in again}) == list(range(3, 3 + d.seeds))          # none the pilot ran
     assert {rc.sweep.name for _, rc in again} == {"confirm_t"}
     assert found["hours"] == pytest.approx(P.cost(again)["cpu_hours"], rel=1e-6)
+    want = {c: round(pw, 2) for c, pw in found["power"].items()}
+    assert all(rc.sweep.plan_power == want for _, rc in again) and want[1] >= 0.8   # the power it was written with
+    from esopt.study import claims as C   # registered as the sweep starts: the report's "planned power"
+    reg = C.register(tmp_path / "confirm_t", again)
+    assert reg["plan"] == {str(c): pw for c, pw in want.items()}
 
 
 def test_one_cell_picker_for_composed_runs_and_records():

@@ -357,7 +357,10 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
     (``stored.read``) is kept aside under a new name, said in one warning, and the design
     registered afresh, labelled so (``replaces_corrupt``: its verdicts read as exploratory).
     A design whose data another look already read (the looks ledger, ``ledger.earlier``) is
-    registered too, with one warning: its verdicts will be exploratory. Returns the registration."""
+    registered too, with one warning: its verdicts will be exploratory.
+    The plan's power per claim (``sweep.plan_power``: what ``python -m esopt.plan`` gave the
+    preset) is recorded beside the design (``plan``: {claim id: power}; the report's "planned
+    power"). Returns the registration."""
     import time
 
     path = Path(sweep_dir) / "claims.json"
@@ -372,6 +375,8 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
         old = {}
     reg = old.get("registration")
     design = design_of(runs)
+    planned = next((dict(rc.sweep.plan_power) for _, rc in runs if getattr(rc.sweep, "plan_power", None)), None)
+    plan = {str(cid): float(pw) for cid, pw in (planned or {}).items()}
     stamp = now or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if reg is None:       # verdicts computed before any registration (claims.json before version 5): too late
         graph = check_graph(registered_graph())
@@ -381,11 +386,14 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
                "after_look": bool(old.get("claims") or old.get("looks"))}
         if replaced:
             reg["replaces_corrupt"] = replaced
+        if plan:
+            reg["plan"] = plan
     elif current_design(reg) == design:
         return reg
     else:
         reg.setdefault("amendments", []).append({"design": design, "design_sha256": stored.design_hash(design),
-                                                 "at": stamp, "after_look": bool(old.get("looks"))})
+                                                 "at": stamp, "after_look": bool(old.get("looks")),
+                                                 **({"plan": plan} if plan else {})})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({**old, "version": VERSION, "registration": reg, "looks": old.get("looks") or []},

@@ -859,6 +859,38 @@ def header_cost(c: dict) -> str:
             "at the bound)")
 
 
+def plan_powers(report: dict) -> dict[int, float]:
+    """{claim id: power at its smallest effect of interest, 2 decimals} of the claims a plan
+    simulated (those it lacks data for have none): a preset's ``sweep.plan_power``, which the
+    claims registration records (``esopt.study.claims.register``)."""
+    return {cid: round(float(row["power"]), 2) for cid, row in report["claims"].items() if "power" in row}
+
+
+def plan_power_text(powers: dict) -> str:
+    """``sweep.plan_power``'s YAML flow mapping: ``{1: 0.85, 3: 0.9}``."""
+    return "{" + ", ".join(f"{cid}: {pw:g}" for cid, pw in sorted(powers.items())) + "}"
+
+
+def set_plan_power(text: str, powers: dict) -> str:
+    """A preset's text with ``sweep.plan_power`` set to ``powers`` (its line replaced, or added
+    after the ``sweep:`` block's ``name:``; a ``sweep:`` block added at the end when it has none)."""
+    lines, value = text.splitlines(), f"  plan_power: {plan_power_text(powers)}"
+    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == "sweep:"), None)
+    if start is None:
+        return "\n".join([*lines, "sweep:", value]) + "\n"
+    end = start + 1
+    while end < len(lines) and (lines[end].startswith((" ", "#")) or not lines[end].strip()):
+        end += 1
+    body = range(start + 1, end)
+    at = next((i for i in body if lines[i].startswith("  plan_power:")), None)
+    if at is not None:
+        lines[at] = value
+    else:
+        name = next((i for i in body if lines[i].startswith("  name:")), start)
+        lines.insert(name + 1, value)
+    return "\n".join(lines) + "\n"
+
+
 def replace_header(text: str, block: list[str]) -> str:
     """A preset's text with its plan block (``HEADER`` and the indented comment lines after it)
     replaced by ``block``, or inserted before its first non-comment line."""

@@ -185,7 +185,8 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
         return ("n/a" if v is None else f"{v:+.3g}") + (f" [{ci[0]:+.3g}, {ci[1]:+.3g}]" if ci else "")
 
     colors = {"yes": "#1a7f37", "no": "#b42318", "unclear": "#8a6d00"}
-    planned = ((result.get("registration") or {}).get("plan") or {})
+    reg = result.get("registration") or {}
+    planned = ((reg.get("amendments") or [reg])[-1].get("plan") or {})   # the plan of the design registered last
     rows = []
     for c in result["claims"]:
         n = ", ".join(f"{k} {v}" for k, v in (c.get("n") or {}).items())
