@@ -543,8 +543,9 @@ def gpu_rate(engine: str, params: float, gpu: str = DEFAULT_GPU, table=None) -> 
         (p0, r0, a), (p1, r1, b) = below[-1], above[0]
         w = math.log(params / p0) / math.log(p1 / p0)
         rate = math.exp((1 - w) * math.log(r0) + w * math.log(r1))
-        return rate, (f"between {a.source} and {b.source} (moved to {gpu} by bandwidth, interpolated in "
-                      "log-log over parameters)")
+        ends = a.source if a.source == b.source else f"between {a.source} and {b.source}"   # one table: named once
+        return rate, (f"{ends} (moved to {gpu} by bandwidth, interpolated in log-log over parameters between "
+                      f"{p0 / 1e9:.3g}B and {p1 / 1e9:.3g}B)")
     p0, r0, row = below[-1] if below else above[0]
     how = "" if (p0, row.device) == (params, gpu) else \
         f" (scaled from {p0 / 1e9:.3g}B on {row.device} by parameters and bandwidth)"
