@@ -873,17 +873,22 @@ def plan_power_text(powers: dict) -> str:
 
 def set_plan_power(text: str, powers: dict) -> str:
     """A preset's text with ``sweep.plan_power`` set to ``powers`` (its line replaced, or added
-    after the ``sweep:`` block's ``name:``; a ``sweep:`` block added at the end when it has none)."""
-    lines, value = text.splitlines(), f"  plan_power: {plan_power_text(powers)}"
+    after the ``sweep:`` block's ``name:``; a ``sweep:`` block added at the end when it has none);
+    no powers (no claim simulated): the line removed."""
+    lines = text.splitlines()
+    value = f"  plan_power: {plan_power_text(powers)}   # the plan's power per claim, registered with the claims"
     start = next((i for i, ln in enumerate(lines) if ln.rstrip() == "sweep:"), None)
     if start is None:
-        return "\n".join([*lines, "sweep:", value]) + "\n"
+        return "\n".join([*lines, *(["sweep:", value] if powers else [])]) + "\n"
     end = start + 1
     while end < len(lines) and (lines[end].startswith((" ", "#")) or not lines[end].strip()):
         end += 1
     body = range(start + 1, end)
     at = next((i for i in body if lines[i].startswith("  plan_power:")), None)
-    if at is not None:
+    if not powers:
+        if at is not None:
+            del lines[at]
+    elif at is not None:
         lines[at] = value
     else:
         name = next((i for i in body if lines[i].startswith("  name:")), start)
