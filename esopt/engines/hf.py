@@ -127,7 +127,7 @@ class HFEngine(Engine):
     population_targets = ("all", "linear")  # es.targets it batches (esopt.engines.lora)
     population_full_rank = True  # es.full_rank: per-member weight copies
     holds_weights = False       # generates with the caller's model object
-    serves_rollouts = False     # GRPO samples its rollouts through TRL's own generate
+    serves_rollouts = True      # rollouts(): keyed by the global row, so G processes draw what one does
     scores_text = True          # score_text: one teacher-forced forward pass per chunk of texts
 
     def __init__(self, model, tokenizer, device="auto", max_batch: int = 256, dtype: str = "auto"):
@@ -265,10 +265,42 @@ class HFEngine(Engine):
             n_tokens=int(sum(len_flat)),
         )
 
-    def _generate_rows(self, seqs, rows, gconf, eos_t, stop_crit, seed, temperature, top_p, return_entropy):
+    @torch.inference_mode()
+    def rollouts(self, prompt_ids: Sequence[Sequence[int]], *, temperature: float, top_p: float = 1.0,
+                 max_new_tokens: int, seed: int, stop: Sequence[str] = (), first_row: int = 0) -> list[list[int]]:
+        """One sampled completion per prompt, as token ids including the EOS that ended it (GRPO's
+        rollouts: esopt.algorithms.grpo). Row ``i`` is sampled as global row ``first_row + i`` (the
+        sampler's noise is keyed by (seed, row, step, token)), so a process holding rows
+        ``[first_row, first_row + len)`` of a step's batch draws exactly what one process drawing the
+        whole batch does."""
+        check_generate_args(1, max_new_tokens, top_p)
+        eos_t = torch.tensor(self.eos_ids, device=self.device)
+        stop = tuple(stop)
+        stop_crit = None
+        if stop:
+            if stop not in self._stop_cache:
+                self._stop_cache[stop] = StopStringCriteria(self.tokenizer, list(stop))
+            stop_crit = self._stop_cache[stop]
+        gconf = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
+                                 eos_token_id=self.eos_ids, pad_token_id=self.pad_id)
+        out: list[list[int]] = []
+        saved = self.model.generation_config
+        self.model.generation_config = GenerationConfig()
+        try:
+            for start in range(0, len(prompt_ids), self.max_batch):
+                rows = list(range(start, min(start + self.max_batch, len(prompt_ids))))
+                ids, _, _ = self._generate_rows([list(prompt_ids[r]) for r in rows], [first_row + r for r in rows],
+                                                gconf, eos_t, stop_crit, seed, temperature, top_p, False, keep_eos=True)
+                out += ids
+        finally:
+            self.model.generation_config = saved
+        return out
+
+    def _generate_rows(self, seqs, rows, gconf, eos_t, stop_crit, seed, temperature, top_p, return_entropy,
+                       keep_eos: bool = False):
         """One ``model.generate`` call over the sequences ``seqs`` (global row indices ``rows``,
-        left-padded): per row the generated ids (EOS dropped), lengths (EOS counted) and, if
-        asked, the token-mean entropy."""
+        left-padded): per row the generated ids (EOS dropped unless ``keep_eos``), lengths (EOS
+        counted) and, if asked, the token-mean entropy."""
         width = max(len(s) for s in seqs)
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         attn = torch.zeros((len(rows), width), dtype=torch.long)
@@ -287,7 +319,7 @@ class HFEngine(Engine):
         steps = gen.shape[1]
         lengths = torch.where(finish.length < 0, steps, finish.length).clamp(max=steps)
         ended_eos = torch.isin(gen[torch.arange(len(rows)), (lengths - 1).clamp(min=0)], eos_t) & (lengths > 0)
-        keep = (lengths - ended_eos.long()).tolist()
+        keep = (lengths if keep_eos else lengths - ended_eos.long()).tolist()
         ids = [g[:k] for g, k in zip(gen.tolist(), keep)]
         ents: list[float] = []
         if return_entropy:

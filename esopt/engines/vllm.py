@@ -377,7 +377,9 @@ class VLLMEngine(Engine):
 
         path = self._transfer_file()
         try:
-            save_file({n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters()}, path)
+            from esopt.algorithms.distributed import full_parameters  # FSDP2 shards: gathered on every rank
+
+            save_file({n: p.to("cpu").contiguous() for n, p in full_parameters(model)}, path)
             self.llm.collective_rpc("esopt_load", args=(path,))
         finally:
             shutil.rmtree(Path(path).parent, ignore_errors=True)
@@ -519,13 +521,14 @@ class VLLMEngine(Engine):
         )
 
     def rollouts(self, prompt_ids: Sequence[Sequence[int]], *, temperature: float, top_p: float = 1.0,
-                 max_new_tokens: int, seed: int, stop: Sequence[str] = ()) -> list[list[int]]:
+                 max_new_tokens: int, seed: int, stop: Sequence[str] = (), first_row: int = 0) -> list[list[int]]:
         """One sampled completion per prompt, as token ids including the EOS that ended it (what
         TRL's GRPOTrainer trains on; esopt.algorithms.grpo's rollout function). Equal prompts get
-        different samples (each request has its own seed)."""
+        different samples (each request has its own seed); request ``i`` is seeded as global row
+        ``first_row + i``, so each of G processes draws its rows of the step's batch as one would."""
         from vllm.inputs import TokensPrompt
 
-        params = [self._params(p, n=1, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+        params = [self._params(first_row + p, n=1, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                seed=seed, stop=stop, logprobs=None) for p in range(len(prompt_ids))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids], params,
                                  use_tqdm=False)

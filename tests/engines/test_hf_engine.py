@@ -65,9 +65,21 @@ def test_shared_engine_keys_are_spelled_and_checked_alike(tok):
     vllm_cls = engines.engine_class({"name": "vllm"})  # no vLLM import needed
     assert vllm_cls.batches_population and not vllm_cls.population_full_rank  # LoRA members: low rank
     assert vllm_cls.population_targets == ("linear",)
-    # GRPO's rollouts through the run's engine (grpo.use_vllm): vLLM serves them, hf leaves them to TRL
-    assert engines.engine_class({"name": "vllm"}).serves_rollouts
-    assert not engines.engine_class({"name": "hf"}).serves_rollouts
+    assert engines.engine_class({"name": "vllm"}).serves_rollouts and engines.engine_class({"name": "hf"}).serves_rollouts
+
+
+def test_rollouts_are_keyed_by_global_row(engine, tok):
+    """GRPO's rollouts (grpo.rollouts=engine): two processes' halves (first_row 0 and 2) are
+    the whole batch's rows, and each row is generate's sample plus the EOS that ended it."""
+    ids = [engine._encode([p])[0] for p in PROMPTS]
+    kw = dict(temperature=1.0, max_new_tokens=6, seed=11)
+    whole = engine.rollouts(ids, **kw)
+    assert engine.rollouts(ids[:2], **kw) + engine.rollouts(ids[2:], first_row=2, **kw) == whole
+    assert engine.rollouts(ids[2:], **kw) != whole[2:]  # keyed by the row, not by the position in the call
+    gen = engine.generate(PROMPTS, n=1, **kw)
+    for row, sample, length in zip(whole, gen.token_ids, gen.lengths):
+        assert len(row) == length[0] and row[:len(sample[0])] == sample[0]
+        assert len(row) == len(sample[0]) or row[-1] in engine.eos_ids
 
 
 def test_shapes_and_counts(engine):
