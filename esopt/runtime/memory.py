@@ -3,16 +3,19 @@
     est = estimate(plan)          # Estimate(parts in bytes per GPU, gpus, gpu_bytes), or None
     check(plan)                   # ConfigError, one line naming the numbers, when it does not fit
 
-Per GPU, for ``algo=grpo`` on G processes (one per GPU; G > 1: FSDP2, full shard), a model of
-P parameters, L layers, hidden size h, vocabulary V, micro-batch b completions of T tokens
-(prompt allowance + completion budget) per process:
+Per GPU, for ``algo=grpo`` on G processes (one per GPU), a model of P parameters, L layers,
+hidden size h, vocabulary V, micro-batch b completions of T tokens (prompt allowance +
+completion budget) per process, with S = G when the processes shard the model
+(``grpo.sharding``, resolved by ``esopt.algorithms.grpo.sharding_of``: FSDP2 full_shard or
+shard_grad_op) and S = 1 when each holds all of it (one process, or ``none``: DDP):
 
-    masters      4 P / G     fp32 master weights (grpo.keep_masters), sharded by FSDP2 when G > 1
-    gradients    4 P / G     fp32, reduce-scattered
-    optimizer    8 P / G     AdamW's two fp32 moments
-    reference    2 P / G     the KL reference model in bf16 (grpo.beta > 0 only)
-    compute      2 P         the bf16 copy autocast keeps for a step (G = 1); under FSDP2 two
-                             gathered layers, 2 x 2 P / L
+    masters      4 P / S     fp32 master weights (grpo.keep_masters), sharded by FSDP2
+    gradients    4 P / S     fp32, reduce-scattered
+    optimizer    8 P / S     AdamW's two fp32 moments
+    reference    2 P / S     the KL reference model in bf16 (grpo.beta > 0 only)
+    compute      2 P         the bf16 copy autocast keeps for a step (S = 1, and shard_grad_op,
+                             which keeps the gathered parameters from forward to backward);
+                             full_shard: two gathered layers, 2 x 2 P / L
     activations  34 b T h L  per layer in bf16 (Korthikanti et al. 2022, without the attention
                              scores: flash / SDPA attention); with gradient checkpointing
                              2 b T h L (each layer's input) + 34 b T h (one layer recomputed)
@@ -38,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from esopt import algorithms, models
+from esopt.algorithms import grpo
 from esopt.core.errors import ConfigError
 
 GB = 1e9
@@ -94,19 +98,25 @@ def arch(model_cfg) -> tuple[int, int, int, int, int] | None:
 
 
 def grpo_parts(params: int, shape, gpus: int, settings, max_len: int, gpu_bytes: float,
-               dtype_bytes: int = 2) -> dict:
-    """Bytes per GPU of GRPO (module docstring), by part."""
+               dtype_bytes: int = 2, sharding: str | None = None) -> dict:
+    """Bytes per GPU of GRPO (module docstring), by part; ``sharding``: how the ``gpus``
+    processes hold the model (None: full_shard when gpus > 1)."""
     layers, hidden, vocab = shape[0], shape[1], shape[2]
-    micro = max(1, settings.micro_batch // max(1, gpus))  # completions per process per micro-batch
+    sharding = sharding or ("full_shard" if gpus > 1 else "none")
+    shards = gpus if sharding != "none" else 1
+    from esopt.algorithms.grpo import process_batches
+
+    split = process_batches(settings, gpus)
+    micro = split[0] if split else max(1, settings.micro_batch // gpus)  # completions per process per micro-batch
     tokens = micro * (PROMPT_TOKENS + max_len)
     if settings.gradient_checkpointing:
         act = 2 * tokens * hidden * layers + ACT_PER_LAYER * tokens * hidden
     else:
         act = ACT_PER_LAYER * tokens * hidden * layers
     return {
-        "masters": 4 * params / gpus, "gradients": 4 * params / gpus, "optimizer": 8 * params / gpus,
-        "reference": 2 * params / gpus if settings.beta > 0 else 0,
-        "compute": dtype_bytes * params if gpus == 1 else 2 * dtype_bytes * params / layers,
+        "masters": 4 * params / shards, "gradients": 4 * params / shards, "optimizer": 8 * params / shards,
+        "reference": 2 * params / shards if settings.beta > 0 else 0,
+        "compute": 2 * dtype_bytes * params / layers if sharding == "full_shard" else dtype_bytes * params,
         "activations": act, "logits": 2 * dtype_bytes * tokens * vocab,
         "vllm": settings.vllm_gpu_memory_utilization * gpu_bytes if settings.use_vllm or settings.rollouts == "engine"
         else 0,
@@ -143,7 +153,9 @@ def estimate(plan, gpus: int | None = None) -> Estimate | None:
         entry = algorithms.get(phase.algo)
         if entry.master_weights:
             max_len = int(phase.settings.max_completion_length or budget)
-            parts = grpo_parts(params, shape, gpus, phase.settings, max_len, gpu_bytes)
+            sharding = grpo.sharding_of(phase.settings, gpus if entry.multi_rank else 1, True,
+                                        engines_hold_weights(plan.engine_config))
+            parts = grpo_parts(params, shape, gpus, phase.settings, max_len, gpu_bytes, sharding=sharding)
         else:
             per_rank = max(1, gpus // max(1, lay.ranks))
             parts = {k: v / per_rank for k, v in es_parts(params, shape, plan.engine_config,
@@ -173,11 +185,17 @@ def check(plan) -> None:
         raise ConfigError(f"{head}; its weights and KV cache need a GPU with more memory "
                           "(model.resources.gpu_mem_gb) or a smaller model")
     g = suggest(plan)
-    sharded = (f"sharded over {g} GPUs (FSDP2) it would take {estimate(plan, g).total / GB:.1f} GB each, but GRPO "
-               "runs as one process here" if g is not None else "it does not fit on 8 GPUs either")
+    if not algorithms.get(plan.algo).multi_rank:
+        g, sharded = None, f"algo={plan.algo} runs as one process"
+    elif g is None:
+        sharded = "it does not fit on 8 GPUs either" + (
+            "" if engines_hold_weights(plan.engine_config) else " (engine=hf: replicated, unsharded; engine=vllm shards)")
+    else:
+        sharded = f"on model.resources.gpus={g} it would take {estimate(plan, g).total / GB:.1f} GB each"
     state = sum(est.parts[k] for k in ("masters", "gradients", "optimizer"))
     if state + est.parts["overhead"] > est.gpu_bytes:
         raise ConfigError(f"{head}; its fp32 weights, gradients and AdamW state alone take {state / GB:.1f} GB; "
-                          f"{sharded}: use a smaller model")
+                          f"{sharded}" + ("" if g is not None and algorithms.get(plan.algo).multi_rank
+                                          else ": use a smaller model"))
     raise ConfigError(f"{head}; {sharded}: lower the completions per micro-batch (raise grpo.grad_accum), set "
                       "grpo.gradient_checkpointing=true, lower grpo.vllm_gpu_memory_utilization, or use a smaller model")

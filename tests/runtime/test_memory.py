@@ -34,6 +34,11 @@ def test_grpo_parts_follow_the_published_figures():
     assert logits / 2 == pytest.approx(64 * 2048 * 151936 * 2)
     four = memory.grpo_parts(params, shape, 4, settings, 1792, 80 * GB)
     assert four["optimizer"] == parts["optimizer"] / 4  # FSDP2 shards the state
+    assert four["compute"] == 2 * 2 * params / 28        # full_shard: two gathered layers at a time
+    zero2 = memory.grpo_parts(params, shape, 4, settings, 1792, 80 * GB, sharding="shard_grad_op")
+    assert zero2["optimizer"] == four["optimizer"] and zero2["compute"] == 2 * params  # gathered fwd to bwd
+    ddp = memory.grpo_parts(params, shape, 4, settings, 1792, 80 * GB, sharding="none")
+    assert ddp["optimizer"] == parts["optimizer"] and ddp["activations"] == four["activations"]
 
 
 def test_7b_grpo_on_one_80gb_gpu_is_refused_naming_the_numbers():
@@ -42,7 +47,9 @@ def test_7b_grpo_on_one_80gb_gpu_is_refused_naming_the_numbers():
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("algo=grpo model=qwen7b does not fit: 159.4 GB per GPU")
     assert "optimizer 60.9" in msg and "on 1 x 80 GB" in msg and "alone take 121.8 GB" in msg
-    assert "sharded over 4 GPUs (FSDP2) it would take 51.7 GB each" in msg
+    assert "on model.resources.gpus=4 it would take 53.8 GB each" in msg
+    est = memory.estimate(gpu_job("model=qwen7b", "algo=grpo", *FITTED))  # the preset's 4 GPUs: 4 FSDP2 processes
+    assert est.gpus == 4 and round(est.total / GB, 1) == 53.8  # micro-batches of 2 per process, 8 each
 
 
 def test_the_study_sizes_fit_with_the_presets_settings_and_not_without():
