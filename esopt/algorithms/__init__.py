@@ -85,8 +85,8 @@ class Block:
     #                          knob added later keeps the ids runs had before it): a tuple or "module:NAME"
     inert: Any = None        # "module:function": block dict -> {key: why} of the keys its other values
     #                          leave unread (es.rank without es.batched): said in a note, resolved to the default
-    id_form: Any = None      # "module:function": block dict -> the dict the run id hashes (a key renamed
-    #                          later hashed under its earlier spelling); None = as it is
+    id_form: Any = None      # "module:function": (block dict, engine name) -> the dict the run id hashes (a
+    #                          key renamed later hashed under its earlier spelling); None = as it is
 
     def dataclass(self) -> type:
         return load(self.config)
@@ -104,9 +104,10 @@ class Block:
     def neutral_values(self) -> tuple[tuple[str, Any], ...]:
         return tuple(load(self.id_neutral))
 
-    def id_dict(self, values: dict) -> dict:
-        """The block's values as the run id hashes them (its ``id_form``)."""
-        return dict(values) if self.id_form is None else load(self.id_form)(dict(values))
+    def id_dict(self, values: dict, engine: str | None = None) -> dict:
+        """The block's values as the run id hashes them (its ``id_form``; ``engine``: the run's
+        engine name, which a spelling's meaning may depend on)."""
+        return dict(values) if self.id_form is None else load(self.id_form)(dict(values), engine)
 
     def inert_keys(self, raw: dict | None) -> dict[str, str]:
         """``{"<block>.<key>": why}`` for the keys of the block as written that its other values
@@ -127,7 +128,8 @@ class Algorithm:
     blocks: tuple[Block, ...] = ()     # the config blocks it reads
     reads: tuple[str, ...] = ()        # the top-level axes (AXES) it reads
     phases: tuple[str, ...] = ()       # a sequence: the registered algorithms it runs, in order
-    multi_rank: bool = False           # runs as several processes (ranks) splitting its work (ES)
+    multi_rank: bool = False           # runs as several processes (ranks) splitting its work: ES's members,
+    #                                    GRPO's batch (data parallel through accelerate, FSDP2 on GPUs)
     gpu_share: Optional[str] = None    # "block.key": the GPU memory share an engine holding its own
     #                                    weights (vLLM) may take while this algorithm trains the model
     #                                    by gradients beside it, on the same GPU (GRPO); None = the
@@ -308,6 +310,7 @@ ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es
                   ("rank", "rank", "perturbation rank"), ("max_new_tokens", "new_tokens", "generation budget")),
            budget="max_new_tokens")
 GRPO = Block("grpo", "esopt.algorithms.grpo:GRPOSettings", id_form="esopt.algorithms.grpo:id_form",
+             id_neutral="esopt.algorithms.grpo:ID_NEUTRAL",
              sizes=(("num_generations", "generations", "group size"),
                     ("prompts_per_step", "batch", "prompts per optimizer step"),
                     ("grad_accum", "grad_accum", "micro-batches per step"),
@@ -319,7 +322,7 @@ register(Algorithm("none", "evaluate the base model only", color="#7f7f7f", orde
 register(Algorithm("es", "evolution strategies", "esopt.algorithms.es:ES", (ES,), AXES, multi_rank=True,
                    family="es", checkpoint_copies=1.0, color="#1f77b4", order=1))
 register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
-                   gpu_share="grpo.vllm_gpu_memory_utilization", master_weights=True, family="grpo",
+                   multi_rank=True, gpu_share="grpo.vllm_gpu_memory_utilization", master_weights=True, family="grpo",
                    checkpoint_copies=3.0, generated_share=0.21, train_passes=1.0, color="#d62728", order=2))
 register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", family="sequence",
                      color="#9467bd", order=3))

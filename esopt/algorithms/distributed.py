@@ -210,6 +210,51 @@ def agree(flag: bool) -> bool:
     return bool(t.item())
 
 
+def full_parameters(model):
+    """``(name, tensor)`` of ``model``'s parameters as whole tensors, detached: FSDP2's sharded
+    ones (``DTensor``) all-gathered, so every rank must call it at the same point (GRPO on G GPUs:
+    the rollouts' weight sync, each rank's own vLLM engine)."""
+    from torch.distributed.tensor import DTensor
+
+    for name, p in model.named_parameters():
+        yield name, (p.full_tensor() if isinstance(p, DTensor) else p).detach()
+
+
+def full_state(model) -> dict | None:
+    """The whole state dict of an FSDP2-sharded ``model``, in the masters' dtype, on rank 0's
+    CPU (every rank calls; the others get ``{}``); None when nothing is sharded (the model's own
+    state dict is whole). Through torch's ``get_model_state_dict(full_state_dict=True)``."""
+    from torch.distributed.tensor import DTensor
+
+    if not any(isinstance(p, DTensor) for p in model.parameters()):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    with collective("gathering the sharded model's weights"):
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def from_rank0(obj):
+    """Rank 0's ``obj`` (any picklable value) on every rank; ``obj`` itself when alone."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    with collective("taking rank 0's decision"):
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def sum_ranks(values, op: str = "sum") -> list[float]:
+    """Element-wise sum (``op="max"``: maximum) of ``values`` over the ranks, as float64;
+    ``values`` themselves when alone (exact for counts below 2**53)."""
+    if world_size() == 1:
+        return [float(v) for v in values]
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_device())
+    with collective("summing counts over the ranks"):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return t.tolist()
+
+
 def any_rank(flag: bool) -> bool:
     """Whether ``flag`` is true on any rank (one all-reduce when distributed)."""
     if world_size() < 2:

@@ -63,8 +63,14 @@ MANAGED = frozenset({
     "data_seed", "use_cpu", "report_to", "max_completion_length", "temperature", "beta",
     "bf16", "fp16", "bf16_full_eval", "fp16_full_eval", "half_precision_backend",  # masters: keep_masters
 })
-# GRPOConfig fields that shard the model over processes (FSDP, DeepSpeed ZeRO): a one-process run has none
+# GRPOConfig fields that shard the model over processes (FSDP, DeepSpeed ZeRO): esopt sets them (grpo.sharding)
 SHARDING = frozenset({"fsdp", "fsdp_config", "deepspeed"})
+# grpo.sharding: how G processes hold the model (accelerate's FSDP2; DeepSpeed is not used)
+SHARDINGS = {
+    "full_shard": "FSDP2, parameters resharded after forward (ZeRO-3)",
+    "shard_grad_op": "FSDP2, parameters kept gathered between forward and backward (ZeRO-2)",
+    "none": "every process holds the whole model, gradients averaged (DDP)",
+}
 ROLLOUTS = ("trl", "engine")  # grpo.rollouts
 HALF = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 
@@ -97,6 +103,9 @@ class GRPOSettings:
     gradient_checkpointing: bool = False
     bf16: bool | None = None          # bf16 autocast (accelerate's mixed precision) over the fp32 master weights;
     #                                   null = when model.dtype is bfloat16 (the run's plan holds the answer)
+    sharding: str | None = None       # G > 1 processes (model.resources.gpus / ranks): full_shard | shard_grad_op
+    #                                   (FSDP2 through accelerate, GPUs only) | none (replicated); null = full_shard
+    #                                   on GPUs with engine=vllm, else none (sharding_of)
     rollouts: str = "trl"             # who samples the completions: trl (TRL, with its generate or, grpo.use_vllm,
     #                                   its own colocated vLLM) | engine (the run's engine, synced to the policy
     #                                   every step: an engine that serves rollouts, engine=vllm; CPU or GPU)
@@ -109,7 +118,7 @@ class GRPOSettings:
     @classmethod
     def from_config(cls, raw: Mapping | None) -> "GRPOSettings":
         """Build and check the settings; raise ConfigError (one line) on bad input."""
-        nullable = ("epsilon_high", "max_completion_length", "save_every", "bf16")
+        nullable = ("epsilon_high", "max_completion_length", "save_every", "bf16", "sharding")
         known = {f.name for f in fields(cls)}
         s = block(cls, {k: v for k, v in dict(raw or {}).items()
                         if v is not None or k in nullable or k not in known}, "grpo")
@@ -167,8 +176,12 @@ class GRPOSettings:
         sharding = sorted(k for k in set(self.trl) & SHARDING if self.trl[k])
         if sharding:
             raise ConfigError(
-                f"grpo.trl.{sharding[0]}: esopt's GRPO runs as one process, which shards nothing (FSDP and DeepSpeed "
-                "ZeRO stages need several; multi-GPU GRPO through FSDP2 is not wired yet: docs/design/gpu_scale.md)")
+                f"grpo.trl.{sharding[0]}: esopt shards GRPO's processes itself; set grpo.sharding "
+                f"({' | '.join(SHARDINGS)}) and model.resources.gpus")
+        if self.sharding is not None and self.sharding not in SHARDINGS:
+            raise ConfigError(
+                f"grpo.sharding={self.sharding!r}: esopt's GRPO shards with accelerate's FSDP2 (DeepSpeed is not used); "
+                f"one of {', '.join(f'{k} ({v})' for k, v in SHARDINGS.items())}")
         managed = sorted(set(self.trl) & MANAGED)
         if managed:
             raise ConfigError(
@@ -181,8 +194,83 @@ class GRPOSettings:
 
     @property
     def micro_batch(self) -> int:
-        """TRL's per_device_train_batch_size (completions per micro-batch)."""
+        """Completions per micro-batch of one process (TRL's per_device_train_batch_size; on G
+        processes: :func:`process_batches`)."""
         return self.completions_per_step // self.grad_accum
+
+
+def process_batches(settings: GRPOSettings, world: int) -> tuple[int, int] | None:
+    """TRL's ``(per_device_train_batch_size, gradient_accumulation_steps)`` on ``world``
+    processes, whose product times ``world`` is the step's B completions, so the global batch,
+    and with it the loss and the update, is the one-process run's: each process takes
+    micro-batches of the one-process size (B / grad_accum, the same memory per GPU) and
+    ``grad_accum / world`` of them when that divides, else each of the ``grad_accum``
+    micro-batches is split over the processes (B / (grad_accum x world)); None when neither
+    divides."""
+    world = max(1, int(world))
+    b, a = settings.completions_per_step, settings.grad_accum
+    if a % world == 0:
+        return b // a, a // world
+    if b % (a * world) == 0:
+        return b // (a * world), a
+    return None
+
+
+def sharding_of(settings: GRPOSettings, world: int, cuda: bool, engine_holds_weights: bool = True) -> str:
+    """How ``world`` processes hold the model (:data:`SHARDINGS`): ``grpo.sharding``, or when
+    null full_shard on GPUs with an engine that generates with its own copy (vLLM), none
+    otherwise (CPU processes: accelerate runs them replicated; the hf engine generates with the
+    policy itself, whose sharded forward passes would be collectives); one process: none."""
+    if world < 2:
+        return "none"
+    return settings.sharding or ("full_shard" if cuda and engine_holds_weights else "none")
+
+
+def engine_rollouts(settings: GRPOSettings, engine, world: int) -> bool:
+    """Whether GRPO samples through the run's engine: ``grpo.rollouts=engine``, and on several
+    processes whenever the engine serves rollouts and TRL's own vLLM is not asked for (TRL's
+    generate would draw every process's samples from the same random stream; the engine keys
+    each row by its global index, so G processes draw what one does)."""
+    if settings.rollouts == "engine":
+        return True
+    return world > 1 and not settings.use_vllm and bool(type(engine).serves_rollouts)
+
+
+def check_processes(plan, settings: GRPOSettings) -> None:
+    """Refuse, before dispatch, G processes the run's GRPO cannot use (ConfigError, one line):
+    a batch that does not split over them, FSDP sharding on CPU processes or on one process, a sharded policy that the hf engine would
+    generate with (its forward passes are collectives: ranks generating different lengths
+    would wait on each other), or TRL's colocated vLLM asked to sample by the engine."""
+    from esopt import engines
+    from esopt.engines.base import resolve_device
+
+    from esopt.runtime.layout import layout
+
+    lay = plan.layout or layout(plan.config)  # validate's draft plan has none yet
+    world = int(lay.ranks)
+    engine = engines.engine_class(plan.engine_config)
+    if settings.rollouts == "engine" and settings.use_vllm and not engine.holds_weights:
+        raise ConfigError("grpo.rollouts=engine with grpo.use_vllm=true on engine=hf: use_vllm asks for TRL's "
+                          "colocated vLLM; set engine=vllm (its own vLLM samples) or grpo.rollouts=trl")
+    if settings.sharding in ("full_shard", "shard_grad_op") and world < 2:
+        raise ConfigError(f"grpo.sharding={settings.sharding} shards over several processes, but the run has one: "
+                          "set model.resources.gpus (or model.resources.ranks) to 2 or more")
+    if world < 2:
+        return
+    if process_batches(settings, world) is None:
+        raise ConfigError(
+            f"grpo.prompts_per_step*num_generations={settings.completions_per_step} in grpo.grad_accum="
+            f"{settings.grad_accum} micro-batches does not split over {world} processes: make grad_accum a multiple "
+            f"of {world} or the completions a multiple of {settings.grad_accum * world}")
+    cuda = lay.gpus_per_rank > 0 or resolve_device(plan.engine_config.device) == "cuda"
+    sharded = sharding_of(settings, world, cuda, engine.holds_weights) != "none"
+    if sharded and not cuda:
+        raise ConfigError(f"grpo.sharding={settings.sharding} on CPU processes: accelerate runs FSDP on GPUs only "
+                          "(CPU processes train replicated); set grpo.sharding=none or model.resources.gpus")
+    if sharded and not engine.holds_weights:
+        raise ConfigError(
+            f"grpo.sharding={settings.sharding} with engine={plan.engine_config.name}: that engine "
+            "generates with the sharded policy itself; set engine=vllm (its own copy per GPU) or grpo.sharding=none")
 
 
 def validate(plan) -> GRPOSettings:
@@ -191,6 +279,7 @@ def validate(plan) -> GRPOSettings:
     the plan's phase)."""
     settings = plan.phase("grpo").settings
     check_masters(plan, settings)
+    check_processes(plan, settings)
     return settings
 
 
@@ -206,14 +295,16 @@ def resolve(cfg, iterations: int) -> GRPOSettings:
 
 def resolve_rollouts(cfg, settings: GRPOSettings) -> GRPOSettings:
     """``grpo.rollouts`` as the run's engine allows (its ``serves_rollouts`` capability):
-    ``use_vllm=true`` on an engine that serves rollouts is ``rollouts=engine`` (the spelling
-    before that key: one run, one id, :func:`id_form`); ``rollouts=engine`` on one that does
-    not is a ConfigError (one line)."""
+    ``use_vllm=true`` on a vLLM engine (one that serves rollouts and holds its own weights) is
+    ``rollouts=engine`` (the spelling before that key: one run, one id, :func:`id_form`); on
+    engine=hf it stays TRL's colocated vLLM; ``rollouts=engine`` on an engine that does not
+    serve rollouts is a ConfigError (one line)."""
     from esopt import engines
 
     engine = cfg.engine_config
-    serves = engines.engine_class(engine).serves_rollouts
-    if settings.use_vllm and serves:
+    cls = engines.engine_class(engine)
+    serves = cls.serves_rollouts
+    if settings.use_vllm and serves and cls.holds_weights:
         return replace(settings, rollouts="engine", use_vllm=False)
     if settings.rollouts == "engine" and not serves:
         raise ConfigError(f"grpo.rollouts=engine needs an engine that serves rollouts (engine=vllm); engine="
@@ -221,14 +312,24 @@ def resolve_rollouts(cfg, settings: GRPOSettings) -> GRPOSettings:
     return settings
 
 
-def id_form(block: dict) -> dict:
+def id_form(block: dict, engine: str | None = None) -> dict:
     """The ``grpo`` block as run ids hash it: ``rollouts=engine`` as ``use_vllm: true`` (its
     spelling before ``grpo.rollouts``; the engine's name is in the id too), ``rollouts=trl`` left
-    out, so runs keep the ids they had before the key."""
+    out, so runs keep the ids they had before the key. On an engine that does not hold its own
+    weights (engine=hf, whose rollouts came later) ``rollouts=engine`` stays itself: there
+    ``use_vllm: true`` is TRL's own colocated vLLM, another run."""
+    from esopt import engines
+
     out = dict(block)
-    if out.pop("rollouts", "trl") == "engine":
+    if out.get("rollouts", "trl") == "engine" and (engine is None or engines.engine_class({"name": engine}).holds_weights):
+        out.pop("rollouts")
         out["use_vllm"] = True
+    elif out.get("rollouts", "trl") == "trl":
+        out.pop("rollouts", None)
     return out
+
+
+ID_NEUTRAL = (("sharding", None),)  # a key added later, at its neutral value: runs keep their ids
 
 
 def load_dtype(cfg) -> str:
@@ -394,11 +495,14 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
             only then is it trusted (:func:`last_checkpoint`) and the older ones removed (kept
             with ``sweep.keep_checkpoints``)."""
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            apply_umask(path)
-            store.write_manifest(path)
-            for old in _checkpoints(Path(args.output_dir)) if not ctx.cfg.sweep.keep_checkpoints else ():
-                if _step(old) < state.global_step:
-                    shutil.rmtree(old, ignore_errors=True)
+            distributed.barrier()  # every process has written its part (its RNG state) first
+            if distributed.rank() == 0:
+                apply_umask(path)
+                store.write_manifest(path)
+                for old in _checkpoints(Path(args.output_dir)) if not ctx.cfg.sweep.keep_checkpoints else ():
+                    if _step(old) < state.global_step:
+                        shutil.rmtree(old, ignore_errors=True)
+            distributed.barrier()
             if self.preempted:  # saved on the scheduler's warning (on_step_end): requeue now
                 preempt.release()
                 raise SystemExit(-1)
@@ -420,25 +524,28 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
             for src, dst in _LOG_KEYS.items():
                 if logs.get(src) is not None:
                     line[dst] = float(logs[src])
-            rewards = stats["rewards"]
-            if rewards:
-                line["reward_max"] = max(rewards)
-                line["reward_min"] = min(rewards)
-            if stats["n"]:
-                line["accuracy"] = stats["correct"] / stats["n"]
-                line["format"] = stats["format"] / stats["n"]
-            line["tokens_generated"] = int(stats["tokens_generated"])
-            line["tokens_fwd_bwd"] = int(trainer.esopt_fwd_bwd - self.fwd_bwd_seen)
+            total = distributed.sum_ranks([stats["tokens_generated"], stats["n"], stats["correct"], stats["format"],
+                                           trainer.esopt_fwd_bwd - self.fwd_bwd_seen])  # every process's rows
+            rewards = distributed.sum_ranks([max(stats["rewards"], default=-1e30), -min(stats["rewards"], default=1e30)],
+                                            op="max")
+            if rewards[0] > -1e30:  # some process scored completions
+                line["reward_max"], line["reward_min"] = rewards[0], -rewards[1]
+            if total[1]:
+                line["accuracy"] = total[2] / total[1]
+                line["format"] = total[3] / total[1]
+            line["tokens_generated"] = int(total[0])
+            line["tokens_fwd_bwd"] = int(total[4])
             line["wall_step"] = time.perf_counter() - self.t_step
             self.fwd_bwd_seen = trainer.esopt_fwd_bwd
-            ctx.add_tokens(int(stats["tokens_generated"]))
+            ctx.add_tokens(int(total[0]))
             if state.log_history and state.log_history[-1].get("step") == step:
                 # saved with the checkpoint (trainer_state.json), restored on resume
                 state.log_history[-1]["esopt_tokens_total"] = int(ctx.tokens_total)
             for k in ("tokens_generated", "n", "correct", "format"):
                 stats[k] = 0
             stats["rewards"].clear()
-            ctx.log(**line)
+            if distributed.rank() == 0:  # rank 0 records; every process evaluates its share below
+                ctx.log(**line)
             if ctx.eval_due(step):
                 self.evaluate(model if model is not None else trainer.model, step)
 
@@ -459,12 +566,26 @@ def _recorder(ctx, trainer_ref: list, stats: dict, settings: GRPOSettings):
     return Recorder()
 
 
+def fsdp_arguments(sharding: str, gradient_checkpointing: bool) -> dict:
+    """GRPOConfig's FSDP fields for ``sharding`` (:data:`SHARDINGS`; none: {}): accelerate's FSDP2
+    (``fsdp_config.version`` 2, as TRL's ``accelerate_configs/fsdp2.yaml``), each decoder layer
+    its own unit (``_no_split_modules``), resharded after forward for full_shard, the full
+    state dict for checkpoints, and gradient checkpointing as FSDP's own activation
+    checkpointing (transformers: the Trainer's would add an all-gather to every backward)."""
+    if sharding == "none":
+        return {}
+    return {"fsdp": True, "gradient_checkpointing": False, "fsdp_config": {
+        "version": 2, "reshard_after_forward": sharding == "full_shard", "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "state_dict_type": "FULL_STATE_DICT", "activation_checkpointing": bool(gradient_checkpointing)}}
+
+
 def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vllm: bool | None = None,
-                loaded: str = "float32"):
+                loaded: str = "float32", world: int = 1):
     """The ``trl.GRPOConfig`` for this run (CPU: use_cpu). ``trl_vllm``: TRL's own colocated
     vLLM generates (default ``grpo.use_vllm``); false when the run's engine does. ``loaded``:
     the dtype the weights were loaded in (:func:`autocast_dtype` picks accelerate's mixed
-    precision from it)."""
+    precision from it). ``world``: the run's processes (:func:`process_batches`; on GPUs
+    sharded by :func:`fsdp_arguments`)."""
     trl_vllm = bool(settings.use_vllm) if trl_vllm is None else trl_vllm
     from trl import GRPOConfig
 
@@ -481,8 +602,8 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vl
         warmup_steps=settings.warmup_steps,
         weight_decay=settings.weight_decay,
         max_grad_norm=settings.max_grad_norm,
-        per_device_train_batch_size=settings.micro_batch,
-        gradient_accumulation_steps=settings.grad_accum,
+        per_device_train_batch_size=process_batches(settings, world)[0],
+        gradient_accumulation_steps=process_batches(settings, world)[1],
         num_generations=settings.num_generations,
         num_iterations=settings.num_iterations,
         beta=settings.beta,
@@ -511,6 +632,8 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vl
         remove_unused_columns=False,
         dataloader_num_workers=0,
     )
+    sharding = sharding_of(settings, world, not on_cpu, type(ctx.engine).holds_weights)
+    kwargs.update(fsdp_arguments(sharding, settings.gradient_checkpointing))
     if trl_vllm:
         kwargs.update(vllm_mode="colocate", vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization)
     if ctx.task.stop and trl_vllm:
@@ -529,8 +652,9 @@ def rollout_function(ctx, settings: GRPOSettings, max_new_tokens: int):
 
     Before the first rollout of each optimizer step the engine takes the policy's current
     weights (``engine.sync_from``), so generation is on-policy. TRL passes the step's prompts
-    with each repeated ``num_generations`` times; every copy is its own request with its own
-    seed (run seed, step, position), so a group holds distinct samples. Returns the prompt ids
+    with each repeated ``num_generations`` times (on G processes, each its block of them, in
+    process order); every copy is its own request with its own seed (run seed, step, global
+    position), so a group holds distinct samples and G processes draw what one does. Returns the prompt ids
     (``esopt.engines.base.encode_prompts``, as the evaluator's engines tokenize), the completion
     ids including the EOS that ended them, and NaN sampling log-probabilities: TRL reads those
     only for its own vLLM importance-sampling correction and off-policy mask, which treat NaN
@@ -549,9 +673,10 @@ def rollout_function(ctx, settings: GRPOSettings, max_new_tokens: int):
         if any(not isinstance(p, str) for p in prompts):
             raise ConfigError("engine rollouts need text prompts (the task's prompts are conversational)")
         prompt_ids = encode_prompts(ctx.tokenizer, prompts)
-        completion_ids = ctx.engine.rollouts(
+        completion_ids = ctx.engine.rollouts(  # this process's rows of the step's batch, keyed globally
             prompt_ids, temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=max_new_tokens,
-            seed=int(ctx.cfg.seed) * ROLLOUT_SEED_STRIDE + step, stop=stop)
+            seed=int(ctx.cfg.seed) * ROLLOUT_SEED_STRIDE + step, stop=stop,
+            first_row=int(trainer.accelerator.process_index) * len(prompts))
         nan = float("nan")
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
                 "logprobs": [[nan] * len(c) for c in completion_ids]}
@@ -608,10 +733,11 @@ def _strip_double_bos(dataset, tokenizer):
     return dataset.map(lambda row: {"prompt": row["prompt"][len(bos):]})
 
 
-def _prepare_resume(ctx, resume: str | None) -> None:
+def _prepare_resume(ctx, resume: str | None, record: bool = True) -> None:
     """Before (re)starting at checkpoint step k (0 = none): restore the run's token count
-    saved with the checkpoint, and drop this phase's metrics lines after step k (written by
-    an attempt that died before its next checkpoint), so every step is recorded once."""
+    saved with the checkpoint, and (``record``: the process that records, rank 0) drop this
+    phase's metrics lines after step k (written by an attempt that died before its next
+    checkpoint), so every step is recorded once."""
     step = 0
     if resume is not None:
         state = json.loads((Path(resume) / "trainer_state.json").read_text())
@@ -627,7 +753,7 @@ def _prepare_resume(ctx, resume: str | None) -> None:
         return line.get("phase") != ctx.phase or it < last or (
             it == last and not (final and line.get("kind") == "eval"))
 
-    if hasattr(ctx.run, "truncate_metrics"):
+    if record and hasattr(ctx.run, "truncate_metrics"):
         ctx.run.truncate_metrics(keep)
 
 
@@ -645,7 +771,8 @@ def train(ctx) -> dict | None:
     problem = compute_error(autocast_dtype(settings, loaded), device)
     if problem is not None:
         raise ConfigError(problem)
-    engine_rollouts = settings.rollouts == "engine"  # the plan checked the engine serves them (resolve_rollouts)
+    world = distributed.world_size()  # the run's processes (esopt.runtime.run.join_ranks joined them)
+    by_engine = engine_rollouts(settings, ctx.engine, world)
     if settings.use_vllm and next(ctx.model.parameters()).device.type != "cuda":
         raise ConfigError("grpo.use_vllm=true needs the model on a GPU (engine.device=cuda) for TRL's colocated "
                           "vLLM, or an engine that serves rollouts (engine=vllm, grpo.rollouts=engine)")
@@ -667,8 +794,8 @@ def train(ctx) -> dict | None:
 
     dataset = _strip_double_bos(dataset, ctx.tokenizer)
     stats = {"tokens_generated": 0, "n": 0, "correct": 0, "format": 0.0, "rewards": []}
-    args = grpo_config(ctx, settings, out, lr, trl_vllm=bool(settings.use_vllm) and not engine_rollouts,
-                       loaded=loaded)
+    args = grpo_config(ctx, settings, out, lr, trl_vllm=bool(settings.use_vllm) and not by_engine,
+                       loaded=loaded, world=world)
     trainer_ref: list = []
     recorder = _recorder(ctx, trainer_ref, stats, settings)
     Trainer = _trainer_class()
@@ -681,7 +808,7 @@ def train(ctx) -> dict | None:
         processing_class=tokenizer,
         callbacks=[recorder],
         **({"rollout_func": rollout_function(ctx, settings, int(args.max_completion_length))}
-           if engine_rollouts else {}),
+           if by_engine else {}),
     )
     trainer_ref.append(trainer)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -691,8 +818,9 @@ def train(ctx) -> dict | None:
     if trainer.model is not ctx.model:  # pragma: no cover - TRL must train the engine's weights
         raise RuntimeError("GRPOTrainer replaced the model object; evaluation would not see its weights")
 
-    resume = last_checkpoint(out)
-    _prepare_resume(ctx, resume)
+    lead = distributed.rank() == 0
+    resume = distributed.from_rank0(last_checkpoint(out) if lead else None)  # rank 0 alone removes bad ones
+    _prepare_resume(ctx, resume, record=lead)
     ctx.model.train()
     try:
         trainer.train(resume_from_checkpoint=resume)
@@ -705,4 +833,7 @@ def train(ctx) -> dict | None:
         ctx.model.eval()
     del trainer
     ctx.engine.sync_from(ctx.model)  # from here on the engine generates with the trained weights
+    state = distributed.full_state(ctx.model)  # FSDP2: the shards gathered for model/ (rank 0 writes it)
+    if state is not None:
+        ctx.shared.trained_state = state
     return recorder.last_eval

@@ -63,13 +63,21 @@ class Engine(Protocol):
     model (before saving it) -- both are no-ops when the engine generates with that very model
     object (the hf engine).
 
-    Capabilities (class attributes, read from the class before an engine is built, so no caller
-    asks an engine its name):
+    An engine class subclasses this protocol, so it states every capability below (the
+    defaults: an engine that only generates) and inherits the hooks it does not need; callers
+    read them from the class (``esopt.engines.engine_class``) before an engine is built, never
+    probe for them, and never ask an engine its name. Capabilities:
 
     ``batches_population``
         ``generate_population`` scores many ES members in batched forward passes without
         touching the shared weights (``es.batched``); an engine without it raises
         NotImplementedError there and ES scores members one after another.
+    ``population_targets``
+        The ``es.targets`` a batched population perturbs here, its default first (``all``, or
+        ``linear``: the linear layers' weights, what LoRA reaches).
+    ``population_full_rank``
+        A batched population may be full rank (``es.full_rank``: per-member weight copies);
+        False: low-rank members only.
     ``holds_weights``
         The engine generates with its own copy of the weights (vLLM's worker), not with the HF
         model object it was built from: ``sync_from`` / ``sync_to`` move them, and the HF model
@@ -82,12 +90,20 @@ class Engine(Protocol):
     ``scores_text``
         ``score_text(texts)`` scores given texts token by token (the likelihood probes of
         ``eval.probes``); an engine without it cannot run those probes (validation says so).
+
+    Hooks, class methods run before any run starts: ``check`` (can it run the model here),
+    ``check_population`` (can it batch this population) and ``prepare`` (its config block
+    adjusted for the run). The engine's own knobs live in its config dataclass
+    (``esopt.engines.EngineConfig``), which states what the rest of esopt asks of them
+    (``gpus_per_engine``, ``gpu_share``, ``sharing_gpu``).
     """
 
-    batches_population: ClassVar[bool]
-    scores_text: ClassVar[bool]
-    holds_weights: ClassVar[bool]
-    serves_rollouts: ClassVar[bool]
+    batches_population: ClassVar[bool] = False
+    population_targets: ClassVar[tuple[str, ...]] = ("all",)
+    population_full_rank: ClassVar[bool] = False
+    holds_weights: ClassVar[bool] = False
+    serves_rollouts: ClassVar[bool] = False
+    scores_text: ClassVar[bool] = False
     tokenizer: object
     device: torch.device
     max_batch: int
@@ -99,6 +115,18 @@ class Engine(Protocol):
     def check(cls, cfg, model_cfg: Mapping) -> None:
         """Before any run starts: ConfigError (one line) when the engine cannot run the model here."""
 
+    @classmethod
+    def check_population(cls, cfg, model_cfg: Mapping, rank: int | None) -> None:
+        """Before a run with ``es.batched=true``: ConfigError (one line) when this engine cannot
+        batch a population of rank ``rank`` (None: full rank) members of the model."""
+
+    @classmethod
+    def prepare(cls, engine_cfg: dict, plan) -> dict:
+        """The engine block as the run needs it (``plan``: the run's config, its blocks read
+        through ``plan.block(name)``), e.g. vLLM's LoRA room for a batched population. The
+        default: the block as written."""
+        return engine_cfg
+
     def generate(self, prompts: Sequence[str], *, n: int = 1, temperature: float = 0.0, top_p: float = 1.0,
                  max_new_tokens: int = 32, seed: int = 0, stop: Sequence[str] = (),
                  return_entropy: bool = False, first_prompt: int = 0) -> Generation: ...
@@ -107,10 +135,17 @@ class Engine(Protocol):
                             rank: int | None, **gen_kwargs) -> list[Generation]:
         """One ``Generation`` per member ``(seed, sign)``: its completions of ``prompts`` under the
         weights ``theta + sign * sigma * eps(seed)`` (rank: EGGROLL low rank, None: full rank)."""
+        raise NotImplementedError(f"{type(self).__name__} does not batch a population")
 
     def score_text(self, texts: Sequence[str]) -> list[tuple[int, float, int]]:
         """Per text, teacher-forced after its first token: (tokens scored, the sum of their log
         probabilities in nats, how many were the model's top-1 prediction)."""
+        raise NotImplementedError(f"{type(self).__name__} does not score text")
+
+    def rollouts(self, prompt_ids: Sequence[Sequence[int]], *, temperature: float, top_p: float = 1.0,
+                 max_new_tokens: int, seed: int, stop: Sequence[str] = ()) -> list[list[int]]:
+        """One sampled completion per prompt, as token ids including the EOS that ended it."""
+        raise NotImplementedError(f"{type(self).__name__} does not serve rollouts")
 
     def weights(self) -> WeightOps: ...
 
@@ -119,6 +154,10 @@ class Engine(Protocol):
     def sync_to(self, model) -> None: ...
 
     def close(self) -> None: ...
+
+
+CAPABILITIES = ("batches_population", "population_targets", "population_full_rank", "holds_weights",
+                "serves_rollouts", "scores_text")  # what Engine declares, every engine class states
 
 
 def check_generate_args(n: int, max_new_tokens: int, top_p: float) -> None:

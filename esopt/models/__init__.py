@@ -346,7 +346,7 @@ def n_params(model) -> int:
 
 
 def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str | bytes] | None = None,
-         manifest: bool = False, dtype: str | None = None) -> Path:
+         manifest: bool = False, dtype: str | None = None, state: Mapping | None = None) -> Path:
     """Write ``model`` (HF ``save_pretrained``), ``tokenizer`` and the ``extra`` files (name ->
     text or bytes, e.g. a checkpoint's ``state.json``) to ``path`` as a whole or not at all:
     into a temporary sibling first, then renamed over ``path`` (a kill mid-swap leaves the
@@ -354,15 +354,16 @@ def save(model, tokenizer, path: str | os.PathLike, extra: Mapping[str, str | by
     checkpoints, sequence phases). ``manifest``: record every file's sha256 last
     (:func:`esopt.core.store.write_manifest`), checked on resume. ``dtype``: write the weights
     cast to it (``model.save_dtype``, e.g. GRPO's fp32 masters as bfloat16 for serving; the
-    model itself is not changed); None = as they are."""
+    model itself is not changed); None = as they are. ``state``: the weights to write instead of
+    the model's own (a sharded model's gathered state: ``esopt.algorithms.distributed.full_state``)."""
     path = Path(path)
     model = getattr(model, "module", model)
-    kwargs: dict = {}
+    kwargs: dict = {} if state is None else {"state_dict": dict(state)}
     if dtype is not None:
         check_dtype(dtype)
         cast: dict = {}  # tied tensors (lm_head = embeddings) stay one tensor, so they are written once
         kwargs["state_dict"] = {k: cast.setdefault(v.data_ptr(), v.to(DTYPES[dtype]))
-                                for k, v in model.state_dict().items()}
+                                for k, v in (model.state_dict() if state is None else state).items()}
     with atomic_dir(path) as tmp:
         model.save_pretrained(tmp, **kwargs)
         if dtype is not None:  # config.json states what the files hold

@@ -47,6 +47,8 @@ class Shared:
     phases: list = field(default_factory=list)
     effective: dict = field(default_factory=dict)
     trial: Any = None
+    trained_state: dict | None = None  # the trained weights when the model itself holds only a shard (GRPO
+    #                                    under FSDP2: esopt.algorithms.distributed.full_state, on rank 0)
 
 
 @dataclass

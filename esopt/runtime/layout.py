@@ -2,16 +2,21 @@
 
     lay = layout(rc, engine_config)   # Layout(ranks, gpus_per_rank, gpus_requested, note)
 
-ES splits its population across ranks (esopt.algorithms.distributed: each rank drives its own
-engine -- one vLLM engine per GPU, as in the study -- scores its members and only rewards cross
-ranks). By default an ES run has one rank per engine of the GPUs it asks for:
+A multi-rank algorithm splits its work across ranks: ES its population (esopt.algorithms.distributed:
+each rank drives its own engine -- one vLLM engine per GPU, as in the study -- scores its members
+and only rewards cross ranks), GRPO its batch (esopt.algorithms.grpo: one process per GPU under
+accelerate, FSDP2 sharding the model on GPUs, each process sampling its rows of the step's batch).
+By default such a run has one rank per engine of the GPUs it asks for:
 
     ranks = model.resources.ranks, or model.resources.gpus / gpus_per_rank (1 without GPUs)
     gpus_per_rank = the engine's gpus_per_engine (its config's: vllm's tensor_parallel_size,
                     1 for hf), 0 on a CPU-only request
 
-GRPO, the sequences (their GRPO phase) and base evaluations run as one process: they ask for the
-GPUs of one engine, and the layout's note says why when the model's request was larger. A
+The sequences and base evaluations run as one process: they ask for the GPUs of one engine, and
+the layout's note says why when the model's request was larger. Each rank is a Slurm task (the
+job's ``srun``), translated to torch.distributed's env:// variables by
+``esopt.algorithms.distributed``; accelerate reads the same variables, so GRPO needs no torchrun
+or ``accelerate launch`` inside the job. A
 request that no layout fills exactly (4 GPUs for 3 ranks) is a ConfigError before submission,
 so no job holds idle GPUs. The esopt sweeper turns the layout into the launcher request
 (tasks_per_node = ranks, gpus_per_task = gpus_per_rank) and shows it in the dry run.
@@ -69,7 +74,8 @@ def layout(rc: RunConfig, engine_config=None) -> Layout:
         return Layout(ranks, per_rank, gpus)
     note = None
     if gpus > per_rank:
-        note = (f"algo={rc.algo} runs as one process (only a multi-rank algorithm, ES, splits its work): "
+        ranked = ", ".join(a.name for a in algorithms.ALGORITHMS.values() if a.multi_rank)
+        note = (f"algo={rc.algo} runs as one process (only a multi-rank algorithm, {ranked}, splits its work): "
                 f"it asks for {per_rank} GPU(s), not model.resources.gpus={gpus}")
     if ranks_set not in (None, 1):
         note = (note + "; " if note else "") + f"algo={rc.algo} ignores model.resources.ranks={ranks_set}"

@@ -135,6 +135,13 @@ def es_parts(params: int, shape, engine_config, max_len: int, gpu_bytes: float, 
     return {"weights": weights, "kv cache": kv, "overhead": OVERHEAD}
 
 
+def engines_hold_weights(engine_config) -> bool:
+    """Whether the run's engine generates with its own copy of the weights (vLLM)."""
+    from esopt import engines
+
+    return bool(engines.engine_class(engine_config).holds_weights)
+
+
 def estimate(plan, gpus: int | None = None) -> Estimate | None:
     """The run's per-GPU estimate on ``gpus`` GPUs (default: the GPUs its layout uses); None when
     it uses no GPU or its model's size or architecture is unknown here."""

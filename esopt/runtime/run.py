@@ -98,9 +98,15 @@ def placement(plan: RunPlan, device: str) -> tuple[Any, str]:
 
 def save_model(ctx: RunContext) -> None:
     """The trained weights (whichever engine trained them) as an HF folder in ``<run>/model/``,
-    cast to ``model.save_dtype`` when set (null: as trained; GRPO's are its fp32 masters)."""
-    ctx.engine.sync_to(ctx.model)
-    models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir, dtype=ctx.cfg.model.get("save_dtype"))
+    cast to ``model.save_dtype`` when set (null: as trained; GRPO's are its fp32 masters). A
+    run whose last phase trained the HF model by gradients (GRPO: ``master_weights``) saves that
+    model (or its gathered shards): an engine holding its own copy (vLLM) holds it in
+    ``model.dtype``, and copying it back would round the masters to it."""
+    phases = getattr(ctx.cfg, "phases", ()) or ()
+    if not algorithms.get(phases[-1].algo if phases else ctx.cfg.algo).master_weights:
+        ctx.engine.sync_to(ctx.model)
+    models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir, dtype=ctx.cfg.model.get("save_dtype"),
+                state=ctx.shared.trained_state)
 
 
 def run(plan: RunPlan) -> dict:

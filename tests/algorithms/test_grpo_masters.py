@@ -82,8 +82,8 @@ def test_masters_change_the_run_id_only_where_they_change_the_run():
     (["model.dtype=float16", "grpo.bf16=true"], "grpo.bf16=true with model.dtype=float16"),
     (["model.save_dtype=int8"], "unknown model.save_dtype 'int8'"),
     (["+grpo.trl.bf16=true"], "grpo.trl may not set bf16"),
-    (["+grpo.trl.fsdp=full_shard"], "grpo.trl.fsdp: esopt's GRPO runs as one process, which shards nothing"),
-    (["+grpo.trl.deepspeed=zero3.json"], "grpo.trl.deepspeed: esopt's GRPO runs as one process"),
+    (["+grpo.trl.fsdp=full_shard"], "grpo.trl.fsdp: esopt shards GRPO's processes itself; set grpo.sharding"),
+    (["+grpo.trl.deepspeed=zero3.json"], "grpo.trl.deepspeed: esopt shards GRPO's processes itself"),
 ])
 def test_settings_that_cannot_keep_masters_are_refused(overrides, message):
     with pytest.raises(ConfigError) as err:

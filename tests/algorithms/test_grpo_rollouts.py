@@ -1,7 +1,7 @@
 """Who samples GRPO's completions (``grpo.rollouts``): the run's engine when it serves rollouts
 (a declared capability, ``Engine.serves_rollouts``), else TRL. The older spelling
-``grpo.use_vllm=true`` on such an engine is the same run with the same id; on one that does not
-it stays TRL's own colocated vLLM. Validation only (no model runs)."""
+``grpo.use_vllm=true`` on a vLLM engine is the same run with the same id; on engine=hf it stays
+TRL's own colocated vLLM. Validation only (no model runs)."""
 
 import pytest
 from helpers import compose
@@ -29,10 +29,13 @@ def test_the_engine_spelling_and_the_older_one_are_one_run():
     assert "rollouts" not in identity(trl)["grpo"] and identity(trl)["grpo"]["use_vllm"] is False
 
 
-def test_an_engine_that_serves_no_rollouts_leaves_them_to_trl():
-    s = plan("engine=hf", "grpo.use_vllm=true").phase("grpo").settings  # TRL's own colocated vLLM
+def test_on_engine_hf_use_vllm_stays_trls_and_engine_rollouts_are_another_run():
+    trl_vllm = plan("engine=hf", "grpo.use_vllm=true")
+    s = trl_vllm.phase("grpo").settings  # TRL's own colocated vLLM
     assert (s.rollouts, s.use_vllm) == ("trl", True)
-    with pytest.raises(ConfigError, match="grpo.rollouts=engine needs an engine that serves rollouts"):
-        plan("engine=hf", "grpo.rollouts=engine")
+    hf = plan("engine=hf", "grpo.rollouts=engine")  # the hf engine's keyed sampler
+    assert hf.phase("grpo").settings.rollouts == "engine" and hf.run_id != trl_vllm.run_id
+    assert identity(trl_vllm)["grpo"]["use_vllm"] is True and identity(hf)["grpo"]["rollouts"] == "engine"
+    assert "sharding" not in identity(hf)["grpo"]  # grpo.sharding at null: ids as before the key
     with pytest.raises(ConfigError, match="grpo.rollouts must be one of trl, engine, got 'vllm'"):
         plan("engine=hf", "grpo.rollouts=vllm")

@@ -45,8 +45,8 @@ def test_runs_over_the_job_limit(tmp_path):
 
 @pytest.mark.parametrize("argv, needle", [
     (["+hydra.launcher.walltime=5"], "unknown Slurm option(s) hydra.launcher.walltime (submitit takes: "),
-    (["hydra.launcher.nodes=2", "algo=grpo"], "hydra.launcher.nodes=2: algo=grpo runs as one process (only an "
-                                              "algorithm that splits its work over ranks spans nodes: es)"),
+    (["hydra.launcher.nodes=2", "algo=es_grpo"], "hydra.launcher.nodes=2: algo=es_grpo runs as one process (only an "
+                                                 "algorithm that splits its work over ranks spans nodes: es, grpo)"),
     (["hydra.launcher.nodes=0"], "hydra.launcher.nodes must be an integer >= 1, got 0"),
     (["hydra.launcher.additional_parameters=5"], "hydra.launcher.additional_parameters must be a mapping"),
 ])

@@ -1,4 +1,4 @@
-"""How a run uses what it asks Slurm for: one ES rank per GPU engine, GRPO as one process,
+"""How a run uses what it asks Slurm for: one ES rank per GPU engine, one GRPO process per GPU,
 requests that no layout fills refused before submission; the dry run shows the layout."""
 
 import pytest
@@ -30,14 +30,22 @@ def test_es_gets_one_rank_per_gpu_engine():
     assert launcher_request(two, SLURM)["gpus_per_task"] is None                      # CPU ranks
 
 
-def test_grpo_and_base_runs_are_one_process_and_say_why():
-    for algo in ("grpo", "none", "es_grpo"):
+def test_sequences_and_base_runs_are_one_process_and_say_why():
+    for algo in ("none", "es_grpo"):
         lay = layout(rc(f"algo={algo}", "model=qwen7b"))
         assert (lay.ranks, lay.gpus_used) == (1, 1), algo
         assert "runs as one process" in lay.note and "not model.resources.gpus=4" in lay.note
         req = launcher_request(rc(f"algo={algo}", "model=qwen7b"), SLURM)
         assert (req["tasks_per_node"], req["gpus_per_node"]) == (1, 1)
     assert layout(rc("algo=grpo", "model=qwen1.5b")).note is None                     # 1 GPU asked, 1 used
+
+
+def test_grpo_gets_one_process_per_gpu():
+    """GRPO's G processes (FSDP2 on GPUs) are Slurm tasks of one GPU each, like ES's ranks."""
+    lay = layout(rc("algo=grpo", "model=qwen7b"))
+    assert (lay.ranks, lay.gpus_per_rank, lay.gpus_used, lay.note) == (4, 1, 4, None)
+    req = launcher_request(rc("algo=grpo", "model=qwen7b"), SLURM)
+    assert (req["tasks_per_node"], req["gpus_per_task"], req["gpus_per_node"]) == (4, 1, None)
 
 
 @pytest.mark.parametrize("over,message", [
@@ -58,8 +66,8 @@ def test_dry_run_shows_gpus_requested_and_used(tmp_path):
     header = next(line for line in r.stdout.splitlines() if "run_id" in line).split()
     rows = [line.split() for line in r.stdout.splitlines() if line.strip() and line.split()[0].isdigit()]
     cols = {name: [row[header.index(name)] for row in rows] for name in ("algo", "ranks", "gpus_req", "gpus_used")}
-    assert cols == {"algo": ["es", "grpo"], "ranks": ["4", "1"], "gpus_req": ["4", "4"], "gpus_used": ["4", "1"]}
-    assert "esopt: note: algo=grpo runs as one process" in r.stderr
+    assert cols == {"algo": ["es", "grpo"], "ranks": ["4", "4"], "gpus_req": ["4", "4"], "gpus_used": ["4", "4"]}
+    assert "runs as one process" not in r.stderr
     bad = cli("esopt.sweep", "-m", "model=qwen7b", "model.resources.ranks=3", "sweep.dry_run=true",
                   f"sweep.root={tmp_path}", env={"OMP_NUM_THREADS": "1"})
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("esopt: error: model.resources.gpus=4")
