@@ -14,6 +14,10 @@ Tables:
               at the model's sigma / lr and at the study's hub setting (sigma 1.5e-3,
               lr 2.5e-4), N = 8, 4 prompts. "changed": parameters of model/ that differ from
               the base as loaded; "cos": cosine of the update with the fp32-loaded GRPO run's.
+  smollm2     The GRPO rows of ``fractions`` on SmolLM2-135M (arith, 32 new tokens: Countdown's
+              1,024-token chat budget takes hours per run on one CPU thread).
+  processes   GRPO on 2 CPU processes (torchrun, gloo) against 1, tiny-xs: per-step loss, gradient
+              norm, rewards and tokens, and the final weights' difference.
   estimator   esopt/runtime/memory.py's GB per 80 GB GPU for Qwen2.5 0.5B-7B on GSM8K (2,048
               new tokens): GRPO at the GPU presets' settings (group 8 x 8 prompts, gradient
               checkpointing, micro-batches of 2, colocated vLLM at 0.2) on 1 GPU, and sharded
@@ -44,7 +48,7 @@ ES = ["algo=es", "pop=8", "es.batch_size=4"]
 COMMON = ["task=countdown", "engine=hf", "engine.device=cpu", "iterations=3", "eval.problems=4", "eval.samples=2"]
 
 
-def delta(model: str, dtype: str, overrides: list[str], root: Path, inplace: bool = False):
+def delta(model: str, dtype: str, overrides: list[str], root: Path, inplace: bool = False, common=COMMON):
     """(update of the run's model/ over the base loaded at ``dtype``, model/'s dtype, seconds)."""
     from helpers import run_config
     from safetensors.torch import load_file
@@ -55,7 +59,7 @@ def delta(model: str, dtype: str, overrides: list[str], root: Path, inplace: boo
     from esopt.runtime.run import run
     from esopt.runtime.validate import run_id
 
-    rc = run_config(f"model={model}", f"model.dtype={dtype}", *COMMON, *overrides, f"sweep.root={root}",
+    rc = run_config(f"model={model}", f"model.dtype={dtype}", *common, *overrides, f"sweep.root={root}",
                     f"sweep.name={'inplace' if inplace else 'masters'}")
     keep = grpo.keep_masters
     if inplace:  # the update before masters: the optimizer on the loaded bf16 weights
@@ -76,7 +80,7 @@ def delta(model: str, dtype: str, overrides: list[str], root: Path, inplace: boo
     return d, str(next(iter(trained.values())).dtype).removeprefix("torch."), time.perf_counter() - t0
 
 
-def fractions(models_: list[str], root: Path) -> list[list]:
+def fractions(models_: list[str], root: Path, grpo_only: bool = False, common=COMMON) -> list[list]:
     rows = []
     for model in models_:
         ref = None
@@ -88,14 +92,70 @@ def fractions(models_: list[str], root: Path) -> list[list]:
             ("ES, the model's sigma/lr", "bfloat16", "bf16 in place", ES, False),
             ("ES sigma 1.5e-3 lr 2.5e-4", "bfloat16", "bf16 in place", ES + ["sigma=1.5e-3", "lr=2.5e-4"], False),
         ]
+        if grpo_only:
+            cases = [c for c in cases if c[0].startswith("GRPO") and "fp32 compute" not in c[2]]
         for name, dtype, how, overrides, inplace in cases:
-            d, saved, wall = delta(model, dtype, overrides, root, inplace)
+            d, saved, wall = delta(model, dtype, overrides, root, inplace, common)
             ref = d if ref is None else ref
             grpo_row = name.startswith("GRPO")
             cos = float(torch.nn.functional.cosine_similarity(ref, d, dim=0)) if grpo_row and d.norm() > 0 else None
             rows.append([model, name, dtype, how, f"{float((d != 0).float().mean()):.2%}",
                          f"{float(d.norm()):.2e}", "-" if cos is None else f"{cos:.3f}", saved, f"{wall:.0f}"])
             print(rows[-1], flush=True)
+    return rows
+
+
+SMOLLM2 = ["task=arith", "engine=hf", "engine.device=cpu", "iterations=3", "eval.problems=1", "eval.samples=1",
+           "eval.max_new_tokens=8", "grpo.max_completion_length=32"]
+PROCESSES = ["model=tiny-xs", "task=countdown", "task.n_train=8", "algo=grpo", "engine.device=cpu", "engine.threads=1",
+             "eval.problems=2", "eval.samples=1", "grpo.num_generations=8", "grpo.prompts_per_step=4", "iterations=2",
+             "lr=1e-3"]
+
+
+def processes(root: Path) -> list[list]:
+    """tests/algorithms/test_grpo_processes.py's comparison, as a table: one process
+    (grpo.rollouts=engine) against two (torchrun, gloo, model.resources.ranks=2); the last row is
+    the notes (the final weights' difference)."""
+    import json
+    import os
+    import subprocess
+
+    from helpers import run_config
+    from safetensors.torch import load_file
+
+    from esopt import models
+    from esopt.runtime.run import run
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", TRL_EXPERIMENTAL_SILENCE="1", PYTHONPATH=str(HERE.parent))
+    t0 = time.perf_counter()
+    run(run_config(*PROCESSES, "grpo.rollouts=engine", f"sweep.root={root / 'one'}"))
+    t1 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "-m",
+                    "esopt.sweep", *PROCESSES, "model.resources.ranks=2", f"sweep.root={root / 'two'}"],
+                   env=env, check=True, capture_output=True)
+    t2 = time.perf_counter()
+
+    def read(where):
+        (path,) = (root / where / "default" / "runs").iterdir()
+        lines = [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
+        w = {}
+        for f in (path / "model").glob("*.safetensors"):
+            w.update(load_file(str(f)))
+        return [x for x in lines if x["kind"] == "train"], w
+
+    (a, w1), (b, w2) = read("one"), read("two")
+    rows = [[x["iteration"], f"{x['loss']:.8f}", f"{y['loss']:.8f}", f"{x['grad_norm']:.7f}", f"{y['grad_norm']:.7f}",
+             f"{x['reward_mean']:.4f} / {y['reward_mean']:.4f}", f"{x['tokens_generated']} / {y['tokens_generated']}"]
+            for x, y in zip(a, b)]
+    base = dict(models.load("tiny-xs")[0].named_parameters())
+    upd = torch.cat([(w1[k] - base[k]).detach().flatten() for k in w1])
+    diff = torch.cat([(w1[k] - w2[k]).flatten() for k in w1])
+    rows.append([f"tiny-xs, Countdown, 2 steps of 4 prompts x 8 completions (lr 1e-3), CPU: the same global batch, "
+                 f"2 processes taking 16 completions each. Final weights: |w1 - w2| / |update| = "
+                 f"{float(diff.norm() / upd.norm()):.1e}, max per weight {float(diff.abs().max()):.1e} (updates up to "
+                 f"{float(upd.abs().max()):.1e}). Wall: 1 process {t1 - t0:.0f} s, 2 processes {t2 - t1:.0f} s "
+                 "(launch included)."])
     return rows
 
 
@@ -145,7 +205,7 @@ def estimator() -> list[list]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", choices=["fractions", "estimator"], action="append")
+    p.add_argument("--only", choices=["fractions", "smollm2", "estimator", "processes"], action="append")
     p.add_argument("--models", default="tiny-s", help="comma-separated (smollm2-135m after scripts/install_smollm2.sh)")
     p.add_argument("--root", default=None, help="results folder for the runs (default: a temporary one)")
     p.add_argument("--write-docs", action="store_true")
@@ -153,7 +213,7 @@ def main(argv=None) -> None:
     import tempfile
 
     torch.set_num_threads(1)
-    only = set(args.only or ["fractions", "estimator"])
+    only = set(args.only or ["fractions", "smollm2", "estimator", "processes"])
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.root or tmp)
         if "fractions" in only:
@@ -168,6 +228,23 @@ def main(argv=None) -> None:
                             + (f" --models {args.models}" if args.models != "tiny-s" else ""), header, rows, notes=notes)
             else:
                 print(header)
+        if "smollm2" in only:
+            rows = fractions(["smollm2-135m"], root, grpo_only=True, common=SMOLLM2)
+            header = ["model", "update", "loaded", "trained as", "changed", "update l2", "cos vs fp32 GRPO",
+                      "model/ dtype", "wall s"]
+            notes = ("3 GRPO updates each on arith (chat prompts, 32 new tokens, 4 prompts x 4; hf engine, CPU, "
+                     "one thread), as the tiny-s table above but on the real 135M model; its own lr "
+                     "(1e-5) replaced by the study's 1e-6.")
+            if args.write_docs:
+                write_table("gpu_scale", "SmolLM2-135M: parameters changed by 3 GRPO updates",
+                            COMMAND + " --only smollm2", header, rows, notes=notes)
+        if "processes" in only:
+            rows = processes(root)
+            header = ["step", "loss, 1 process", "loss, 2 processes", "grad norm, 1", "grad norm, 2", "reward mean 1 / 2",
+                      "tokens 1 / 2"]
+            if args.write_docs:
+                write_table("gpu_scale", "GRPO on 2 processes against 1", COMMAND + " --only processes", header,
+                            rows[:-1], notes=rows[-1][0])
         if "estimator" in only:
             rows = estimator()
             header = ["model", "algo", "GPUs", "state / weights GB", "published GB per GPU", "activations GB", "logits GB",
