@@ -76,6 +76,7 @@ from esopt.core.metrics import p_above, power_at, t_interval
 from esopt.study import fit
 from esopt.study import tables
 from esopt.study.claims import ledger, stored
+from esopt.study.claims.stored import current_design
 from esopt.study.claims.rules import CLAIMS, ES_ANCHOR, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
 __all__ = ["ALGOS", "ARMS", "CELL_ALGOS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "arm", "attach_details",
@@ -404,11 +405,6 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
         print(f"esopt: warning: {_seen_why(seen)[0]}; use seeds or a test draw no look has read "
               "(sweeps/README.md, \"Confirmatory runs\")", file=sys.stderr)
     return reg
-
-
-def current_design(reg: Mapping) -> dict:
-    """The registered design in force: the last amendment's, else the first."""
-    return (reg.get("amendments") or [reg])[-1]["design"]
 
 
 def _seen_why(seen: list | None) -> list[str]:

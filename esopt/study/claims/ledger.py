@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from esopt.study.claims.stored import current_design
+
 ENV = "ESOPT_LOOKS"
 
 
@@ -90,8 +92,6 @@ def look_id(registration: Mapping | None, records: Iterable[Mapping]) -> str:
     """This look's name: its registration's (design and graph hashes, time), else
     ``unregistered:`` and its completed runs' hash."""
     if registration:
-        from esopt.study.claims import current_design
-
         return "registered:" + _hash({"design": current_design(registration), "graph": registration.get("graph"),
                                       "at": registration.get("at")})[:16]
     runs = sorted(str(r.get("run_id")) for r in records if r.get("status", "completed") == "completed")

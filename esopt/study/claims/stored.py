@@ -3,6 +3,7 @@
     read(path) -> dict                  {} when there is none; ConfigError (one line) when corrupt
     set_aside(path) -> Path             a corrupt file renamed to claims.corrupt-<UTC time>.json
     design_hash(design) -> str          sha256 of the design's canonical JSON
+    current_design(reg) -> dict         the registered design in force
 
 A corrupt file is one that is not JSON, not an object, or whose ``registration`` / ``looks`` do
 not have the shape ``esopt.study.claims.register`` writes (a registration whose ``design`` is a
@@ -26,6 +27,11 @@ from typing import Any, Mapping
 from esopt.core.errors import ConfigError
 
 CORRUPT_PREFIX = "claims.corrupt-"  # where a corrupt claims.json is kept: claims.corrupt-<time>.json
+
+
+def current_design(reg: Mapping) -> dict:
+    """The registered design in force: the last amendment's, else the first."""
+    return (reg.get("amendments") or [reg])[-1]["design"]
 
 
 def design_hash(design: Any) -> str:
