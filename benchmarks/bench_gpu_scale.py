@@ -251,8 +251,8 @@ def main(argv=None) -> None:
             header = ["model", "algo", "GPUs", "state / weights GB", "published GB per GPU", "activations GB", "logits GB",
                       "vLLM / KV GB", "total GB per GPU", "fits 80 GB"]
             notes = ("GRPO: group 8 x 8 prompts, 2,048 new tokens + a 256-token prompt allowance, micro-batches of "
-                     "2, gradient checkpointing, vLLM colocated at 0.2; GPUs > 1: FSDP2's sharded figure (GRPO runs "
-                     "as one process in esopt for now, so such a plan is refused). Published: REFERENCE.md section 15 "
+                     "2, gradient checkpointing, vLLM colocated at 0.2; GPUs > 1: one process per GPU, FSDP2 full_shard "
+                     "(each process 2-completion micro-batches, grad_accum / GPUs of them). Published: REFERENCE.md section 15 "
                      "(16-18 B per parameter with fp32 masters and AdamW; verl: 7B GRPO on 2 x 80 GB only with FSDP "
                      "and offload, which this estimate does not model).")
             if args.write_docs:
