@@ -96,9 +96,11 @@ def test_process_batches_keep_the_global_batch():
 
 
 def test_a_sharded_models_weights_gather_whole(tmp_path):
-    """torch's FSDP2 on one gloo process (it runs on CPU; accelerate enables it on GPUs only):
-    the engine sync's full_parameters and model/'s full_state are the unsharded weights."""
+    """torch's FSDP2 on one gloo process (it runs on CPU; accelerate enables it on GPUs only),
+    each layer activation-checkpointed as fsdp_arguments asks: the engine sync's full_parameters
+    and model/'s full_state are the unsharded weights under the model's own names."""
     import torch.distributed as dist
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
@@ -109,11 +111,15 @@ def test_a_sharded_models_weights_gather_whole(tmp_path):
     assert distributed.full_state(model) is None  # nothing sharded
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
+        apply_activation_checkpointing(model, check_fn=lambda m: m in set(model.model.layers))
         for layer in model.model.layers:
             fully_shard(layer)
         fully_shard(model)
         assert isinstance(next(model.parameters()), DTensor)
-        assert all(torch.equal(p, whole[n]) and not isinstance(p, DTensor) for n, p in distributed.full_parameters(model))
+        assert "_checkpoint_wrapped_module" in next(n for n, _ in model.named_parameters() if "layers" in n)
+        full = dict(distributed.full_parameters(model))
+        assert set(full) <= set(whole) and all(torch.equal(p, whole[n]) and not isinstance(p, DTensor)
+                                               for n, p in full.items())
         state = distributed.full_state(model)
     finally:
         dist.destroy_process_group()
