@@ -238,12 +238,12 @@ def engine_rollouts(settings: GRPOSettings, engine, world: int) -> bool:
 
 def check_processes(plan, settings: GRPOSettings) -> None:
     """Refuse, before dispatch, G processes the run's GRPO cannot use (ConfigError, one line):
-    a batch that does not split over them, FSDP sharding on CPU processes or on one process, a sharded policy that the hf engine would
-    generate with (its forward passes are collectives: ranks generating different lengths
-    would wait on each other), or TRL's colocated vLLM asked to sample by the engine."""
+    a batch that does not split over them, FSDP sharding on CPU processes or on one process, a
+    sharded policy that the hf engine would generate with (its forward passes are collectives:
+    ranks generating different lengths would wait on each other), or TRL's colocated vLLM asked
+    to sample by the engine."""
     from esopt import engines
     from esopt.engines.base import resolve_device
-
     from esopt.runtime.layout import layout
 
     lay = plan.layout or layout(plan.config)  # validate's draft plan has none yet
