@@ -2,7 +2,7 @@
 the smallest effect of interest under the least favourable generator, or what the grid lacks;
 runs, token bound, GPU-hours.
 
-    python benchmarks/bench_plan.py [--sims 100] [--seed 0] [--presets NAME ...]
+    python benchmarks/bench_plan.py [--sims 100] [--seed 0] [--presets NAME ...] [--jobs N]
                                     [--write-docs] [--write-presets]
 
 ``--write-docs`` writes the table to docs/results/plan.md; ``--write-presets`` rewrites each
@@ -50,24 +50,38 @@ def local_overrides(preset: str, tmp: Path) -> list[str]:
     return out + [f"task.source={shared}"]
 
 
-def preset_plans(preset: str, sims: int, seed: int, tmp: Path, sets: list[str], spread_sims: int) -> dict:
-    """{component set: the preset's plan under it} (a set with unknown seed spreads: with its
-    sensitivity row at ``spread_sims``)."""
+def preset_plan(preset: str, name: str, sims: int, seed: int, tmp: Path, spread_sims: int) -> tuple[dict, float]:
+    """(the preset's plan under component set ``name``, seconds): a set with unknown seed spreads
+    with its sensitivity row at ``spread_sims``. One process's work (``--jobs``)."""
     from hydra.core.global_hydra import GlobalHydra
 
     from esopt.cli.plan import compose
     from esopt.study.claims import plan as P
     from esopt.study.claims.component_sets import component_set
 
+    t = time.time()
     GlobalHydra.instance().clear()
     runs = compose([f"+experiment={preset}", *local_overrides(preset, tmp)])
     GlobalHydra.instance().clear()
-    grid, engine, out = P.grid_of(runs), preset_engine(preset), {}
-    for name in sets:
-        comps, source, spreads = component_set(name)
-        out[name] = P.plan(grid, runs, comps=comps, comp_source=source, sims=sims, seed=seed, engine=engine,
-                           spreads=spreads, spread_sims=spread_sims)
-    return out
+    comps, source, spreads = component_set(name)
+    report = P.plan(P.grid_of(runs), runs, comps=comps, comp_source=source, sims=sims, seed=seed,
+                    engine=preset_engine(preset), spreads=spreads, spread_sims=spread_sims)
+    return report, time.time() - t
+
+
+def all_plans(presets: list[str], sets: list[str], sims: int, seed: int, tmp: Path, spread_sims: int,
+              jobs: int) -> dict:
+    """{(preset, set): (plan, seconds)}, ``jobs`` processes at a time (spawned: each its own
+    Hydra; one torch thread each where OMP_NUM_THREADS=1 is set)."""
+    todo = [(p, s) for p in presets for s in sets]
+    if jobs <= 1:
+        return {k: preset_plan(k[0], k[1], sims, seed, tmp, spread_sims) for k in todo}
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        futs = {k: pool.submit(preset_plan, k[0], k[1], sims, seed, tmp, spread_sims) for k in todo}
+        return {k: f.result() for k, f in futs.items()}
 
 
 def preset_engine(preset: str) -> str:
@@ -94,13 +108,17 @@ def main(argv=None) -> int:
     ap.add_argument("--components", nargs="+", default=["paper", "tiny"],
                     help="component sets side by side (the first one writes the presets' headers)")
     ap.add_argument("--spread-sims", type=int, default=30, help="sims per seed spread of the sensitivity row")
+    ap.add_argument("--jobs", type=int, default=1, help="processes computing plans side by side (one per "
+                                                        "preset and component set)")
     args = ap.parse_args(argv)
     rows, blocks, t0 = [], {}, time.time()
     with tempfile.TemporaryDirectory() as tmp:
+        if any("countdown" in p for p in args.presets):   # its file written once, before the workers read it
+            local_overrides(next(p for p in args.presets if "countdown" in p), Path(tmp))
+        plans = all_plans(args.presets, args.components, args.sims, args.seed, Path(tmp), args.spread_sims, args.jobs)
         for preset in args.presets:
-            t = time.time()
-            reports = preset_plans(preset, args.sims, args.seed, Path(tmp), args.components, args.spread_sims)
-            print(f"== {preset} ({time.time() - t:.0f} s)")
+            reports = {name: plans[preset, name][0] for name in args.components}
+            print(f"== {preset} ({sum(plans[preset, n][1] for n in args.components):.0f} s)")
             for name, report in reports.items():
                 print(f"-- components {name}")
                 for line in P.lines(report):
@@ -124,14 +142,18 @@ def main(argv=None) -> int:
                      "GPU-hours expected (at the bound)",
                      "per claim: power at its smallest "
                      "effect [Wilson 95%] (least favourable generator), or what the grid lacks"], rows,
-                    notes=(f"{args.sims} sims per scenario and generator, seed {args.seed}; components (--components): "
+                    notes=(f"{args.sims} sims per scenario and generator, seed {args.seed}"
+                           + ("" if args.sims >= P.SIMS else f" (the planner's default is {P.SIMS}: {args.sims} is "
+                              "what this shared 2-core machine finished in the time it had)")
+                           + "; components (--components): "
                            "paper = the study's and its rivals' published gains, seed spread unknown (power over "
                            f"sigma_seed in {', '.join(map(str, SEED_SPREADS))} at {args.spread_sims} sims each: the "
                            f"spread up to which each claim decides); tiny = {P.MEASURED_ON}; "
                            "GPU-hours expected on an H100 (esopt.runtime.budget.run_cost, docs/design/"
                            "gpu_throughput.md), priced at each preset's engine. Composed with "
                            "engine=hf where vLLM is missing, GSM8K from ../shared/data/gsm8k, the Countdown "
-                           f"preset with a generated file in the published format. Wall {wall:.0f} s."))
+                           f"preset with a generated file in the published format. Wall {wall:.0f} s "
+                           f"({args.jobs} process(es), one thread each)."))
     if args.write_presets:  # after the table: its commit stamp is the tree's before these edits
         for preset, (block, powers) in blocks.items():   # the header and sweep.plan_power (registered)
             path = REPO / "sweeps" / f"{preset}.yaml"
