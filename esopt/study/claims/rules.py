@@ -251,14 +251,21 @@ def _plant_entropy(theta, k, p, c, K, th, tested):
                 "gain, with an intercept): ES's minus GRPO's relative change of out-of-domain token entropy at any "
                 "common gain g* (reported at g* = the runs' mean gain)",
        boundary=0.0, sesoi=ENTROPY_SESOI,
-       statistic="t = beta_ES / se, least squares over the ES and GRPO runs (n - 3 df)",
+       statistic="t = beta_ES / se, least squares over the ES and GRPO runs (n - 3 df), corrected for the gain's "
+                 "evaluation noise (errors in variables: at_matched_gain, as claims 8 and 9)",
        variance="seeds (runs): the residual spread around the common line; each algorithm's gain must be clearly "
-                "> 0 (no reading at gains an algorithm never reached)",
-       select=_cell("es", "grpo"), strong=0.05, plant=_plant_entropy, rest={"h_es": 0.0, "per_gain": 0.0})
+                "> 0, and the two algorithms' ranges of gains must overlap (else unclear: data, the ranges named: "
+                "no reading at gains an algorithm never reached, no extrapolation along the slope)",
+       select=_cell("es", "grpo"), strong=0.05, plant=_plant_entropy, rest={"h_es": 0.0, "per_gain": 0.0},
+       generators=(*PER_PROBLEM, "slope_world"))
 def entropy(data, s):
     """Matched gain: an entropy change that every update makes (an intercept) or that follows the
     gain alike in both algorithms (a common slope) is no difference at the same gain; a ratio
-    change / gain would turn the same change h at gains g1 != g2 into h (1/g1 - 1/g2)."""
+    change / gain would turn the same change h at gains g1 != g2 into h (1/g1 - 1/g2). Read through
+    ``at_matched_gain`` as claims 8 and 9 are (the gain's evaluation noise corrected: plain least
+    squares flattens the slope, and where the gains differ the slope times their gap leaks into
+    beta), and only where the two algorithms' gains overlap (``overlap``): elsewhere the reading
+    extrapolates along the slope, and more seeds only narrow the extrapolation's interval."""
     es, grpo = data["es"], data["grpo"]
     if (few := _enough({"ES": es, "GRPO": grpo}, s)):
         return few
@@ -266,32 +273,19 @@ def entropy(data, s):
     if h["ES"] is None or h["GRPO"] is None:
         return unclear("data", "out-of-domain entropy (base and final ood_entropy: set eval.ood_task) in every "
                        "ES and GRPO run")
-    g = {"ES": _pass1_gain(es), "GRPO": _pass1_gain(grpo)}
-    if g["ES"] is None or g["GRPO"] is None:
+    if (g := _gains(es, grpo)) is None:
         return unclear("data", "base and final Pass@1 of every ES and GRPO run")
-    for a in ("ES", "GRPO"):
-        t = contrast([(g[a][:, None], 1.0)])
-        if p_above(t["effect"], t["se"], t["df"], 0.0) > s["alpha"]:
-            return unclear("power", f"{a}'s Pass@1 gain {t['effect']:+.3g} (se {t['se']:.2g}) is not clearly "
-                           "above 0: no gain to compare the entropy at")
-    y = np.concatenate([h["ES"], h["GRPO"]])
-    gain = np.concatenate([g["ES"], g["GRPO"]])
-    is_es = np.r_[np.ones(len(es)), np.zeros(len(grpo))]
-    fit = ols(y, np.column_stack([np.ones_like(y), is_es, gain]))
-    if fit is None:
-        return unclear("data", "the Pass@1 gain does not vary within an algorithm: the common slope, and so "
-                       "the comparison at one gain, is not identified")
-    a0, beta, gamma = (float(v) for v in fit["coef"])
-    g_star = float(gain.mean())
-    t = {"effect": beta, "se": math.sqrt(float(fit["cov"][1, 1])), "df": fit["df"]}
-    at = {"ES": a0 + beta + gamma * g_star, "GRPO": a0 + gamma * g_star}
-    return measured(t, f"at the same Pass@1 gain {g_star:+.3f}: relative OOD entropy change ES {at['ES']:+.3f}, "
-                    f"GRPO {at['GRPO']:+.3f} (raw: ES {h['ES'].mean():+.3f} at gain {g['ES'].mean():+.3f}, GRPO "
+    m = at_matched_gain(h, g, s, "out-of-domain entropy", _noise(es, grpo), overlap=True)
+    if "unclear" in m:
+        return m
+    t = {"effect": m["beta"], "se": m["se"], "df": m["df"]}
+    return measured(t, f"at the same Pass@1 gain {m['g_star']:+.3f}: relative OOD entropy change ES {m['es_at']:+.3f}, "
+                    f"GRPO {m['grpo_at']:+.3f} (raw: ES {h['ES'].mean():+.3f} at gain {g['ES'].mean():+.3f}, GRPO "
                     f"{h['GRPO'].mean():+.3f} at {g['GRPO'].mean():+.3f})",
-                    {"es_runs": len(es), "grpo_runs": len(grpo)}, g_star=g_star, es_at_g_star=at["ES"],
-                    grpo_at_g_star=at["GRPO"], slope_per_gain=gamma, es_rel_change=float(h["ES"].mean()),
-                    grpo_rel_change=float(h["GRPO"].mean()), es_gain=float(g["ES"].mean()),
-                    grpo_gain=float(g["GRPO"].mean()))
+                    {"es_runs": len(es), "grpo_runs": len(grpo)}, g_star=m["g_star"], es_at_g_star=m["es_at"],
+                    grpo_at_g_star=m["grpo_at"], slope_per_gain=m["slope_per_gain"],
+                    es_rel_change=float(h["ES"].mean()), grpo_rel_change=float(h["GRPO"].mean()),
+                    es_gain=float(g["ES"].mean()), grpo_gain=float(g["GRPO"].mean()), gain_ranges=m["ranges"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -769,7 +763,17 @@ def gain_noise(runs) -> np.ndarray | None:
     return np.array(out)
 
 
-def at_matched_gain(y: dict, g: dict, s: dict, what: str, noise: dict | None = None) -> dict:
+def gain_ranges(g: dict) -> dict:
+    """{"ES": [min, max], "GRPO": [min, max]} of the runs' measured Pass@1 gains."""
+    return {a: [float(np.min(v)), float(np.max(v))] for a, v in g.items()}
+
+
+def _ranges_text(r: dict) -> str:
+    return ", ".join(f"{a}'s {lo:+.3f} to {hi:+.3f}" for a, (lo, hi) in r.items())
+
+
+def at_matched_gain(y: dict, g: dict, s: dict, what: str, noise: dict | None = None,
+                    overlap: bool = False) -> dict:
     """Claim 2's matched-gain design for any run-level y: least squares of
     y_r = a + beta [r is ES] + gamma gain_r over the ES and GRPO runs (one common slope on the
     run's Pass@1 gain, with an intercept), so beta is ES's minus GRPO's y at any common gain g*
@@ -783,12 +787,23 @@ def at_matched_gain(y: dict, g: dict, s: dict, what: str, noise: dict | None = N
     in beta: a false difference at matched gain. Corrected least squares removes it: b =
     (X'X - D)^-1 X'y, D the summed noise variance in the gain's diagonal entry, cov = s^2 A^-1
     X'X A^-1 (A = X'X - D, s^2 the residual variance at n - 3 df); unclear("power") when the
-    within-algorithm spread of the gains is not clearly more than noise (A not positive definite)."""
+    within-algorithm spread of the gains is not clearly more than noise (A not positive definite).
+
+    ``overlap``: read only where the two algorithms' ranges of measured gains overlap,
+    max(min_ES, min_GRPO) <= min(max_ES, max_GRPO); else unclear("data") naming the ranges. Apart,
+    beta is the one algorithm's line carried along the slope to the other's gains: its bias is the
+    slope's error times the gap, which more seeds do not remove (no "more seeds" reading then)."""
     for a in ("ES", "GRPO"):
         t = contrast([(g[a][:, None], 1.0)])
         if p_above(t["effect"], t["se"], t["df"], 0.0) > s["alpha"]:
             return unclear("power", f"{a}'s Pass@1 gain {t['effect']:+.3g} (se {t['se']:.2g}) is not clearly "
                            f"above 0: no gain to compare the {what} at")
+    ranges = gain_ranges(g)
+    if overlap and max(lo for lo, _ in ranges.values()) > min(hi for _, hi in ranges.values()):
+        return unclear("data", f"the runs' Pass@1 gains do not overlap ({_ranges_text(ranges)}): at one gain the "
+                       f"{what} would be extrapolated along the slope, which more seeds do not fix; runs of both "
+                       "algorithms over a common range of gains would (e.g. GRPO stopped earlier, ES run longer)",
+                       gain_ranges=ranges)
     yy = np.concatenate([y["ES"], y["GRPO"]])
     gain = np.concatenate([g["ES"], g["GRPO"]])
     is_es = np.r_[np.ones(len(y["ES"])), np.zeros(len(y["GRPO"]))]
@@ -813,7 +828,8 @@ def at_matched_gain(y: dict, g: dict, s: dict, what: str, noise: dict | None = N
     a0, beta, gamma = (float(v) for v in fit["coef"])
     g_star = float(gain.mean())
     return {"beta": beta, "se": math.sqrt(float(fit["cov"][1, 1])), "df": fit["df"], "g_star": g_star,
-            "es_at": a0 + beta + gamma * g_star, "grpo_at": a0 + gamma * g_star, "slope_per_gain": gamma}
+            "es_at": a0 + beta + gamma * g_star, "grpo_at": a0 + gamma * g_star, "slope_per_gain": gamma,
+            "ranges": ranges}
 
 
 def _noise(es, grpo) -> dict | None:
