@@ -10,7 +10,8 @@ are ``esopt.core.metrics`` (contrast, p_above, power_at, t_interval) and ``esopt
 (Bretz et al. 2009); the page's section is ``esopt.study.report.page.claims_html``. This module
 reads the sweep, chooses the comparison cell, runs every claim and decides:
 
-    p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim)
+    p_yes = P(H0: theta <= b), p_no = P(H0: theta >= b + delta)   (one-sided, per claim; claims 3, 5,
+            6 and 11: H0 of no theta >= b, the complement of their registered criterion)
     one registered graph over the m = 2 x claims hypotheses (``registered_graph``, written into the
     registration before the runs): claim 1's yes starts at weight 0.6 (the study's first question,
     and the gate of four claims), the other hypotheses of the ungated claims share 0.4, the gated
@@ -186,7 +187,8 @@ def registered_graph() -> dict:
       every other hypothesis but the gates', equally.
     So a gated claim can be decided only once the claim it needs says yes, and every weight sums
     to at most 1: family-wise error <= alpha over the whole family, whichever hypotheses are true
-    (the yes and no nulls of one claim are disjoint, so at most one of them is)."""
+    (the yes and no nulls of one claim are disjoint, or, for a claim whose no is the complement of
+    its criterion, meet only at theta = b: the graph's guarantee holds for any set of true nulls)."""
     gated = {cid for cid, c in REGISTRY.items() if c.needs}
     gates = {hypothesis(n, "yes") for c in REGISTRY.values() for n in c.needs}
     names = [hypothesis(cid, s) for cid in sorted(REGISTRY) for s in SIDES]
@@ -281,7 +283,7 @@ def decide_all(measures: dict[int, dict], s: Mapping, graph: Mapping | None = No
     for cid, m_ in tested.items():
         c = REGISTRY[cid]
         m_.setdefault("p_yes", p_above(m_["effect"], m_["se"], m_["df"], c.boundary))
-        m_.setdefault("p_no", p_above(-m_["effect"], m_["se"], m_["df"], -(c.boundary + c.sesoi)))
+        m_.setdefault("p_no", p_above(-m_["effect"], m_["se"], m_["df"], -c.no_bound))
         m_.setdefault("ci", t_interval(m_["effect"], m_["se"], m_["df"], float(s["level"])))
     p = {hypothesis(cid, side): (tested[cid][f"p_{side}"] if cid in tested else 1.0)
          for cid in REGISTRY for side in SIDES}
@@ -307,10 +309,10 @@ def decide_all(measures: dict[int, dict], s: Mapping, graph: Mapping | None = No
                 row["verdict"] = "yes"
                 row["why"] += f"; yes (graph p {yes:.2g})"
                 if no <= alpha:
-                    row["why"] += f", but below the smallest effect of interest {c.boundary + c.sesoi:+g}"
+                    row["why"] += f", but below {'its criterion' if c.complement else 'the smallest effect of interest'} {c.no_bound:+g}"
             elif no <= alpha:
                 row["verdict"] = "no"
-                row["why"] += f"; no: below {c.boundary + c.sesoi:+g} (graph p {no:.2g})"
+                row["why"] += f"; no: below {c.no_bound:+g} (graph p {no:.2g})"
             else:
                 row["unclear"] = "power"
                 row["why"] = (f"unclear: power {row['power']:.0%} at {c.boundary + c.sesoi:+g} (level {level:.2g})"
@@ -501,7 +503,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
             "id": cid, "key": c.key, "claim": c.text, "source": c.source, "estimand": c.estimand, "boundary": c.boundary,
             "sesoi": c.sesoi, "statistic": c.statistic, "variance": c.variance,
             "decision": (f"yes if the registered graph rejects theta <= {c.boundary:+g}; no if it rejects theta >= "
-                         f"{c.boundary + c.sesoi:+g}; family-wise alpha {s['alpha']:g} over the {m_family} yes and "
+                         f"{c.no_bound:+g}; family-wise alpha {s['alpha']:g} over the {m_family} yes and "
                          "no hypotheses of the registered claims (untested: p = 1; weights at the start: yes "
                          f"{graph['weights'].get(hypothesis(cid, 'yes'), 0.0):.3g}, no "
                          f"{graph['weights'].get(hypothesis(cid, 'no'), 0.0):.3g})"

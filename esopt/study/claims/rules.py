@@ -17,7 +17,9 @@ the registry and never name a claim; the family's size m is 2 per registered cla
 
 The decision, the same for every claim (``esopt.study.claims.decide_all``):
     p_yes = P-value of H0: theta <= b          (one-sided t, ``metrics.p_above``)
-    p_no  = P-value of H0: theta >= b + delta  (the effect is at least the smallest of interest)
+    p_no  = P-value of H0: theta >= b + delta  (the effect is at least the smallest of interest);
+            for claims 3, 5, 6 and 11 (``complement``) H0: theta >= b, the complement of the registered
+            criterion: "no" says the paper's criterion fails, not that the effect is below b + delta
     one graphical procedure (Bretz et al. 2009) over a family fixed at registration: every
     registered claim's yes and no hypotheses (2 per claim; untested ones with p = 1), with the
     weights each claim declares (``weights``: claim 1's yes 0.6), family-wise alpha 0.05;
@@ -25,7 +27,7 @@ The decision, the same for every claim (``esopt.study.claims.decide_all``):
     unclear: neither; it says "power" (the test's power at theta = b + delta, and about how
     many times the runs a power of 80% needs, on the same t) or "data" (what the sweep lacks).
 So at theta = b + delta "no" happens at most alpha of the time (the false-no rate) and "yes" at
-the design's power; at theta = b "yes" at most alpha. Claims 3, 4, 6 and 11 (about what ES's
+the design's power; at theta = b "yes" at most alpha (and, for a ``complement`` claim, "no" too). Claims 3, 4, 6 and 11 (about what ES's
 training gives) also need claim 1's yes (``needs``): nothing trained never says yes. Claim 6 is
 tested only against a GRPO that has saturated (``grpo_saturation``: its second-half Pass@1 gain
 clearly below 0.01), else "unclear: data".
@@ -96,6 +98,13 @@ class Claim:
     weights: dict = field(default_factory=dict)  # its hypotheses' initial weights in the registered graph
     #                                              ({"yes": w}); unset: an equal share of the rest (gated: 0)
     shows_trend: bool = False    # trend.json's fit (the aggregator's, descriptive) is shown beside it
+    complement: bool = False     # its no is the complement of its registered criterion: H0 of no theta >= b
+    #                              (else theta >= b + delta: the effect at least the smallest of interest)
+
+    @property
+    def no_bound(self) -> float:
+        """The no hypothesis's boundary: no when theta < this (b for a ``complement`` claim, else b + delta)."""
+        return self.boundary if self.complement else self.boundary + self.sesoi
 
 
 REGISTRY: dict[int, Claim] = {}
@@ -302,9 +311,10 @@ def _plant_coverage(theta, k, p, c, K, th, tested):
 
 @claim(3, "coverage", "ES's Pass@K is at least GRPO's (within 0.01), while GRPO may lead at Pass@1.",
        estimand="Pass@K(ES) - Pass@K(GRPO), final evaluations, K = settings k (n >= 4K samples)",
-       boundary=-0.01, sesoi=0.01, statistic="t = (theta + 0.01) / se (non-inferiority at 0.01)",
+       boundary=-0.01, sesoi=0.01, statistic="t = (theta + 0.01) / se (non-inferiority at 0.01); no: theta < -0.01 "
+                                             "(the criterion's complement)",
        variance="seeds x problems, problems paired across the two algorithms, Welch-Satterthwaite df",
-       select=_cell("es", "grpo"), needs=(1,), strong=0.02, plant=_plant_coverage)
+       select=_cell("es", "grpo"), needs=(1,), strong=0.02, plant=_plant_coverage, complement=True)
 def coverage(data, s):
     es, grpo = data["es"], data["grpo"]
     if (few := _enough({"ES": es, "GRPO": grpo}, s)):
@@ -474,9 +484,12 @@ CONTROL = "5c"                # the simulator's effects key: pruned - equal-norm
 
 
 def _plant_sparsity(theta, k, p, c, K, th, tested):
-    """pruned - trained = theta; the equal-norm control at the pruned shift - its offset (effects
-    "5c", default (1 - s_equal_norm) g_ES beyond theta); the random mask at s_random g_ES."""
-    control = th.get(CONTROL, theta + (1 - c.s_equal_norm) * max(k["g"]["es"], PRUNE_MARGIN / 0.7))
+    """pruned - trained = theta; the equal-norm control at the pruned shift - the gap pruned -
+    control (effects "5c"; default the components' measured ``control_gap``, else (1 -
+    s_equal_norm) g_ES beyond theta); the random mask at s_random g_ES."""
+    gap = c.control_gap if c.control_gap is not None else \
+        theta + (1 - c.s_equal_norm) * max(k["g"]["es"], PRUNE_MARGIN / 0.7)
+    control = th.get(CONTROL, gap)
     k["pruned"], k["control"], k["s_random"] = theta, theta - control, c.s_random
 
 
@@ -491,12 +504,12 @@ def _curve(s: dict, mode: str, keep: float):
                 "control), mean over ES seeds and problems; the random-mask control reported beside",
        boundary=-PRUNE_MARGIN, sesoi=PRUNE_MARGIN,
        statistic="t of pruned - trained against -0.005 and t of pruned - equal-norm control against 0; yes: both "
-                 "(p = the larger); no: pruned - trained below 0 or pruned - control below +0.005 (p = 2 x the "
-                 "smaller)",
+                 "(p = the larger); no, the criterion's complement: pruned worse than trained by more than 0.005 or "
+                 "no better than the equal-norm control (p = 2 x the smaller)",
        variance="seeds x problems (two-way random effects), Welch-Satterthwaite df",
        select=lambda sweep: {"es": [r for r in sweep["cell"].get("es", []) if r.get("sparsity")]},
        strong=0.0, plant=_plant_sparsity, second_nulls={CONTROL: 0.0},
-       rest={"pruned": 0.0, "control": 0.0, "s_random": 1.0})
+       rest={"pruned": 0.0, "control": 0.0, "s_random": 1.0}, complement=True)
 def sparsity(data, s):
     """The paper's absolute criterion (within half a point of the trained model), not a share of
     the gain: a share's boundary tested with an absolute margin says "no" at 100% retention
@@ -529,8 +542,8 @@ def sparsity(data, s):
     base, trained, pruned, ctrl, rnd = (np.array([p[i][:P] for p in parts]) for i in range(5))
     ni = contrast([(pruned - trained, 1.0)])
     k = contrast([(pruned - ctrl, 1.0)])
-    p_ni_no = p_above(-ni["effect"], ni["se"], ni["df"], 0.0)     # H0: pruned >= trained
-    p_k_no = p_above(-k["effect"], k["se"], k["df"], -PRUNE_MARGIN)
+    p_ni_no = p_above(-ni["effect"], ni["se"], ni["df"], PRUNE_MARGIN)   # H0: pruned >= trained - 0.005
+    p_k_no = p_above(-k["effect"], k["se"], k["df"], 0.0)                 # H0: pruned >= the equal-norm control
     t = {**ni, "p_yes": max(p_above(ni["effect"], ni["se"], ni["df"], -PRUNE_MARGIN),
                             p_above(k["effect"], k["se"], k["df"], 0.0)),
          "p_no": min(1.0, 2 * min(p_ni_no, p_k_no))}
@@ -597,15 +610,15 @@ def grpo_saturation(runs: list[dict], alpha: float) -> dict:
        estimand="per order: min(d1, dK), d1 = Pass@1(sequence) - Pass@1(GRPO), dK = Pass@K(sequence) - "
                 "Pass@K(ES); the better order",
        boundary=-0.01, sesoi=0.01, statistic="per order both margins above -0.01 (p = the larger); the orders "
-                                             "by Bonferroni (p = 2 x the smaller); no: every order has a margin "
-                                             "below 0. Tested only when GRPO has saturated: its Pass@1 gain over "
+                                             "by Bonferroni (p = 2 x the smaller); no, the criterion's complement: "
+                                             "every order has a margin below -0.01. Tested only when GRPO has saturated: its Pass@1 gain over "
                                              "the second half of its budget (final - the last evaluation at or "
                                              "before half) has a one-sided 95% upper bound below 0.01 "
                                              "(grpo_saturation), else unclear: data",
        variance="seeds x problems, problems paired across algorithms, Welch-Satterthwaite df; the saturation "
                 "check over GRPO's runs (t at R - 1 df)",
        select=_cell("es", "grpo", *SEQUENCES), needs=(1,), strong=0.02, plant=_plant_sequence,
-       plan_gap=_saturation_gap)
+       plan_gap=_saturation_gap, complement=True)
 def sequence(data, s):
     orders = [o for o in SEQUENCES if data[o]]
     missing = [a for a in ("es", "grpo") if not data[a]] + ([] if orders else ["es_grpo or grpo_es"])
@@ -628,7 +641,7 @@ def sequence(data, s):
                        f"{SATURATION_MARGIN:g} (p {sat['p']:.2g}); give GRPO a longer budget", saturation=sat)
     one = dict(zip(got, _cut(*(v[0] for v in got.values()))))
     atK = dict(zip(got, _cut(*(scores(data[a], "final_counts", K)[0] for a in got))))
-    b, top = -0.01, 0.0
+    b = top = -0.01      # the margin: yes above it in every part; no below it (the criterion's complement)
     per = {}
     for o in orders:
         d1 = contrast([(one[o], 1.0), (one["grpo"], -1.0)])
@@ -1026,13 +1039,14 @@ ORTHOGONAL_SESOI = 0.05
                 "seeds of |cos(theta_ES - theta_0, theta_GRPO - theta_0)|",
        boundary=-BARRIER, sesoi=BARRIER,
        statistic="intersection-union: yes when barrier < 0.02 and mean |cosine| < 0.1 (p = the larger of the two "
-                 "one-sided t p-values); no when barrier > 0 or mean |cosine| > 0.05 (p = 2 x the smaller)",
+                 "one-sided t p-values); no, the criterion's complement: barrier > 0.02 or mean |cosine| > 0.1 (p = 2 x "
+                 "the smaller)",
        variance="seeds (ES/GRPO pairs, t at R - 1 df); the max over three t is biased up (conservative for yes)",
        select=_cell("es"), needs=(1,), source=HOY, strong=0.0, second={"11c": -0.02}, second_nulls={"11c": -0.1},
        plant=lambda theta, k, p, c, K, th, tested: k.update(barrier=-theta, cosine=-th["11c"]),
        rest={"barrier": 0.0, "cosine": 0.0}, measure="connectivity",
        fields=("connectivity_barrier", "connectivity_cosine", "connectivity_grpo_run"), opt_in=True,
-       shown=("sigma_barrier", "sigma_cosine"))
+       shown=("sigma_barrier", "sigma_cosine"), complement=True)
 def connected_orthogonal(data, s):
     pairs = [r for r in data["es"] if _num(r.get("connectivity_barrier")) is not None
              and _num(r.get("connectivity_cosine")) is not None]
@@ -1047,8 +1061,8 @@ def connected_orthogonal(data, s):
     o = contrast([(-cos[:, None], 1.0)])
     py = {"barrier": p_above(b["effect"], b["se"], b["df"], -BARRIER),
           "orthogonal": p_above(o["effect"], o["se"], o["df"], -ORTHOGONAL)}
-    pn = {"barrier": p_above(-b["effect"], b["se"], b["df"], 0.0),
-          "orthogonal": p_above(-o["effect"], o["se"], o["df"], ORTHOGONAL - ORTHOGONAL_SESOI)}
+    pn = {"barrier": p_above(-b["effect"], b["se"], b["df"], BARRIER),         # H0: barrier <= 0.02
+          "orthogonal": p_above(-o["effect"], o["se"], o["df"], ORTHOGONAL)}    # H0: mean |cosine| <= 0.1
     binding = max(py, key=py.get)
     bt = b if binding == "barrier" else o
     t = {**b, "p_yes": max(py.values()), "p_no": min(1.0, 2 * min(pn.values())),

@@ -24,8 +24,8 @@ the same P problems):
 - out-of-domain entropy (claim 2): rel_r = h0 + gamma (g_A + u_r) + theta_2 [A = ES] +
   N(0, sigma_entropy^2), gamma = ``grpo_per_gain`` for both algorithms, h0 = ``entropy_intercept``;
 - sparsity (claim 5): the pruned model at the trained shift + theta_5 (pruned - trained), the
-  equal-norm control at the pruned shift - its own offset (effects["5c"], default (1 -
-  s_equal_norm) g_E), the random mask at s_random g_E;
+  equal-norm control at the pruned shift - the gap (effects["5c"], default the measured
+  ``control_gap``, else theta_5 + (1 - s_equal_norm) g_E), the random mask at s_random g_E;
 - the rivals (claims 8-11): ``_rivals``'s docstring (held-out probes with ES's forgetting at the
   same gain and its recovery, the update's top-22% share and l2 norm, the ES/GRPO barrier and
   cosine, and an anchored ES arm); ``estimate_components`` estimates their components where the
@@ -108,6 +108,7 @@ class Components:
     grpo_gain: float | None = None         # GRPO's, where claim 3 is not under test (None: from claim 3's effect)
     grpo_per_gain: float = GRPO_PER_GAIN   # GRPO's relative OOD entropy change per unit of Pass@1 gain
     s_equal_norm: float = 0.3              # share of the gain the equal-norm control keeps
+    control_gap: float | None = None       # claim 5: pruned - equal-norm control Pass@1, measured (None: from s_equal_norm)
     entropy_intercept: float = 0.0         # a relative OOD entropy change every run makes, whatever its gain
     sigma_seed_problem: float = 0.0        # seed x problem: each run's own per-problem offset of p
     shared_eval_seed: bool = False         # every evaluation of a model family draws the same uniforms
@@ -140,8 +141,12 @@ class Components:
 # gave 0.0047); GRPO's from the recorded ES - GRPO spread, sigma_problem_algo^2 x 2 =
 # sigma_es^2 + sigma_grpo^2 (the arms' offsets independent): sqrt(2 x 0.0998^2 - 0.04^2) = 0.135.
 CLAIM1_SE = 0.0033     # claim 1's se in that run: the CI's half-width 0.007 / t(0.975, ~16 df)
+# claim 5's pruned - equal-norm control, as the 16-seed runs recorded it (claims_paper_cpu.md: paper_cpu
+# +0.0066, se 0.0019; confirm2 +0.0044, se 0.0014): their mean. The tuning runs had no equal-norm curve,
+# and (1 - s_equal_norm) x ES's gain, the default, put it at 0.013.
+CONTROL_GAP = (0.00661 + 0.00439) / 2
 MEASURED = Components(unsolvable=0.146, beta=(0.649, 2.05), sigma_seed=0.00413, sigma_problem_algo=0.0998,
-                      sigma_problem_es=0.04, sigma_problem_grpo=0.135,
+                      sigma_problem_es=0.04, sigma_problem_grpo=0.135, control_gap=CONTROL_GAP,
                       es_gain=0.0185, grpo_gain=0.0815, sigma_entropy=0.0217, grpo_per_gain=-0.0834, grpo_climb=0.034,
                       sigma_step=0.00262, s_random=0.185, s0=0.0085, sigma_size=0.000684, params=(3.01e4, 8.01e5))
 
@@ -654,6 +659,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     - GRPO's curve: d = Pass@1(final) - Pass@1(nearest to half the budget); ``grpo_climb`` = mean d,
       ``sigma_step``^2 = Var d - 2 x binomial variance;
     - ``s_random`` = sum over ES runs of (random-mask - base) / sum of (trained - base) Pass@1;
+      ``control_gap`` = mean over ES runs of pruned - equal-norm control Pass@1 (claim 5's keep);
     - the family (``family_records``, ES runs, >= 2 populations per model): per size the OLS slope
       of Pass@1 on log2 N with its se; ``s0`` = mean slope, ``sigma_size``^2 = the slopes' residual
       variance around their line on ln params (sizes - 2 df) - mean se^2;
@@ -685,8 +691,8 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
                                   "sigma_problem_es", "sigma_problem_grpo",
                                   "es_gain", "grpo_gain",
                                   "sigma_entropy", "grpo_per_gain",
-                                  "grpo_climb", "sigma_step", "s_random", "s0", "sigma_size", "params",
-                                  *RIVAL_COMPONENTS)}
+                                  "grpo_climb", "sigma_step", "s_random", "control_gap", "s0", "sigma_size",
+                                  "params", *RIVAL_COMPONENTS)}
     cell = select_cell(cell_records)["algos"]
     runs = [r for rs in cell.values() for r in rs if r.get("final_counts") is not None and r.get("samples")]
     base = next((r for r in runs if r.get("base_counts") is not None), None)
@@ -793,6 +799,13 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     if den > 0:
         est["s_random"] = num / den
         how["s_random"] = "random-mask gain / trained gain, summed over the cell's ES runs"
+    from esopt.study.claims.rules import KEEP, TEST_CONTROL, _curve
+    gaps = [(float(np.mean(top["correct_counts"])) - float(np.mean(ctrl["correct_counts"]))) / float(sp["samples"])
+            for r in with_base.get("es", []) for sp in [r.get("sparsity") or {}] if sp.get("samples")
+            for top, ctrl in [(_curve(sp, "global", KEEP), _curve(sp, TEST_CONTROL, KEEP))] if top and ctrl]
+    if gaps:
+        est["control_gap"] = float(np.mean(gaps))
+        how["control_gap"] = f"mean pruned - equal-norm control Pass@1 at keep {KEEP:g}, {len(gaps)} ES runs"
     cells = _size_cells([r for r in (family_records or []) if family(r.get("algo")) == "es"])
     if len(cells) >= 2:
         slopes, ses, params = [], [], []
