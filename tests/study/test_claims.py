@@ -361,6 +361,53 @@ def test_claim4_reliability_corrects_the_no_boundary():
         m["details"]["within"]["js_succ"]["r"] / math.sqrt(lam))
 
 
+def test_claim4_across_cells_is_descriptive_below_the_cells_it_needs(monkeypatch):
+    """Within cells js_succ and p_pop follow the gain (r ~0.7); across the 20 cells their means run
+    against it. 20 cells are far fewer than the across level needs to decide (diversity_cells,
+    ~130), so it is shown, never part of the verdict: yes. Where a design had the cells, the
+    across level would decide, and its negative r keeps the claim from a yes."""
+    runs = es_runs_with_diversity(0.7, n=200, cells=20)
+    gain = {}
+    for r in runs:
+        gain.setdefault((r["model"], r["pop"]), []).append(np.mean(r["final_counts"]))
+    rank = {c: (np.mean(v) - np.mean([np.mean(x) for x in gain.values()])) for c, v in gain.items()}
+    for r in runs:                       # each cell's diversity against its mean gain: across r < 0
+        r["js_succ"] -= 3 * rank[(r["model"], r["pop"])]
+        r["p_pop"] -= 3 * rank[(r["model"], r["pop"])]
+    row, m = decided(4, es=runs)
+    need = R.diversity_cells(S["alpha"])
+    assert row["verdict"] == "yes" and not m["details"]["across_decides"] and m["details"]["cells_needed"] == need
+    assert m["details"]["across"]["js_succ"]["r"] < -0.5 and m["details"]["within"]["js_succ"]["r"] > 0.3
+    assert f"across cells (descriptive: a verdict there needs >= {need} cells)" in m["why"]
+    monkeypatch.setattr(R, "diversity_cells", lambda alpha: 20)
+    row, m = decided(4, es=runs)
+    assert m["details"]["across_decides"] and row["verdict"] != "yes", row
+
+
+def test_claim4_cells_needed_is_the_fisher_z_power():
+    """cells_needed: the fewest cells whose Fisher-z test (se 1 / sqrt(cells - 4)) has power 0.8 at
+    r 0.3; at claim 4's level in the registered graph (claim 1's 0.6 alpha over the 8 gated
+    hypotheses) about 130, as the planner prints."""
+    from statistics import NormalDist
+
+    def power(cells, level, rho=0.3):
+        return NormalDist().cdf(math.atanh(rho) * math.sqrt(cells - 4) - NormalDist().inv_cdf(1 - level))
+
+    level = R.diversity_level(0.05)
+    assert level == pytest.approx(0.05 * 0.6 / 8)
+    for lv in (0.05, level):
+        n = R.cells_needed(0.3, lv)
+        assert power(n, lv) >= 0.8 > power(n - 1, lv)
+    assert 120 <= R.diversity_cells(0.05) <= 140
+    assert R.cells_needed(0.3, level, reliability=0.5) > R.diversity_cells(0.05)
+    from esopt.study.claims.plan import claim_line
+    from esopt.study.claims.simulate import Design
+
+    note = R.REGISTRY[4].plan_note(Design(sizes=5, pops=(4, 8, 16)))
+    assert f"needs >= {R.diversity_cells(0.05)} cells" in note and note.endswith("this design has 15")
+    assert claim_line(4, {"key": "diversity", "why": "x", "note": note}).endswith(note)
+
+
 def test_claim4_reward_confound_is_removed():
     """js_succ and the gain both follow the training reward (within cells r ~ +0.4) but are
     unrelated at equal reward: the claim does not say yes."""

@@ -383,6 +383,8 @@ def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Compone
     for cid in claims or bears_on(grid):
         gap = data_gap(cid, design, comps, shape)
         row = {"key": REGISTRY[cid].key, "units": REGISTRY[cid].units}
+        if REGISTRY[cid].plan_note:      # the claim's own line beside its power (claim 4: the cells it needs)
+            row["note"] = REGISTRY[cid].plan_note(design)
         if gap:
             more = REGISTRY[cid].more
             if more and max(more[1]) > getattr(design, more[0]):
@@ -414,15 +416,16 @@ def _fmt_ci(ci) -> str:
 
 def claim_line(cid: int, row: dict) -> str:
     head = f"claim {cid} ({row['key']}): "
+    note = f"; {row['note']}" if row.get("note") else ""
     if "power" not in row:
-        return head + f"cannot decide: {row['why']}"
+        return head + f"cannot decide: {row['why']}" + note
     text = (f"power {row['power']:.2f} {_fmt_ci(row['power_ci'])} (least favourable generator: {row['power_gen']}), "
             f"false yes {row['false_yes']:.2f} {_fmt_ci(row['fy_ci'])}")
     if row.get("bounds"):
         text += f", power at the components' bounds {row['bounds'][0]:.2f} to {row['bounds'][1]:.2f}"
     if row.get("spreads"):
         text += "; " + spread_text(row)
-    return head + text + "; " + ("decidable" if row["decidable"] else f"cannot decide: {row['why']}")
+    return head + text + "; " + ("decidable" if row["decidable"] else f"cannot decide: {row['why']}") + note
 
 
 def spread_text(row: dict) -> str:

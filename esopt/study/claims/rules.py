@@ -94,6 +94,7 @@ class Claim:
     opt_in: bool = False         # listed only for a grid that makes ``measure``
     shown: tuple = ()            # the components the planner prints beside it
     plan_gap: Callable | None = None   # (why, components) -> the planner's reading of a data gap, or None
+    plan_note: Callable | None = None  # (Design) -> a line the planner prints beside its power, or None
     more: tuple | None = None    # (Design field, values, floors): where its data fall short, its power at each value
     weights: dict = field(default_factory=dict)  # its hypotheses' initial weights in the registered graph
     #                                              ({"yes": w}); unset: an equal share of the rest (gated: 0)
@@ -350,6 +351,43 @@ def partial_correlation(y, x, covariates) -> float:
 DIVERSITY_SESOI = 0.3
 RELIABILITY_FLOOR = 0.2   # claim 4: below this the evaluation noise swamps the gain: no "no" at that level
 MIN_CELLS = 6             # the across-cell level: partial r over cell means, controlling reward, needs >= 6
+DIVERSITY_POWER = 0.80    # claim 4's across-cell level decides only where a design has the cells for this power
+
+
+def cells_needed(rho: float, level: float, power: float = DIVERSITY_POWER, reliability: float = 1.0) -> int:
+    """(model, pop) cells the across-cell level of claim 4 needs for ``power`` at a partial r of
+    ``rho`` (attenuated by the evaluation noise's ``reliability``) at one-sided ``level``: Fisher z
+    with se 1 / sqrt(cells - 4), so
+        cells = ceil(((z_{1-level} + z_power) / atanh(rho sqrt(reliability)))^2) + 4."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(1 - level) + NormalDist().inv_cdf(power)
+    return math.ceil((z / math.atanh(rho * math.sqrt(reliability))) ** 2) + 4
+
+
+def diversity_level(alpha: float) -> float:
+    """The level claim 4's yes holds in the registered graph once claim 1's gate opens (alpha x its weight)."""
+    from esopt.study.claims import _start_level, registered_graph
+
+    cid = next(c.id for c in REGISTRY.values() if c.key == "diversity")
+    return _start_level(registered_graph(), cid, alpha)
+
+
+def diversity_cells(alpha: float) -> int:
+    """The cells at which claim 4's across-cell level decides: ``cells_needed`` at its smallest
+    effect (rho 0.3, reliability 1) and its level in the registered graph; with fewer it is shown,
+    descriptive, never part of the verdict (about 130 at alpha 0.05: 5 sizes x 3 populations give 15)."""
+    return cells_needed(DIVERSITY_SESOI, diversity_level(alpha))
+
+
+def _diversity_note(design) -> str:
+    """The planner's line beside claim 4: how many cells its across-cell level needs, and the design's."""
+    from esopt.study.claims import DEFAULTS
+
+    need, have = diversity_cells(DEFAULTS["alpha"]), design.sizes * len(design.pops)
+    return (f"across (model, pop) cells descriptive: a verdict there needs >= {need} cells (power "
+            f"{DIVERSITY_POWER:g} at r {DIVERSITY_SESOI:g}, level {diversity_level(DEFAULTS['alpha']):.2g}); "
+            f"this design has {have}" + ("" if have < need else ", enough: it decides there too"))
 
 
 def pass_k_for(n: int, per_k: int) -> int | None:
@@ -393,18 +431,21 @@ def _level(name: str, y, xs: dict, Z, noise_y: float, noise_x: dict, dof: int, s
 
 @claim(4, "diversity", "At equal training reward, the ES population's JS diversity (js_succ) and P_pop relate to "
                        "the Pass@K gain, across (model, pop) cells as well as within them.",
-       estimand="min over js_succ and p_pop and over two levels of the partial correlation with the run's Pass@K gain "
-                "(K = the largest power of 2 with n >= 4K), controlling the mean training reward: within (model, pop) "
-                "cells (runs, cell dummies) and across cells (cell means); sampled members only; corrected for the "
-                "evaluation noise's reliability",
+       estimand="min over js_succ and p_pop of the partial correlation with the run's Pass@K gain (K = the largest "
+                "power of 2 with n >= 4K), controlling the mean training reward, within (model, pop) cells (runs, cell "
+                "dummies), and across cells (cell means) where the design has the cells to decide there "
+                "(diversity_cells: about 130), else shown beside it, descriptive; sampled members only; corrected for "
+                "the evaluation noise's reliability",
        boundary=0.0, sesoi=DIVERSITY_SESOI,
        statistic="Fisher z = atanh(r), se = 1 / sqrt(runs - cells - 4) within and 1 / sqrt(cells - 4) across; yes: "
-                 "all four r > 0 (p = the largest); no: some r below 0.3 sqrt(reliability) (p = 4 x the smallest)",
+                 "every decided r > 0 (p = the largest); no: some r below 0.3 sqrt(reliability) (p = the number decided x the "
+                 "smallest); the across-cell r decided only at >= diversity_cells cells",
        variance="runs within cells, cells across (normal on the z scale); reliability = 1 - noise / residual variance "
                 "(the gain's binomial Pass@K noise; js_succ's and p_pop's spread over the run's train lines; across "
                 "cells the within-cell spread / seeds)",
        select=lambda sweep: {"es": sweep["es"]}, needs=(1,), units="ES runs", part="family", strong=0.6,
-       plant=lambda theta, k, *_: k.update(rho=theta), rest={"rho": 0.0}, generators=(*PER_PROBLEM, "count_noise"))
+       plant=lambda theta, k, *_: k.update(rho=theta), rest={"rho": 0.0}, generators=(*PER_PROBLEM, "count_noise"),
+       plan_note=_diversity_note)
 def diversity(data, s):
     rows, seen, greedy, no_counts = [], set(), 0, 0
     per_k = int(s["samples_per_k"])
@@ -453,9 +494,11 @@ def diversity(data, s):
     across = _level("across", m[:, 3], {"js_succ": m[:, 0], "p_pop": m[:, 1]},
                     np.column_stack([np.ones(len(cells)), m[:, 2]]), float(w_var[3]) * mean_inv,
                     {"js_succ": float(w_var[0]) * mean_inv, "p_pop": float(w_var[1]) * mean_inv}, len(cells) - 4, s)
-    tests = [*within.values(), *across.values()]
-    if not all(np.isfinite(t["z"]) for t in tests):
+    need = diversity_cells(float(s["alpha"]))
+    decides_across = len(cells) >= need
+    if not all(np.isfinite(t["z"]) for t in [*within.values(), *across.values()]):
         return unclear("data", "js_succ, p_pop or the gain is constant within or across cells")
+    tests = [*within.values(), *(across.values() if decides_across else ())]
     worst = min(tests, key=lambda t: t["z"])
     weakest = max(tests, key=lambda t: (t["se"], -(t["zd"] or 0.0)))
     lam = worst["reliability"]
@@ -468,9 +511,11 @@ def diversity(data, s):
     K = rows[0][8]
     why = "; ".join(f"{lv} r(js_succ) {d['js_succ']['r']:+.2f}, r(p_pop) {d['p_pop']['r']:+.2f} (reliability "
                     f"{d['js_succ']['reliability']:.2f}/{d['p_pop']['reliability']:.2f})"
-                    for lv, d in (("within cells", within), ("across cells", across)))
+                    for lv, d in (("within cells", within), ("across cells" + ("" if decides_across else
+                                  f" (descriptive: a verdict there needs >= {need} cells)"), across)))
     return measured(t, f"Pass@{K} gain over {len(rows)} runs in {len(cells)} cells: {why}",
                     {"runs": len(rows), "cells": len(cells)}, k=K, within=within, across=across,
+                    across_decides=decides_across, cells_needed=need,
                     rho_js_succ=within["js_succ"]["r"], rho_p_pop=within["p_pop"]["r"], greedy_runs_left_out=greedy)
 
 
