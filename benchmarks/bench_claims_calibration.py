@@ -40,8 +40,7 @@ sampling uniforms, as eval.seed = 0 does), ``overdispersed_eval`` (an evaluation
 problem correlated: beta-binomial), ``heavy_tails`` (every run-level deviation Student t(3) at the
 same sd), ``two_batches`` (seeds in two balanced batches, every run-level deviation +-0.8 sd by
 batch), ``count_noise`` (claim 4's js_succ and p_pop measured with noise of sd 0.008, their variance
-estimated from 40 train lines), ``slope_world`` (both
-algorithms' out-of-domain entropy -2.3 per unit of Pass@1 gain: claim 2). Every claim is read under at least four of them (claim 11's barrier
+estimated from 40 train lines). Every claim is read under at least four of them (claim 11's barrier
 under five, its cosine under the run-level two; tests/study/test_claims_calibration.py).
 
 ``--quick``: 100 sims a line (a few minutes on 2 cores); default 2,000. ``--components
@@ -135,7 +134,7 @@ def claim1_power(design: Design, comp: Components, sims: int, seed: int) -> dict
 
 
 def slope_world(comp: Components, sims: int, seed: int, seeds=(16, 64), problems: int = 500) -> list[dict]:
-    """Claim 2 at its null (theta 0) in the slope world (``simulate.GENERATORS["slope_world"]``:
+    """Claim 2 at its null (theta 0) in the slope world (``simulate.SLOPE_WORLD``:
     both algorithms' out-of-domain entropy -2.3 per unit of gain) at ``comp``'s gains, per design
     of ``seeds``: the rule's yes rate (decided with the others planted as clear yeses, its yes then
     at up to alpha: ``verdict_of``), its unclear-data rate (the gains do not overlap), and on the same
@@ -146,9 +145,9 @@ def slope_world(comp: Components, sims: int, seed: int, seeds=(16, 64), problems
     from esopt.core.metrics import p_above
     from esopt.study.claims import DEFAULTS, select_cell
     from esopt.study.claims import rules as R
-    from esopt.study.claims.simulate import GENERATORS, simulate, verdict_of
+    from esopt.study.claims.simulate import SLOPE_WORLD, simulate, verdict_of
 
-    comp = replace(comp, **GENERATORS["slope_world"])
+    comp = replace(comp, **SLOPE_WORLD)
     out = []
     for j, r in enumerate(seeds):
         design = Design(seeds=r, problems=problems, samples=32)

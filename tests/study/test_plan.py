@@ -108,7 +108,6 @@ def test_power_is_the_least_favourable_generators():
     g = grid()
     p = P.claim_power(2, P.design_of(g), MEASURED, P.shaper(g), 10, false_yes=False)
     assert set(p["by_gen"]) == {"current", *P.REGISTRY[2].generators} and len(p["by_gen"]) >= 5
-    assert "slope_world" in p["by_gen"]
     assert p["power"] == min(p["by_gen"].values()) == p["by_gen"][p["power_gen"]]
 
 

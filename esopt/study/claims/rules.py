@@ -267,7 +267,7 @@ def _plant_entropy(theta, k, p, c, K, th, tested):
                 "> 0, and the two algorithms' ranges of gains must overlap (else unclear: data, the ranges named: "
                 "no reading at gains an algorithm never reached, no extrapolation along the slope)",
        select=_cell("es", "grpo"), strong=0.05, plant=_plant_entropy, rest={"h_es": 0.0, "per_gain": 0.0},
-       generators=(*PER_PROBLEM, "slope_world"))
+       generators=PER_PROBLEM)
 def entropy(data, s):
     """Matched gain: an entropy change that every update makes (an intercept) or that follows the
     gain alike in both algorithms (a common slope) is no difference at the same gain; a ratio
