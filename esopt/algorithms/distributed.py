@@ -210,19 +210,6 @@ def agree(flag: bool) -> bool:
     return bool(t.item())
 
 
-def full_parameters(model):
-    """``(name, tensor)`` of ``model``'s parameters as whole tensors, detached, under the model's
-    own names: FSDP2's sharded ones (``DTensor``) all-gathered, so every rank must call it at the
-    same point (GRPO on G GPUs: the rollouts' weight sync, each rank's own vLLM engine), and the
-    ``_checkpoint_wrapped_module.`` that FSDP's activation checkpointing puts into the names
-    removed (seen on an H200: the sync would name no weight the engine knows)."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import _CHECKPOINT_PREFIX
-    from torch.distributed.tensor import DTensor
-
-    for name, p in model.named_parameters():
-        yield name.replace(_CHECKPOINT_PREFIX, ""), (p.full_tensor() if isinstance(p, DTensor) else p).detach()
-
-
 def full_state(model) -> dict | None:
     """The whole state dict of an FSDP2-sharded ``model``, in the masters' dtype, on rank 0's
     CPU (every rank calls; the others get ``{}``); None when nothing is sharded (the model's own

@@ -244,10 +244,9 @@ def check_processes(plan, settings: GRPOSettings) -> None:
     to sample by the engine."""
     from esopt import engines
     from esopt.engines.base import resolve_device
-    from esopt.runtime.layout import layout
 
-    lay = plan.layout or layout(plan.config)  # validate's draft plan has none yet
-    world = int(lay.ranks)
+    lay = plan.layout  # validate's draft holds its layout
+    world = int(lay.ranks) if lay is not None else 1
     engine = engines.engine_class(plan.engine_config)
     if settings.rollouts == "engine" and settings.use_vllm and not engine.holds_weights:
         raise ConfigError("grpo.rollouts=engine with grpo.use_vllm=true on engine=hf: use_vllm asks for TRL's "
@@ -262,7 +261,7 @@ def check_processes(plan, settings: GRPOSettings) -> None:
             f"grpo.prompts_per_step*num_generations={settings.completions_per_step} in grpo.grad_accum="
             f"{settings.grad_accum} micro-batches does not split over {world} processes: make grad_accum a multiple "
             f"of {world} or the completions a multiple of {settings.grad_accum * world}")
-    cuda = lay.gpus_per_rank > 0 or resolve_device(plan.engine_config.device) == "cuda"
+    cuda = (lay is not None and lay.gpus_per_rank > 0) or resolve_device(plan.engine_config.device) == "cuda"
     sharded = sharding_of(settings, world, cuda, engine.holds_weights) != "none"
     if sharded and not cuda:
         raise ConfigError(f"grpo.sharding={settings.sharding} on CPU processes: accelerate runs FSDP on GPUs only "

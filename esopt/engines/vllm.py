@@ -377,7 +377,7 @@ class VLLMEngine(Engine):
 
         path = self._transfer_file()
         try:
-            from esopt.algorithms.distributed import full_parameters  # FSDP2 shards: gathered on every rank
+            from esopt.engines.weights import full_parameters  # FSDP2 shards: gathered on every rank
 
             save_file({n: p.to("cpu").contiguous() for n, p in full_parameters(model)}, path)
             self.llm.collective_rpc("esopt_load", args=(path,))

@@ -170,3 +170,16 @@ class Weights:
             if name not in saved:
                 raise KeyError(f"saved weights lack parameter {name}")
             w.copy_(saved[name].to(w.device))
+
+
+def full_parameters(model):
+    """``(name, tensor)`` of ``model``'s parameters as whole tensors, detached, under the model's
+    own names: FSDP2's sharded ones (``DTensor``) all-gathered, so every rank must call it at the
+    same point (GRPO on G GPUs: the rollouts' weight sync, each rank's own vLLM engine), and the
+    ``_checkpoint_wrapped_module.`` that FSDP's activation checkpointing puts into the names
+    removed (seen on an H200: the sync would name no weight the engine knows)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import _CHECKPOINT_PREFIX
+    from torch.distributed.tensor import DTensor
+
+    for name, p in model.named_parameters():
+        yield name.replace(_CHECKPOINT_PREFIX, ""), (p.full_tensor() if isinstance(p, DTensor) else p).detach()

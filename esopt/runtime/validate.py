@@ -66,10 +66,10 @@ def validate(cfg: Any, check_data: bool = True, cuda: bool | None = None) -> Run
     if rc.model.get("path"):
         models.check_dir(rc.model["path"])
     check_remote_code(rc.model)
-    draft = draft_plan(rc, engine_config)  # each phase's block resolved (and parsed) once
-    algo.validate(draft)
-    engines.check(engine_config, rc.model, remote=remote)
     lay = layout(rc, engine_config)  # the GPUs the run asks for must be the GPUs it uses
+    draft = draft_plan(rc, engine_config)  # each phase's block resolved (and parsed) once
+    algo.validate(dataclasses.replace(draft, layout=lay))  # the checks read the processes it runs on
+    engines.check(engine_config, rc.model, remote=remote)
     tuning_settings = tuning.check(rc)
     tracker_options = trackers.check(rc)
     if check_data:  # what the run will read and write: the task's data, a database tuning.storage

@@ -12,6 +12,7 @@ import torch
 from helpers import cli, run_config
 
 from esopt.algorithms import distributed, grpo
+from esopt.engines.weights import full_parameters
 from esopt.core import store
 from esopt.core.errors import ConfigError
 from esopt.runtime.run import run
@@ -117,7 +118,7 @@ def test_a_sharded_models_weights_gather_whole(tmp_path):
         fully_shard(model)
         assert isinstance(next(model.parameters()), DTensor)
         assert "_checkpoint_wrapped_module" in next(n for n, _ in model.named_parameters() if "layers" in n)
-        full = dict(distributed.full_parameters(model))
+        full = dict(full_parameters(model))
         assert set(full) <= set(whole) and all(torch.equal(p, whole[n]) and not isinstance(p, DTensor)
                                                for n, p in full.items())
         state = distributed.full_state(model)

@@ -78,6 +78,7 @@ from esopt.study import fit
 from esopt.study import tables
 from esopt.study.claims import ledger, stored
 from esopt.study.claims.stored import current_design
+from esopt.study.claims.rules import DEFAULTS, SIDES, _start_level, hypothesis, registered_graph  # noqa: F401
 from esopt.study.claims.rules import CLAIMS, ES_ANCHOR, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
 __all__ = ["ALGOS", "ARMS", "CELL_ALGOS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "arm", "attach_details",
@@ -94,8 +95,6 @@ def arm(r: Mapping) -> str | None:
     ``anchor_decay`` > 0 (read from summary.json's config by ``attach_details``)."""
     a = r.get("algo")
     return ES_ANCHOR if a == "es" and (_num(r.get("anchor_decay")) or 0.0) > 0 else a
-DEFAULTS = {"alpha": 0.05, "level": 0.95, "power": 0.80, "k": 8, "samples_per_k": 4, "min_runs": 3,
-            "keep": 0.22, "keep_share": 0.90, "min_sizes": 5}
 MAX_DATA_NEEDED = 100
 # 6: the registered graph over the hypotheses (registration "graph", claims' p_yes_adj / p_no_adj / level)
 # 5: one Holm family of fixed size (family_size), the registration written before the runs
@@ -162,51 +161,9 @@ def select_cell(records: list[dict]) -> dict:
 
 # ---------------------------------------------------------------------------------------
 # the decision
-SIDES = ("yes", "no")
-
-
 def family_size() -> int:
     """m, the family's hypotheses: every registered claim's yes and no (2 per claim)."""
     return 2 * len(REGISTRY)
-
-
-def hypothesis(cid: int, side: str) -> str:
-    """A hypothesis's name in the graph: "<claim>.<yes|no>" (H0 of yes: theta <= b; of no: theta >= b + delta)."""
-    return f"{cid}.{side}"
-
-
-def registered_graph() -> dict:
-    """The graph over the 2 x claims hypotheses (``esopt.core.graphical``, Bretz et al. 2009) that
-    ``register`` writes before the runs, from the registry:
-    - initial weights: what a claim declares (``Claim.weights``: claim 1's yes 0.6); the other
-      hypotheses of the claims without ``needs`` share the rest equally; a gated claim's (one with
-      ``needs``) start at 0;
-    - edges: a hypothesis that gates others (claim 1's yes) passes its weight to the gated claims'
-      hypotheses, equally; an ungated one to every other ungated hypothesis (the gate's yes among
-      them, so once it is rejected that share reroutes to the gated ones), equally; a gated one to
-      every other hypothesis but the gates', equally.
-    So a gated claim can be decided only once the claim it needs says yes, and every weight sums
-    to at most 1: family-wise error <= alpha over the whole family, whichever hypotheses are true
-    (the yes and no nulls of one claim are disjoint, or, for a claim whose no is the complement of
-    its criterion, meet only at theta = b: the graph's guarantee holds for any set of true nulls)."""
-    gated = {cid for cid, c in REGISTRY.items() if c.needs}
-    gates = {hypothesis(n, "yes") for c in REGISTRY.values() for n in c.needs}
-    names = [hypothesis(cid, s) for cid in sorted(REGISTRY) for s in SIDES]
-    fixed = {hypothesis(cid, s): float(w) for cid, c in REGISTRY.items() for s, w in c.weights.items()}
-    claim_of = {h: int(h.split(".")[0]) for h in names}
-    free = [h for h in names if h not in fixed and claim_of[h] not in gated]
-    rest = max(0.0, 1.0 - sum(fixed.values()))
-    weights = {h: fixed.get(h, rest / len(free) if h in free else 0.0) for h in names}
-    edges = {}
-    for h in names:
-        if h in gates:
-            to = [k for k in names if claim_of[h] in REGISTRY[claim_of[k]].needs]
-        elif claim_of[h] in gated:
-            to = [k for k in names if k != h and k not in gates]
-        else:
-            to = [k for k in names if k != h and claim_of[k] not in gated]
-        edges[h] = {k: 1.0 / len(to) for k in to}
-    return {"weights": weights, "edges": edges}
 
 
 def check_graph(graph: Mapping) -> Mapping:
@@ -261,13 +218,6 @@ def _need_text(need: dict | None, units: str) -> str:
         return f", 80% needs about {times(need['both'])} the {units}"
     return (f", 80% needs about {times(need['both'])} the {units} and problems together (the {units} alone: "
             f"{times(need['runs'])}; the problems alone: {times(need['problems'])})")
-
-
-def _start_level(graph: Mapping, cid: int, alpha: float) -> float:
-    """alpha x the weight claim ``cid``'s yes hypothesis holds at the start, or, for a gated claim,
-    once the yes of each claim it needs is rejected: the level its power is read at."""
-    gates = [hypothesis(n, "yes") for n in REGISTRY[cid].needs]
-    return alpha * graphical.weights_after(graph, gates).get(hypothesis(cid, "yes"), 0.0)
 
 
 def decide_all(measures: dict[int, dict], s: Mapping, graph: Mapping | None = None) -> dict[int, dict]:

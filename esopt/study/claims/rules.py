@@ -47,6 +47,7 @@ from typing import Callable
 
 import numpy as np
 
+from esopt.core import graphical
 from esopt.core.config import HEADLINE_KEEP
 from esopt.core.metrics import contrast, ols, p_above, pass_at_k, pass_at_k_noise_var, t_interval
 from esopt.study.claims.shift import pass_k_expected, problem_spread, solve_shift
@@ -367,7 +368,6 @@ def cells_needed(rho: float, level: float, power: float = DIVERSITY_POWER, relia
 
 def diversity_level(alpha: float) -> float:
     """The level claim 4's yes holds in the registered graph once claim 1's gate opens (alpha x its weight)."""
-    from esopt.study.claims import _start_level, registered_graph
 
     cid = next(c.id for c in REGISTRY.values() if c.key == "diversity")
     return _start_level(registered_graph(), cid, alpha)
@@ -382,7 +382,6 @@ def diversity_cells(alpha: float) -> int:
 
 def _diversity_note(design) -> str:
     """The planner's line beside claim 4: how many cells its across-cell level needs, and the design's."""
-    from esopt.study.claims import DEFAULTS
 
     need, have = diversity_cells(DEFAULTS["alpha"]), design.sizes * len(design.pops)
     return (f"across (model, pop) cells descriptive: a verdict there needs >= {need} cells (power "
@@ -1118,3 +1117,57 @@ def connected_orthogonal(data, s):
 
 
 CLAIMS = {cid: (c.key, c.text) for cid, c in sorted(REGISTRY.items())}
+
+
+# The registry's graph over its hypotheses (Bretz et al. 2009), and the settings a look reads
+DEFAULTS = {"alpha": 0.05, "level": 0.95, "power": 0.80, "k": 8, "samples_per_k": 4, "min_runs": 3,
+            "keep": 0.22, "keep_share": 0.90, "min_sizes": 5}
+
+SIDES = ("yes", "no")
+
+
+
+def hypothesis(cid: int, side: str) -> str:
+    """A hypothesis's name in the graph: "<claim>.<yes|no>" (H0 of yes: theta <= b; of no: theta >= b + delta)."""
+    return f"{cid}.{side}"
+
+
+def registered_graph() -> dict:
+    """The graph over the 2 x claims hypotheses (``esopt.core.graphical``, Bretz et al. 2009) that
+    ``register`` writes before the runs, from the registry:
+    - initial weights: what a claim declares (``Claim.weights``: claim 1's yes 0.6); the other
+      hypotheses of the claims without ``needs`` share the rest equally; a gated claim's (one with
+      ``needs``) start at 0;
+    - edges: a hypothesis that gates others (claim 1's yes) passes its weight to the gated claims'
+      hypotheses, equally; an ungated one to every other ungated hypothesis (the gate's yes among
+      them, so once it is rejected that share reroutes to the gated ones), equally; a gated one to
+      every other hypothesis but the gates', equally.
+    So a gated claim can be decided only once the claim it needs says yes, and every weight sums
+    to at most 1: family-wise error <= alpha over the whole family, whichever hypotheses are true
+    (the yes and no nulls of one claim are disjoint, or, for a claim whose no is the complement of
+    its criterion, meet only at theta = b: the graph's guarantee holds for any set of true nulls)."""
+    gated = {cid for cid, c in REGISTRY.items() if c.needs}
+    gates = {hypothesis(n, "yes") for c in REGISTRY.values() for n in c.needs}
+    names = [hypothesis(cid, s) for cid in sorted(REGISTRY) for s in SIDES]
+    fixed = {hypothesis(cid, s): float(w) for cid, c in REGISTRY.items() for s, w in c.weights.items()}
+    claim_of = {h: int(h.split(".")[0]) for h in names}
+    free = [h for h in names if h not in fixed and claim_of[h] not in gated]
+    rest = max(0.0, 1.0 - sum(fixed.values()))
+    weights = {h: fixed.get(h, rest / len(free) if h in free else 0.0) for h in names}
+    edges = {}
+    for h in names:
+        if h in gates:
+            to = [k for k in names if claim_of[h] in REGISTRY[claim_of[k]].needs]
+        elif claim_of[h] in gated:
+            to = [k for k in names if k != h and k not in gates]
+        else:
+            to = [k for k in names if k != h and claim_of[k] not in gated]
+        edges[h] = {k: 1.0 / len(to) for k in to}
+    return {"weights": weights, "edges": edges}
+
+
+def _start_level(graph: Mapping, cid: int, alpha: float) -> float:
+    """alpha x the weight claim ``cid``'s yes hypothesis holds at the start, or, for a gated claim,
+    once the yes of each claim it needs is rejected: the level its power is read at."""
+    gates = [hypothesis(n, "yes") for n in REGISTRY[cid].needs]
+    return alpha * graphical.weights_after(graph, gates).get(hypothesis(cid, "yes"), 0.0)
