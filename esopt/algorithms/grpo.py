@@ -299,8 +299,10 @@ def resolve_rollouts(cfg, settings: GRPOSettings) -> GRPOSettings:
     engine=hf it stays TRL's colocated vLLM; ``rollouts=engine`` on an engine that does not
     serve rollouts is a ConfigError (one line)."""
     from esopt import engines
+    from esopt.core.config import RunConfig
 
-    engine = cfg.engine_config
+    # a plan's typed engine block; a context made from a bare RunConfig (benchmarks/bench_gpu.py) parses its own
+    engine = engines.parse(cfg.engine) if isinstance(cfg, RunConfig) else cfg.engine_config
     cls = engines.engine_class(engine)
     serves = cls.serves_rollouts
     if settings.use_vllm and serves and cls.holds_weights:
