@@ -204,6 +204,10 @@ def estimator() -> list[list]:
     return rows
 
 
+FRACTIONS_HEADER = ["model", "update", "loaded", "trained as", "changed", "update l2", "cos vs fp32 GRPO",
+                    "model/ dtype", "wall s"]  # the precision tables' columns (tiny-s, SmolLM2)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", choices=["fractions", "smollm2", "estimator", "processes"], action="append")
@@ -219,8 +223,7 @@ def main(argv=None) -> None:
         root = Path(args.root or tmp)
         if "fractions" in only:
             rows = fractions(args.models.split(","), root)
-            header = ["model", "update", "loaded", "trained as", "changed", "update l2", "cos vs fp32 GRPO",
-                      "model/ dtype", "wall s"]
+            header = FRACTIONS_HEADER
             notes = ("3 updates each on Countdown (hf engine, CPU). A bf16 step at |w| is |w|/128: an AdamW "
                      "step of lr 1e-6 is below half of it for every |w| > 2.6e-4, so in place it rounds away; "
                      "ES's update (lr x the reward-weighted noise) is of the order of lr itself.")
@@ -231,8 +234,7 @@ def main(argv=None) -> None:
                 print(header)
         if "smollm2" in only:
             rows = fractions(["smollm2-135m"], root, grpo_only=True, common=SMOLLM2)
-            header = ["model", "update", "loaded", "trained as", "changed", "update l2", "cos vs fp32 GRPO",
-                      "model/ dtype", "wall s"]
+            header = FRACTIONS_HEADER
             notes = ("3 GRPO updates each on arith (chat prompts, 32 new tokens, 4 prompts x 4; hf engine, CPU, "
                      "one thread), as the tiny-s table above but on the real 135M model; its own lr "
                      "(1e-5) replaced by the study's 1e-6.")

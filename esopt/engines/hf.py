@@ -16,6 +16,7 @@ its generated tokens (EOS included).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
@@ -222,26 +223,13 @@ class HFEngine(Engine):
         reproduces (a rank's share of an evaluation): the sampling noise is keyed by that index."""
         check_generate_args(n, max_new_tokens, top_p)
         encoded = self._encode(prompts)
-        eos_t = torch.tensor(self.eos_ids, device=self.device)
         stop = tuple(stop)
-        stop_crit = None
-        if stop:
-            if stop not in self._stop_cache:
-                self._stop_cache[stop] = StopStringCriteria(self.tokenizer, list(stop))
-            stop_crit = self._stop_cache[stop]
-        gconf = GenerationConfig(
-            max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
-            eos_token_id=self.eos_ids, pad_token_id=self.pad_id,
-        )
+        eos_t, stop_crit, gconf = self._decoding(stop, max_new_tokens)
         total = len(encoded) * n
         ids_flat: list[list[int]] = []
         len_flat: list[int] = []
         ent_flat: list[float] = []
-        # The model's own generation_config (e.g. an instruct model's repetition_penalty, top_k)
-        # would fill every unset field of gconf; generate under a neutral one instead.
-        saved = self.model.generation_config
-        self.model.generation_config = GenerationConfig()
-        try:
+        with self._neutral_generation_config():
             for start in range(0, total, self.max_batch):
                 rows = list(range(start, min(start + self.max_batch, total)))
                 ids, lengths, ents = self._generate_rows([encoded[r // n] for r in rows],
@@ -251,8 +239,6 @@ class HFEngine(Engine):
                 len_flat += lengths
                 ent_flat += ents
                 progress.generated(len(rows), sum(lengths))  # an evaluation's bar / log line
-        finally:
-            self.model.generation_config = saved
         texts = self.tokenizer.batch_decode(ids_flat, skip_special_tokens=True)
         if stop:
             texts = [trim_at_stop(t, stop) for t in texts]
@@ -274,8 +260,20 @@ class HFEngine(Engine):
         ``[first_row, first_row + len)`` of a step's batch draws exactly what one process drawing the
         whole batch does."""
         check_generate_args(1, max_new_tokens, top_p)
-        eos_t = torch.tensor(self.eos_ids, device=self.device)
-        stop = tuple(stop)
+        eos_t, stop_crit, gconf = self._decoding(tuple(stop), max_new_tokens)
+        out: list[list[int]] = []
+        with self._neutral_generation_config():
+            for start in range(0, len(prompt_ids), self.max_batch):
+                rows = list(range(start, min(start + self.max_batch, len(prompt_ids))))
+                ids, _, _ = self._generate_rows([list(prompt_ids[r]) for r in rows], [first_row + r for r in rows],
+                                                gconf, eos_t, stop_crit, seed, temperature, top_p, False, keep_eos=True)
+                out += ids
+        return out
+
+    def _decoding(self, stop: tuple[str, ...], max_new_tokens: int):
+        """What every ``model.generate`` call of one request shares: the EOS ids as a tensor, the
+        stop-string criteria (cached per stop tuple; None without stops) and the greedy config
+        (sampling is the Gumbel-max logits processor of ``_generate_rows``)."""
         stop_crit = None
         if stop:
             if stop not in self._stop_cache:
@@ -283,18 +281,18 @@ class HFEngine(Engine):
             stop_crit = self._stop_cache[stop]
         gconf = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, use_cache=True,
                                  eos_token_id=self.eos_ids, pad_token_id=self.pad_id)
-        out: list[list[int]] = []
+        return torch.tensor(self.eos_ids, device=self.device), stop_crit, gconf
+
+    @contextmanager
+    def _neutral_generation_config(self):
+        """The model's own generation_config (e.g. an instruct model's repetition_penalty, top_k)
+        would fill every unset field of the call's config; generate under a neutral one instead."""
         saved = self.model.generation_config
         self.model.generation_config = GenerationConfig()
         try:
-            for start in range(0, len(prompt_ids), self.max_batch):
-                rows = list(range(start, min(start + self.max_batch, len(prompt_ids))))
-                ids, _, _ = self._generate_rows([list(prompt_ids[r]) for r in rows], [first_row + r for r in rows],
-                                                gconf, eos_t, stop_crit, seed, temperature, top_p, False, keep_eos=True)
-                out += ids
+            yield
         finally:
             self.model.generation_config = saved
-        return out
 
     def _generate_rows(self, seqs, rows, gconf, eos_t, stop_crit, seed, temperature, top_p, return_entropy,
                        keep_eos: bool = False):
