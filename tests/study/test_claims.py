@@ -961,3 +961,24 @@ def test_claims_from_a_sweep_directory_and_the_aggregator(tmp_path):
     assert aggregate(es_only, bootstrap=50, html=False).claims is None
     assert not (es_only / "claims.json").exists()
     assert aggregate(es_only, bootstrap=50, html=False, claims=True).claims is not None
+
+
+def test_a_registration_on_a_full_disk_leaves_the_previous_one_and_no_temporary(tmp_path):
+    """The registration is written through the one atomic writer (fsynced, then renamed): an
+    amendment on a full disk (a real tmpfs) fails with ENOSPC, claims.json stays the previous
+    registration byte for byte and no temporary is left beside it."""
+    from helpers import fill_disk, run_config, small_disk
+
+    with small_disk(tmp_path / "disk", "16m") as disk:
+        sweep = disk / "paper_full"
+        write_planted_sweep(sweep, {}, models={"tiny-xs": 1e6}, pops=(8,), seeds=(0, 1), problems=20)
+        ids = sorted(p.name for p in (sweep / "runs").iterdir())
+        rc = run_config("model=tiny-xs")
+        C.register(sweep, [(i, rc) for i in ids])
+        before = (sweep / "claims.json").read_bytes()
+        fill_disk(disk, leave=0)
+        with pytest.raises(OSError) as err:
+            C.register(sweep, [(i, rc) for i in ids + ["es-extra-seed"]])   # an amendment: a bigger file
+        assert err.value.errno == 28
+        assert (sweep / "claims.json").read_bytes() == before
+        assert sorted(p.name for p in sweep.iterdir() if p.is_file()) == ["claims.json"]

@@ -73,6 +73,7 @@ import numpy as np
 from esopt.algorithms import ALGORITHMS, family, trains
 from esopt.core import graphical
 from esopt.core.errors import ConfigError
+from esopt.core.files import atomic_path
 from esopt.core.metrics import p_above, power_at, t_interval
 from esopt.study import fit
 from esopt.study import tables
@@ -347,11 +348,9 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
         reg.setdefault("amendments", []).append({"design": design, "design_sha256": stored.design_hash(design),
                                                  "at": stamp, "after_look": bool(old.get("looks")),
                                                  **({"plan": plan} if plan else {})})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({**old, "version": VERSION, "registration": reg, "looks": old.get("looks") or []},
-                              indent=1))
-    tmp.replace(path)
+    with atomic_path(path) as tmp:      # fsynced, then renamed: a crash leaves the old file or the new
+        tmp.write_text(json.dumps({**old, "version": VERSION, "registration": reg, "looks": old.get("looks") or []},
+                                  indent=1))
     seen = ledger.earlier(ledger.data_of_configs(runs), ledger.look_id(reg, []))
     if seen:                # said before any run: the verdicts of this design will be exploratory
         print(f"esopt: warning: {_seen_why(seen)[0]}; use seeds or a test draw no look has read "
