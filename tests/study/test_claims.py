@@ -301,18 +301,21 @@ def test_claim3_unclear_names_problems_where_they_dominate():
 
 
 # --- claim 4 ---------------------------------------------------------------------------
-def es_runs_with_diversity(rho, n=64, cells=8, temperature=1.0, seed=3, spread=0.03, learned=0.1):
+def es_runs_with_diversity(rho, n=64, cells=8, temperature=1.0, seed=3, spread=0.03, learned=0.1, machine=0.0):
     """ES runs in ``cells`` (model, pop) cells with per-problem counts (32 samples, Binomial): a
     run's Pass@1 shift is its cell's plus ``spread`` (0.8 z + rho e1 + rho e2 + sqrt(1 - 2 rho^2)
     e3) on top of ``learned`` (claim 1, its precondition, reads the same runs); js_succ and p_pop follow the training reward z and (within cells, partial r ~rho) e1, e2;
     across cells their means follow the cell's shift with correlation ~rho. js_succ also follows
-    the reward (the confound the claim removes)."""
+    the reward (the confound the claim removes). ``machine`` b: a cell's runs alternate, every round, between two
+    machines (``host``), and each machine moves e1, e2 and e3 (diversity and gain, not the reward)
+    by +-b."""
     rng = np.random.default_rng(seed)
     cell_shift = 0.02 * rng.normal(size=cells)
     std = (cell_shift - cell_shift.mean()) / cell_shift.std()
     out = []
     for i in range(n):
         z, e1, e2, e3 = rng.normal(size=4)
+        e1, e2, e3 = (e + machine * (-1) ** (i // cells) for e in (e1, e2, e3))
         c = i % cells
         across = 0.01 * (rho * std[c] + math.sqrt(1 - rho * rho) * np.random.default_rng([seed, c]).normal())
         shift = cell_shift[c] + spread * (0.8 * z + rho * e1 + rho * e2 + math.sqrt(1 - 2 * rho * rho) * e3)
@@ -321,7 +324,7 @@ def es_runs_with_diversity(rho, n=64, cells=8, temperature=1.0, seed=3, spread=0
                     "final_counts": counts(np.clip(0.3 + learned + shift, 0, 1), 5000 + i),
                     "js_succ": 0.1 + across + 0.01 * (0.7 * z + 0.7 * e1),
                     "p_pop": 0.5 + across + 0.01 * (0.7 * z + 0.7 * e2), "reward_mean": 0.3 + 0.01 * z,
-                    "es_temperature": temperature, "es_samples": 4})
+                    "es_temperature": temperature, "es_samples": 4, "host": f"node{i // cells % 2}"})
     return out
 
 
@@ -420,6 +423,18 @@ def test_claim4_reward_confound_is_removed():
     within = R.partial_correlation(gain, np.array([r["js_succ"] for r in runs]), Z)
     assert within > 0.3
     assert decided(4, es=runs)[0]["verdict"] != "yes"
+
+
+def test_claim4_a_machine_shared_shock_is_removed():
+    """Two machines each move a run's diversity and its gain together (not through the reward):
+    at rho 0 the within-cell correlation is then positive, a false yes unless the machine is a
+    covariate. With worker.host recorded the claim does not say yes; without it, it does."""
+    runs = es_runs_with_diversity(0.0, n=200, cells=20, machine=1.0)
+    assert decided(4, es=runs)[0]["verdict"] != "yes"
+    blind = [dict(r, host=None) for r in runs]
+    assert decided(4, es=blind)[0]["verdict"] == "yes"
+    assert R.machine_dummies(["a", "b", "a", "c", None, "b"]).tolist() == [[0], [1], [0], [0], [0], [1]]
+    assert R.machine_dummies(["a", "b", "c"]).shape == (3, 0)     # no machine ran two runs: no covariate
 
 
 # --- claim 5 ---------------------------------------------------------------------------

@@ -585,6 +585,7 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
         es_cfg = _obj(config.get("es"))
         r["es_temperature"], r["es_samples"] = es_cfg.get("temperature"), es_cfg.get("samples")
         r["test_draw"] = _obj(config.get("task")).get("test_draw")
+        r["host"] = _obj(s.get("worker")).get("host")                 # the machine (claim 4's covariate)
         r["task_source"] = _obj(config.get("task")).get("source")     # the data a look reads (ledger.datum)
         r["eval_split"] = final.get("split") or _obj(config.get("eval")).get("split") or "test"
         ev = _obj(config.get("eval"))

@@ -389,6 +389,18 @@ def _diversity_note(design) -> str:
             f"this design has {have}" + ("" if have < need else ", enough: it decides there too"))
 
 
+def machine_dummies(hosts: list) -> np.ndarray:
+    """(n, h - 1) indicators of the machines that ran two or more of the runs (``worker.host``),
+    the first such machine, the unrecorded and the single-run ones pooled as the reference: a
+    shock shared by the runs of one machine (its hardware, its library build, its batch) moves a
+    run's diversity and its gain together at equal reward, which the within-cell correlation
+    would read as the claim; as a covariate it is removed. (n, 0) when fewer than two machines
+    ran two or more runs."""
+    names = [str(h) if h not in (None, "") else None for h in hosts]
+    levels = sorted(h for h in set(names) - {None} if names.count(h) >= 2)
+    return np.array([[float(h == lv) for lv in levels[1:]] for h in names], dtype=np.float64).reshape(len(names), -1)
+
+
 def pass_k_for(n: int, per_k: int) -> int | None:
     """The largest K = 2^j >= 2 with n >= per_k K (Pass@K from n >= 4K samples); None if none."""
     K = 2
@@ -431,12 +443,13 @@ def _level(name: str, y, xs: dict, Z, noise_y: float, noise_x: dict, dof: int, s
 @claim(4, "diversity", "At equal training reward, the ES population's JS diversity (js_succ) and P_pop relate to "
                        "the Pass@K gain, across (model, pop) cells as well as within them.",
        estimand="min over js_succ and p_pop of the partial correlation with the run's Pass@K gain (K = the largest "
-                "power of 2 with n >= 4K), controlling the mean training reward, within (model, pop) cells (runs, cell "
+                "power of 2 with n >= 4K), controlling the mean training reward and the machine that ran it (worker.host, "
+                "machines with two or more runs), within (model, pop) cells (runs, cell "
                 "dummies), and across cells (cell means) where the design has the cells to decide there "
                 "(diversity_cells: about 130), else shown beside it, descriptive; sampled members only; corrected for "
                 "the evaluation noise's reliability",
        boundary=0.0, sesoi=DIVERSITY_SESOI,
-       statistic="Fisher z = atanh(r), se = 1 / sqrt(runs - cells - 4) within and 1 / sqrt(cells - 4) across; yes: "
+       statistic="Fisher z = atanh(r), se = 1 / sqrt(runs - rank(cells, reward, machines) - 3) within and 1 / sqrt(cells - 4) across; yes: "
                  "every decided r > 0 (p = the largest); no: some r below 0.3 sqrt(reliability) (p = the number decided x the "
                  "smallest); the across-cell r decided only at >= diversity_cells cells",
        variance="runs within cells, cells across (normal on the z scale); reliability = 1 - noise / residual variance "
@@ -465,7 +478,7 @@ def diversity(data, s):
         fin = np.asarray(r["final_counts"], dtype=np.int64)
         gain = float(pass_at_k(n, fin, K).mean() - pass_at_k(n, np.asarray(r["base_counts"]), K).mean())
         rows.append((*vals, gain, pass_at_k_noise_var(n, fin, K), _num(r.get("js_succ_var")) or 0.0,
-                     _num(r.get("p_pop_var")) or 0.0, f"{r.get('model')}|{r.get('pop')}", K))
+                     _num(r.get("p_pop_var")) or 0.0, f"{r.get('model')}|{r.get('pop')}", K, r.get("host")))
     if greedy and not rows:
         return unclear("data", f"{greedy} ES runs scored their members greedily (p_i in {{0, 1}}: JS_succ and P_pop "
                        "then track accuracy): sampled members are needed (es.temperature > 0, es.samples >= 2)")
@@ -476,14 +489,17 @@ def diversity(data, s):
         return unclear("data", "the ES runs were evaluated with different samples per problem (Pass@K differs)")
     cells = sorted({r[7] for r in rows})
     dof = len(rows) - len(cells) - 1 - 3
+    if dof >= 2 and len(cells) >= MIN_CELLS:   # the machines' dummies take their degrees of freedom too
+        a = np.array([r[:7] for r in rows], dtype=np.float64)
+        cell_of = np.array([cells.index(r[7]) for r in rows])
+        D = np.column_stack([cell_of == i for i in range(len(cells))]).astype(np.float64)
+        Z = np.column_stack([D, a[:, 2], machine_dummies([r[9] for r in rows])])
+        dof = len(rows) - int(np.linalg.matrix_rank(Z)) - 3
     if dof < 2 or len(cells) < MIN_CELLS:
         return unclear("data", f"{len(rows)} ES runs with sampled-member js_succ, p_pop, training reward and a "
                        f"Pass@K gain in {len(cells)} (model, pop) cells (need runs - cells >= 6 and >= {MIN_CELLS} "
                        "cells)")
-    a = np.array([r[:7] for r in rows], dtype=np.float64)
-    cell_of = np.array([cells.index(r[7]) for r in rows])
-    D = np.column_stack([cell_of == i for i in range(len(cells))]).astype(np.float64)
-    within = _level("within", a[:, 3], {"js_succ": a[:, 0], "p_pop": a[:, 1]}, np.column_stack([D, a[:, 2]]),
+    within = _level("within", a[:, 3], {"js_succ": a[:, 0], "p_pop": a[:, 1]}, Z,
                     float(a[:, 4].mean()), {"js_succ": float(a[:, 5].mean()), "p_pop": float(a[:, 6].mean())}, dof, s)
     size = D.sum(0)
     m = (D.T @ a[:, :4]) / size[:, None]                 # cell means of js, p_pop, reward, gain
@@ -914,7 +930,7 @@ FORGET_SESOI = 0.01       # one point of the probes' Pass@1
        statistic="t = -beta_ES / se, least squares over the ES and GRPO runs (n - 3 df), corrected for the "
                  "gain's evaluation noise (errors in variables: at_matched_gain)",
        variance="seeds (runs): the residual spread around the common line; each algorithm's gain must be clearly "
-                "> 0 (no reading at gains an algorithm never reached)",
+                "> 0, and the two algorithms' ranges of gains must overlap (else unclear: data, as claim 2)",
        select=_cell("es", "grpo"), source=ABDI, strong=0.04,
        plant=lambda theta, k, p, c, *_: k.update(forget=theta, probe_per_gain=c.probe_per_gain),
        rest={"forget": 0.0, "probe_per_gain": 0.0}, measure="probes", fields=PROBE_FIELDS, opt_in=True,
@@ -930,7 +946,7 @@ def es_forgets(data, s):
         return unclear("data", PROBES_MISSING.format(who="ES and GRPO"))
     if (g := _gains(es, grpo)) is None:
         return unclear("data", "base and final Pass@1 of every ES and GRPO run")
-    m = at_matched_gain(c, g, s, "held-out probe change", _noise(es, grpo))
+    m = at_matched_gain(c, g, s, "held-out probe change", _noise(es, grpo), overlap=True)
     if "unclear" in m:
         return m
     t = {"effect": -m["beta"], "se": m["se"], "df": m["df"]}
@@ -965,7 +981,8 @@ def _log_l2(runs) -> np.ndarray | None:
        statistic="intersection-union: yes when dense > 0 and large > 0 (p = the larger of the two one-sided t "
                  "p-values, n - 3 df each); no when dense < 0.02 or large < ln 2 (p = 2 x the smaller)",
        variance="seeds (runs): residual spread around each measure's common line on the gain; each algorithm's "
-                "gain must be clearly > 0",
+                "gain must be clearly > 0, and the two algorithms' ranges of gains must overlap (else unclear: "
+                "data, as claim 2)",
        select=_cell("es", "grpo"), source=ABDI, strong=0.08, second={"9c": 2.0}, second_nulls={"9c": 0.0},
        plant=lambda theta, k, p, c, K, th, tested: k.update(dense=theta, large=th["9c"]),
        rest={"dense": 0.0, "large": 0.0}, measure="update_stats", fields=("update_top_share", "update_l2"),
@@ -982,7 +999,8 @@ def es_dense_large(data, s):
     if (g := _gains(es, grpo)) is None:
         return unclear("data", "base and final Pass@1 of every ES and GRPO run")
     nz = _noise(es, grpo)
-    d, big = at_matched_gain(share, g, s, "update's density", nz), at_matched_gain(l2, g, s, "update's norm", nz)
+    d, big = (at_matched_gain(share, g, s, "update's density", nz, overlap=True),
+              at_matched_gain(l2, g, s, "update's norm", nz, overlap=True))
     for m in (d, big):
         if "unclear" in m:
             return m

@@ -512,7 +512,8 @@ def _family(d: Design, c: Components, kn: dict, rng, nothing_trains: bool) -> li
                          "model": f"size{j}", "params": float(sizes[j]), "pop": pop, "seed": seed,
                          "iterations": ITERATIONS, "sigma": 0.01, "lr": 0.005, "samples": n, "base_counts": bj,
                          "final_counts": final, "tokens_generated": 1000, "js_succ": js, "p_pop": pp,
-                         "reward_mean": 0.3 + 0.01 * z, "es_temperature": 1.0, "es_samples": 4, **noise})
+                         "reward_mean": 0.3 + 0.01 * z, "es_temperature": 1.0, "es_samples": 4,
+                         "host": f"machine{seed % 2}", **noise})   # two machines, by seed (two_batches)
     return recs
 
 
