@@ -161,8 +161,8 @@ def processes(root: Path) -> list[list]:
 
 
 SIZES = ("qwen0.5b", "qwen1.5b", "qwen3b", "qwen7b")
-PRESET_GRPO = ["grpo.gradient_checkpointing=true", "grpo.grad_accum=32", "grpo.vllm_gpu_memory_utilization=0.2",
-               "grpo.use_vllm=true"]
+PRESET_GRPO = ["grpo.gradient_checkpointing=true", "grpo.grad_accum=32", "engine.colocated_gpu_share=0.2",
+               "grpo.rollouts=engine"]
 
 
 def estimator() -> list[list]:

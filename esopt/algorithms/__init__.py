@@ -22,7 +22,7 @@ an algorithm its name:
   its run id, and a grid key it does not read is one note, never an error
   (``esopt: note: es.batch_size has no effect with algo=none``);
 - ``phases``: for a sequence, the registered algorithms it runs one after another;
-- run time: ``multi_rank`` (several processes split its work), ``gpu_share`` (it trains the
+- run time: ``multi_rank`` (several processes split its work), ``shares_gpu`` (it trains the
   model by gradients on the GPU, beside an engine that holds its own weights),
   ``master_weights`` (it trains fp32 master weights whatever ``model.dtype``: GRPO);
 - the study: ``family`` (what the claims count its runs as); the report: ``color`` and ``order``.
@@ -86,14 +86,18 @@ class Block:
     inert: Any = None        # "module:function": block dict -> {key: why} of the keys its other values
     #                          leave unread (es.rank without es.batched): said in a note, resolved to the default
     id_form: Any = None      # "module:function": (block dict, engine name) -> the dict the run id hashes (a
-    #                          key renamed later hashed under its earlier spelling); None = as it is
+    #                          value spelt another way later hashed as it was); None = as it is
+    renamed: tuple = ()      # (old key, "block.key" it is now) of a key renamed or moved to another block: the
+    #                          old spelling is accepted for one release (one warning line, esopt.core.config.
+    #                          renamed) and the run id hashes the value under it, so ids stay as they were
 
     def dataclass(self) -> type:
         return load(self.config)
 
     def defaults(self) -> dict:
-        """Every key with its default (the Hydra node ``esopt.cli.configs`` registers)."""
-        return asdict(self.dataclass()())
+        """Every key with its default (the Hydra node ``esopt.cli.configs`` registers), and each
+        renamed key's old spelling at null (so Hydra accepts it; :func:`renames` moves it)."""
+        return {**asdict(self.dataclass()()), **{old: None for old, _ in self.renamed}}
 
     def keys(self) -> tuple[str, ...]:
         return tuple(f.name for f in fields(self.dataclass()))
@@ -104,10 +108,25 @@ class Block:
     def neutral_values(self) -> tuple[tuple[str, Any], ...]:
         return tuple(load(self.id_neutral))
 
-    def id_dict(self, values: dict, engine: str | None = None) -> dict:
-        """The block's values as the run id hashes them (its ``id_form``; ``engine``: the run's
-        engine name, which a spelling's meaning may depend on)."""
-        return dict(values) if self.id_form is None else load(self.id_form)(dict(values), engine)
+    def id_dict(self, values: dict, engine: Any = None) -> dict:
+        """The block's values as the run id hashes them: each renamed key under its old spelling
+        (``renamed``; a key moved to the engine block is read from ``engine``, the run's typed
+        engine config or its block), then its ``id_form`` (given the engine's name, which a
+        spelling's meaning may depend on)."""
+        from esopt import engines
+
+        out = dict(values)
+        block = None if engine is None or isinstance(engine, str) else engine
+        if isinstance(block, engines.EngineConfig):
+            block = asdict(block)
+        name = block.get("name", "hf") if block is not None else engine
+        for old, new in self.renamed:
+            head, _, key = new.partition(".")
+            if head == self.name and key in out:
+                out[old] = out.pop(key)
+            elif head == "engine" and block is not None:  # as written, else its engine's default
+                out[old] = block[key] if key in block else getattr(engines.ENGINES.get(name, engines.EngineConfig)(), key)
+        return out if self.id_form is None else load(self.id_form)(out, name)
 
     def inert_keys(self, raw: dict | None) -> dict[str, str]:
         """``{"<block>.<key>": why}`` for the keys of the block as written that its other values
@@ -130,10 +149,10 @@ class Algorithm:
     phases: tuple[str, ...] = ()       # a sequence: the registered algorithms it runs, in order
     multi_rank: bool = False           # runs as several processes (ranks) splitting its work: ES's members,
     #                                    GRPO's batch (data parallel through accelerate, FSDP2 on GPUs)
-    gpu_share: Optional[str] = None    # "block.key": the GPU memory share an engine holding its own
-    #                                    weights (vLLM) may take while this algorithm trains the model
-    #                                    by gradients beside it, on the same GPU (GRPO); None = the
-    #                                    model is only the engine's host copy and stays on the CPU
+    shares_gpu: bool = False           # trains the model by gradients beside an engine that holds its own
+    #                                    weights (vLLM), on the same GPU, which then takes at most the
+    #                                    engine's colocated_gpu_share of it (GRPO); False = the model is only
+    #                                    the engine's host copy and stays on the CPU
     master_weights: bool = False       # trains fp32 master weights (and fp32 optimizer state) whatever
     #                                    model.dtype, computing in model.dtype by autocast (GRPO); False =
     #                                    updates the loaded weights in place, in their dtype (ES)
@@ -278,7 +297,7 @@ def sequence_of(name: str, summary: str, *phases: str, **entry: Any) -> Algorith
     return Algorithm(
         name, summary, "esopt.algorithms.sequence", blocks=tuple({b.name: b for b in own}.values()),
         reads=tuple(k for k in AXES if any(k in a.reads for a in parts)), phases=tuple(phases),
-        gpu_share=next((a.gpu_share for a in parts if a.gpu_share), None),
+        shares_gpu=any(a.shares_gpu for a in parts),
         master_weights=any(a.master_weights for a in parts),
         checkpoint_copies=sum(a.checkpoint_copies for a in parts),
         generated_share=sum(a.generated_share for a in parts) / len(parts), **entry)
@@ -297,6 +316,12 @@ def trains(name: Any) -> bool:
     return entry.trains if entry is not None else True
 
 
+def renames() -> dict[str, str]:
+    """Every renamed block key, ``{"<block>.<old key>": "<block>.<key>"}`` (each block's
+    ``renamed``): what ``esopt.core.config.renamed`` moves, with one warning line."""
+    return {f"{b.name}.{old}": new for b in blocks().values() for old, new in b.renamed}
+
+
 def family(name: Any) -> Optional[str]:
     """The claims family of algorithm ``name`` (its entry's ``family``; None for unknown names)."""
     entry = ALGORITHMS.get(name)
@@ -311,6 +336,7 @@ ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es
            budget="max_new_tokens")
 GRPO = Block("grpo", "esopt.algorithms.grpo:GRPOSettings", id_form="esopt.algorithms.grpo:id_form",
              id_neutral="esopt.algorithms.grpo:ID_NEUTRAL",
+             renamed=(("vllm_gpu_memory_utilization", "engine.colocated_gpu_share"),),
              sizes=(("num_generations", "generations", "group size"),
                     ("prompts_per_step", "batch", "prompts per optimizer step"),
                     ("grad_accum", "grad_accum", "micro-batches per step"),
@@ -322,7 +348,7 @@ register(Algorithm("none", "evaluate the base model only", color="#7f7f7f", orde
 register(Algorithm("es", "evolution strategies", "esopt.algorithms.es:ES", (ES,), AXES, multi_rank=True,
                    family="es", checkpoint_copies=1.0, color="#1f77b4", order=1))
 register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
-                   multi_rank=True, gpu_share="grpo.vllm_gpu_memory_utilization", master_weights=True, family="grpo",
+                   multi_rank=True, shares_gpu=True, master_weights=True, family="grpo",
                    checkpoint_copies=3.0, generated_share=0.21, train_passes=1.0, color="#d62728", order=2))
 register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", family="sequence",
                      color="#9467bd", order=3))

@@ -109,10 +109,9 @@ class GRPOSettings:
     rollouts: str = "trl"             # who samples the completions: trl (TRL, with its generate or, grpo.use_vllm,
     #                                   its own colocated vLLM) | engine (the run's engine, synced to the policy
     #                                   every step: an engine that serves rollouts, engine=vllm; CPU or GPU)
-    use_vllm: bool = False            # TRL's own colocated vLLM samples (GPU only; engine=hf); with an engine that
-    #                                   serves rollouts it means grpo.rollouts=engine (its spelling before that key)
-    vllm_gpu_memory_utilization: float = 0.3  # GPU share of TRL's vLLM; caps the share of an engine that reserves
-    #                                           one beside training (EngineConfig.sharing_gpu: vllm's gpu_memory_utilization)
+    use_vllm: bool = False            # TRL's own colocated vLLM samples (GPU only; engine=hf), its GPU share
+    #                                   engine.colocated_gpu_share; with an engine that serves rollouts it means
+    #                                   grpo.rollouts=engine (its spelling before that key)
     trl: dict = field(default_factory=dict)  # extra GRPOConfig fields, passed through verbatim
 
     @classmethod
@@ -299,10 +298,8 @@ def resolve_rollouts(cfg, settings: GRPOSettings) -> GRPOSettings:
     engine=hf it stays TRL's colocated vLLM; ``rollouts=engine`` on an engine that does not
     serve rollouts is a ConfigError (one line)."""
     from esopt import engines
-    from esopt.core.config import RunConfig
 
-    # a plan's typed engine block; a context made from a bare RunConfig (benchmarks/bench_gpu.py) parses its own
-    engine = engines.parse(cfg.engine) if isinstance(cfg, RunConfig) else cfg.engine_config
+    engine = run_engine_config(cfg)
     cls = engines.engine_class(engine)
     serves = cls.serves_rollouts
     if settings.use_vllm and serves and cls.holds_weights:
@@ -311,6 +308,15 @@ def resolve_rollouts(cfg, settings: GRPOSettings) -> GRPOSettings:
         raise ConfigError(f"grpo.rollouts=engine needs an engine that serves rollouts (engine=vllm); engine="
                           f"{engine.name} leaves them to TRL (grpo.rollouts=trl)")
     return settings
+
+
+def run_engine_config(cfg):
+    """The run's typed engine block: its plan's, or parsed from a bare RunConfig (a context
+    made from one: benchmarks/bench_gpu.py)."""
+    from esopt import engines
+    from esopt.core.config import RunConfig
+
+    return engines.parse(cfg.engine) if isinstance(cfg, RunConfig) else cfg.engine_config
 
 
 def id_form(block: dict, engine: str | None = None) -> dict:
@@ -636,7 +642,7 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vl
     sharding = sharding_of(settings, world, not on_cpu, type(ctx.engine).holds_weights)
     kwargs.update(fsdp_arguments(sharding, settings.gradient_checkpointing))
     if trl_vllm:
-        kwargs.update(vllm_mode="colocate", vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization)
+        kwargs.update(vllm_mode="colocate", vllm_gpu_memory_utilization=run_engine_config(cfg).colocated_gpu_share)
     if ctx.task.stop and trl_vllm:
         kwargs["generation_kwargs"] = {"stop": list(ctx.task.stop)}
     kwargs.update(settings.trl)

@@ -411,6 +411,8 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     raw = plain(cfg)
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration is not a mapping")
+    if isinstance(blocks, Mapping):  # the registry's blocks: their renamed keys move to where they are now
+        raw = renamed(raw, {f"{name}.{old}": new for name, b in blocks.items() for old, new in getattr(b, "renamed", ())})
     check_keys(raw, blocks)
     names = [k for k in raw if k not in TOP_LEVEL and k != "hydra"] if blocks is None else list(blocks)
 
@@ -454,6 +456,35 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
         logger=_names(raw.get("logger")), logger_opts=dict(raw.get("logger_opts") or {}),
         sparsity=_sparsity_config(dict(raw.get("sparsity") or {})),
     )
+
+
+_WARNED: set = set()  # the renamed keys this process has warned about (one line each)
+
+
+def renamed(raw: Mapping, renames: Mapping[str, str]) -> dict:
+    """The config with each deprecated spelling moved to where the key is now (``renames``:
+    ``"<block>.<old>": "<block>.<key>"``, declared by the blocks' ``renamed``): a value set
+    under the old spelling replaces the new key's, with one ``esopt: warning:`` line per key
+    and process; the old spelling at null (its Hydra default) is dropped. The run id hashes
+    the value under its old spelling (``esopt.algorithms.Block.id_dict``), so it stays as it was."""
+    import sys
+
+    out = dict(raw)
+    for old, new in renames.items():
+        head, _, key = old.partition(".")
+        if not isinstance(out.get(head), Mapping) or key not in out[head]:
+            continue
+        out[head] = dict(out[head])
+        value = out[head].pop(key)
+        if value is None:
+            continue
+        to_head, _, to_key = new.partition(".")
+        out[to_head] = {**dict(out.get(to_head) or {}), to_key: value}
+        if old not in _WARNED:
+            _WARNED.add(old)
+            print(f"esopt: warning: {old} is deprecated and goes in a later release: it is {new} now "
+                  "(the same run, the same id)", file=sys.stderr)
+    return out
 
 
 def _names(value) -> tuple:

@@ -51,6 +51,9 @@ class EngineConfig:
     #                           matmuls gain little from 2 threads and lose 10x or more when another process
     #                           competes for the cores), torch's default otherwise; or a number
     max_batch: int = 256      # sequences per generate call (hf: larger requests are chunked; vllm: max_num_seqs)
+    colocated_gpu_share: float = 0.3  # the GPU share a generator that reserves memory up front may take while
+    #                           gradient training (GRPO) shares its GPU: it caps vllm's gpu_memory_utilization, and
+    #                           on engine=hf it is TRL's colocated vLLM's (grpo.use_vllm); was grpo.vllm_gpu_memory_utilization
 
     engine: ClassVar[Any] = None  # the Engine class, or "module:Class" (imported when first used)
     auto_priority: ClassVar[int] = 0  # engine=auto tries engines from the highest priority down
@@ -109,10 +112,10 @@ class EngineConfig:
         when it allocates as it goes (esopt.runtime.memory's estimate)."""
         return None
 
-    def sharing_gpu(self, share: float) -> "EngineConfig":
-        """This config for a run whose gradient training shares the engine's GPU and leaves
-        it at most ``share`` of it (the algorithm's ``gpu_share``: GRPO beside vLLM); an engine
-        that reserves nothing up front is returned as it is."""
+    def sharing_gpu(self) -> "EngineConfig":
+        """This config for a run whose gradient training shares the engine's GPU (the
+        algorithm's ``shares_gpu``: GRPO beside vLLM), which leaves the engine at most
+        ``colocated_gpu_share`` of it; an engine that reserves nothing up front is returned as it is."""
         return self
 
     def validate(self) -> None:
@@ -121,6 +124,9 @@ class EngineConfig:
         if threads not in (None, "auto") and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"engine.threads must be an integer >= 1 or auto, got {threads!r}")
         at_least("engine.max_batch", self.max_batch, 1)
+        share = self.colocated_gpu_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise ConfigError(f"engine.colocated_gpu_share must be in (0, 1], got {share!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"engine.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 
@@ -148,7 +154,7 @@ class VLLMConfig(EngineConfig):
 
     name: str = "vllm"
     gpu_memory_utilization: float = 0.85  # GPU share vLLM may take (weights + KV cache); GRPO runs use
-    #                                       at most grpo.vllm_gpu_memory_utilization (training shares the GPU)
+    #                                       at most engine.colocated_gpu_share (training shares the GPU)
     tensor_parallel_size: int = 1        # must be 1: one single-GPU engine per run (the study); ES and sync need whole tensors
     enforce_eager: Optional[bool] = None  # null = true on CPU (no torch.compile), false on GPU (CUDA graphs)
     in_process: Optional[bool] = None    # null = true on CPU: vLLM's engine and worker run inside esopt's process
@@ -191,8 +197,9 @@ class VLLMConfig(EngineConfig):
     def gpu_share(self) -> Optional[float]:
         return float(self.gpu_memory_utilization)
 
-    def sharing_gpu(self, share: float) -> "VLLMConfig":
-        return replace(self, gpu_memory_utilization=min(float(self.gpu_memory_utilization), float(share)))
+    def sharing_gpu(self) -> "VLLMConfig":
+        return replace(self, gpu_memory_utilization=min(float(self.gpu_memory_utilization),
+                                                        float(self.colocated_gpu_share)))
 
     def validate(self) -> None:
         super().validate()

@@ -20,8 +20,8 @@ shard_grad_op) and S = 1 when each holds all of it (one process, or ``none``: DD
                              scores: flash / SDPA attention); with gradient checkpointing
                              2 b T h L (each layer's input) + 34 b T h (one layer recomputed)
     logits       4 b T V     bf16 logits and their gradient (64 x 2,048 x 151,936 x 2 B = 40 GB)
-    vllm         u M         a colocated vLLM's share u of the GPU's M bytes (grpo.use_vllm: TRL's;
-                             grpo.rollouts=engine: the run's engine)
+    vllm         u M         a colocated vLLM's share u of the GPU's M bytes (engine.colocated_gpu_share;
+                             grpo.use_vllm: TRL's vLLM; grpo.rollouts=engine: the run's engine)
     overhead     2 GB        CUDA context and the allocator's slack
 
 ``algo=es`` (and every rank of it) holds the weights in ``model.dtype`` inside its engine: an
@@ -98,9 +98,10 @@ def arch(model_cfg) -> tuple[int, int, int, int, int] | None:
 
 
 def grpo_parts(params: int, shape, gpus: int, settings, max_len: int, gpu_bytes: float,
-               dtype_bytes: int = 2, sharding: str | None = None) -> dict:
+               dtype_bytes: int = 2, sharding: str | None = None, colocated: float = 0.3) -> dict:
     """Bytes per GPU of GRPO (module docstring), by part; ``sharding``: how the ``gpus``
-    processes hold the model (None: full_shard when gpus > 1)."""
+    processes hold the model (None: full_shard when gpus > 1); ``colocated``: the GPU share of a
+    vLLM beside training (the engine's ``colocated_gpu_share``), counted when one samples."""
     layers, hidden, vocab = shape[0], shape[1], shape[2]
     sharding = sharding or ("full_shard" if gpus > 1 else "none")
     shards = gpus if sharding != "none" else 1
@@ -118,8 +119,7 @@ def grpo_parts(params: int, shape, gpus: int, settings, max_len: int, gpu_bytes:
         "reference": 2 * params / shards if settings.beta > 0 else 0,
         "compute": 2 * dtype_bytes * params / layers if sharding == "full_shard" else dtype_bytes * params,
         "activations": act, "logits": 2 * dtype_bytes * tokens * vocab,
-        "vllm": settings.vllm_gpu_memory_utilization * gpu_bytes if settings.use_vllm or settings.rollouts == "engine"
-        else 0,
+        "vllm": colocated * gpu_bytes if settings.use_vllm or settings.rollouts == "engine" else 0,
         "overhead": OVERHEAD,
     }
 
@@ -162,7 +162,8 @@ def estimate(plan, gpus: int | None = None) -> Estimate | None:
             max_len = int(phase.settings.max_completion_length or budget)
             sharding = grpo.sharding_of(phase.settings, gpus if entry.multi_rank else 1, True,
                                         engines_hold_weights(plan.engine_config))
-            parts = grpo_parts(params, shape, gpus, phase.settings, max_len, gpu_bytes, sharding=sharding)
+            parts = grpo_parts(params, shape, gpus, phase.settings, max_len, gpu_bytes, sharding=sharding,
+                               colocated=plan.engine_config.colocated_gpu_share)
         else:
             per_rank = max(1, gpus // max(1, lay.ranks))
             parts = {k: v / per_rank for k, v in es_parts(params, shape, plan.engine_config,
@@ -205,4 +206,4 @@ def check(plan) -> None:
                           f"{sharded}" + ("" if g is not None and algorithms.get(plan.algo).multi_rank
                                           else ": use a smaller model"))
     raise ConfigError(f"{head}; {sharded}: lower the completions per micro-batch (raise grpo.grad_accum), set "
-                      "grpo.gradient_checkpointing=true, lower grpo.vllm_gpu_memory_utilization, or use a smaller model")
+                      "grpo.gradient_checkpointing=true, lower engine.colocated_gpu_share, or use a smaller model")

@@ -78,22 +78,16 @@ def placement(plan: RunPlan, device: str) -> tuple[Any, str]:
     """The typed engine config and the HF model's device. An engine that holds the weights it
     generates with (``holds_weights``: vLLM) keeps its own copy;
     the HF model is then the host copy that saving uses, on the CPU, unless the algorithm trains
-    it by gradients beside the engine on the same GPU (its entry's ``gpu_share``, GRPO): then
-    the engine's GPU memory share is capped by that key's value in the phase that trains so.
+    it by gradients beside the engine on the same GPU (its entry's ``shares_gpu``, GRPO): then
+    the engine's GPU memory share is capped by its config's ``colocated_gpu_share``.
     The engine's own adjustments for the run (vLLM: LoRA room for es.batched) are in the plan's
     engine config already (``validate.make_plan``)."""
     engine_cfg = plan.engine_config
     if not engines.engine_class(engine_cfg).holds_weights:
         return engine_cfg, device
-    share_key = algorithms.get(plan.algo).gpu_share
-    if share_key is None:
+    if not algorithms.get(plan.algo).shares_gpu:
         return engine_cfg, "cpu"
-    block, _, key = share_key.partition(".")
-    share = next((getattr(p.settings, key, None) for p in plan.phases
-                  if block in algorithms.get(p.algo).block_names), None)
-    if share is not None:
-        engine_cfg = engine_cfg.sharing_gpu(float(share))
-    return engine_cfg, device
+    return engine_cfg.sharing_gpu(), device
 
 
 def save_model(ctx: RunContext) -> None:

@@ -328,7 +328,7 @@ def identity(plan: RunPlan | RunConfig) -> dict:
             resolved = {k: getattr(phase.settings, k) for k in b.keys()
                         if k not in b.speed_keys() and not (k in neutral and getattr(phase.settings, k) == neutral[k])}
             d[b.name] = b.id_dict({k: v for k, v in resolved.items() if k not in algorithms.AXES or algo.uses(k)},
-                                  plan.engine_config.name)
+                                  plan.engine_config)
     if plan.phases:
         for key in ("sigma", "lr"):  # resolved into the blocks above
             d.pop(key, None)
@@ -371,7 +371,7 @@ def legacy_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
             if key in (d.get(b.name) or {}) and d[b.name][key] == value:
                 d[b.name].pop(key)
         if isinstance(d.get(b.name), dict):
-            d[b.name] = b.id_dict(d[b.name], (rc.engine or {}).get("name"))
+            d[b.name] = b.id_dict(d[b.name], rc.engine or {"name": "hf"})
     # the engine's name, and its dtype when set (it changes the numbers; auto keeps earlier ids)
     d["engine"] = {k: v for k, v in d["engine"].items()
                    if k == "name" or (k == "dtype" and v not in (None, "auto"))}

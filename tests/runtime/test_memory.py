@@ -10,7 +10,7 @@ from esopt.runtime.validate import validate
 
 GB = 1e9
 DATA = ["task=gsm8k", f"task.source={GSM8K_SAMPLE}", "task.n_heldout=10"]
-FITTED = ["grpo.gradient_checkpointing=true", "grpo.grad_accum=32", "grpo.vllm_gpu_memory_utilization=0.2"]
+FITTED = ["grpo.gradient_checkpointing=true", "grpo.grad_accum=32", "engine.colocated_gpu_share=0.2"]
 
 
 def gpu_job(*overrides):
@@ -26,7 +26,7 @@ def test_grpo_parts_follow_the_published_figures():
     plan = gpu_job("model=qwen0.5b", "algo=grpo", *FITTED)
     settings = plan.phase("grpo").settings
     params, shape = 7_615_616_512, memory.ARCH["qwen7b"]
-    parts = memory.grpo_parts(params, shape, 1, settings, 1792, 80 * GB)
+    parts = memory.grpo_parts(params, shape, 1, settings, 1792, 80 * GB, colocated=plan.engine_config.colocated_gpu_share)
     assert (parts["masters"] + parts["gradients"] + parts["optimizer"]) / GB == pytest.approx(121.8, abs=0.1)
     assert parts["vllm"] == 0.2 * 80 * GB and parts["reference"] == 0  # beta 0: no reference model
     wide = type(settings)(**{**settings.__dict__, "grad_accum": 1})  # 64 completions in one micro-batch

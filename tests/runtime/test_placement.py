@@ -1,5 +1,6 @@
 """Where a run puts its HF model beside an engine that holds its own weights (vLLM): the
-algorithm's registry entry decides (``gpu_share``), never its name."""
+algorithm's registry entry decides (``shares_gpu``), never its name; the engine's own config
+holds the share it then takes (``engine.colocated_gpu_share``)."""
 
 
 import dataclasses
@@ -11,9 +12,9 @@ from esopt import engines
 from esopt.runtime.run import placement
 
 
-def with_vllm(algo: str, *over: str):
+def with_vllm(algo: str, *over: str, **knobs):
     rc = run_config("model=tiny-xs", f"algo={algo}", *over, check_data=False)
-    block = {"name": "vllm", "gpu_memory_utilization": 0.85}
+    block = {"name": "vllm", "gpu_memory_utilization": 0.85, **knobs}
     return dataclasses.replace(rc.replace_config(engine=block), engine_config=engines.parse(block))
 
 
@@ -25,9 +26,11 @@ def test_the_host_copy_stays_on_the_cpu_when_nothing_trains_it_by_gradients(algo
 
 @pytest.mark.parametrize("algo", ["grpo", "es_grpo", "grpo_es"])
 def test_gradient_training_shares_the_gpu_with_the_engine(algo):
-    engine, device = placement(with_vllm(algo, "grpo.vllm_gpu_memory_utilization=0.3"), "cuda")
-    assert device == "cuda" and engine.gpu_memory_utilization == 0.3
-    engine, _ = placement(with_vllm(algo, "grpo.vllm_gpu_memory_utilization=0.9"), "cuda")
+    engine, device = placement(with_vllm(algo), "cuda")
+    assert device == "cuda" and engine.gpu_memory_utilization == 0.3  # the default colocated share
+    engine, _ = placement(with_vllm(algo, colocated_gpu_share=0.2), "cuda")
+    assert engine.gpu_memory_utilization == 0.2
+    engine, _ = placement(with_vllm(algo, colocated_gpu_share=0.9), "cuda")
     assert engine.gpu_memory_utilization == 0.85  # a cap, never a raise
 
 
