@@ -22,7 +22,7 @@ LAYERS = [  # (layer, module prefixes)
     ("runtime", ("esopt.runtime",)),
     ("study", ("esopt.study",)),
     ("cli", ("esopt.cli", "esopt.sweep", "esopt.evaluate", "esopt.aggregate", "esopt.analyze", "esopt.plan",
-             "esopt.fetch", "hydra_plugins")),
+             "esopt.fetch", "esopt.migrate_ids", "hydra_plugins")),
 ]
 
 

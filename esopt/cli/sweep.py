@@ -18,7 +18,7 @@ from esopt.cli.common import fail, hydra_app, quiet, validated
 from esopt.core import store
 from esopt.core.errors import ConfigError
 from esopt.runtime.run import print_summary, run, run_worker
-from esopt.runtime.runplan import RunPlan, recorded_id
+from esopt.runtime.runplan import RunPlan
 from esopt.runtime.validate import run_id, uses, verify_shipped
 
 
@@ -114,7 +114,7 @@ def shipped_plan(cfg):
 def dry_run(plan: RunPlan) -> dict:
     """``sweep.dry_run=true`` without ``-m``: say which run it would be and whether it is done;
     launch nothing."""
-    rid = recorded_id(plan)
+    rid = plan.run_id
     rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, rid)
     status = (rd.read_summary() or {}).get("status") or "not started"
     from esopt.algorithms.es import noise_label
@@ -146,7 +146,7 @@ def budget_notes(plan: RunPlan, dry: bool = False) -> None:
     for line in (budget.disk_warning(need, where), budget.cpu_time_warning(plan, tokens)):
         if line:
             print(f"esopt: warning: {line}", file=sys.stderr)
-    refusal = budget.local_refusal({recorded_id(plan): budget.cpu_seconds(plan, tokens)}, 1, plan.sweep.max_local_hours)
+    refusal = budget.local_refusal({plan.run_id: budget.cpu_seconds(plan, tokens)}, 1, plan.sweep.max_local_hours)
     if refusal and dry:
         print(f"esopt: note: a launch would be refused: {refusal}", file=sys.stderr)
     elif refusal and not plan.sweep.force:

@@ -29,7 +29,7 @@ from esopt.runtime import trackers, tuning
 from esopt.runtime.context import RunContext, Shared, eval_line, evaluate_recorded
 from esopt.runtime.layout import slurm_job_state
 from esopt.runtime import runplan
-from esopt.runtime.runplan import RunPlan, recorded_id
+from esopt.runtime.runplan import RunPlan
 
 
 def set_threads(threads, tiny: bool) -> None:
@@ -110,10 +110,9 @@ def run(plan: RunPlan) -> dict:
     (``esopt.core.store.lock_run``: an ``O_EXCL`` lock, taken over from a dead owner); a
     process that finds a live owner leaves the run to it. Runs recorded completed or pruned
     are kept; failed and unreadable ones unless ``sweep.retry_failed``
-    (``esopt.core.store.keep_recorded``). A run recorded completed under its legacy id (before
-    ids hashed the resolved plan) is found there and kept (``runplan.recorded_id``).
+    (``esopt.core.store.keep_recorded``).
     """
-    rid = recorded_id(plan)
+    rid = plan.run_id
     rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, rid)
     kept = _kept(plan, rd, rid)
     if kept is not None:
@@ -343,7 +342,7 @@ def run_worker(plan: RunPlan) -> dict:
     alongside rank 0, which alone records."""
     model, tokenizer, engine, task = load_components(plan)
     join_ranks(plan, model)
-    rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, recorded_id(plan, note=False))
+    rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, plan.run_id)
     ood, probes = load_ood_task(plan, tokenizer), load_probe_tasks(plan, tokenizer)
     if distributed.agree(False):  # rank 0 evaluates the base model: this rank's share
         evaluate_recorded(plan, engine, task, ood, None, 0, probes, shards=distributed.shards())

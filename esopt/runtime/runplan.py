@@ -16,14 +16,13 @@ knobs, prompt style and token budget, the tuning block (its study and storage na
 below re-resolves them: a trainer reads its
 phase's settings (``RunContext.settings``). The validated config's values are declared on the
 plan (``plan.model``, ``plan.eval``, ``plan.block("es")``, ...: read from ``plan.config``, which
-the legacy run id and ``config.yaml`` still come from).
+``config.yaml`` still comes from).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,12 +79,11 @@ class RunPlan:
     """
 
     config: RunConfig          # the validated config (engine=auto picked, the run's own blocks, task
-    #                            knobs and eval.problems resolved); config.yaml and the legacy run id
+    #                            knobs and eval.problems resolved); config.yaml is written from it
     engine_config: Any         # the engine block typed (esopt.engines.EngineConfig subclass)
     task_spec: TaskSpec        # the task as it will be built: knobs, prompt style, token budget
     phases: tuple = ()         # PhasePlan per training phase, in order; () = trains nothing (algo=none)
     run_id: str = ""           # the hash of the resolved plan (esopt.runtime.validate.identity)
-    legacy_id: str = ""        # the id the run had before ids hashed the plan (validate.legacy_identity)
     config_id: str = ""        # the run id without the seed: its seed replicates share it (the auto pruner)
     inputs: dict = field(default_factory=dict)  # fingerprints of its local inputs (data file, weights)
     tuning_settings: TuningSettings | None = None  # the tuning block resolved (esopt.runtime.tuning.resolve)
@@ -153,7 +151,7 @@ class RunPlan:
     def resolved(self) -> dict:
         """What validation resolved, as plain JSON (``<run>/plan.json``): the engine, the task
         spec and each phase's settings."""
-        return {"algo": self.config.algo, "run_id": self.run_id, "legacy_id": self.legacy_id,
+        return {"algo": self.config.algo, "run_id": self.run_id,
                 "config_id": self.config_id, "inputs": self.inputs, "engine": dataclasses.asdict(self.engine_config),
                 "task": dataclasses.asdict(self.task_spec),
                 "tuning": None if self.tuning_settings is None else dataclasses.asdict(self.tuning_settings),
@@ -183,32 +181,12 @@ class RunPlan:
         config = parse(d["config"], blocks=algorithms.blocks())
         tuning, ood, lay = (resolved.get(k) for k in ("tuning", "ood_task", "layout"))  # absent: an earlier plan.json
         return cls(config, engines.ENGINES[engine["name"]](**engine),
-                   TaskSpec(**resolved["task"]), phases, resolved["run_id"], resolved["legacy_id"],
+                   TaskSpec(**resolved["task"]), phases, resolved["run_id"],
                    resolved["config_id"], dict(resolved["inputs"]),
                    TuningSettings(**tuning) if tuning is not None else None,
                    TaskSpec(**ood) if ood is not None else None, tuple(TaskSpec(**p) for p in resolved.get("probes") or ()),
                    Layout(**lay) if lay is not None else None,
                    {name: trackers.TRACKERS[name].Options(**o) for name, o in (resolved.get("trackers") or {}).items()})
-
-
-LEGACY_KEPT = ("completed", "pruned")  # a run recorded so under its legacy id is not run again
-
-
-def recorded_id(plan: RunPlan, note: bool = True) -> str:
-    """The id under which the run is (to be) recorded: ``plan.run_id``, unless nothing is
-    recorded under it and the run was recorded completed or pruned under ``plan.legacy_id`` (a
-    run finished before ids hashed the resolved plan): then that one, so the finished run is
-    found and kept, never rerun; ``note`` prints one line saying where."""
-    sweep = plan.sweep
-    if store.RunDir.for_run(sweep.root, sweep.name, plan.run_id).status is not None:
-        return plan.run_id
-    rd = store.RunDir.for_run(sweep.root, sweep.name, plan.legacy_id)
-    if plan.legacy_id != plan.run_id and rd.status in LEGACY_KEPT:
-        if note:
-            print(f"esopt: note: run {plan.run_id} is recorded {rd.status} under its earlier id "
-                  f"{plan.legacy_id}; kept there ({rd.path})", file=sys.stderr)
-        return plan.legacy_id
-    return plan.run_id
 
 
 def settings_type(settings: Any) -> str | None:

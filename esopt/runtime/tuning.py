@@ -653,11 +653,12 @@ def rereport(t: TuningSettings, run_id: str, summary: Mapping, params: Mapping |
     trial lost that record (e.g. a torn journal line, :func:`repair_journal`): a run kept by the
     sweeper whose trial is missing or still RUNNING is marked from its summary (completed ->
     COMPLETE with its final metric, pruned -> PRUNED). Called by the sweep before dispatch;
-    returns whether anything was written. ``t``: the run's :class:`TuningSettings`."""
+    returns whether anything was written. ``t``: the run's :class:`TuningSettings`. A run
+    renamed by ``esopt.migrate_ids`` has its trial under the id it ran with (``migrated_from``)."""
     if not t.enabled or summary.get("status") not in ("completed", "pruned"):
         return False
     study = open_study(t)
-    found = find_trial(study, run_id)
+    found = find_trial(study, run_id) or find_trial(study, summary.get("migrated_from") or run_id)
     done = found is not None and found.state.is_finished()
     if not done:
         trial = start_trial(study, run_id, params)

@@ -121,8 +121,7 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
         tracker_options=tracker_options if tracker_options is not None else trackers.check(rc))
     if not ids:
         return plan
-    return dataclasses.replace(plan, run_id=run_id(plan), legacy_id=legacy_run_id(plan),
-                               config_id=config_id(plan))
+    return dataclasses.replace(plan, run_id=run_id(plan), config_id=config_id(plan))
 
 
 def on_gpu(rc: RunConfig, remote: bool) -> bool:
@@ -312,13 +311,13 @@ def input_fingerprints(rc: RunConfig) -> dict:
 
 def identity(plan: RunPlan | RunConfig) -> dict:
     """The resolved plan's part that defines the run's result (its id is a hash of this): the
-    config's (:func:`legacy_identity`) with each phase's block resolved (``RunPlan.phases``: ES's
+    config's (:func:`config_identity`) with each phase's block resolved (``RunPlan.phases``: ES's
     sigma and lr filled in from the top-level axis, the block or the model's hparams; GRPO's
     lr) in place of the top-level ``sigma`` / ``lr`` and the block as written. A stated default
     and an implied one (``sigma=0.01`` on a model whose es_sigma is 0.01, or ``es.sigma=0.01``)
     are one run with one id. A run that trains nothing has the id it had before the plan."""
     plan = make_plan(plan)
-    d = legacy_identity(plan.config, plan.inputs)
+    d = config_identity(plan.config, plan.inputs)
     algo = algorithms.get(plan.config.algo)
     for phase in plan.phases:
         if phase.settings is None:
@@ -335,9 +334,10 @@ def identity(plan: RunPlan | RunConfig) -> dict:
     return d
 
 
-def legacy_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
-    """The run's identity as ids hashed it before the resolved plan (the config as written,
-    sigma and lr unresolved): :func:`legacy_run_id` finds a run recorded under it.
+def config_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
+    """The config's part of the run's identity (:func:`identity` puts the resolved phases in
+    place of its blocks and axes). Hashed alone, it was the run id before ids hashed the
+    resolved plan (``esopt.runtime.migrate_ids`` recognises run folders named so).
 
     Launcher, sweep bookkeeping, tuning, analyses (``analysis``, ``sparsity``), output paths and the blocks' speed-only
     knobs (``Block.speed_only``, e.g. ES's ``SPEED_ONLY``) are excluded: the same run launched
@@ -395,7 +395,7 @@ def run_id(plan: RunPlan | RunConfig) -> str:
 
 def verify_shipped(plan: RunPlan, rid: str, path) -> RunPlan:
     """The plan a job read from ``path`` (``<run rid>/plan.json``), checked against its content:
-    its run id, legacy id and config id recomputed (:func:`identity`) must be the ones it states,
+    its run id and config id recomputed (:func:`identity`) must be the ones it states,
     and ``rid`` one of its ids. A file edited after the sweeper wrote it (pop 2 made 4 under the
     pop-2 id), or copied from another run, is a ConfigError naming the file, so that run fails
     (a Slurm requeue reads the file again and fails again) instead of recording other numbers
@@ -408,23 +408,36 @@ def verify_shipped(plan: RunPlan, rid: str, path) -> RunPlan:
         if getattr(again, what) != getattr(plan, what):
             raise ConfigError(f"{path}: its resolved {what} are not what its config resolves to (edited after "
                               "the sweep wrote it?); rerun the sweep to write it again")
-    ids = {"run id": (plan.run_id, run_id(plan)), "legacy id": (plan.legacy_id, legacy_run_id(plan)),
-           "config id": (plan.config_id, config_id(plan))}
+    ids = {"run id": (plan.run_id, run_id(plan)), "config id": (plan.config_id, config_id(plan))}
     for what, (stated, content) in ids.items():
         if stated != content:
             raise ConfigError(f"{path}: its content is {what} {content}, the file says {stated} "
                               "(edited after the sweep wrote it?); rerun the sweep to write it again")
-    if rid not in (plan.run_id, plan.legacy_id):
+    if rid != plan.run_id:
         raise ConfigError(f"{path}: the plan of run {plan.run_id} is in the folder of run {rid} (copied?); "
                           "rerun the sweep to write it again")
     return plan
 
 
-def legacy_run_id(plan: RunPlan | RunConfig) -> str:
-    """The id the run had before ids hashed the resolved plan (:func:`legacy_identity`)."""
-    if isinstance(plan, RunPlan):
-        return store.run_id(legacy_identity(plan.config, plan.inputs))
-    return store.run_id(legacy_identity(plan))
+def recorded_plan(run_dir, cuda: bool | None = None) -> RunPlan:
+    """A recorded run's plan: its ``plan.json`` (``runplan.load``); a run recorded before plans
+    were written: its ``config.yaml``, validated (:func:`validate`, ``cuda`` as there; ConfigError
+    when it is not a run)."""
+    import yaml
+
+    from esopt.runtime import runplan
+
+    plan = runplan.load(run_dir)
+    if plan is not None:
+        return plan
+    path = store.RunDir(run_dir).config_path
+    if not path.is_file():
+        raise ConfigError(f"not a run directory: {run_dir} (no config.yaml)")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"unreadable {path}: {str(e).splitlines()[0]}") from None
+    return validate(raw, check_data=False, cuda=cuda)
 
 
 def config_id(rc: RunConfig) -> str:

@@ -145,7 +145,6 @@ class EsoptSweeper(Sweeper):
         """
         from esopt.core import store
         from esopt.runtime.layout import launcher_request
-        from esopt.runtime.runplan import recorded_id
         from esopt.runtime.validate import validate
 
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
@@ -171,7 +170,7 @@ class EsoptSweeper(Sweeper):
         limit = self.job_limit_min(plan, launcher)
         if limit:
             launcher["max_timeout_min"] = limit
-        rid = recorded_id(plan)  # a run completed under its legacy id is found there and kept
+        rid = plan.run_id
         rd = store.RunDir.for_run(plan.sweep.root, plan.sweep.name, rid)
         before = rd.status  # "unreadable" for a summary.json that cannot be parsed: kept, listed
         return Job(list(overrides), plan, rid, launcher, before, (rd.read_summary() or {}).get("error_type"))

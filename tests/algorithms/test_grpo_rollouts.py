@@ -7,6 +7,7 @@ import pytest
 from helpers import compose
 
 from esopt.core.errors import ConfigError
+from esopt.runtime.migrate_ids import old_run_id
 from esopt.runtime.validate import identity, validate
 
 TINY = ("model=tiny-xs", "algo=grpo", "hydra/launcher=slurm")
@@ -19,7 +20,7 @@ def plan(*over):
 def test_the_engine_spelling_and_the_older_one_are_one_run():
     new = plan("engine=vllm", "grpo.rollouts=engine")
     old = plan("engine=vllm", "grpo.use_vllm=true")
-    assert (new.run_id, new.legacy_id, new.config_id) == (old.run_id, old.legacy_id, old.config_id)
+    assert (new.run_id, old_run_id(new), new.config_id) == (old.run_id, old_run_id(old), old.config_id)
     settings = old.phase("grpo").settings
     assert (settings.rollouts, settings.use_vllm) == ("engine", False)  # resolved to the engine's spelling
     grpo_id = identity(old)["grpo"]  # hashed as before the key: runs keep their ids

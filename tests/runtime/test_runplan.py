@@ -6,8 +6,9 @@ import json
 import pytest
 
 from esopt.core import store
-from esopt.runtime.runplan import RunPlan, recorded_id
-from esopt.runtime.validate import legacy_run_id, run_id
+from esopt.runtime.migrate_ids import old_run_id as legacy_run_id
+from esopt.runtime.runplan import RunPlan
+from esopt.runtime.validate import run_id
 from helpers import run_config
 
 TINY = ("model=tiny-xs", "iterations=4", "pop=4", "es.batch_size=4", "eval.problems=4")
@@ -21,7 +22,7 @@ def plan(*overrides: str, root=None) -> RunPlan:
 def test_es_plan_holds_its_resolved_block_the_engine_and_the_task_spec():
     p = plan("algo=es")
     assert isinstance(p, RunPlan)
-    assert (p.run_id, p.legacy_id) == (run_id(p), legacy_run_id(p))
+    assert p.run_id == run_id(p)
     (phase,) = p.phases
     es = phase.settings
     # tiny-xs's hparams (conf/model/tiny-xs.yaml): es_sigma 0.01, es_lr 0.005
@@ -72,23 +73,68 @@ def test_a_run_that_trains_nothing_keeps_its_id():
     assert run_id(p) == legacy_run_id(p)
 
 
-def _record(p: RunPlan, rid: str, status: str) -> None:
+def _record(p: RunPlan, rid: str, status: str) -> store.RunDir:
     rd = store.RunDir.for_run(p.sweep.root, p.sweep.name, rid)
-    rd.path.mkdir(parents=True)
-    rd.write_summary({"status": status, "run_id": rid})
+    rd.create(p.to_dict())
+    rd.write_summary({"status": status, "run_id": rid, "inputs": p.inputs})
+    return rd
 
 
-@pytest.mark.parametrize("status, kept", [("completed", True), ("pruned", True), ("failed", False),
-                                          ("running", False)])
-def test_a_run_recorded_under_its_legacy_id_is_found_there_when_it_ended(tmp_path, capsys, status, kept):
+@pytest.mark.parametrize("status, moved", [("completed", True), ("pruned", True), ("failed", False),
+                                           ("running", False)])
+def test_a_run_recorded_under_its_legacy_id_is_migrated_when_it_ended(tmp_path, capsys, status, moved):
+    """esopt.migrate_ids renames a run folder recorded under its id of before the resolved plan
+    (from its config.yaml: no plan.json then) to its current id, rewriting its summary; a run
+    that did not end is left to the sweep, and a taken current id leaves the folder alone."""
+    from esopt.cli.migrate_ids import main
+    from esopt.runtime.run import run
+
     p = plan("algo=es", "sigma=0.01", root=tmp_path)
     old, new = legacy_run_id(p), run_id(p)
-    assert old != new and recorded_id(p) == new                  # nothing recorded: the new id
-    _record(p, old, status)
-    assert recorded_id(p) == (old if kept else new)
-    assert (f"recorded {status} under its earlier id {old}" in capsys.readouterr().err) == kept
-    _record(p, new, "running")                                   # once the new id has a record, it is the run
-    assert recorded_id(p) == new
+    old_rd = _record(p, old, status)
+    if status == "pruned":  # a plan.json of then (it named the old id too): read, rewritten with the current ids
+        d = json.loads(p.to_json())
+        d["resolved"].update(legacy_id=old, run_id=old)
+        (old_rd.path / "plan.json").write_text(json.dumps(d))
+    assert main([str(tmp_path), "--dry-run"]) == 0 and old_rd.path.is_dir()
+    assert (f"would rename {old} -> {new}" in capsys.readouterr().out) == moved
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr()
+    new_rd = store.RunDir.for_run(p.sweep.root, p.sweep.name, new)
+    assert (f"renamed {old} -> {new}" in out.out) == moved == new_rd.path.is_dir() != old_rd.path.is_dir()
+    if not moved:
+        assert f"recorded {status}; a sweep runs it under its current id {new}" in out.err
+        return
+    assert new_rd.read_summary() == {"status": status, "run_id": new, "migrated_from": old, "inputs": p.inputs}
+    if status == "pruned":
+        assert RunPlan.from_json((new_rd.path / "plan.json").read_text()) == p
+    assert run(p)["run_id"] == new and f"run {new} already {status}; skipped" in capsys.readouterr().err
+    again = _record(p, old, status)                             # its current id is taken now: left alone
+    assert main([str(tmp_path)]) == 0 and again.path.is_dir()
+    assert f"its current id {new} is taken ({status}" in capsys.readouterr().err
+
+
+def test_a_migrated_run_keeps_its_optuna_trial(tmp_path):
+    """The sweep's re-report of a kept run finds a migrated run's trial under the id it ran with
+    (summary.json's migrated_from), so the study gets no second trial for it."""
+    from esopt.runtime import tuning
+
+    p = plan("algo=es", "tuning.pruner=median", "eval.every=1", root=tmp_path)
+    old = legacy_run_id(p)
+    tuning.attach(p.tuning_settings, old, p.trial_attrs()).finish("completed", 0.5)
+    summary = {"status": "completed", "run_id": p.run_id, "final": {"pass@1": 0.5}}
+    assert not tuning.rereport(p.tuning_settings, p.run_id, {**summary, "migrated_from": old})
+    assert tuning.rereport(p.tuning_settings, p.run_id, summary)  # not migrated: a trial of its own
+
+
+def test_migrate_ids_with_no_run_folders_is_one_line(tmp_path, capsys):
+    from esopt.cli.migrate_ids import main
+
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path)])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == f"esopt: error: {tmp_path} holds no run folders " \
+                                              "(<root>/<sweep>/runs/<id>/ or <sweep>/runs/<id>/)"
 
 
 @pytest.mark.parametrize("algo", ["none", "es", "grpo", "es_grpo", "random_search"])

@@ -37,7 +37,7 @@ from esopt.core.errors import ConfigError
 from esopt.core.store import RunDir
 from esopt.engines.base import resolve_device
 from esopt.noise import CHUNK  # entries per streamed chunk: the noise's bound on transient buffers
-from esopt.runtime.validate import validate
+from esopt.runtime.validate import recorded_plan
 
 HIGH_BINS = 1 << 15      # histogram of the high 16 bits of a non-negative float32 (sign bit 0)
 LOW_BITS = 16            # |delta| bits split into high and low halves
@@ -46,23 +46,9 @@ LOW_MASK = LOW_BINS - 1
 
 
 def run_plan(run_dir: str | Path):
-    """The run's plan from its ``plan.json`` (``esopt.runtime.runplan.load``); a run recorded
-    before plans were written: its ``config.yaml``, validated (ConfigError when it is not a run)."""
-    import yaml
-
-    from esopt.runtime import runplan
-
-    plan = runplan.load(run_dir)
-    if plan is not None:
-        return plan
-    path = Path(run_dir) / "config.yaml"
-    if not path.is_file():
-        raise ConfigError(f"not a run directory: {run_dir} (no config.yaml)")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"unreadable {path}: {str(e).splitlines()[0]}") from None
-    return validate(raw, check_data=False)
+    """The run's plan (``esopt.runtime.validate.recorded_plan``: its plan.json, else its
+    config.yaml validated; ConfigError when it is not a run)."""
+    return recorded_plan(run_dir)
 
 
 def trained_dir(run_dir: str | Path) -> Path:
