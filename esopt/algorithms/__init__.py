@@ -25,7 +25,7 @@ an algorithm its name:
 - run time: ``multi_rank`` (several processes split its work), ``shares_gpu`` (it trains the
   model by gradients on the GPU, beside an engine that holds its own weights),
   ``master_weights`` (it trains fp32 master weights whatever ``model.dtype``: GRPO);
-- the study: ``family`` (what the claims count its runs as); the report: ``color`` and ``order``.
+- the study: ``kind`` (what the claims count its runs as); the report: ``color`` and ``order``.
 
     algo = get("es")
     algo.validate(rc); algo.resolve(rc); algo.train(ctx); algo.estimate_tokens(phase, budget); algo.uses("pop")
@@ -159,7 +159,7 @@ class Algorithm:
     checkpoint_copies: float = 0.0     # its resume checkpoint's size in copies of the weights (the
     #                                    sweep's disk estimate, esopt.runtime.budget): ES 1 (the weights),
     #                                    GRPO 3 (the weights and AdamW's two moments)
-    family: Optional[str] = None       # what the study's claims count it as: "es" (a population
+    kind: Optional[str] = None         # what the study's claims count it as: "es" (a population
     #                                    strategy: its runs feed the population claims, sparsity and
     #                                    member scoring), "grpo", "sequence"; None = outside the claims
     generated_share: float = 0.67      # generated tokens over the token bound of its runs when no recorded
@@ -322,10 +322,10 @@ def renames() -> dict[str, str]:
     return {f"{b.name}.{old}": new for b in blocks().values() for old, new in b.renamed}
 
 
-def family(name: Any) -> Optional[str]:
-    """The claims family of algorithm ``name`` (its entry's ``family``; None for unknown names)."""
+def kind(name: Any) -> Optional[str]:
+    """What the claims count algorithm ``name`` as (its entry's ``kind``; None for unknown names)."""
     entry = ALGORITHMS.get(name)
-    return entry.family if entry is not None else None
+    return entry.kind if entry is not None else None
 
 
 ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es:SPEED_ONLY",
@@ -346,13 +346,13 @@ SEQUENCE = Block("sequence", "esopt.algorithms.sequence:SequenceConfig")
 
 register(Algorithm("none", "evaluate the base model only", color="#7f7f7f", order=0))
 register(Algorithm("es", "evolution strategies", "esopt.algorithms.es:ES", (ES,), AXES, multi_rank=True,
-                   family="es", checkpoint_copies=1.0, color="#1f77b4", order=1))
+                   kind="es", checkpoint_copies=1.0, color="#1f77b4", order=1))
 register(Algorithm("grpo", "GRPO through TRL", "esopt.algorithms.grpo", (GRPO,), ("lr", "iterations"),
-                   multi_rank=True, shares_gpu=True, master_weights=True, family="grpo",
+                   multi_rank=True, shares_gpu=True, master_weights=True, kind="grpo",
                    checkpoint_copies=3.0, generated_share=0.21, train_passes=1.0, color="#d62728", order=2))
-register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", family="sequence",
+register(sequence_of("grpo_es", "GRPO, then ES from its weights", "grpo", "es", kind="sequence",
                      color="#9467bd", order=3))
-register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", family="sequence",
+register(sequence_of("es_grpo", "ES, then GRPO from its weights", "es", "grpo", kind="sequence",
                      color="#2ca02c", order=4))
 register(Algorithm("random_search", "random search over ES's perturbations (a baseline)",
                    "esopt.algorithms.random_search:RandomSearch", (ES,), ("pop", "sigma", "iterations"),

@@ -346,7 +346,7 @@ def analysis_evaluations(plan) -> dict[str, int]:
         elif name == "forgetting":
             out[name] = 2 * 3   # base and trained on the default held-out tasks (esopt.study.analyses)
         elif name == "connectivity":
-            out[name] = ANALYSIS_EVALS[name] if algorithms.family(plan.algo) == "es" else 0
+            out[name] = ANALYSIS_EVALS[name] if algorithms.kind(plan.algo) == "es" else 0
         else:
             out[name] = ANALYSIS_EVALS.get(name, 0)
     return out

@@ -17,7 +17,7 @@ from esopt.models.tiny import char_tokenizer
 
 def test_the_entry_reads_es_block_pop_sigma_not_lr():
     entry = algorithms.get("random_search")
-    assert entry.trains and entry.family is None  # not counted as ES by the claims
+    assert entry.trains and entry.kind is None  # not counted as ES by the claims
     assert entry.uses("pop") and entry.uses("sigma") and entry.uses("es.batch_size") and not entry.uses("lr")
     rc = run_config("algo=random_search", "model=tiny-xs", "pop=4", check_data=False)
     assert entry.estimate_tokens(rc.phases[0], 16) == algorithms.get("es").estimate_tokens(rc.phases[0], 16) > 0

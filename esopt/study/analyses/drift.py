@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from esopt.algorithms import family
+from esopt.algorithms import kind
 from esopt.core.errors import ConfigError
 from esopt.core.config import HEADLINE_KEEP
 from esopt.study.analyses.common import result_header, write_result
@@ -138,9 +138,9 @@ def compare_drift(results: Sequence[dict]) -> dict:
                                   for lab, r in zip(labels, results)} for t in types}}
     first = results[0]["relative"]
     out["ratio_to_first"] = {lab: (r["relative"] / first if first else None) for lab, r in zip(labels, results)}
-    first_of = {}  # each claims family's first run (registry ``family``): es, grpo, ...
+    first_of = {}  # each algorithm kind's first run (registry ``kind``): es, grpo, ...
     for r in results:
-        first_of.setdefault(family(r.get("algo")), r["relative"])
+        first_of.setdefault(kind(r.get("algo")), r["relative"])
     if first_of.get("es") is not None and first_of.get("grpo"):
         out["es_over_grpo"] = first_of["es"] / first_of["grpo"]  # the study: ES moves 40-44x farther
     return out

@@ -70,7 +70,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from esopt.algorithms import ALGORITHMS, family, trains
+from esopt.algorithms import ALGORITHMS, kind, trains
 from esopt.core import graphical
 from esopt.core.errors import ConfigError
 from esopt.core.files import atomic_path
@@ -435,7 +435,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
     cell = select_cell(records)
     A = cell["algos"]
     done = [r for r in records if r.get("status", "completed") == "completed"]
-    sweep = {"cell": A, "es": [r for r in done if family(r.get("algo")) == "es" and arm(r) != ES_ANCHOR]}
+    sweep = {"cell": A, "es": [r for r in done if kind(r.get("algo")) == "es" and arm(r) != ES_ANCHOR]}
     measures = {cid: c.rule(c.select(sweep), s) for cid, c in sorted(REGISTRY.items())}
     m_family = int((registration or {}).get("family_size") or family_size())
     graph = check_graph(registration["graph"]) if (registration or {}).get("graph") else registered_graph()
@@ -511,7 +511,7 @@ def records_from_tables(runs, curves) -> list[dict]:
     if curves is not None and len(curves) and "js_succ" in curves:
         tl = curves[(curves.get("kind") == "train") & curves["js_succ"].notna()]
         if "phase" in tl:
-            tl = tl[tl["phase"].map(family) == "es"]
+            tl = tl[tl["phase"].map(kind) == "es"]
         cols = [c for c in ("js_succ", "p_pop", "reward_mean") if c in tl]
         grouped = tl.groupby("run_id")[cols]
         js = grouped.mean()
@@ -564,7 +564,7 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
             except (OSError, ValueError, AttributeError):
                 pass
         sp = Path(runs_dir) / str(r["run_id"]) / "sparsity.json"
-        if family(r.get("algo")) == "es" and sp.exists():
+        if kind(r.get("algo")) == "es" and sp.exists():
             try:
                 r["sparsity"] = json.loads(sp.read_text())
             except (OSError, ValueError):
@@ -572,7 +572,7 @@ def attach_details(records: list[dict], runs_dir: Path) -> None:
     cell = select_cell(records)
     wanted_ids = {id(r) for rs in cell["algos"].values() for r in rs}
     for r in records:
-        if id(r) not in wanted_ids and family(r.get("algo")) != "es":
+        if id(r) not in wanted_ids and kind(r.get("algo")) != "es":
             continue
         try:
             s = json.loads((Path(runs_dir) / str(r["run_id"]) / "summary.json").read_text())
@@ -629,8 +629,8 @@ def wanted(agg) -> bool:
 
 def claims_sweep(name: str, algos: set) -> bool:
     """A sweep whose claims are decided (and registered before it runs): a paper preset, or an ES
-    family algorithm beside another registered algorithm."""
-    es = {a for a in algos if family(a) == "es"}
+    kind algorithm beside another registered algorithm."""
+    es = {a for a in algos if kind(a) == "es"}
     return name.startswith("paper") or (bool(es) and bool((set(algos) & set(ALGORITHMS)) - es))
 
 

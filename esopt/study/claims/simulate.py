@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from esopt.algorithms import family, trains
+from esopt.algorithms import kind, trains
 from esopt.core.errors import ConfigError
 from esopt.study.claims.rules import ES_ANCHOR, KEEP, REGISTRY, pass_k_for
 from esopt.study.claims.shift import CLIP, centre, problem_spread
@@ -807,7 +807,7 @@ def estimate_components(cell_records: list[dict], family_records: list[dict] | N
     if gaps:
         est["control_gap"] = float(np.mean(gaps))
         how["control_gap"] = f"mean pruned - equal-norm control Pass@1 at keep {KEEP:g}, {len(gaps)} ES runs"
-    cells = _size_cells([r for r in (family_records or []) if family(r.get("algo")) == "es"])
+    cells = _size_cells([r for r in (family_records or []) if kind(r.get("algo")) == "es"])
     if len(cells) >= 2:
         slopes, ses, params = [], [], []
         for pops in cells.values():

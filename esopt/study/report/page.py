@@ -91,7 +91,7 @@ def _summary_lines(agg, trend: dict, notes: list[str]) -> list[str]:
                      + f". The trend <b>{_esc(trend['reading'])}</b> ({_esc(trend['reading_reason'])}).")
     else:
         lines.append(f"Trend: <b>{_esc(trend['reading'])}</b> ({_esc(trend['reading_reason'])}).")
-    missing = [a for a in sorted(ALGORITHMS, key=algo_key) if ALGORITHMS[a].family and a not in algos]  # the study's
+    missing = [a for a in sorted(ALGORITHMS, key=algo_key) if ALGORITHMS[a].kind and a not in algos]  # the study's
     if missing:
         notes = [f"no {', '.join(missing)} runs"] + notes
     if 0 < trend.get("n_model_sizes", 0) < 3:
