@@ -97,7 +97,7 @@ def setup(model_name: str, prompts: int):
 def es_cfg(pop, prompts, batched=False, seed=0, full_rank=False):
     from esopt.algorithms import es
 
-    return es.ESRun(pop=pop, sigma=0.01, lr=0.005, batch_size=prompts, seed=seed, batched=batched, rank=1,
+    return es.ESRun(pop=pop, sigma=0.01, lr=0.005, batch_size=prompts, seed=seed, batched=batched, perturb_rank=1,
                     full_rank=full_rank)
 
 

@@ -158,7 +158,7 @@ def measure(name: str, device: str, s: dict, workdir: Path) -> list[dict]:
     train = list(task.split("train"))[:s["prompts"]]
     for batched in (False, True):
         cfg = es.ESRun(pop=s["pop"], sigma=1e-3, lr=1e-4, batch_size=s["prompts"], seed=0, temperature=1.0,
-                       max_new_tokens=s["es_tokens"], batched=batched, rank=1)
+                       max_new_tokens=s["es_tokens"], batched=batched, perturb_rank=1)
         with Meter(device) as m:
             line = es.es_step(engine, task, train, cfg, 1)
         rows.append(dict(model=name, params=params, row="es_batched" if batched else "es_members",

@@ -10,7 +10,7 @@ size G (P prompts of the task's train split, greedy, ``--max-new-tokens`` each),
 wall time over the same denominator, **plain**: one vLLM ``generate`` call of the P prompts x G
 members with the unperturbed model and LoRA off (pure batch inference):
 
-  batched_lowrank   one ES iteration with ``engine=vllm es.batched=true es.rank=r`` (members as
+  batched_lowrank   one ES iteration with ``engine=vllm es.batched=true es.perturb_rank=r`` (members as
                     LoRA adapters in one generate call: adapters written, loaded, generated,
                     unloaded; scoring; the update). goal <= 1.15
   sequential_full   today's member-by-member full-rank ES iteration inside vLLM (perturb in the
@@ -94,7 +94,7 @@ def measure(model: str, members: list[int], prompts: int, rank: int, reps: int, 
     vllm_engine.shutdown()
 
     # LoRA on, room for the largest population: the batched low-rank iteration
-    batched = ("es.batched=true", f"es.rank={rank}")
+    batched = ("es.batched=true", f"es.perturb_rank={rank}")
     rc = _rc(model, "engine=vllm", f"pop={max(members)}", *batched, *common)
     base, tok, engine, task = load_components(rc)
     reset = lambda: engine.sync_from(base)  # noqa: E731
@@ -163,7 +163,7 @@ def main(argv=None) -> None:
         from _results import write_table
 
         notes = (f"Model {a.model}, task {a.task or 'the default'} (train prompts), greedy, {a.max_new_tokens} new tokens at most, "
-                 f"es.rank={a.rank} (EGGROLL; batched vLLM members perturb the linear layers only, "
+                 f"es.perturb_rank={a.rank} (EGGROLL; batched vLLM members perturb the linear layers only, "
                  "es.targets=linear), best of "
                  f"{a.reps} (above 8 members: {a.reps_large}). Every ratio is over one plain vLLM generate call of the same prompts x members "
                  f"(LoRA off). Goal for batched low-rank / plain: <= {GOAL}. An ES iteration includes "

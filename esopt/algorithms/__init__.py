@@ -84,7 +84,7 @@ class Block:
     id_neutral: Any = ()     # (key, value) pairs: a key at that value is left out of the run id (a
     #                          knob added later keeps the ids runs had before it): a tuple or "module:NAME"
     inert: Any = None        # "module:function": block dict -> {key: why} of the keys its other values
-    #                          leave unread (es.rank without es.batched): said in a note, resolved to the default
+    #                          leave unread (es.perturb_rank without es.batched): said in a note, resolved to the default
     id_form: Any = None      # "module:function": (block dict, engine name) -> the dict the run id hashes (a
     #                          value spelt another way later hashed as it was); None = as it is
     renamed: tuple = ()      # (old key, "block.key" it is now) of a key renamed or moved to another block: the
@@ -332,8 +332,8 @@ ES = Block("es", "esopt.algorithms.es:ESConfig", speed_only="esopt.algorithms.es
            id_neutral="esopt.algorithms.es:ID_NEUTRAL", inert="esopt.algorithms.es:inert_keys",
            sizes=(("batch_size", "batch", "training prompts per iteration"),
                   ("samples", "samples", "completions per prompt per member"),
-                  ("rank", "rank", "perturbation rank"), ("max_new_tokens", "new_tokens", "generation budget")),
-           budget="max_new_tokens")
+                  ("perturb_rank", "rank", "perturbation rank"), ("max_new_tokens", "new_tokens", "generation budget")),
+           budget="max_new_tokens", renamed=(("rank", "es.perturb_rank"),))
 GRPO = Block("grpo", "esopt.algorithms.grpo:GRPOSettings", id_form="esopt.algorithms.grpo:id_form",
              id_neutral="esopt.algorithms.grpo:ID_NEUTRAL",
              renamed=(("vllm_gpu_memory_utilization", "engine.colocated_gpu_share"),),

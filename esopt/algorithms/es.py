@@ -46,12 +46,13 @@ ID_NEUTRAL = (("anchor_decay", 0.0), ("targets", None))
 
 def inert_keys(block: dict) -> dict[str, str]:
     """The ``es:`` keys set away from their default that the block's other values leave unread:
-    ``rank`` unless batched low rank, ``full_rank`` unless batched. ``ESRun.from_run`` resolves them
+    ``perturb_rank`` unless batched low rank, ``full_rank`` unless batched. ``ESRun.from_run`` resolves them
     to their defaults (the run, and its id, are full-rank ES's), and a note says so."""
     batched = block.get("batched") is True
     out = {}
-    if "rank" in block and block["rank"] != ESConfig.rank and not (batched and block.get("full_rank") is not True):
-        out["rank"] = "es.batched=false (full-rank ES)" if not batched else "es.full_rank=true"
+    if "perturb_rank" in block and block["perturb_rank"] != ESConfig.perturb_rank \
+            and not (batched and block.get("full_rank") is not True):
+        out["perturb_rank"] = "es.batched=false (full-rank ES)" if not batched else "es.full_rank=true"
     if "full_rank" in block and block["full_rank"] is True and not batched:
         out["full_rank"] = "es.batched=false (ES is full rank)"
     return out
@@ -60,19 +61,24 @@ def inert_keys(block: dict) -> dict[str, str]:
 @dataclass(frozen=True)
 class ESConfig:
     """The ``es:`` block. The run's grid axes (``pop``, ``sigma``, ``lr``, ``iterations``,
-    ``seed``) are top-level keys; ``ESRun`` joins them with this block."""
+    ``seed``) are top-level keys; ``ESRun`` joins them with this block. Its terms shared with
+    GRPO (docs/design/architecture.md, "Terms"): prompts per step (``batch_size``), samples per
+    prompt (``samples``)."""
 
     sigma: Optional[float] = None  # noise scale when the top-level sigma is null; null = the model's (model.hparams.es_sigma)
     lr: Optional[float] = None     # step size (1/sigma absorbed) when the top-level lr is null; null = model.hparams.es_lr
-    batch_size: int = 64           # training prompts per iteration, a fresh draw from the train split (the study: 64)
+    batch_size: int = 64           # prompts per step: training prompts per iteration, a fresh draw from the train
+    #                                split (the study: 64; GRPO's grpo.prompts_per_step)
     temperature: float = 0.0       # training decoding temperature; 0 = greedy (the study's easy setting; hard: 0.6)
-    samples: int = 1               # completions per prompt per member (forced to 1 when greedy)
+    samples: int = 1               # samples per prompt: completions per prompt per member (forced to 1 when
+    #                                greedy; GRPO's grpo.num_generations)
     max_new_tokens: Optional[int] = None  # generation budget while training; null = the task's default
     normalize: str = "zscore"      # reward normalisation: zscore (the study) | rank (centred ranks) | none
     antithetic: bool = False       # mirrored pairs (+eps, -eps) sharing a seed; pop must be even (the study: no gain)
     batched: bool = False          # score the population in batched generate calls (engines that batch one: hf)
     full_rank: bool = False        # batched: full-rank per-member weights (N model copies: small models only)
-    rank: int = 1                  # batched without full_rank: EGGROLL low-rank perturbation rank r
+    perturb_rank: int = 1          # batched without full_rank: the rank r of each member's EGGROLL low-rank
+    #                                perturbation (was es.rank; not normalize=rank, nor a process's rank)
     targets: Optional[str] = None  # batched low rank: what members perturb, all | linear (the linear layers'
     #                                weights only: what LoRA reaches); null = the engine's first (hf: all, vllm: linear)
     checkpoint_every: int = 10     # checkpoint every k iterations and at the end (0 = never)
@@ -103,7 +109,7 @@ class ESRun(ESConfig):
         """Top-level ``sigma`` / ``lr`` if set, else ``es.sigma`` / ``es.lr``, else the model's
         defaults (``model.hparams.es_sigma`` / ``es_lr``); plus ``pop``, ``iterations``, ``seed``."""
         es = asdict(block(ESConfig, cfg.block("es"), "es"))
-        at_least("es.rank", es["rank"], 1)  # checked as written, though unread below
+        at_least("es.perturb_rank", es["perturb_rank"], 1)  # checked as written, though unread below
         for key in inert_keys(es):  # unread with the other values: the default (one run, one id)
             es[key] = getattr(ESConfig, key)
         es["sigma"] = cfg.sigma if cfg.sigma is not None else es["sigma"]
@@ -121,7 +127,7 @@ class ESRun(ESConfig):
     def validate(self) -> "ESRun":
         """Raise ConfigError (one line) on the first bad value."""
         check_axes(self.pop, self.sigma, self.lr, self.iterations)
-        for key, lo, allow_none in (("rank", 1, False), ("batch_size", 1, False), ("samples", 1, False),
+        for key, lo, allow_none in (("perturb_rank", 1, False), ("batch_size", 1, False), ("samples", 1, False),
                                     ("max_new_tokens", 1, True), ("checkpoint_every", 0, False),
                                     ("checksum_every", 0, False)):
             at_least(f"es.{key}", getattr(self, key), lo, allow_none=allow_none)
@@ -143,7 +149,7 @@ class ESRun(ESConfig):
     @property
     def noise_rank(self) -> int | None:
         """Rank of the perturbations: EGGROLL low rank in batched mode, else full (None)."""
-        return self.rank if self.batched and not self.full_rank else None
+        return self.perturb_rank if self.batched and not self.full_rank else None
 
     @property
     def noise_targets(self) -> str:

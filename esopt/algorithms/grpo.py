@@ -80,10 +80,14 @@ class GRPOSettings:
     """The ``grpo:`` config block (registered with Hydra by esopt.cli.configs). Defaults are the
     study's GRPO setting (group size 8, temperature 1.0; lr per model in model.hparams.grpo_lr:
     1e-6 for hub models) and TRL's defaults elsewhere (beta 0, epsilon 0.2, loss dapo, group
-    reward scaling). The top-level ``iterations`` is the number of optimizer steps."""
+    reward scaling). The top-level ``iterations`` is the number of optimizer steps. Its terms
+    shared with ES (docs/design/architecture.md, "Terms"): prompts per step
+    (``prompts_per_step``), samples per prompt (``num_generations``)."""
 
-    num_generations: int = 8          # group size G (completions per prompt); the study: 8
-    prompts_per_step: int = 8         # prompts per optimizer step (B = prompts * G completions)
+    num_generations: int = 8          # samples per prompt: group size G (completions per prompt); the study: 8
+    #                                   (ES's es.samples)
+    prompts_per_step: int = 8         # prompts per step: prompts per optimizer step (B = prompts * G completions;
+    #                                   ES's es.batch_size)
     grad_accum: int = 1               # micro-batches per step; must divide B
     num_iterations: int = 1           # TRL's mu: optimizer passes per generation batch
     beta: float = 0.0                 # KL coefficient; 0 = no reference model (TRL default)

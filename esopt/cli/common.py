@@ -297,10 +297,12 @@ def override_keys(overrides: list[str]) -> list[str]:
 
 def inert_notes(plan, keys: list[str]) -> list[str]:
     """Notes for the given keys that the run's other values leave unread (its blocks' ``inert``:
-    ``es.rank has no effect with es.batched=false (full-rank ES)``)."""
+    ``es.perturb_rank has no effect with es.batched=false (full-rank ES)``; a renamed key's old
+    spelling as its new one)."""
     from esopt import algorithms
 
     inert = {k: why for b in algorithms.get(plan.algo).blocks for k, why in b.inert_keys(plan.block(b.name)).items()}
+    keys = [algorithms.renames().get(k, k) for k in keys]
     return [f"{k} has no effect with {inert[k]}" for k in dict.fromkeys(keys) if k in inert]
 
 

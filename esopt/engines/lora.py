@@ -59,7 +59,7 @@ def vllm_max_lora_rank(rank: int) -> int:
     for r in VLLM_LORA_RANKS:
         if r >= rank:
             return r
-    raise ValueError(f"es.rank={rank} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
+    raise ValueError(f"es.perturb_rank={rank} is above vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
 
 
 def linear_shapes(hf_config: Mapping) -> dict[str, tuple[int, int]]:

@@ -31,7 +31,7 @@ Differences from the hf engine, by design of vLLM:
   top-k distribution at the sampling temperature, which underestimates the full-vocabulary
   value. Use the hf engine when entropy matters exactly.
 - Prefix caching is off (a KV cache computed under one ES perturbation must never serve another).
-- Population batching (``es.batched=true es.rank=r``) is low rank and LoRA only: each member
+- Population batching (``es.batched=true es.perturb_rank=r``) is low rank and LoRA only: each member
   is a LoRA adapter (``esopt.engines.lora``: ``lora_B = c_i A``, ``lora_A = B^T``, the EGGROLL
   factors ES's update is assembled from, drawn in the worker), and the whole population is one
   ``generate`` call with one ``LoRARequest`` per member's prompts. LoRA reaches the linear
@@ -406,7 +406,7 @@ class VLLMEngine(Engine):
     @classmethod
     def prepare(cls, engine_cfg: dict, plan) -> dict:
         """The engine block for a run: with ``es.batched=true`` LoRA is switched on with room
-        for the whole population at ``es.rank`` (unless the block sets it)."""
+        for the whole population at ``es.perturb_rank`` (unless the block sets it)."""
         es = plan.block("es")
         if not es.get("batched") or es.get("full_rank"):
             return engine_cfg
@@ -414,13 +414,13 @@ class VLLMEngine(Engine):
         if not out.get("max_loras"):
             out["max_loras"] = int(plan.pop)
         if not out.get("max_lora_rank"):
-            out["max_lora_rank"] = int(es.get("rank") or 1)
+            out["max_lora_rank"] = int(es.get("perturb_rank") or 1)
         return out
 
     @classmethod
     def check_population(cls, cfg, model_cfg: Mapping, rank: int | None) -> None:
         """Before any run with ``es.batched=true``: ConfigError (one line) when vLLM here has no
-        LoRA, the model's architecture has no LoRA in vLLM, or ``es.rank`` exceeds the smallest
+        LoRA, the model's architecture has no LoRA in vLLM, or ``es.perturb_rank`` exceeds the smallest
         dimension of a linear layer (a rank-r adapter of an m x n layer needs r <= min(m, n))."""
         from esopt import models
         from esopt.engines import lora
@@ -431,7 +431,7 @@ class VLLMEngine(Engine):
         config = models.local_config(model_cfg["name"], model_cfg.get("path"))
         smallest = lora.smallest_dim(config) if config is not None else None
         if smallest is not None and rank > smallest:
-            raise ConfigError(f"es.rank={rank} is above the smallest linear layer dimension of model "
+            raise ConfigError(f"es.perturb_rank={rank} is above the smallest linear layer dimension of model "
                               f"{model_cfg['name']!r} ({smallest})")
         try:
             lora.vllm_max_lora_rank(rank)

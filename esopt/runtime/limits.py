@@ -27,7 +27,7 @@ MAX_PROBLEMS = 10**6         # eval.problems / eval.ood_problems (GSM8K test: 13
 MAX_BATCH = 65536            # prompts per step: es.batch_size, grpo.prompts_per_step (the study: 64 / 8)
 MAX_GENERATIONS = 4096       # GRPO group size grpo.num_generations (the study: 8)
 MAX_GRAD_ACCUM = 65536       # grpo.grad_accum (divides prompts_per_step * num_generations)
-MAX_RANK = 4096              # es.rank, EGGROLL's low-rank perturbation rank
+MAX_RANK = 4096              # es.perturb_rank, EGGROLL's low-rank perturbation rank
 MAX_NEW_TOKENS = 131072      # any generation budget (the longest hub-model context: 128k)
 CONTEXT_SLACK = 2048        # prompt + generation <= the model's context + this many positions: past its
 #                            context a RoPE model runs but degrades (the tiny models, 128 positions,

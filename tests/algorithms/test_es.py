@@ -80,7 +80,7 @@ def test_antithetic_update_is_the_mirrored_sum():
 @pytest.mark.parametrize("over,needle", [
     ({"pop": 1}, "pop must be >= 2"), ({"sigma": 0.0}, "sigma must be > 0"),
     ({"lr": -1.0}, "lr must be > 0"), ({"iterations": 0}, "iterations must be >= 1"),
-    ({"es": {"rank": 0}}, "es.rank must be an integer >= 1"), ({"es": {"normalize": "x"}}, "es.normalize"),
+    ({"es": {"perturb_rank": 0}}, "es.perturb_rank must be an integer >= 1"), ({"es": {"normalize": "x"}}, "es.normalize"),
     ({"es": {"antithetic": True}, "pop": 5}, "even pop"), ({"es": {"bogus": 1}}, "unknown es key"),
     ({"es": {"anchor_decay": -0.1}}, "es.anchor_decay must be"),
     ({"es": {"anchor_decay": 1.0}}, "es.anchor_decay must be in [0, 1)"),
@@ -125,7 +125,7 @@ def test_es_raises_reward(batched):
     engine = HFEngine(model, char_tokenizer(), device="cpu")
     task = SevensTask({})
     # model seed 0 emits some '7's (a signal to climb); both ES seeds 0, 1 gain +0.39..0.86 here
-    cfg = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=8, seed=0, batched=batched, rank=2)
+    cfg = es.ESRun(pop=6, sigma=0.05, lr=0.08, batch_size=8, seed=0, batched=batched, perturb_rank=2)
     before = _mean_reward(engine, task)
     rows = list(task.split("train"))
     log = [es.es_step(engine, task, rows, cfg, it) for it in range(1, 7)]

@@ -51,7 +51,7 @@ def test_a_single_run_notes_the_keys_its_algorithm_does_not_read(capsys):
 
 
 def test_a_block_key_the_other_values_leave_unread_is_a_note_and_the_default_run(capsys):
-    """es.rank=4 with es.batched=false made a new run id with no note, while the dry run labelled
+    """es.perturb_rank=4 with es.batched=false made a new run id with no note, while the dry run labelled
     it full-rank: now it resolves to the default (the same run, the same id) and a note says so.
     A bad value is still refused, read or not."""
     from helpers import run_config
@@ -59,13 +59,13 @@ def test_a_block_key_the_other_values_leave_unread_is_a_note_and_the_default_run
     from esopt.core.errors import ConfigError
 
     base = ["model=tiny-xs", "algo=es", "eval.problems=4"]
-    assert run_config(*base, "es.rank=4", check_data=False).run_id == run_config(*base, check_data=False).run_id
+    assert run_config(*base, "es.perturb_rank=4", check_data=False).run_id == run_config(*base, check_data=False).run_id
     assert run_config(*base, "es.full_rank=true", check_data=False).run_id == run_config(*base, check_data=False).run_id
-    low = run_config(*base, "es.batched=true", "es.rank=4", check_data=False)
-    assert low.run_id != run_config(*base, "es.batched=true", check_data=False).run_id and low.phases[0].settings.rank == 4
-    prepare_argv([*base, "es.rank=4"])
-    assert "esopt: note: es.rank has no effect with es.batched=false (full-rank ES)" in capsys.readouterr().err
-    prepare_argv([*base, "es.batched=true", "es.full_rank=true", "es.rank=4"])
-    assert "esopt: note: es.rank has no effect with es.full_rank=true" in capsys.readouterr().err
-    with pytest.raises(ConfigError, match="es.rank must be an integer >= 1, got 0"):
-        run_config(*base, "es.rank=0", check_data=False)
+    low = run_config(*base, "es.batched=true", "es.perturb_rank=4", check_data=False)
+    assert low.run_id != run_config(*base, "es.batched=true", check_data=False).run_id and low.phases[0].settings.perturb_rank == 4
+    prepare_argv([*base, "es.perturb_rank=4"])
+    assert "esopt: note: es.perturb_rank has no effect with es.batched=false (full-rank ES)" in capsys.readouterr().err
+    prepare_argv([*base, "es.batched=true", "es.full_rank=true", "es.perturb_rank=4"])
+    assert "esopt: note: es.perturb_rank has no effect with es.full_rank=true" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="es.perturb_rank must be an integer >= 1, got 0"):
+        run_config(*base, "es.perturb_rank=0", check_data=False)

@@ -151,7 +151,7 @@ def test_one_reading_of_booleans_and_integers_in_every_block():
                            ("model.trust_remote_code=no", "model.trust_remote_code must be true or false, got 'no'"),
                            ("seed=1e30", "seed must be an integer of magnitude below 2**63, got 1e+30"),
                            (f"seed={10**30}", f"seed must be an integer of magnitude below 2**63, got {10**30}"),
-                           ("es.rank=1e30", "es.rank must be an integer of magnitude below 2**63, got 1e+30"),
+                           ("es.perturb_rank=1e30", "es.perturb_rank must be an integer of magnitude below 2**63, got 1e+30"),
                            ("es.batch_size=2.5", "es.batch_size must be an integer, got 2.5"),
                            ("eval.print_samples=true", "eval.print_samples must be an integer, got True")):
         with pytest.raises(ConfigError) as err:

@@ -12,7 +12,7 @@ from esopt.study.run_read import _summary_row
 
 def test_labels_name_the_rank_and_the_scope():
     assert noise_label(run_config("model=tiny-s", "algo=es")) == "full-rank"
-    assert noise_label(run_config("model=tiny-s", "algo=es", "es.batched=true", "es.rank=4")) == "EGGROLL r=4"
+    assert noise_label(run_config("model=tiny-s", "algo=es", "es.batched=true", "es.perturb_rank=4")) == "EGGROLL r=4"
     rc = run_config("model=tiny-s", "algo=es", "es.batched=true", "es.targets=linear")
     assert ESRun.from_run(rc).label == "EGGROLL r=1, linear layers"
     assert noise_label(run_config("model=tiny-s", "algo=grpo")) is None

@@ -67,7 +67,7 @@ def test_vllm_engine_settings_are_checked():
 @pytest.mark.parametrize("args, needle", [
     (("es.full_rank=true",), "engine=vllm batches low-rank members only: es.full_rank=true needs engine=hf"),
     (("es.targets=all",), "batches members over es.targets=linear only"),
-    (("es.rank=33",), "es.rank=33 is above the smallest linear layer dimension of model 'tiny-s' (32)"),
+    (("es.perturb_rank=33",), "es.perturb_rank=33 is above the smallest linear layer dimension of model 'tiny-s' (32)"),
 ], ids=["full-rank", "targets-all", "rank-above-layer"])
 def test_batched_population_with_vllm_bad_input_is_refused_before_running(tmp_path, results_root, args, needle):
     """es.batched=true with engine=vllm is low-rank LoRA members of the linear layers (issue 43):

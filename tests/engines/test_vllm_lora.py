@@ -18,7 +18,7 @@ from esopt.runtime.run import load_components
 pytestmark = pytest.mark.vllm
 
 POP, RANK, PROMPTS = 4, 2, 4
-ARGS = ("engine=vllm", "algo=es", "es.batched=true", f"es.rank={RANK}", f"pop={POP}",
+ARGS = ("engine=vllm", "algo=es", "es.batched=true", f"es.perturb_rank={RANK}", f"pop={POP}",
         f"es.batch_size={PROMPTS}", "es.max_new_tokens=12", "sigma=0.05", "lr=0.02")
 
 

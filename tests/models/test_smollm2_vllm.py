@@ -165,7 +165,7 @@ def test_batched_lora_iteration_equals_the_hf_batched_lowrank_iteration(real):
     from esopt.algorithms.es import ESRun, es_step
     from esopt.engines import lora
 
-    rc, model, tok, engine, task = components("algo=es", "es.batched=true", "es.rank=2", "pop=4",
+    rc, model, tok, engine, task = components("algo=es", "es.batched=true", "es.perturb_rank=2", "pop=4",
                                               "es.batch_size=4", "es.max_new_tokens=24", "sigma=0.01", "lr=0.001")
     es = ESRun.from_run(rc).validate()
     assert es.noise_targets == "linear" and es.label == "EGGROLL r=2, linear layers"

@@ -13,6 +13,9 @@ VLLM_JOB = ["engine=vllm", "model=qwen0.5b", "hydra/launcher=slurm", "grpo.gradi
 CASES = {  # name: (old spelling, new spelling, the runs' other overrides, validated for a GPU job)
     "trl_vllm_share": ("grpo.vllm_gpu_memory_utilization=0.2", "engine.colocated_gpu_share=0.2",
                        ["algo=grpo", "engine=hf", "model=tiny-s"], False),
+    "eggroll_rank": ("es.rank=4", "es.perturb_rank=4", ["algo=es", "es.batched=true", "model=tiny-s"], False),
+    "eggroll_rank_in_a_sequence": ("es.rank=2", "es.perturb_rank=2", ["algo=es_grpo", "es.batched=true",
+                                                                      "model=tiny-s"], False),
     "vllm_engine_share": ("grpo.vllm_gpu_memory_utilization=0.25", "engine.colocated_gpu_share=0.25",
                           ["algo=grpo_es", *VLLM_JOB], True),
 }
@@ -38,6 +41,7 @@ def test_the_old_and_new_spelling_are_one_plan_and_one_id(case, capsys):
     key, value = old.split("=")
     block, _, name = key.partition(".")
     assert identity(after)[block][name] == float(value)  # hashed under the spelling ids had
+    assert new.split("=")[0].partition(".")[2] not in identity(after)[block]
     assert plan(*rest, gpu=gpu).run_id != after.run_id   # and the value is in it
 
 
@@ -57,3 +61,14 @@ def test_a_vllm_engine_beside_grpo_takes_the_colocated_share():
 
     engine, device = placement(plan("algo=grpo", *VLLM_JOB, "engine.colocated_gpu_share=0.2", gpu=True), "cuda")
     assert device == "cuda" and engine.gpu_memory_utilization == 0.2
+
+
+def test_an_unread_old_spelling_is_noted_as_its_new_key(capsys):
+    """``es.rank=4`` without ``es.batched`` is unread, as ``es.perturb_rank=4`` is: one run, one
+    id, and the note names the key as it is now."""
+    from esopt.cli.common import inert_notes
+
+    base = ["algo=es", "model=tiny-s"]
+    old = plan(*base, "es.rank=4")
+    assert old.run_id == plan(*base).run_id == plan(*base, "es.perturb_rank=4").run_id
+    assert inert_notes(old, ["es.rank"]) == ["es.perturb_rank has no effect with es.batched=false (full-rank ES)"]
