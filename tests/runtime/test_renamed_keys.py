@@ -6,7 +6,8 @@ import pytest
 from helpers import compose
 
 from esopt.core import config
-from esopt.runtime.validate import config_id, identity, legacy_run_id, validate
+from esopt.runtime.migrate_ids import old_run_id
+from esopt.runtime.validate import config_id, identity, validate
 
 VLLM_JOB = ["engine=vllm", "model=qwen0.5b", "hydra/launcher=slurm", "grpo.gradient_checkpointing=true",
             "grpo.grad_accum=32", "grpo.rollouts=engine"]
@@ -36,8 +37,8 @@ def test_the_old_and_new_spelling_are_one_plan_and_one_id(case, capsys):
     after = plan(*rest, new, gpu=gpu)
     assert "warning" not in err + capsys.readouterr().err
     assert after == before
-    assert (after.run_id, legacy_run_id(after), config_id(after)) == \
-        (before.run_id, legacy_run_id(before), config_id(before))
+    assert (after.run_id, old_run_id(after), config_id(after)) == \
+        (before.run_id, old_run_id(before), config_id(before))  # old_run_id: what the migration reads
     key, value = old.split("=")
     block, _, name = key.partition(".")
     assert identity(after)[block][name] == float(value)  # hashed under the spelling ids had
