@@ -33,7 +33,8 @@ from esopt.core.metrics import percentile_interval, resample_indices, widen
 BAND_POINTS = 25             # x positions of the trend's drawn band (log-spaced over the sizes)
 TIE_SLACK = 1e-12            # a mean this close below best - tolerance counts as within it
 RESAMPLE_BLOCK = 2_000_000   # resampled run values held at once (rows of a bootstrap block x runs)
-CLAIM = "larger models need smaller populations (slope of log pop* on log params < 0)"
+# what trend.json describes (it states no claim: whether larger models need smaller populations is claim 7's)
+DESCRIBES = "how the best population changes with model size: the slope of log pop* on log params"
 METHODS = ("continuous", "discrete", "efficient")
 
 
@@ -147,7 +148,7 @@ def fit_trend(model, params, pop, value, setting=None, seed_ids=None, *, toleran
     keep = np.isfinite(value) & np.isfinite(params) & np.isfinite(pop) & (pop > 0) & (params > 0)
     model, params, pop, value, setting = model[keep], params[keep], pop[keep], value[keep], setting[keep]
     n_seeds = len(set(np.asarray(seed_ids, dtype=object)[keep].tolist())) if seed_ids is not None else None
-    out = {"claim": CLAIM, "method": "continuous: vertex of a quadratic fit of the metric against "
+    out = {"describes": DESCRIBES, "method": "continuous: vertex of a quadratic fit of the metric against "
            "log2(pop) per model (discrete argmax if not concave); log pop* = intercept + slope * "
            "log params, natural logs, least squares; intervals: percentile bootstrap resampling runs "
            "within each (model, pop, setting) cell",

@@ -36,6 +36,8 @@ def test_recovers_planted_negative_slope_within_interval(tmp_path):
         assert tr["reading"] == "falls" and tr["n_model_sizes"] == 4 and tr["n_seeds"] == 3
     tr = fits[0]
     assert tr["runs_per_cell"] == [3, 3]
+    # descriptive only: it states no claim and gives no verdict (claim 7 decides, at >= 5 sizes)
+    assert "claim" not in tr and tr["describes"] == fit.DESCRIBES and "claim 7" in tr["reading_reason"]
     # per-model pop* follow the planted law: 16 * (P / P_ref)^-0.5, P_ref = geometric mean
     pref = math.exp(np.mean(np.log(list(PLANTED.values()))))
     for m in tr["models"]:
