@@ -10,7 +10,7 @@ import pytest
 from helpers import cli, fill_disk, run_cli, small_disk, write_synthetic_sweep
 
 from esopt.cli.aggregate import main as aggregate_main
-from esopt.study import tables
+from esopt.study import run_read, tables
 from esopt.study.report.aggregate import aggregate
 from esopt.core.errors import ConfigError
 
@@ -73,12 +73,13 @@ def test_parquet_and_csv_round_trip(tmp_path):
     np.testing.assert_allclose(csv["final_pass@1"], agg.runs["final_pass@1"])
 
 
-def test_arrow_fast_path_equals_python_reader(tmp_path):
+def test_the_per_file_reader_gives_the_rows_arrow_gives(tmp_path):
     root, _ = make_sweep(tmp_path, algos=("es", "grpo", "none", "es_grpo"),
                          statuses={"es-tiny-s-p8-s0": "pruned", "es_grpo-tiny-s-p8-s0": "failed"})
-    fast, slow = tables.load(root), tables.load(root, fast=False)
+    fast, slow = tables.load(root), tables.load(root, per_file=True)
     assert not fast.skipped and not slow.skipped
-    assert fast.timings["python_fallbacks"] == []              # the fast path really ran
+    assert fast.timings["read_per_file"] == {"summaries": 0, "curves": 0}      # Arrow read every file
+    assert slow.timings["read_per_file"] == {"summaries": len(fast.runs), "curves": len(fast.runs)}
     seq = fast.runs.set_index("run_id")
     s = json.loads((root / "runs" / "es_grpo-tiny-m-p16-s1" / "summary.json").read_text())
     assert seq.loc["es_grpo-tiny-m-p16-s1", "phase1_algo"] == "es"
@@ -90,6 +91,37 @@ def test_arrow_fast_path_equals_python_reader(tmp_path):
     cols = sorted(fast.curves.columns)
     assert set(fast.curves.columns) == set(slow.curves.columns)
     pd.testing.assert_frame_equal(fast.curves[cols], slow.curves[cols], check_dtype=False)
+
+
+def test_only_the_files_arrow_cannot_read_are_read_per_file(tmp_path):
+    """Arrow reads a chunk of runs at once; a summary naming another run (a copied folder), a
+    key whose type changes between runs and a bad metrics line mid-file: the group is halved
+    until the file Arrow trips on stands alone, and only that file is read per file, in one
+    chunk or in many. The tables are those the per-file reader gives for every file."""
+    root, ids = make_sweep(tmp_path, algos=("es", "grpo"))
+    runs = root / "runs"
+
+    def edit(rid, **kv):
+        s = json.loads((runs / rid / "summary.json").read_text())
+        (runs / rid / "summary.json").write_text(json.dumps({**s, **kv}))
+
+    edit(ids[3], run_id="elsewhere")
+    edit(ids[5], attempts="two")
+    for rid in ids[6:9]:
+        edit(rid, attempts=2)
+    lines = (runs / ids[7] / "metrics.jsonl").read_text().splitlines()
+    (runs / ids[7] / "metrics.jsonl").write_text("\n".join(lines[:2] + ['{"kind": "train", "bro'] + lines[2:]) + "\n")
+    ref = tables.load(root, per_file=True)
+    for chunk in (tables.run_read.RUNS_PER_CHUNK, 7):
+        agg = tables.load(root, chunk=chunk)
+        assert agg.timings["read_per_file"] == {"summaries": 1, "curves": 1}
+        assert [s["run_id"] for s in agg.skipped] == [ids[3]] and "names run 'elsewhere'" in agg.skipped[0]["reason"]
+        assert agg.runs.set_index("run_id").loc[ids[5:9], "attempts"].tolist() == ["two", "2", "2", "2"]
+        assert f"run {ids[7]}: 1 unparseable metrics line(s) skipped (torn write?)" in agg.notes
+        assert len(agg.curves[agg.curves["run_id"] == ids[7]]) == len(lines)
+        assert agg.notes == ref.notes and agg.skipped == ref.skipped
+        pd.testing.assert_frame_equal(agg.runs[sorted(agg.runs.columns)], ref.runs[sorted(ref.runs.columns)])
+        pd.testing.assert_frame_equal(agg.curves[sorted(agg.curves.columns)], ref.curves[sorted(ref.curves.columns)])
 
 
 def test_corrupt_runs_are_skipped_and_listed(tmp_path):
@@ -111,10 +143,10 @@ def test_corrupt_runs_are_skipped_and_listed(tmp_path):
     # a torn last metrics line (killed mid-write) is dropped, the run kept
     with open(runs / ids[1] / "metrics.jsonl", "a") as f:
         f.write('{"kind": "train", "iteration": 9, "rew')
-    for fast in (True, False):
-        agg = tables.load(root, fast=fast)
-        if fast:                                   # bad summaries: Python finds them; curves stay Arrow
-            assert agg.timings["python_fallbacks"] == ["summaries"]
+    for per_file in (False, True):
+        agg = tables.load(root, per_file=per_file)
+        if not per_file:    # only the bad summaries are read per file; Arrow drops the torn line itself
+            assert agg.timings["read_per_file"] == {"summaries": len(bad) + 1, "curves": 0}
         reasons = {s["run_id"]: s["reason"] for s in agg.skipped}
         assert set(reasons) == set(bad) | {"nosummary"}
         assert reasons["trunc"].startswith("corrupt summary.json")
@@ -148,9 +180,10 @@ def test_analysis_files_become_columns(tmp_path):
     root, ids = make_sweep(tmp_path)
     (root / "runs" / ids[0] / "sparsity.json").write_text(json.dumps({"zeroed_frac": 0.78, "by": {"norm": 0.5}}))
     (root / "runs" / ids[1] / "drift.json").write_text("{broken")
-    for fast in (True, False):
-        agg = tables.load(root, fast=fast)
-        assert agg.timings["python_fallbacks"] == ([] if fast else ["all"])
+    for per_file in (False, True):
+        agg = tables.load(root, per_file=per_file)
+        assert agg.timings["read_per_file"] == ({"summaries": len(ids), "curves": len(ids)} if per_file
+                                                else {"summaries": 0, "curves": 0})
         runs = agg.runs.set_index("run_id")
         assert runs.loc[ids[0], "sparsity_zeroed_frac"] == 0.78
         assert runs.loc[ids[0], "sparsity_by.norm"] == 0.5
@@ -302,8 +335,8 @@ def test_a_failed_last_write_leaves_the_previous_set(tmp_path, monkeypatch):
     assert len(pd.read_csv(root / "runs.csv")) == len(pd.read_csv(tmp_path / "sweep" / "runs.csv"))
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_a_non_numeric_field_makes_that_run_unreadable(tmp_path, fast, capsys):
+@pytest.mark.parametrize("per_file", [False, True])
+def test_a_non_numeric_field_makes_that_run_unreadable(tmp_path, per_file, capsys):
     root, ids = make_sweep(tmp_path)
     runs = root / "runs"
     planted = {}
@@ -316,7 +349,7 @@ def test_a_non_numeric_field_makes_that_run_unreadable(tmp_path, fast, capsys):
             s[key] = value
         path.write_text(json.dumps(s))
         planted[rid] = "model.params" if key == "params" else key
-    agg = tables.load(root, fast=fast)
+    agg = tables.load(root, per_file=per_file)
     reasons = {s["run_id"]: s["reason"] for s in agg.skipped}
     assert set(reasons) == set(planted)
     for rid, field in planted.items():
@@ -340,8 +373,8 @@ def test_links_out_of_the_sweep_are_not_followed(tmp_path):
     (runs / "linked-metrics").mkdir()
     (runs / "linked-metrics" / "summary.json").write_text((runs / ids[0] / "summary.json").read_text())
     (runs / "linked-metrics" / "metrics.jsonl").symlink_to(elsewhere / "runs" / other[0] / "metrics.jsonl")
-    for fast in (True, False):
-        agg = tables.load(root, fast=fast)
+    for per_file in (False, True):
+        agg = tables.load(root, per_file=per_file)
         reasons = {s["run_id"]: s["reason"] for s in agg.skipped}
         assert set(reasons) == {"linked-run", "linked-summary", "linked-metrics"}
         assert all("outside the sweep" in r for r in reasons.values()), reasons
@@ -362,8 +395,8 @@ def test_a_copied_or_linked_run_folder_is_counted_once(tmp_path, capsys):
     (runs / "alias").symlink_to(ids[2], target_is_directory=True)
     (runs / "linked-summary").mkdir()                        # a folder whose summary is a link to a run's
     (runs / "linked-summary" / "summary.json").symlink_to(runs / ids[1] / "summary.json")
-    for fast in (True, False):
-        agg = tables.load(root, fast=fast)
+    for per_file in (False, True):
+        agg = tables.load(root, per_file=per_file)
         assert sorted(agg.runs["run_id"]) == sorted(ids)
         assert set(agg.curves["run_id"]) == set(ids)
         reasons = {s["run_id"]: s["reason"] for s in agg.skipped}
@@ -392,8 +425,8 @@ def test_a_deeply_nested_line_is_an_unreadable_line_not_a_crash(tmp_path, capsys
     (runs / "deep-summary").mkdir()
     (runs / "deep-summary" / "summary.json").write_text('{"status": "completed", "x": ' + DEEP + "}")
     n_lines = {rid: len((runs / rid / "metrics.jsonl").read_text().splitlines()) for rid in ids}
-    for fast in (True, False):
-        agg = tables.load(root, fast=fast)
+    for per_file in (False, True):
+        agg = tables.load(root, per_file=per_file)
         assert sorted(agg.runs["run_id"]) == sorted(ids)
         assert len(agg.curves) == sum(n_lines.values()) - 1
         assert any(n == f"run {ids[0]}: 1 unparseable metrics line(s) skipped (torn write?)" for n in agg.notes)
@@ -438,8 +471,8 @@ def test_a_deleted_metrics_file_is_a_note_not_a_silently_missing_curve(tmp_path)
     root, ids = make_sweep(tmp_path, statuses={running: "running"})
     (root / "runs" / ids[0] / "metrics.jsonl").unlink()
     (root / "runs" / running / "metrics.jsonl").unlink()            # running: no line yet is normal
-    for fast in (True, False):
-        agg = tables.load(root, fast=fast)
+    for per_file in (False, True):
+        agg = tables.load(root, per_file=per_file)
         assert sorted(agg.runs["run_id"]) == sorted(ids)
         assert [n for n in agg.notes if "metrics.jsonl" in n] == [
             f"run {ids[0]}: no metrics.jsonl (deleted?): its curves are missing from the tables and the page"]
@@ -449,7 +482,7 @@ def test_runs_with_keys_of_their_own_fold_into_one_json_column(tmp_path, monkeyp
     """Each run carrying keys no other run has (a later version's knobs, a tracker's fields)
     would make one column per key (2,000 runs: 20,000 mostly empty columns): past MAX_COLUMNS
     the rarest keys go per row into other_keys as JSON, nothing lost, both readers alike."""
-    monkeypatch.setattr(tables, "MAX_COLUMNS", 150)
+    monkeypatch.setattr(run_read, "MAX_COLUMNS", 150)
     root, ids = make_sweep(tmp_path)
     for i, rid in enumerate(ids):
         path = root / "runs" / rid
@@ -459,8 +492,8 @@ def test_runs_with_keys_of_their_own_fold_into_one_json_column(tmp_path, monkeyp
         lines = [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
         (path / "metrics.jsonl").write_text("".join(json.dumps({**x, **{f"x_{i}_{j}": j for j in range(8)}}) + "\n"
                                                     for x in lines))
-    for fast in (True, False):
-        agg = tables.load(root, fast=fast)
+    for per_file in (False, True):
+        agg = tables.load(root, per_file=per_file)
         assert not agg.skipped and sorted(agg.runs["run_id"]) == sorted(ids)
         assert len(agg.runs.columns) <= 150 + 2 and len(agg.curves.columns) <= 150 + 3  # + other_keys, ids
         for i, rid in enumerate(ids):   # each run's own keys: in columns or in other_keys, all there
@@ -475,7 +508,7 @@ def test_runs_with_keys_of_their_own_fold_into_one_json_column(tmp_path, monkeyp
         assert line_keys == [8] * len(agg.curves)
         assert agg.runs["final_pass@1"].notna().all() and "pop" in agg.runs
         assert any(tables.OTHER_KEYS in n for n in agg.notes)
-        if fast:
+        if not per_file:
             fast_runs = agg.runs
         else:
             cols = ["run_id", "final_pass@1", "pop", "params", "n_lines"]
