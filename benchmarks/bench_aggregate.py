@@ -1,4 +1,4 @@
-"""Aggregation speed on a large synthetic sweep (goal: 10,000 run directories in <= 5 s).
+"""Reading and aggregation speed on a large synthetic sweep (goal: 10,000 run directories in <= 5 s).
 
     python benchmarks/bench_aggregate.py [--runs 10000] [--dir DIR] [--iterations 10] [--write-docs]
                                          [--distinct-keys [K]]
@@ -6,7 +6,15 @@
 Writes N synthetic run directories (tests/helpers.py write_synthetic_sweep: 10 model sizes x
 4 pops x N/40 seeds of ES; each run: summary.json with base/final evaluations over 200 problems
 x 32 samples incl. per-problem counts, metrics.jsonl with `iterations` train lines carrying the
-per-member rewards list, plus an eval line every 5 iterations), then times, in-process:
+per-member rewards list, plus an eval line every 5 iterations), then times, in-process, the
+reader (``esopt.study.tables.load``, esopt.study.run_read) three ways:
+
+    read                 Arrow over whole chunks of runs (no file needs the per-file reader)
+    read, malformed      one corrupt summary and one bad metrics line per 2,000 runs: only those
+                         files go to the per-file reader (planted, then restored)
+    read, per file       every file through the per-file reader (Python's json), for comparison
+
+and the aggregation:
 
     aggregate (no page)  read + tables + runs.parquet/csv + curves.parquet + trend fit
                          (1000 bootstrap resamples) + trend.json      <- the 5 s goal
@@ -20,7 +28,7 @@ under 30 s and 1 GB peak memory ("peak rss").
 The file cache is warm (the sweep was just written), as after a sweep on the same machine.
 Wall seconds decide "met"; CPU seconds (this process, all its threads) and the load average
 are printed too, since on a shared machine wall time mostly measures the other users.
-``--write-docs`` also writes the table to docs/results/aggregate.md (benchmarks/_results.py).
+``--write-docs`` also writes the tables to docs/results/aggregate.md (benchmarks/_results.py).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from helpers import write_synthetic_sweep  # noqa: E402
 
+from esopt.study import tables  # noqa: E402
 from esopt.study.report import page as report  # noqa: E402
 from esopt.study.report.aggregate import aggregate  # noqa: E402
 
@@ -69,8 +78,9 @@ def main(argv=None) -> int:
             if args.distinct_keys:
                 add_distinct_keys(root, args.distinct_keys)
             print(f"wrote synthetic sweep in {time.perf_counter() - t:.1f} s: {root}", file=sys.stderr)
-        out = root.parent / "agg-out"
         load0 = os.getloadavg()[0]
+        reads = time_reads(root)
+        out = root.parent / "agg-out"
         t0, c0 = time.perf_counter(), time.process_time()
         agg = aggregate(root, out=out, html=False)
         t1, c1 = time.perf_counter(), time.process_time()
@@ -85,23 +95,61 @@ def main(argv=None) -> int:
         print(f"{n} runs, {lines} metrics lines; load average {load0:.1f} -> {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} cores; stages (wall): "
               + ", ".join(f"{k} {v:.2f}s" for k, v in agg.timings.items() if k.endswith("_s")))
-        print(f"{'stage':<22}{'runs':>8}{'wall s':>9}{'cpu s':>8}{'runs/s':>9}{'goal s':>8}{'met':>6}")
-        table = []
-        for name, sec, cpu in rows:
-            goal = GOAL_S if name == "aggregate (no page)" else None
-            met = "-" if goal is None else ("yes" if sec <= goal else "no")
-            print(f"{name:<22}{n:>8}{sec:>9.2f}{cpu:>8.2f}{n / sec:>9.0f}{goal or '-':>8}{met:>6}")
-            table.append([name, n, f"{sec:.2f}", f"{cpu:.2f}", f"{n / sec:.0f}", goal or "-", met])
+        read_table = stage_table(reads, n, goal_for="read")
+        table = stage_table(rows, n, goal_for="aggregate (no page)")
         if args.write_docs:
             from _results import write_table
 
-            write_table("aggregate", "Aggregation of a large synthetic sweep", None,
-                        ["stage", "runs", "wall s", "cpu s", "runs/s", "goal s", "met"], table,
+            header = ["stage", "runs", "wall s", "cpu s", "runs/s", "goal s", "met"]
+            write_table("aggregate", "Reading a large synthetic sweep", None, header, read_table,
+                        notes=f"{n} runs, {lines} metrics lines; `read, per file`: the files Arrow reads, read "
+                              f"as a malformed one is; load average {load0:.1f} at the start.")
+            write_table("aggregate", "Aggregation of a large synthetic sweep", None, header, table,
                         notes=f"{n} runs, {lines} metrics lines; load average {load0:.1f} at the start.")
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def time_reads(root: Path) -> list[tuple[str, float, float]]:
+    """(stage, wall s, cpu s) of reading the sweep with the one reader: as it is, with one corrupt
+    summary and one bad metrics line per chunk of runs (restored after), every file per file."""
+    def timed(name, **kw):
+        t, c = time.perf_counter(), time.process_time()
+        agg = tables.load(root, **kw)
+        out.append((name, time.perf_counter() - t, time.process_time() - c))
+        print(f"{name}: files read per file {agg.timings['read_per_file']}", file=sys.stderr)
+
+    out: list = []
+    timed("read")
+    runs = sorted((root / "runs").iterdir())
+    planted = runs[max(1, min(1000, len(runs) // 2))::2000]     # one run per chunk of 2,000
+    saved = {p: ((p / "summary.json").read_bytes(), (runs[runs.index(p) - 1] / "metrics.jsonl").read_bytes())
+             for p in planted}
+    try:
+        for p, (summary, metrics) in saved.items():
+            (p / "summary.json").write_bytes(summary[: len(summary) // 2])          # a torn summary
+            (runs[runs.index(p) - 1] / "metrics.jsonl").write_bytes(b'{"kind": "tr\n' + metrics)  # a bad line
+        timed("read, malformed")
+    finally:
+        for p, (summary, metrics) in saved.items():
+            (p / "summary.json").write_bytes(summary)
+            (runs[runs.index(p) - 1] / "metrics.jsonl").write_bytes(metrics)
+    timed("read, per file", per_file=True)
+    return out
+
+
+def stage_table(rows, n: int, goal_for: str) -> list[list]:
+    """Print and return the rows of one table (the ``goal_for`` stage has the 5 s goal)."""
+    print(f"{'stage':<22}{'runs':>8}{'wall s':>9}{'cpu s':>8}{'runs/s':>9}{'goal s':>8}{'met':>6}")
+    table = []
+    for name, sec, cpu in rows:
+        goal = GOAL_S if name == goal_for else None
+        met = "-" if goal is None else ("yes" if sec <= goal else "no")
+        print(f"{name:<22}{n:>8}{sec:>9.2f}{cpu:>8.2f}{n / sec:>9.0f}{goal or '-':>8}{met:>6}")
+        table.append([name, n, f"{sec:.2f}", f"{cpu:.2f}", f"{n / sec:.0f}", goal or "-", met])
+    return table
 
 
 def add_distinct_keys(root: Path, k: int) -> None:
