@@ -1,4 +1,4 @@
-"""esopt.es: normalisation, seeds, config checks, learning, checkpoint/resume, non-finite."""
+"""esopt.algorithms.es: normalisation, seeds, config checks, learning, checkpoint/resume, non-finite."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""esopt.distributed: 2 CPU ranks (gloo, launched with torchrun) end with the 1-rank weights
+"""esopt.algorithms.distributed: 2 CPU ranks (gloo, launched with torchrun) end with the 1-rank weights
 (plain members for two iterations, then antithetic pairs for two), evaluate their shares of the
 problems into the 1-rank result bit for bit, and a rank stalled past the process group's timeout
 fails the other's collective with one line naming the setting. One launch serves all three: the

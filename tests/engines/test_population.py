@@ -1,4 +1,4 @@
-"""esopt.population: a batched member generates what the same member perturbed alone does."""
+"""esopt.engines.population: a batched member generates what the same member perturbed alone does."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""esopt.tuning: Optuna 5 studies in a journal file, trial attach by run id, pruners."""
+"""esopt.runtime.tuning: Optuna 5 studies in a journal file, trial attach by run id, pruners."""
 
 import multiprocessing as mp
 

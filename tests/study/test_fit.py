@@ -1,4 +1,4 @@
-"""esopt.fit: best pop per model, the log-log trend, bootstrap intervals, its (descriptive) reading."""
+"""esopt.study.fit: best pop per model, the log-log trend, bootstrap intervals, its (descriptive) reading."""
 
 import math
 

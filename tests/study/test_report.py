@@ -1,4 +1,4 @@
-"""esopt.report: the page holds each figure with the right data (read back from the HTML)."""
+"""esopt.study.report: the page holds each figure with the right data (read back from the HTML)."""
 
 import json
 import re
