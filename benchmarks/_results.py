@@ -17,7 +17,8 @@ file:
     - command: `the command line`
     - date: 2026-12-01 17:12 UTC
     - commit: 7fb1a5f (``git rev-parse --short HEAD``, "-dirty" when tracked files outside
-      docs/results/ have changes)
+      docs/results/ have changes; ``ESOPT_COMMIT`` when set: a copy of the tree run where its
+      git history is absent or not its own, as scripts/gpu_check.sh reads it)
     - machine: Linux x86_64, 2 CPUs (Intel(R) Xeon(R) Processor), 23.4 GiB, CPU only
 
 The benchmark scripts call this only with ``--write-docs``: exploratory runs (fewer
@@ -45,7 +46,10 @@ def slug(title: str) -> str:
 
 
 def commit(repo: Path = REPO) -> str:
-    """Short HEAD, with "-dirty" when tracked files differ from it; "unknown" outside git."""
+    """Short HEAD, with "-dirty" when tracked files differ from it; "unknown" outside git.
+    ``ESOPT_COMMIT``, when set, is the commit of a copied tree (its git, if any, is not its own)."""
+    if os.environ.get("ESOPT_COMMIT"):
+        return os.environ["ESOPT_COMMIT"].strip()
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True,
                               text=True, timeout=10)

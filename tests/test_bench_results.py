@@ -46,8 +46,10 @@ def test_rewrite_replaces_its_section_and_keeps_the_rest(tmp_path):
                         "machine": "test box"}
 
 
-def test_commit_is_marked_dirty_when_the_tree_has_changes(tmp_path):
+def test_commit_is_marked_dirty_when_the_tree_has_changes(tmp_path, monkeypatch):
     import subprocess
+
+    monkeypatch.delenv("ESOPT_COMMIT", raising=False)
 
     def git(*a):
         subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
@@ -61,3 +63,12 @@ def test_commit_is_marked_dirty_when_the_tree_has_changes(tmp_path):
     (tmp_path / "f").write_text("2")
     assert results.commit(tmp_path) == clean + "-dirty"
     assert results.commit(tmp_path / "nowhere") == "unknown"  # not a directory: no git, no crash
+
+
+def test_a_copied_tree_is_stamped_with_the_commit_it_was_copied_from(tmp_path, monkeypatch):
+    """A tree copied to another machine, its .git absent or stale: ESOPT_COMMIT (as
+    scripts/gpu_check.sh reads it) is the stamp's commit, not what that .git says."""
+    monkeypatch.setenv("ESOPT_COMMIT", "606ce05")
+    assert results.commit(REPO) == "606ce05" and results.commit(tmp_path / "nowhere") == "606ce05"
+    path = results.write_table("t", "A", "cmd", ["x"], [[1]], results_dir=tmp_path, date="d", machine_line="m")
+    assert results.read_sections(path)["a"]["commit"] == "606ce05"
