@@ -62,21 +62,21 @@ class PopulationForward:
         names = {id(p): n for n, p in model.named_parameters()}
         self.stacks: dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]] = {}
         self._patched: list[tuple[nn.Module, str, object]] = []
-        self._plan: list[tuple[nn.Module, str, str]] = []  # (module, kind, param name)
+        self._targets: list[tuple[nn.Module, str, str]] = []  # (module, kind, param name) the members perturb
         for mod in model.modules():
             own = [(a, p) for a, p in mod._parameters.items() if p is not None]
             if not own:
                 continue
             if self.linear_only:  # only linear layers' weight matrices; every other module as is
                 if isinstance(mod, nn.Linear) and lora.is_linear_target(names[id(mod.weight)], mod.weight.shape):
-                    self._plan.append((mod, "linear", names[id(mod.weight)]))
+                    self._targets.append((mod, "linear", names[id(mod.weight)]))
                 continue
             if isinstance(mod, nn.Linear):
-                self._plan.append((mod, "linear", names[id(mod.weight)]))
+                self._targets.append((mod, "linear", names[id(mod.weight)]))
             elif isinstance(mod, nn.Embedding):
-                self._plan.append((mod, "embedding", names[id(mod.weight)]))
+                self._targets.append((mod, "embedding", names[id(mod.weight)]))
             elif len(own) == 1 and own[0][0] == "weight" and own[0][1].dim() == 1:
-                self._plan.append((mod, "scale", names[id(own[0][1])]))
+                self._targets.append((mod, "scale", names[id(own[0][1])]))
             else:
                 raise NotImplementedError(
                     f"population batching supports Linear, Embedding and 1-D scale modules, "
@@ -87,7 +87,7 @@ class PopulationForward:
         scales = signs * self.sigma  # fp32 sign_i * sigma, as noise.perturb scales eps
         gen = torch.Generator(device=dev)  # reseeded per (member, tensor): the same streams
         self.bias_delta: dict[str, torch.Tensor] = {}
-        for mod, kind, name in self._plan:
+        for mod, kind, name in self._targets:
             tensors = [(name, params[name])]
             if kind == "linear" and mod.bias is not None and not self.linear_only:
                 tensors.append((names[id(mod.bias)], mod.bias))
@@ -172,7 +172,7 @@ class PopulationForward:
 
     # --- install / remove ------------------------------------------------------------------
     def __enter__(self):
-        for mod, kind, name in self._plan:
+        for mod, kind, name in self._targets:
             if kind == "linear":
                 mod.forward = self._linear(mod, name)
                 self._patched.append((mod, "forward", None))
