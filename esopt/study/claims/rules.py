@@ -1139,7 +1139,7 @@ CLAIMS = {cid: (c.key, c.text) for cid, c in sorted(REGISTRY.items())}
 
 # The registry's graph over its hypotheses (Bretz et al. 2009), and the settings a look reads
 DEFAULTS = {"alpha": 0.05, "level": 0.95, "power": 0.80, "k": 8, "samples_per_k": 4, "min_runs": 3,
-            "keep": 0.22, "keep_share": 0.90, "min_sizes": 5}
+            "keep": KEEP, "keep_share": 0.90, "min_sizes": 5}
 
 SIDES = ("yes", "no")
 
