@@ -89,7 +89,7 @@ THREADED_MIN = 64        # fewer files than this are read on the calling thread
 ARROW_BLOCK = 1 << 22    # bytes per block of Arrow's JSON reader (a chunk's summaries or lines)
 MAX_COLUMNS = 500        # columns of a table; keys beyond (the rarest) go to OTHER_KEYS as JSON
 OTHER_KEYS = "other_keys"
-_KEY = re.compile(rb'[{,]\s*"((?:[^"\\]|\\.)*)"\s*:')   # a JSON object key in raw bytes
+_KEY = re.compile(rb'[{,]\s*"([^"\\]*(?:\\.[^"\\]*)*)"\s*:')   # a JSON object key in raw bytes
 ARROW_ERRORS = (ValueError, KeyError, TypeError, pa.ArrowException)   # Arrow cannot read a group exactly
 
 
@@ -355,7 +355,7 @@ def _read_json_lines(buf: bytes) -> pa.Table:
 def summaries_blob(raws: list[bytes]) -> bytes:
     """Summaries as one JSON object a line, their per-problem lists cut: what Arrow reads. (A
     JSON document has newlines only between tokens, strings escape them: one per line.)"""
-    return drop_lists(b"\n".join(r.replace(b"\n", b"").replace(b"\r", b"") for r in raws), SUMMARY_LISTS)
+    return drop_lists(b"\n".join(r.translate(None, b"\r\n") for r in raws), SUMMARY_LISTS)
 
 
 def arrow_summaries(ids: list[str], blob: bytes) -> pa.Table:
