@@ -94,6 +94,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 from helpers import slurm_reason  # noqa: E402 - the tests' own check: one rule for "Slurm is up"
 
+from esopt.core.store import RunDir  # noqa: E402 - run records are read as the store reads them
+
 TINY = ["model=tiny-xs", "eval.problems=8", "eval.samples=2", "task.n_train=32", "task.n_test=8",
         "task.n_heldout=8", "sweep.name=f"]
 ES = ["algo=es", "pop=4", "iterations=8", "es.batch_size=4", "es.checkpoint_every=2", "eval.every=4"]
@@ -143,21 +145,8 @@ def only_run(root: Path) -> Path | None:
 
 
 def summary(run: Path) -> dict | None:
-    try:
-        return json.loads((run / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def metrics_lines(run: Path) -> list[dict]:
-    path = run / "metrics.jsonl"
-    out = []
-    for raw in path.read_text().splitlines() if path.exists() else []:
-        try:
-            out.append(json.loads(raw))
-        except (ValueError, RecursionError):
-            out.append({"unreadable": raw[:80]})
-    return out
+    """The run's summary as the store reads it (None: none, or unreadable)."""
+    return RunDir(run).read_summary()
 
 
 def warnings(stderr: str) -> list[str]:
@@ -179,13 +168,16 @@ def sha256(path: Path) -> str:
 
 
 def fingerprint(run: Path) -> dict:
-    """Status, trained weights (sha256 of every file in <run>/model/), final metrics, lines."""
-    s = summary(run) or {}
-    model = run / "model"
+    """Status, trained weights (sha256 of every file in <run>/model/), final metrics, lines (and
+    how many could not be parsed), all read by the store's RunDir."""
+    rd = RunDir(run)
+    s = rd.read_summary() or {}
+    lines, unreadable = rd.read_metrics()
     return {"status": s.get("status"),
-            "weights": {p.name: sha256(p) for p in sorted(model.iterdir()) if p.is_file()} if model.is_dir() else {},
+            "weights": {p.name: sha256(p) for p in sorted(rd.model_dir.iterdir()) if p.is_file()}
+            if rd.model_dir.is_dir() else {},
             "final": untimed(s.get("final")), "tokens": s.get("tokens_generated"),
-            "lines": [untimed(x) for x in metrics_lines(run)]}
+            "lines": [untimed(x) for x in lines], "unreadable_lines": unreadable}
 
 
 def differences(ref: dict, got: dict) -> list[str]:
@@ -201,6 +193,8 @@ def differences(ref: dict, got: dict) -> list[str]:
     if got["lines"] != ref["lines"]:
         n = sum(a != b for a, b in zip(ref["lines"], got["lines"])) + abs(len(ref["lines"]) - len(got["lines"]))
         out.append(f"{n} metrics lines differ ({len(got['lines'])} vs {len(ref['lines'])})")
+    if got["unreadable_lines"]:
+        out.append(f"{got['unreadable_lines']} metrics lines cannot be parsed")
     return out
 
 
@@ -300,7 +294,7 @@ class Bench:
     def step_s(self, name: str) -> float:
         """The reference run's mean seconds from one train line to the next."""
         (run,) = runs(self.sweeps[name]).values()
-        t = [x["wall_s"] for x in metrics_lines(run) if x.get("kind") == "train"]
+        t = [x["wall_s"] for x in RunDir(run).lines() if x.get("kind") == "train"]
         return (t[-1] - t[0]) / (len(t) - 1)
 
     def fresh(self, label: str) -> Path:
@@ -334,7 +328,7 @@ def kill(root: Path, overrides, rng: random.Random, ready, delay_s: float, tries
 
 
 def has_summary(run: Path) -> bool:
-    return (run / "summary.json").exists()
+    return RunDir(run).summary_path.exists()
 
 
 def rerun(root: Path, overrides, refs: dict, damaged: Path | None = None) -> tuple[list, int]:
@@ -353,7 +347,7 @@ def rerun(root: Path, overrides, refs: dict, damaged: Path | None = None) -> tup
 
 def trained(run: Path) -> int:
     """The last train iteration (step) a run recorded, 0 before the first."""
-    return max((x["iteration"] for x in metrics_lines(run) if x.get("kind") == "train"), default=0)
+    return max((x["iteration"] for x in RunDir(run).lines() if x.get("kind") == "train"), default=0)
 
 
 def run_kill(bench: Bench, rng, name: str, overrides) -> Outcome:

@@ -45,6 +45,11 @@ def test_the_comparison_says_no_to_a_different_or_incomplete_run(faults, tmp_pat
     assert wrong == [f"{rid}: weights differ: model.safetensors"] and lost == 0
 
     lines = (run / "metrics.jsonl").read_text().splitlines()
+    with open(run / "metrics.jsonl", "a") as f:    # torn by a kill: the store skips it, the comparison counts it
+        f.write('{"kind": "train", "iter')
+    wrong, lost = bench.check(refs, tmp_path)
+    assert wrong == [f"{rid}: weights differ: model.safetensors", f"{rid}: 1 metrics lines cannot be parsed"]
+    assert lost == 0
     (run / "metrics.jsonl").write_text("\n".join(lines[:-2]) + "\n")  # the last train and eval lines
     (tmp_path / "f" / "optuna.journal").unlink()
     wrong, lost = bench.check(refs, tmp_path)

@@ -177,6 +177,17 @@ class RunDir:
 
     def lines(self) -> Iterator[dict]:
         """Metrics lines; a torn last line (killed mid-write) is skipped."""
+        return (line for line in self._parsed_lines() if line is not None)
+
+    def read_metrics(self) -> tuple[list, int]:
+        """(metrics lines, how many lines could not be parsed): :meth:`lines` and a count of what
+        it skips (a torn last line, a damaged file), for whoever compares a run with another."""
+        parsed = list(self._parsed_lines())
+        lines = [line for line in parsed if line is not None]
+        return lines, len(parsed) - len(lines)
+
+    def _parsed_lines(self) -> Iterator:
+        """Each non-blank line of metrics.jsonl parsed, None for one that cannot be."""
         if not self.metrics_path.exists():
             return
         with open(self.metrics_path) as f:
@@ -187,7 +198,7 @@ class RunDir:
                 try:
                     yield json.loads(raw)
                 except (json.JSONDecodeError, RecursionError):   # RecursionError: nested too deep
-                    continue
+                    yield None
 
     def truncate_metrics(self, keep: "callable") -> None:
         """Keep only the lines for which ``keep(line)`` is true (used on resume)."""

@@ -75,6 +75,7 @@ def test_rundir_log_and_torn_line(tmp_path):
         f.write('{"kind": "train", "iter')  # torn by a kill
     lines = list(rd.lines())
     assert lines == [{"kind": "train", "iteration": 1, "reward_mean": 0.5, "bad": None}]
+    assert rd.read_metrics() == (lines, 1)                   # the torn line, counted
     rd.write_summary({"status": "completed"})
     assert rd.status == "completed"
 
