@@ -431,7 +431,7 @@ def lock_run(run_dir: str | os.PathLike, retries: int = 50,
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = run_dir / LOCK_NAME
-    record = {**worker_info(), "nonce": uuid.uuid4().hex, "claimed_at": time.time()}
+    record = {**worker_info(), "nonce": uuid.uuid4().hex, "locked_at": time.time()}
     for _ in range(retries):
         if _create_exclusive(lock, record):
             return RunLock(lock, record), None
