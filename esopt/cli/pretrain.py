@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from esopt.cli.common import Parser
-from esopt.core.store import atomic_write_text
+from esopt.core.files import atomic_write_text
 from esopt.models import pretrain
 from esopt.models.tiny import ARCH, TINY, TINY_DIR
 

@@ -46,6 +46,12 @@ def atomic_path(path: str | os.PathLike):
         raise
 
 
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, *, replace: bool = True):
     """Yield an empty temporary directory beside ``path``; when the block succeeds, rename it

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 # atomic writes and file hashes live in esopt.core.files; fingerprints of a run's inputs
 # (part of the run id) in esopt.core.fingerprint
-from esopt.core.files import apply_umask, atomic_dir, atomic_path, file_sha256  # noqa: F401
+from esopt.core.files import apply_umask, atomic_dir, atomic_path, atomic_write_text, file_sha256  # noqa: F401
 from esopt.core.fingerprint import (FP_BLOCK, FP_CACHE_ENTRIES, FP_CACHE_FILE, FP_MAX_FILES,  # noqa: F401
                                     FP_WHOLE, fingerprint, fingerprint_key)
 
@@ -70,12 +70,6 @@ def jsonable(obj: Any) -> Any:
 def dumps(obj: Any, **kw) -> str:
     """``json.dumps(jsonable(obj))``: strict JSON for anything esopt records."""
     return json.dumps(jsonable(obj), **kw)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (:func:`atomic_path`)."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
