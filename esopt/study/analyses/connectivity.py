@@ -23,7 +23,6 @@ finds no partner yet and says so (a warning: the sweep goes on).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Callable, Sequence
 import torch
 
 from esopt.core.errors import ConfigError
+from esopt.core.store import RunDir
 from esopt.study.analyses.common import (EvalOpts, analysis_engine, analysis_task, checked, result_header,
                                          run_evaluate, scores, write_result)
 from esopt.study.analyses.delta import (TrainedWeights, check_match, delta_chunks, load_model, open_pair, params,
@@ -116,11 +116,7 @@ def set_interpolation(pair, other: TrainedWeights, work_params: dict, t: float) 
 
 
 def _summary(run_dir: Path) -> dict | None:
-    try:
-        s = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return s if isinstance(s, dict) else None
+    return RunDir(run_dir).read_summary()
 
 
 def _key(s: dict):

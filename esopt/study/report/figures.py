@@ -3,7 +3,6 @@ missing). Ids and contents are listed in ``esopt.study.report.page``."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -13,6 +12,7 @@ import pandas as pd
 
 from esopt.algorithms import trains
 from esopt.core.metrics import pass_at_k, percentile_interval, resample_indices
+from esopt.core.store import RunDir
 from esopt.study.report.plotting import (BASE, algo_color, band_trace, close_group, facet_groups, facet_order, figure_dict,
                                   fmt_params, layout_dict, menu_figure, reads, run_label, trace_dict)
 
@@ -137,12 +137,11 @@ def _read_counts(runs_dir: Path | None, rid: str, which: str):
     if runs_dir is None:
         return None
     try:
-        s = json.loads((runs_dir / rid / "summary.json").read_bytes())
-        ev = s.get(which) or {}
+        ev = (RunDir(runs_dir / rid).read_summary() or {}).get(which) or {}
         cc = ev.get("correct_counts")
         if cc and ev.get("samples"):
             return int(ev["samples"]), np.asarray(cc, dtype=float)
-    except (OSError, ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError):
         pass
     return None
 
