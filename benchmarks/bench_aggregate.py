@@ -101,11 +101,14 @@ def main(argv=None) -> int:
             from _results import write_table
 
             header = ["stage", "runs", "wall s", "cpu s", "runs/s", "goal s", "met"]
+            load = f"load average {load0:.1f} at the start" + (
+                f" on {os.cpu_count()} cores (a shared machine: wall s includes the time spent waiting for a "
+                "core; cpu s is this process's own work, all its threads)" if load0 > (os.cpu_count() or 1) else "")
             write_table("aggregate", "Reading a large synthetic sweep", None, header, read_table,
                         notes=f"{n} runs, {lines} metrics lines; `read, per file`: the files Arrow reads, read "
-                              f"as a malformed one is; load average {load0:.1f} at the start.")
+                              f"as a malformed one is; {load}.")
             write_table("aggregate", "Aggregation of a large synthetic sweep", None, header, table,
-                        notes=f"{n} runs, {lines} metrics lines; load average {load0:.1f} at the start.")
+                        notes=f"{n} runs, {lines} metrics lines; {load}.")
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
