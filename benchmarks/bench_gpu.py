@@ -90,8 +90,9 @@ def bench_task(n_rows: int, prompt_len: int, vocab: int, budget: int):
     import datasets
     import numpy as np
 
-    from esopt.tasks import Task, Verdict
+    from esopt.tasks import Task, Verdict, register
 
+    @register  # planned like any task (grpo_step's plan)
     class Sevens(Task):
         name = "gpu_bench"
         budgets = {"compact": budget}
@@ -180,22 +181,21 @@ def grpo_step(name: str, device: str, s: dict, tok, vocab: int, path: Path) -> d
     import torch
 
     from esopt.algorithms import grpo
-    from esopt.core.config import EvalConfig, RunConfig, SweepConfig
     from esopt.core.store import RunDir
     from esopt.engines.hf import HFEngine
     from esopt.runtime.context import RunContext
+    from esopt.runtime.validate import plan_in_memory
 
-    cfg = RunConfig(model={"name": name, "dtype": "bfloat16"}, task={"name": "gpu_bench"}, algo="grpo",
-                    engine={"name": "hf"}, pop=1,
-                    sigma=None, lr=1e-6, seed=0, iterations=2, eval=EvalConfig(problems=1, samples=1, every=100),
-                    sweep=SweepConfig(),
-                    grpo={"num_generations": s["grpo_group"], "prompts_per_step": s["grpo_prompts"],
-                          "max_completion_length": s["grpo_tokens"]})
-    model = build(name, device, torch.bfloat16)  # loaded in bf16; GRPO holds it as fp32 masters
     task = bench_task(s["grpo_prompts"], s["prompt_len"], vocab, s["grpo_tokens"])
+    plan = plan_in_memory({"model": {"name": name, "dtype": "bfloat16"}, "task": {"name": "gpu_bench"}, "algo": "grpo",
+                           "engine": {"name": "hf"}, "pop": 2, "sigma": None, "lr": 1e-6, "seed": 0,
+                           "iterations": 2, "eval": {"problems": 1, "samples": 1, "every": 100},
+                           "grpo": {"num_generations": s["grpo_group"], "prompts_per_step": s["grpo_prompts"],
+                                    "max_completion_length": s["grpo_tokens"]}})
+    model = build(name, device, torch.bfloat16)  # loaded in bf16; GRPO holds it as fp32 masters
     rd = RunDir(path)
-    rd.create(cfg.to_dict())
-    ctx = RunContext(cfg, model, tok, HFEngine(model, tok, device=device), task, rd, phase="grpo", iterations=2)
+    rd.create(plan.to_dict())
+    ctx = RunContext(plan, model, tok, HFEngine(model, tok, device=device), task, rd, phase="grpo", iterations=2)
     with Meter(device) as m:
         grpo.train(ctx)
     lines = [json.loads(x) for x in rd.metrics_path.read_text().splitlines()]

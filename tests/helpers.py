@@ -28,7 +28,7 @@ import numpy as np
 
 from esopt.core.metrics import pass_at_k
 from esopt.core.store import RunDir, dumps
-from esopt.tasks import Task, Verdict
+from esopt.tasks import Task, Verdict, register
 
 REPO = Path(__file__).resolve().parent.parent
 # the project's shared data beside the checkout (absent in a user's clone); ESOPT_SHARED_DATA
@@ -139,6 +139,7 @@ def tiny_model(seed=0, init=0.1):
     return Qwen2ForCausalLM(cfg).eval()
 
 
+@register  # a registered task: runs on it are planned and validated like any other (sevens_plan)
 class SevensTask(Task):
     """A tiny verifiable task: reward = fraction of the 8 generated characters that are '7'."""
 
@@ -624,24 +625,39 @@ class Killed(BaseException):
     """A process death, raised inside a run (BaseException: nothing in the run catches it)."""
 
 
-def strategy_context(path, algo: str, iterations: int = 4, **blocks):
-    """A run context for a population strategy on tiny-xs and the Sevens task (pop 4, 4
-    prompts, a checkpoint every 2 iterations, no evaluation before the end), in ``path/run``:
-    the strategies' resume tests. ``blocks``: config blocks beside ``es:``."""
-    from esopt.core.config import EvalConfig, RunConfig, SweepConfig
+def sevens_plan(algo: str = "es", **config):
+    """The validated plan (``esopt.runtime.validate``) of a run on tiny-xs and the Sevens task
+    (engine=hf, pop 4, 4 iterations, one problem evaluated at the end only); ``config`` sets
+    top-level keys and blocks of that config (``sigma=0.05``, ``es={...}``)."""
+    from esopt.runtime.validate import validate
+
+    cfg = {"model": {"name": "tiny-xs"}, "task": {"name": "sevens"}, "algo": algo, "engine": {"name": "hf"},
+           "pop": 4, "sigma": None, "lr": None, "seed": 0, "iterations": 4,
+           "eval": {"problems": 1, "samples": 1, "every": 100}, **config}
+    return validate(cfg, check_data=False)
+
+
+def sevens_context(path, plan, seed: int = 0):
+    """A run context for ``plan`` (:func:`sevens_plan`) on :func:`tiny_model` (``seed``) with
+    the hf engine on the CPU and the Sevens task, recording in ``path/run``."""
     from esopt.engines.hf import HFEngine
     from esopt.models.tiny import char_tokenizer
     from esopt.runtime.context import RunContext
 
-    cfg = RunConfig(model={"name": "tiny-xs", "hparams": {"es_sigma": 0.05, "es_lr": 0.05}}, task={"name": "sevens"},
-                    algo=algo, engine={"name": "hf"}, pop=4, sigma=None, lr=None, seed=0,
-                    iterations=iterations, eval=EvalConfig(problems=1, samples=1, every=100), sweep=SweepConfig(),
-                    es={"batch_size": 4, "checkpoint_every": 2}, **blocks)
-    model, tok = tiny_model(), char_tokenizer()
+    model, tok = tiny_model(seed), char_tokenizer()
     rd = RunDir(Path(path) / "run")
-    rd.create(cfg.to_dict())
-    return RunContext(cfg, model, tok, HFEngine(model, tok, device="cpu"), SevensTask({}), rd,
-                      phase=algo, iterations=iterations)
+    rd.create(plan.to_dict())
+    return RunContext(plan, model, tok, HFEngine(model, tok, device="cpu"), SevensTask({}), rd,
+                      phase=plan.algo, iterations=plan.iterations)
+
+
+def strategy_context(path, algo: str, iterations: int = 4, **blocks):
+    """A run context for a population strategy on tiny-xs and the Sevens task (pop 4, 4
+    prompts, a checkpoint every 2 iterations, no evaluation before the end), in ``path/run``:
+    the strategies' resume tests. ``blocks``: config blocks beside ``es:``."""
+    plan = sevens_plan(algo, model={"name": "tiny-xs", "hparams": {"es_sigma": 0.05, "es_lr": 0.05}},
+                       iterations=iterations, es={"batch_size": 4, "checkpoint_every": 2}, **blocks)
+    return sevens_context(path, plan)
 
 
 def kill_while_recording(ctx, train, iteration: int) -> None:

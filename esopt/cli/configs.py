@@ -31,16 +31,16 @@ from hydra.core.config_store import ConfigStore
 # installed package holds a copy there).
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
-_DONE: tuple = ()  # the algorithms registered when register() last ran
+_DONE: tuple = ()  # the algorithms, engines and tasks registered when register() last ran
 
 
 def register() -> None:
-    """Store every structured block in Hydra's ConfigStore (idempotent; again when an algorithm
-    or an engine was registered since)."""
+    """Store every structured block in Hydra's ConfigStore (idempotent; again when an algorithm,
+    an engine or a task was registered since)."""
     global _DONE
     from esopt import algorithms, engines, tasks
 
-    registered = (tuple(algorithms.ALGORITHMS.items()), tuple(engines.ENGINES.items()))
+    registered = (tuple(algorithms.ALGORITHMS.items()), tuple(engines.ENGINES.items()), tasks.TASK_NAMES)
     if _DONE == registered:
         return
     from esopt.core.config import EvalConfig, SparsityConfig, SweepConfig

@@ -97,18 +97,16 @@ def draft_plan(rc: RunConfig, engine_config: Any = None) -> RunPlan:
     return dataclasses.replace(draft, phases=tuple(phases))
 
 
-def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_settings: Any = None,
+def make_plan(rc: RunConfig, engine_config: Any = None, tuning_settings: Any = None,
               lay: Any = None, tracker_options: dict | None = None, ids: bool = True,
               draft: RunPlan | None = None) -> RunPlan:
     """The run's :class:`RunPlan` from its validated config: each phase's block resolved through
     its registry entry (``Algorithm.resolve``, over the phase's share of the iterations:
     ``Algorithm.budgets``), the typed engine block, the task specs, the tuning settings
     (``esopt.runtime.tuning.resolve``), the layout (``esopt.runtime.layout``) and the trackers'
-    options (``esopt.runtime.trackers.check``). A plan is returned as it is. ``ids=False``: without
+    options (``esopt.runtime.trackers.check``). ``ids=False``: without
     input fingerprints and ids (a what-if plan that only prices a run: esopt.plan's search).
     ``draft``: its :func:`draft_plan`, already made (validate's)."""
-    if isinstance(rc, RunPlan):
-        return rc
     if draft is None:
         draft = draft_plan(rc, engine_config)
     ood = rc.eval.ood_task
@@ -122,6 +120,27 @@ def make_plan(rc: RunConfig | RunPlan, engine_config: Any = None, tuning_setting
     if not ids:
         return plan
     return dataclasses.replace(plan, run_id=run_id(plan), config_id=config_id(plan))
+
+
+def plan_in_memory(cfg: Any) -> RunPlan:
+    """The plan of a run whose model its caller builds in memory (a benchmark's random-weight
+    model, which no directory holds): :func:`validate`'s parsing and resolution (the run's own
+    blocks, the task's defaults, each phase's block through its registry entry, the algorithm's
+    checks) without the checks of the model's name and files, the engine's libraries and the
+    task's data, and without ids. A run to dispatch goes through :func:`validate`."""
+    rc = parse(cfg, blocks=algorithms.blocks())
+    algo = algorithms.get(rc.algo)
+    rc = resolve_defaults(own_blocks(dataclasses.replace(rc, engine=engines.resolve(rc.engine, None)), algo))
+    draft = draft_plan(rc)
+    lay = layout(rc, draft.engine_config)
+    algo.validate(dataclasses.replace(draft, layout=lay))
+    return make_plan(rc, lay=lay, ids=False, draft=draft)
+
+
+def replan(plan: RunPlan, **changes: Any) -> RunPlan:
+    """``plan`` with its config changed (``pop``, ``model``, ``eval``, ...) and planned again,
+    without checks or ids: a what-if plan that only prices a run (esopt.plan's search)."""
+    return make_plan(dataclasses.replace(plan.config, **changes), ids=False)
 
 
 def on_gpu(rc: RunConfig, remote: bool) -> bool:
@@ -309,14 +328,13 @@ def input_fingerprints(rc: RunConfig) -> dict:
     return out
 
 
-def identity(plan: RunPlan | RunConfig) -> dict:
+def identity(plan: RunPlan) -> dict:
     """The resolved plan's part that defines the run's result (its id is a hash of this): the
     config's (:func:`config_identity`) with each phase's block resolved (``RunPlan.phases``: ES's
     sigma and lr filled in from the top-level axis, the block or the model's hparams; GRPO's
     lr) in place of the top-level ``sigma`` / ``lr`` and the block as written. A stated default
     and an implied one (``sigma=0.01`` on a model whose es_sigma is 0.01, or ``es.sigma=0.01``)
     are one run with one id. A run that trains nothing has the id it had before the plan."""
-    plan = make_plan(plan)
     d = config_identity(plan.config, plan.inputs)
     algo = algorithms.get(plan.config.algo)
     for phase in plan.phases:
@@ -388,7 +406,7 @@ def config_identity(rc: RunConfig, inputs: dict | None = None) -> dict:
     return d
 
 
-def run_id(plan: RunPlan | RunConfig) -> str:
+def run_id(plan: RunPlan) -> str:
     """The run's id: the hash of its resolved plan (:func:`identity`)."""
     return store.run_id(identity(plan))
 
@@ -440,14 +458,14 @@ def recorded_plan(run_dir, cuda: bool | None = None) -> RunPlan:
     return validate(raw, check_data=False, cuda=cuda)
 
 
-def config_id(rc: RunConfig) -> str:
+def config_id(plan: RunPlan) -> str:
     """The id of the run's configuration: its identity without the seed, so the seed
     replicates of one configuration share it (the ``auto`` pruner pools them)."""
-    d = identity(rc)
+    d = identity(plan)
     d.pop("seed", None)
     return store.run_id(d)
 
 
-def uses(rc: RunConfig, key: str) -> bool:
+def uses(plan: RunPlan, key: str) -> bool:
     """Whether the run's algorithm reads the top-level or block key ``key``."""
-    return algorithms.get(rc.algo).uses(key)
+    return algorithms.get(plan.algo).uses(key)

@@ -34,7 +34,7 @@ from esopt.core.errors import ConfigError
 
 STYLES: tuple[str, ...] = ("compact", "chat")
 
-# task name -> (module, class name); modules are imported on first use.
+# task name -> (module, class name); modules are imported on first use (a registered class: itself).
 _CLASSES = {
     "countdown": ("esopt.tasks.countdown", "CountdownTask"),
     "gsm8k": ("esopt.tasks.gsm8k", "GSM8KTask"),
@@ -141,8 +141,23 @@ def task_class(name: str) -> type:
     """The ``Task`` subclass of task ``name`` (its module is imported on first use)."""
     if name not in _CLASSES:
         raise ConfigError(f"unknown task {name!r}; known tasks: {', '.join(TASK_NAMES)}")
-    module, cls = _CLASSES[name]
+    entry = _CLASSES[name]
+    if isinstance(entry, type):
+        return entry
+    module, cls = entry
     return getattr(importlib.import_module(module), cls)
+
+
+def register(cls: type) -> type:
+    """Add the ``Task`` subclass ``cls`` under its ``name`` (a task defined outside esopt/tasks,
+    e.g. a test's or a benchmark's): validation, the run's plan and ``task=<name>`` then know it.
+    Returns ``cls`` (a class decorator)."""
+    global TASK_NAMES
+    if not (isinstance(cls, type) and issubclass(cls, Task) and cls.name):
+        raise ValueError(f"{cls!r} is not a named Task subclass")
+    _CLASSES[cls.name] = cls
+    TASK_NAMES = tuple(_CLASSES)
+    return cls
 
 
 def defaults(name: str) -> dict:

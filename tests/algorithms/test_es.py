@@ -8,37 +8,25 @@ import torch
 
 from esopt import noise
 from esopt.algorithms import es
-from esopt.core.config import EvalConfig, RunConfig, SweepConfig
 from esopt.core.errors import ConfigError
 from esopt.engines.hf import HFEngine
 from esopt.engines.weights import Weights
 from esopt.models.tiny import char_tokenizer
-from esopt.core.store import RunDir
 from esopt.core.errors import NonFinite
-from esopt.runtime.context import RunContext
-from helpers import Killed, SevensTask, kill_while_recording, tiny_model
+from helpers import Killed, SevensTask, kill_while_recording, sevens_context, sevens_plan, tiny_model
 
 from esopt.tasks import Verdict
 
 
 
 def run_config(**over):
+    """The plan of an ES run on the Sevens task (helpers.sevens_plan) at sigma = lr = 0.05."""
     es_over = over.pop("es", {})
-    base = dict(model={"name": "tiny-xs"}, task={"name": "sevens"}, algo="es", engine={"name": "hf"},
-                pop=4, sigma=0.05, lr=0.05, seed=0, iterations=4,
-                eval=EvalConfig(problems=1, samples=1, every=100), sweep=SweepConfig(),
-                es={"batch_size": 4, "checkpoint_every": 2, **es_over})
-    base.update(over)
-    return RunConfig(**base)
+    return sevens_plan(**{"sigma": 0.05, "lr": 0.05, **over, "es": {"batch_size": 4, "checkpoint_every": 2, **es_over}})
 
 
 def make_ctx(tmp_path, cfg, seed=0):
-    model = tiny_model(seed)
-    tok = char_tokenizer()
-    engine = HFEngine(model, tok, device="cpu")
-    rd = RunDir(tmp_path / "run")
-    rd.create(cfg.to_dict())
-    return RunContext(cfg, model, tok, engine, SevensTask({}), rd, phase="es", iterations=cfg.iterations)
+    return sevens_context(tmp_path, cfg, seed)
 
 
 def lines(ctx, kind="train"):
@@ -180,7 +168,7 @@ def test_resume_records_the_evaluation_due_at_the_checkpoint(tmp_path):
     """Killed after the checkpoint of iteration 2 but before its evaluation: the resumed run
     evaluates iteration 2 first (on the checkpoint's weights), so the curve has every point,
     each once, equal to the uninterrupted run's."""
-    cfg = run_config(iterations=4, eval=EvalConfig(problems=2, samples=2, every=2))
+    cfg = run_config(iterations=4, eval={"problems": 2, "samples": 2, "every": 2})
     full = make_ctx(tmp_path / "a", cfg)
     es.train(full)
 
