@@ -170,7 +170,6 @@ def estimator() -> list[list]:
 
     from esopt import models
     from esopt.runtime import memory
-    from esopt.runtime.validate import make_plan
 
     rows = []
     for model in SIZES:
@@ -188,7 +187,7 @@ def estimator() -> list[list]:
             finally:
                 memory.check = keep
             for gpus in (1, 2, 4, 8) if algo == "grpo" else (1,):
-                est = memory.estimate(make_plan(plan), gpus)
+                est = memory.estimate(plan, gpus)
                 if gpus > 1 and memory.estimate(plan, gpus // 2).fits:
                     break
                 p = est.parts

@@ -198,19 +198,12 @@ def check_engine(cfg, es: ESRun) -> None:
     cls.check_population(cfg.engine_config, cfg.model, es.noise_rank)
 
 
-def noise_label(cfg) -> str | None:
+def noise_label(plan) -> str | None:
     """How a run's ES perturbs, for tables (dry run, report): ``full-rank`` (the study's ES) or
-    ``EGGROLL r=<rank>[, linear layers]`` (low-rank batched ES is EGGROLL, not the study's ES);
-    None when the run's algorithm does not read the ``es`` block."""
-    from esopt import algorithms
-
-    try:
-        if not algorithms.get(cfg.algo).uses("es"):
-            return None
-        planned = [p.settings for p in getattr(cfg, "phases", ()) if isinstance(p.settings, ESRun)]
-        return (planned[0] if planned else ESRun.from_run(cfg)).label  # a run's plan, or a bare config
-    except Exception:  # noqa: BLE001 - a label never takes a table down
-        return None
+    ``EGGROLL r=<rank>[, linear layers]`` (low-rank batched ES is EGGROLL, not the study's ES),
+    read from its plan's ES phase; None when it has none."""
+    planned = [p.settings for p in plan.phases if isinstance(p.settings, ESRun)]
+    return planned[0].label if planned else None
 
 
 def estimate_tokens(es: ESRun, iterations: int, budget: int, train_rows: int | None = None) -> int:

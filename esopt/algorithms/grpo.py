@@ -303,7 +303,7 @@ def resolve_rollouts(cfg, settings: GRPOSettings) -> GRPOSettings:
     serve rollouts is a ConfigError (one line)."""
     from esopt import engines
 
-    engine = run_engine_config(cfg)
+    engine = cfg.engine_config  # the plan's typed engine block
     cls = engines.engine_class(engine)
     serves = cls.serves_rollouts
     if settings.use_vllm and serves and cls.holds_weights:
@@ -312,15 +312,6 @@ def resolve_rollouts(cfg, settings: GRPOSettings) -> GRPOSettings:
         raise ConfigError(f"grpo.rollouts=engine needs an engine that serves rollouts (engine=vllm); engine="
                           f"{engine.name} leaves them to TRL (grpo.rollouts=trl)")
     return settings
-
-
-def run_engine_config(cfg):
-    """The run's typed engine block: its plan's, or parsed from a bare RunConfig (a context
-    made from one: benchmarks/bench_gpu.py)."""
-    from esopt import engines
-    from esopt.core.config import RunConfig
-
-    return engines.parse(cfg.engine) if isinstance(cfg, RunConfig) else cfg.engine_config
 
 
 def id_form(block: dict, engine: str | None = None) -> dict:
@@ -646,7 +637,7 @@ def grpo_config(ctx, settings: GRPOSettings, output_dir: Path, lr: float, trl_vl
     sharding = sharding_of(settings, world, not on_cpu, type(ctx.engine).holds_weights)
     kwargs.update(fsdp_arguments(sharding, settings.gradient_checkpointing))
     if trl_vllm:
-        kwargs.update(vllm_mode="colocate", vllm_gpu_memory_utilization=run_engine_config(cfg).colocated_gpu_share)
+        kwargs.update(vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.engine_config.colocated_gpu_share)
     if ctx.task.stop and trl_vllm:
         kwargs["generation_kwargs"] = {"stop": list(ctx.task.stop)}
     kwargs.update(settings.trl)

@@ -103,11 +103,8 @@ def _save_phase(ctx, path: Path, record: dict) -> None:
 
 def planned(ctx) -> list[tuple[str, int, int]]:
     """``(algo, iterations, offset)`` of each phase: the run plan's (``RunPlan.phases``, split
-    once by validate); a context made from a bare ``RunConfig`` splits here (:func:`budgets`)."""
-    if callable(getattr(ctx.cfg, "phase", None)):
-        return [(p.algo, p.iterations, p.offset) for p in ctx.cfg.phases]
-    n = split_iterations(int(getattr(ctx, "iterations", ctx.cfg.iterations)), split_of(ctx.cfg))
-    return [(name, k, sum(n[:i])) for i, (name, k) in enumerate(zip(phases(ctx.cfg), n))]
+    once by validate: :func:`budgets`)."""
+    return [(p.algo, p.iterations, p.offset) for p in ctx.cfg.phases]
 
 
 def train(ctx) -> dict | None:

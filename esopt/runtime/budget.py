@@ -336,7 +336,7 @@ def analysis_evaluations(plan) -> dict[str, int]:
     6 x 3 + 2 + 2 = 22); forgetting 2 per held-out task; connectivity 5 on an ES run; drift 0."""
     from esopt import algorithms
 
-    names = list(getattr(plan, "analysis", None) or [])
+    names = list(plan.analysis or [])
     out = {}
     for name in names:
         if name == "sparsity":

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from esopt import algorithms
 from esopt.core import store
 from esopt.core.errors import Pruned
 from esopt.evaluator import evaluate_config, write_samples
@@ -61,7 +60,7 @@ class RunContext:
     of ``eval.probes`` by name ({} when none).
     """
 
-    cfg: Any   # the run's RunPlan (esopt.runtime.runplan; a test's context may hold a bare parsed config)
+    cfg: Any   # the run's RunPlan (esopt.runtime.runplan), made by validate
     model: Any
     tokenizer: Any
     engine: Any
@@ -77,12 +76,8 @@ class RunContext:
     @property
     def settings(self) -> Any:
         """This phase's resolved algorithm settings: the run plan's (``RunPlan.phase``, resolved
-        once by validate); a context made from a bare ``RunConfig`` resolves them here, through
-        the same registry entry (``Algorithm.resolve``)."""
-        phase = getattr(self.cfg, "phase", None)
-        if callable(phase):
-            return phase(self.phase).settings
-        return algorithms.get(self.phase).resolve(self.cfg, self.iterations)
+        once by validate)."""
+        return self.cfg.phase(self.phase).settings
 
     # --- recording ---------------------------------------------------------------------
     @property

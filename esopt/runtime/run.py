@@ -96,7 +96,7 @@ def save_model(ctx: RunContext) -> None:
     run whose last phase trained the HF model by gradients (GRPO: ``master_weights``) saves that
     model (or its gathered shards): an engine holding its own copy (vLLM) holds it in
     ``model.dtype``, and copying it back would round the masters to it."""
-    phases = getattr(ctx.cfg, "phases", ()) or ()
+    phases = ctx.cfg.phases
     if not algorithms.get(phases[-1].algo if phases else ctx.cfg.algo).master_weights:
         ctx.engine.sync_to(ctx.model)
     models.save(ctx.model, ctx.tokenizer, ctx.run.model_dir, dtype=ctx.cfg.model.get("save_dtype"),

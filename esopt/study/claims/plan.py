@@ -646,9 +646,9 @@ def pilot_literal(sweep_dir) -> list[str]:
 # the cheapest design that decides
 def _variant(plan, *, pop=None, problems=None, samples=None, model=None):
     """The plan of a composed run with another population, evaluation size or model (for costs):
-    its config changed and planned again, without ids (``esopt.runtime.validate.make_plan``), so
+    its config changed and planned again, without ids (``esopt.runtime.validate.replan``), so
     the phases' settings and the task spec the estimates read follow the change."""
-    from esopt.runtime.validate import make_plan
+    from esopt.runtime.validate import replan
 
     changes: dict = {}
     if pop is not None:
@@ -658,7 +658,7 @@ def _variant(plan, *, pop=None, problems=None, samples=None, model=None):
     if problems is not None or samples is not None:
         changes["eval"] = replace(plan.eval, problems=problems if problems is not None else plan.eval.problems,
                                   samples=samples if samples is not None else plan.eval.samples)
-    return make_plan(replace(plan.config, **changes), ids=False) if changes else plan
+    return replan(plan, **changes) if changes else plan
 
 
 def _spread(items: list, k: int) -> list:
