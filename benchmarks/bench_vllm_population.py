@@ -39,7 +39,7 @@ GOAL = 1.15
 
 
 def _rc(model: str, *extra: str):
-    """The validated RunConfig of ``python -m esopt.sweep model=<model> algo=es <extra>``."""
+    """The validated RunPlan of ``python -m esopt.sweep model=<model> algo=es <extra>``."""
     from hydra import compose, initialize_config_dir
 
     from esopt.cli import configs

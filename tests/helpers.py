@@ -1,7 +1,7 @@
 """Helpers shared by the tests (and the aggregate benchmark): one place for each.
 
 - ``compose(*overrides)`` / ``run_config(*overrides)``: the Hydra config as the entry points
-  compose it (structured blocks registered), and its validated ``RunConfig``;
+  compose it (structured blocks registered), and its validated ``RunPlan``;
 - ``run_cli(module, *args)``: ``python -m <module> ...`` as a user would run it;
 - ``write_synthetic_sweep(root, ...)``: fake but well-formed run directories with a planted
   scaling law, written through the results store the runs use (``esopt.core.store.RunDir``);
@@ -272,7 +272,7 @@ def compose(*overrides: str, hydra: bool = False):
 
 
 def run_config(*overrides: str, check_data: bool = True):
-    """The validated RunConfig of ``python -m esopt.sweep <overrides>``."""
+    """The validated RunPlan of ``python -m esopt.sweep <overrides>``."""
     from esopt.runtime.validate import validate
 
     return validate(compose(*overrides), check_data=check_data)

@@ -285,7 +285,7 @@ def decide_all(measures: dict[int, dict], s: Mapping, graph: Mapping | None = No
 # ---------------------------------------------------------------------------------------
 # one registered look
 def design_of(runs: list[tuple[str, Any]]) -> dict:
-    """A sweep's design from its runs' (run id, RunConfig): the run ids (they hash the whole
+    """A sweep's design from its runs' (run id, RunPlan): the run ids (they hash the whole
     result-defining config) and, readable, per algorithm its models, seeds, populations and
     iterations, and the evaluation's problems, samples and test draw."""
     per: dict = {}

@@ -76,7 +76,7 @@ def data_of(records: Iterable[Mapping]) -> dict:
 
 
 def data_of_configs(runs: Iterable) -> dict:
-    """{key: datum} of a design's runs, (run id, RunConfig) pairs as ``register`` takes them: the
+    """{key: datum} of a design's runs, (run id, RunPlan) pairs as ``register`` takes them: the
     data their records will carry (``datum``)."""
     out = {}
     for _, rc in runs:

@@ -1,6 +1,6 @@
 """Before a study runs: can its grid decide each claim, and what does it cost (issue 40).
 
-    grid = grid_of(runs)                       # runs: [(run_id, RunConfig)] as the sweeper composes them
+    grid = grid_of(runs)                       # runs: [(run_id, RunPlan)] as the sweeper validates them
     report = plan(grid, runs, sims=100)        # per claim: power, false yes, decidable or what is missing; cost
     print("\\n".join(lines(report)))
     found = search(grid, runs, claims=[1, 3], target=0.8, max_hours=100)
