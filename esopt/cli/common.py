@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from esopt.cli import configs
 from esopt.cli.configs import CONF_DIR  # noqa: F401 - the Hydra configs (conf/), here for every entry point
 
 
@@ -223,6 +224,7 @@ def precheck(argv: list[str]) -> None:
     overrides = _overrides(argv)
     if overrides is None:
         return
+    configs.register()  # the config tree of the registries as they are now (an algorithm added or removed)
     try:
         point, values = first_point(overrides)
     except Exception as e:  # noqa: BLE001 - Hydra's OverrideParseException
@@ -347,8 +349,6 @@ def prepare_argv(argv: list[str]) -> list[str]:
 def hydra_app(task_function):
     """Run ``task_function(cfg)`` as esopt's Hydra app over ``conf/`` (argv already prepared)."""
     import hydra
-
-    from esopt.cli import configs
 
     configs.register()
     argv = sys.argv[1:]

@@ -31,13 +31,16 @@ from hydra.core.config_store import ConfigStore
 # installed package holds a copy there).
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
-_DONE: tuple = ()  # the algorithms, engines and tasks registered when register() last ran
+_DONE: tuple = ()  # the registries when register() last ran
+_STORED: set = set()  # the (group, name) entries register() last stored
 
 
 def register() -> None:
-    """Store every structured block in Hydra's ConfigStore (idempotent; again when an algorithm,
-    an engine or a task was registered since)."""
-    global _DONE
+    """Make Hydra's ConfigStore hold every structured block of the current registries
+    (idempotent; again when an algorithm, an engine or a task was registered or removed since:
+    an entry stored for something no longer registered is taken out, so a later composition
+    does not carry, say, a test's algorithm block after its registry line was undone)."""
+    global _DONE, _STORED
     from esopt import algorithms, engines, tasks
 
     registered = (tuple(algorithms.ALGORITHMS.items()), tuple(engines.ENGINES.items()), tasks.TASK_NAMES)
@@ -47,21 +50,36 @@ def register() -> None:
     from esopt.runtime.trackers import default_options
     from esopt.runtime.tuning import TuningConfig
 
-    cs = ConfigStore.instance()
+    entries = {}  # (group, name) -> (node, package)
     for group, node in (("eval", EvalConfig), ("sweep", SweepConfig), ("tuning", TuningConfig),
                         ("sparsity", SparsityConfig)):
-        cs.store(group=group, name="default", node=asdict(node()), provider="esopt")
-    cs.store(group="logger_opts", name="default", node=default_options(), provider="esopt")
+        entries[group, "default"] = (asdict(node()), None)
+    entries["logger_opts", "default"] = (default_options(), None)
     blocks = {name: b.defaults() for name, b in algorithms.blocks().items()}
     for name, node in blocks.items():
-        cs.store(group=name, name="default", node=node, provider="esopt")
-    cs.store(name="algo_blocks", node=blocks, provider="esopt")
+        entries[name, "default"] = (node, None)
+    entries[None, "algo_blocks"] = (blocks, None)
     for name in algorithms.ALGORITHMS:
         if not (CONF_DIR / "algo" / f"{name}.yaml").exists():  # a file of the same name wins
-            cs.store(group="algo", name=name, node={"algo": name}, package="_global_", provider="esopt")
+            entries["algo", name] = ({"algo": name}, "_global_")
     for name, node in engines.ENGINES.items():
-        cs.store(group="engine", name=name, node=asdict(node()), provider="esopt")
-    cs.store(group="engine", name=engines.AUTO, node=asdict(engines.EngineConfig(name=engines.AUTO)), provider="esopt")
+        entries["engine", name] = (asdict(node()), None)
+    entries["engine", engines.AUTO] = (asdict(engines.EngineConfig(name=engines.AUTO)), None)
     for name in tasks.TASK_NAMES:
-        cs.store(group="task", name=name, node=tasks.defaults(name), provider="esopt")
-    _DONE = registered
+        entries["task", name] = (tasks.defaults(name), None)
+    cs = ConfigStore.instance()
+    for group, name in _STORED - entries.keys():
+        _remove(cs, group, name)
+    for (group, name), (node, package) in entries.items():
+        cs.store(group=group, name=name, node=node, package=package, provider="esopt")
+    _DONE, _STORED = registered, set(entries)
+
+
+def _remove(cs: ConfigStore, group: str | None, name: str) -> None:
+    """Take ``group/name`` out of the ConfigStore (Hydra has no call for it: its ``repo`` is a
+    tree of dicts, a group a dict of ``<name>.yaml`` entries), and the group when left empty."""
+    d = cs.repo if group is None else cs.repo.get(group)
+    if isinstance(d, dict):
+        d.pop(f"{name}.yaml", None)
+        if group is not None and not d:
+            cs.repo.pop(group, None)

@@ -52,6 +52,35 @@ def test_unknown_top_level_key_in_a_composed_config_is_refused():
         parse(compose("+popsize=8"))
 
 
+def test_the_config_tree_follows_the_registry_both_ways(monkeypatch, capsys):
+    """An algorithm registered and then removed (as a test's fixture does) leaves nothing in
+    Hydra's ConfigStore: a later command line neither composes nor accepts its block."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from hydra.core.config_store import ConfigStore
+
+    from esopt import algorithms
+
+    @dataclass
+    class Gone:
+        """The ``gone:`` block."""
+
+        step: float = 0.5
+
+    algo = algorithms.Algorithm("gone", "registered, then removed", SimpleNamespace(),
+                                blocks=(algorithms.Block("gone", Gone),))
+    with monkeypatch.context() as m:
+        m.setattr(algorithms, "ALGORITHMS", {**algorithms.ALGORITHMS, "gone": algo})
+        prepare_argv(["--cfg", "job", "gone.step=1"])  # registered: its block is a key
+        assert "gone" in ConfigStore.instance().repo
+    assert "unknown key 'gone.step'" in rejected(capsys, "--cfg", "job", "gone.step=1")
+    cs = ConfigStore.instance()
+    assert "gone" not in cs.repo and "gone.yaml" not in cs.repo["algo"]
+    assert "gone" not in cs.load("algo_blocks.yaml").node and "es" in cs.load("algo_blocks.yaml").node
+    prepare_argv(["--cfg", "job", "es.batch_size=4"])  # what stays registered stays
+
+
 def test_model_directories_are_checked_without_loading(tmp_path, capsys):
     """models.check_dir reads config.json and the safetensors headers only; each broken
     checkpoint is one line naming the problem, before a run is dispatched."""
