@@ -4,6 +4,7 @@ pilot's components and their bounds, the GPU throughput table and the presets' p
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -79,8 +80,11 @@ def test_the_rivals_data_are_there_when_the_grid_makes_them():
     """Probes, drift.json and connectivity.json, and the anchored ES arm: with them the rivals'
     rules measure (no gap); the shaper drops each where the grid does not ask for it."""
     g = grid(cell_seeds={"es": 4, "grpo": 4, "es_anchor": 4}, probes=True, update_stats=True, connectivity=True)
+    level = replace(MEASURED, grpo_gain=MEASURED.es_gain)   # claims 8 and 9 read where the gains overlap
     for cid in (8, 9, 10, 11):
-        assert P.data_gap(cid, P.design_of(g), MEASURED, P.shaper(g)) is None, cid
+        assert P.data_gap(cid, P.design_of(g), level, P.shaper(g)) is None, cid
+    for cid in (8, 9):                                       # the measured gains do not: the rule says so
+        assert "gains do not overlap" in P.data_gap(cid, P.design_of(g), MEASURED, P.shaper(g)), cid
     from esopt.study.claims.simulate import Design, simulate
 
     recs = simulate(Design(seeds=4, problems=50), rng=np.random.default_rng(0), parts=("cell",))
@@ -99,8 +103,6 @@ def test_power_rises_with_seeds_and_false_yes_stays_low():
 
 
 def replace_seeds(g, r):
-    from dataclasses import replace
-
     return replace(P.design_of(g), seeds=r)
 
 
