@@ -288,11 +288,16 @@ class _Evaluator:
         self.aux = aux if aux is not None else rng.spawn(1)[0]
 
     def q(self, p, shift, offset=None):
-        """Each problem's success probability at a Pass@1 shift (and a run's own offsets)."""
+        """Each problem's success probability at a Pass@1 shift (and a run's own offsets, less
+        the constant that keeps their clipped mean at 0: ``shift.centre``, as the arms' offsets,
+        so the run's expected Pass@1 gain is the planted one; without it a solve rate near 0
+        clipped up would add about +0.001 to every run's gain under ``seed_x_problem``)."""
         q = p.copy()
         solv = p > 0
-        q[solv] = np.clip(p[solv] + shift / (1 - self.c.unsolvable) + (0.0 if offset is None else offset[solv]),
-                          0.0, 1.0)
+        x = p[solv] + shift / (1 - self.c.unsolvable)
+        if offset is not None:
+            x = x + offset[solv] - centre(x, self.c.sigma_seed_problem, 0.0, 1.0)
+        q[solv] = np.clip(x, 0.0, 1.0)
         return q
 
     def __call__(self, p, shift, family="cell", offset=None):
