@@ -339,3 +339,35 @@ def test_grpo_seed_spread_is_estimated_apart():
     est, how = estimate_components(recs)
     assert est.sigma_seed_grpo == pytest.approx(0.05, abs=0.03) and est.sigma_seed < 0.01, how
     assert "8 grpo runs" in how["sigma_seed_grpo"] and " grpo runs" not in how["sigma_seed"]
+
+
+@pytest.mark.parametrize("p,sd", [(np.linspace(0.95, 1.0, 200), 0.3), (np.linspace(0.0, 0.02, 200), 0.005),
+                                  (np.linspace(0.01, 0.99, 500), 0.135)])
+def test_centre_meets_its_equation_where_the_clipped_mean_is_flat(p, sd):
+    """shift.centre's constant c: mean_p E clip(p_p + d - c, 0, 1) = mean_p p_p, also where
+    most of the mass is clipped (a bare Newton step from c = 0 leaves any sensible range there)."""
+    import warnings
+
+    from scipy.stats import norm
+
+    from esopt.study.claims.shift import centre
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = centre(p, sd, 0.0, 1.0)
+    x = p - c
+    a, b = -x / sd, (1 - x) / sd
+    clipped = np.mean((1 - norm.cdf(b)) + x * (norm.cdf(b) - norm.cdf(a)) + sd * (norm.pdf(a) - norm.pdf(b)))
+    assert -0.5 < c < 0.5 and clipped == pytest.approx(p.mean(), abs=1e-9)
+
+
+def test_centre_stays_in_its_bracket_where_the_mean_cannot_be_met():
+    """A run shifted below 0 on most problems (a negative planted shift): no constant brings the
+    clipped mean down to p's (it is >= 0), and c ends at the bracket's edge, without overflow."""
+    import warnings
+
+    from esopt.study.claims.shift import centre
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert centre(np.linspace(-0.05, 0.01, 200), 0.005, 0.0, 1.0) == pytest.approx(0.5, abs=1e-9)

@@ -37,22 +37,28 @@ def centre(p: np.ndarray, sd: float, lo: float = CLIP[0], hi: float = CLIP[1]) -
     """The constant c with mean_p E[clip(p_p + d - c, lo, hi)] = mean_p p_p, d ~ N(0, sd^2): for
     X ~ N(x, sd^2), E clip(X) = lo F(a) + hi (1 - F(b)) + x (F(b) - F(a)) + sd (f(a) - f(b)),
     a = (lo - x) / sd, b = (hi - x) / sd (F, f: the standard normal cdf and pdf); Newton's
-    method from c = 0 (the clipped mean falls as c rises, with slope -mean_p (F(b) - F(a)), and
-    is convex or concave on each side: a few steps reach 1e-12). A constant, not a draw's own
-    mean: the draw's mean over problems stays in the arm's Pass@1."""
+    method from c = 0 (the clipped mean falls as c rises, with slope -mean_p (F(b) - F(a))),
+    kept inside a bracket that bisection narrows wherever a step would leave it (where the slope
+    is flat, p near the bounds), to 1e-12. A constant, not a draw's own mean: the draw's mean over
+    problems stays in the arm's Pass@1."""
     from scipy.special import ndtr
 
-    target, cc = float(p.mean()), 0.0
-    for _ in range(50):
+    target, l_, h_, cc = float(p.mean()), -0.5, 0.5, 0.0
+    for _ in range(100):
         x = p - cc
         a, b = (lo - x) / sd, (hi - x) / sd
         Fa, Fb = ndtr(a), ndtr(b)
         gap = float(np.mean(lo * Fa + hi * (1 - Fb) + x * (Fb - Fa)
                             + sd * (np.exp(-a * a / 2) - np.exp(-b * b / 2)) / math.sqrt(2 * math.pi))) - target
-        slope = float(np.mean(Fb - Fa))
-        if abs(gap) < 1e-13 or slope <= 0:
+        if gap > 0:      # the clipped mean is above the target: c is too small
+            l_ = cc
+        else:
+            h_ = cc
+        if abs(gap) < 1e-13 or h_ - l_ < 1e-12:
             break
-        cc += gap / slope
+        slope = float(np.mean(Fb - Fa))
+        step = cc + gap / slope if slope > 0 else None
+        cc = step if step is not None and l_ < step < h_ else (l_ + h_) / 2
     return cc
 
 
