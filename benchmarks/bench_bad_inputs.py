@@ -222,9 +222,9 @@ CASES = [
      lambda d: ["connectivity", "--sweep", str(planted(d, lambda s: [shutil.rmtree(r) for r in (s / "runs").glob("grpo-*")]))]),
     ("analyze", "#55 analyze connectivity --sweep a missing folder", "esopt.analyze",
      ["connectivity", "--sweep", "/nonexistent/sweep"]),
-    ("plan", "#55 plan --pilot whose base solved nothing", "esopt.plan",
+    ("plan", "#55 plan --pilot whose base solved nothing", "esopt.design",
      lambda d: ["-m", "model=tiny-s", "algo=none,es", f"sweep.root={d / 'r'}", "--pilot", str(planted(d, unsolved))]),
-    ("plan", "#55 plan --pilot ... --print-components, nothing solved", "esopt.plan",
+    ("plan", "#55 plan --pilot ... --print-components, nothing solved", "esopt.design",
      lambda d: ["--pilot", str(planted(d, unsolved)), "--print-components"]),
 ]
 

@@ -28,8 +28,8 @@ The goal: the family-wise false yes <= 0.05 under every generator (``--family-si
 that claim with the others planted as clear yeses (the registered graph then passes it the weight
 of every other yes; esopt.study.claims.simulate.verdict_of); ``--full`` runs every claim on the
 whole sweep instead. ``--claim1-power N``: claim 1's power at +0.01 over N sweeps at the design,
-decided alone (the others untested) by the registered graph (its yes at 0.6 alpha) beside the
-Holm family over the 22 hypotheses that preceded it. ``--slope-world N``: claim 2's false yes at
+decided alone (the others untested) by the registered graph (its yes at 0.6 alpha) beside
+Holm over the 22 hypotheses that preceded it. ``--slope-world N``: claim 2's false yes at
 16 and 64 seeds over N sweeps in the slope world (its entropy -2.3 per unit of gain) at the
 components, beside the old plain least-squares fit on the same sweeps.
 
@@ -66,7 +66,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_table  # noqa: E402
 
-from esopt.study.claims.plan import generators_for  # noqa: E402
+from esopt.study.claims.design import generators_for  # noqa: E402
 from esopt.study.claims.rules import REGISTRY  # noqa: E402
 from esopt.study.claims.simulate import (GENERATORS, MEASURED, PERTURBS, Components, Design, calibrate,  # noqa: E402
                                          components_from_sweeps, scenarios, table)
@@ -129,7 +129,7 @@ def claim1_power(design: Design, comp: Components, sims: int, seed: int) -> dict
         row = C.decide_all(m, s)[1]
         graph += row["verdict"] == "yes"
         level = row.get("level", level)
-        holm_yes += "p_yes" in m[1] and holm({"1.yes": m[1]["p_yes"]}, 0.05, C.family_size())["1.yes"][0]
+        holm_yes += "p_yes" in m[1] and holm({"1.yes": m[1]["p_yes"]}, 0.05, C.hypothesis_count())["1.yes"][0]
     return {"graph": graph / sims, "holm": holm_yes / sims, "level": level}
 
 

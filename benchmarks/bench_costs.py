@@ -5,7 +5,7 @@ the rows outside are listed as outliers.
 
     python benchmarks/bench_costs.py [--write-docs]
 
-Each recorded run is composed again from its preset or overrides (``esopt.cli.plan.compose``, as
+Each recorded run is composed again from its preset or overrides (``esopt.cli.design.compose``, as
 ``esopt.sweep`` composes it; a confirmatory sweep with its seeds and test draw, as
 benchmarks/bench_paper_cpu.py --confirm ran it) and priced as the planner prices it: its run time (generation and
 training; a run's recorded ``wall_s`` excludes its analyses) against the recorded mean per
@@ -56,7 +56,7 @@ RUNS = (
 def composed(overrides: list[str]) -> list:
     from hydra.core.global_hydra import GlobalHydra
 
-    from esopt.cli.plan import compose
+    from esopt.cli.design import compose
 
     GlobalHydra.instance().clear()
     try:

@@ -21,8 +21,8 @@ LAYERS = [  # (layer, module prefixes)
     ("algorithms", ("esopt.algorithms",)),
     ("runtime", ("esopt.runtime",)),
     ("study", ("esopt.study",)),
-    ("cli", ("esopt.cli", "esopt.sweep", "esopt.evaluate", "esopt.aggregate", "esopt.analyze", "esopt.plan",
-             "esopt.fetch", "esopt.migrate_ids", "hydra_plugins")),
+    ("cli", ("esopt.cli", "esopt.sweep", "esopt.evaluate", "esopt.aggregate", "esopt.analyze", "esopt.design",
+             "esopt.plan", "esopt.fetch", "esopt.migrate_ids", "hydra_plugins")),
 ]
 
 

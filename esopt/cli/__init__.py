@@ -4,6 +4,7 @@
     python -m esopt.evaluate   (esopt.cli.evaluate)   one model on a task split (Hydra)
     python -m esopt.aggregate  (esopt.cli.aggregate)  a sweep's tables, trend, claims and page
     python -m esopt.analyze    (esopt.cli.analyze)    sparsity, drift, forgetting, connectivity of runs
-    python -m esopt.plan       (esopt.cli.plan)       a grid's power per claim and cost, before it runs
+    python -m esopt.design     (esopt.cli.design)     a study design: a grid's power per claim and cost,
+                                                      before it runs (was esopt.plan, kept for a release)
     python -m esopt.cli.pretrain                      pretraining of the tiny family
 """

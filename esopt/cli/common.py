@@ -19,7 +19,7 @@ NOISY = ("transformers", "trl", "torch", "datasets", "accelerate", "huggingface_
          "submitit", "hydra", "omegaconf", "pandas", "pyarrow", "plotly", "scipy", "numpy", "tqdm", "vllm")
 
 
-# ``python -m esopt.plan`` appends a callable here: the esopt sweeper hands it the composed jobs
+# ``python -m esopt.design`` appends a callable here: the esopt sweeper hands it the composed jobs
 # instead of launching them (a module Hydra's plugin scan does not reload)
 SWEEP_CONSUMER: list = []
 

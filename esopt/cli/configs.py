@@ -46,14 +46,15 @@ def register() -> None:
     registered = (tuple(algorithms.ALGORITHMS.items()), tuple(engines.ENGINES.items()), tasks.TASK_NAMES)
     if _DONE == registered:
         return
-    from esopt.core.config import EvalConfig, SparsityConfig, SweepConfig
+    from esopt.core.config import RENAMED, EvalConfig, SparsityConfig, SweepConfig
     from esopt.runtime.trackers import default_options
     from esopt.runtime.tuning import TuningConfig
 
     entries = {}  # (group, name) -> (node, package)
     for group, node in (("eval", EvalConfig), ("sweep", SweepConfig), ("tuning", TuningConfig),
-                        ("sparsity", SparsityConfig)):
-        entries[group, "default"] = (asdict(node()), None)
+                        ("sparsity", SparsityConfig)):   # and each renamed key's old spelling at null
+        old = {k.partition(".")[2]: None for k in RENAMED if k.partition(".")[0] == group}
+        entries[group, "default"] = ({**asdict(node()), **old}, None)
     entries["logger_opts", "default"] = (default_options(), None)
     blocks = {name: b.defaults() for name, b in algorithms.blocks().items()}
     for name, node in blocks.items():

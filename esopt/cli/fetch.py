@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from huggingface_hub import constants
 
     from esopt import models
-    from esopt.cli.plan import compose
+    from esopt.cli.design import compose
 
     argv = command_argv(argv, __doc__)
     if argv is None:

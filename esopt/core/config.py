@@ -89,9 +89,10 @@ class SweepConfig:
     offline: bool = False           # compute nodes without internet: jobs run with HF_HUB_OFFLINE=1,
     #                                 HF_DATASETS_OFFLINE=1 and WANDB_MODE=offline; a hub model or dataset
     #                                 not in the cache fails the dry run (python -m esopt.fetch fills it)
-    plan_power: Any = None          # {claim id: power}: the plan's power per claim at its smallest effect
-    #                                 of interest (python -m esopt.plan writes it into the presets it plans);
-    #                                 a claims sweep's registration records it (the report's "planned power")
+    design_power: Any = None        # {claim id: power}: the study design's power per claim at its smallest
+    #                                 effect of interest (python -m esopt.design writes it into the presets it
+    #                                 designs); a claims sweep's registration records it (the report's "planned
+    #                                 power"). Was sweep.plan_power (still read for a release: RENAMED)
 
 
 HEADLINE_KEEP = 0.22   # the study's headline keep fraction (78% of the update zeroed): claim 5's pruning point,
@@ -303,22 +304,22 @@ def block(cls, raw: Mapping | None, name: str):
     return cls(**raw)
 
 
-def plan_power(raw: Any) -> dict | None:
-    """``sweep.plan_power`` as {claim id: power}: ids positive integers, powers in [0, 1]; None
+def design_power(raw: Any) -> dict | None:
+    """``sweep.design_power`` as {claim id: power}: ids positive integers, powers in [0, 1]; None
     when unset. Anything else is one ConfigError naming the entry."""
     raw = plain(raw)
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"sweep.plan_power must map claim ids to powers (e.g. {{1: 0.85}}), got {raw!r}")
+        raise ConfigError(f"sweep.design_power must map claim ids to powers (e.g. {{1: 0.85}}), got {raw!r}")
     out = {}
     for k, v in raw.items():
         try:
             cid, pw = int(k), float(v)
         except (TypeError, ValueError):
-            raise ConfigError(f"sweep.plan_power: {k!r}: {v!r} is not a claim id and a power") from None
+            raise ConfigError(f"sweep.design_power: {k!r}: {v!r} is not a claim id and a power") from None
         if cid < 1 or str(cid) != str(k).strip() or isinstance(v, bool) or not 0.0 <= pw <= 1.0:
-            raise ConfigError(f"sweep.plan_power: {k!r}: {v!r} is not a claim id (>= 1) and a power in [0, 1]")
+            raise ConfigError(f"sweep.design_power: {k!r}: {v!r} is not a claim id (>= 1) and a power in [0, 1]")
         out[cid] = pw
     return dict(sorted(out.items()))
 
@@ -411,7 +412,8 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     raw = plain(cfg)
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration is not a mapping")
-    if isinstance(blocks, Mapping):  # the registry's blocks: their renamed keys move to where they are now
+    raw = renamed(raw, RENAMED)      # this file's blocks' renamed keys move to where they are now
+    if isinstance(blocks, Mapping):  # and the registry's blocks'
         raw = renamed(raw, {f"{name}.{old}": new for name, b in blocks.items() for old, new in getattr(b, "renamed", ())})
     check_keys(raw, blocks)
     names = [k for k in raw if k not in TOP_LEVEL and k != "hydra"] if blocks is None else list(blocks)
@@ -439,7 +441,7 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
     at_least("sweep.max_job_hours", sweep.max_job_hours, 0, kind=float, above=True, allow_none=True)
     at_least("sweep.max_requeues", sweep.max_requeues, 0)
     at_least("sweep.max_local_hours", sweep.max_local_hours, 0, kind=float, above=True)
-    sweep = replace(sweep, plan_power=plan_power(sweep.plan_power))
+    sweep = replace(sweep, design_power=design_power(sweep.design_power))
 
     analysis = raw.get("analysis") or ()
     if isinstance(analysis, str):
@@ -459,6 +461,8 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
 
 
 _WARNED: set = set()  # the renamed keys this process has warned about (one line each)
+RENAMED = {"sweep.plan_power": "sweep.design_power"}   # this file's blocks' renamed keys, old -> new, read
+#                                                        for a release (the algorithms' blocks: Block.renamed)
 
 
 def renamed(raw: Mapping, renames: Mapping[str, str]) -> dict:

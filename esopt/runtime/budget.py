@@ -553,7 +553,7 @@ def gpu_rate(engine: str, params: float, gpu: str = DEFAULT_GPU, table=None) -> 
 
 
 def rate_for(rates, model_name: str):
-    """``plan.tokens_per_s``: one number for every model, or {model name: rate} (``default``: the rest)."""
+    """``design.tokens_per_s`` (esopt.design): one number for every model, or {model name: rate} (``default``: the rest)."""
     if isinstance(rates, dict):
         return rates.get(model_name, rates.get("default"))
     return rates
@@ -573,7 +573,7 @@ def run_cost(plan, gpu: str = DEFAULT_GPU, tokens_per_s=None, root=None, engine:
                     the measured rate already holds GRPO's update)
 
     ``engine``: price at this engine instead of the run's (a plan composed with engine=hf where
-    vLLM is missing prices the preset's vLLM). rate: ``tokens_per_s`` (``plan.tokens_per_s``, a
+    vLLM is missing prices the preset's vLLM). rate: ``tokens_per_s`` (``design.tokens_per_s`` (esopt.design), a
     number or per model name), else :func:`tokens_rate`. Returns {"device", "bound", "expected",
     "share_source", "hours": {generate, train, analysis}, "total", "bound_hours", "rate" (tokens/s),
     "rate_source", "sources" (of the training passes)}."""
@@ -614,13 +614,13 @@ def tokens_rate(plan, params: float, device: str, engine: str | None = None, tok
     ``"cpu"``: one process) for a model of ``params`` parameters, and the source: the one reading
     of the throughput table that the planner's prices (:func:`run_cost`), a Slurm job's hours
     and its ``sweep.max_job_hours`` check (:func:`wall_hours`) and the process group's timeout
-    (:func:`collective_timeout`) share. ``tokens_per_s`` (``plan.tokens_per_s``, a number or per
+    (:func:`collective_timeout`) share. ``tokens_per_s`` (``design.tokens_per_s`` (esopt.design), a number or per
     model name) when given; on a CPU :func:`cpu_tokens_per_s`; on a GPU :func:`gpu_rate` for
     ``engine`` (default the run's) over the table (docs/results/gpu.md's measured rows, else the
     published :data:`THROUGHPUT`)."""
     fixed = rate_for(tokens_per_s, plan.model["name"])
     if fixed:
-        return float(fixed), "plan.tokens_per_s"
+        return float(fixed), "design.tokens_per_s"
     if device == "cpu":
         return cpu_tokens_per_s(plan, params)
     return gpu_rate(engine or type(plan.engine_config).name, params, device)

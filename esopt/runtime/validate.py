@@ -105,7 +105,7 @@ def make_plan(rc: RunConfig, engine_config: Any = None, tuning_settings: Any = N
     ``Algorithm.budgets``), the typed engine block, the task specs, the tuning settings
     (``esopt.runtime.tuning.resolve``), the layout (``esopt.runtime.layout``) and the trackers'
     options (``esopt.runtime.trackers.check``). ``ids=False``: without
-    input fingerprints and ids (a what-if plan that only prices a run: esopt.plan's search).
+    input fingerprints and ids (a what-if plan that only prices a run: esopt.design's search).
     ``draft``: its :func:`draft_plan`, already made (validate's)."""
     if draft is None:
         draft = draft_plan(rc, engine_config)
@@ -139,7 +139,7 @@ def plan_in_memory(cfg: Any) -> RunPlan:
 
 def replan(plan: RunPlan, **changes: Any) -> RunPlan:
     """``plan`` with its config changed (``pop``, ``model``, ``eval``, ...) and planned again,
-    without checks or ids: a what-if plan that only prices a run (esopt.plan's search)."""
+    without checks or ids: a what-if plan that only prices a run (esopt.design's search)."""
     return make_plan(dataclasses.replace(plan.config, **changes), ids=False)
 
 

@@ -72,8 +72,8 @@ class OptunaSweeper(EsoptSweeper):
 
         from esopt.cli.common import SWEEP_CONSUMER
 
-        if SWEEP_CONSUMER:  # esopt.plan: a search samples its runs as it goes
-            fail("esopt.plan plans a grid (hydra/sweeper=esopt); the optuna sweeper picks its runs as it goes")
+        if SWEEP_CONSUMER:  # esopt.design: a search samples its runs as it goes
+            fail("esopt.design assesses a grid (hydra/sweeper=esopt); the optuna sweeper picks its runs as it goes")
         self._pin_time()
         quiet_sacct()
         fixed, space = self._space(arguments)

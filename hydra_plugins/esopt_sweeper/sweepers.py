@@ -178,7 +178,7 @@ class EsoptSweeper(Sweeper):
     @staticmethod
     def offline_request(plan, launcher: dict) -> dict:
         """``sweep.offline``: a hub model must be in the cache already (ConfigError naming
-        ``esopt.fetch`` otherwise; not for ``esopt.plan``, which plans without the weights),
+        ``esopt.fetch`` otherwise; not for ``esopt.design``, which prices a grid without the weights),
         wandb must not be asked to go online, and a Slurm job exports the offline variables
         in its setup (where a site does not pass the submitting shell's environment on)."""
         from esopt import models
@@ -215,7 +215,7 @@ class EsoptSweeper(Sweeper):
 
     def time_notes(self, jobs: List[Job]) -> List[str]:
         """Runs whose estimated hours (``esopt.runtime.budget.wall_hours``: the token bound at the
-        throughput table's rate, as ``esopt.plan`` prices it) exceed their Slurm job's time
+        throughput table's rate, as ``esopt.design`` prices it) exceed their Slurm job's time
         limit: one that cannot checkpoint (it trains nothing: an evaluation cannot be resumed) is
         refused here, exit 2, before anything is submitted; one that would need more than
         ``1 + sweep.max_requeues`` jobs is listed (returned lines)."""
@@ -510,7 +510,7 @@ class EsoptSweeper(Sweeper):
               f"{sum(estimate_tokens(j.plan) for j in todo):,} to run, "
               f"{sum(estimate_tokens(j.plan) for j in whole):,} for the whole grid")
         self.budget_notes(todo, dry=True)
-        from esopt.study.claims.plan import trend_line
+        from esopt.study.claims.design import trend_line
 
         line = trend_line([j.plan for j in whole])  # None unless the grid spans sizes and populations
         if line:
@@ -612,7 +612,7 @@ class EsoptSweeper(Sweeper):
 
     def composed(self, arguments: List[str]) -> List[Job]:
         """The sweep's jobs, composed and validated as they would run (sub-grids: one job per
-        run id), with the notes about them printed; nothing launched. ``esopt.plan`` reads these."""
+        run id), with the notes about them printed; nothing launched. ``esopt.design`` reads these."""
         from esopt.cli.common import SWEEP_CONSUMER
         from esopt.tasks import hub_offline
 
@@ -637,7 +637,7 @@ class EsoptSweeper(Sweeper):
         from esopt.cli.common import SWEEP_CONSUMER
 
         jobs = self.composed(arguments)
-        if SWEEP_CONSUMER:  # python -m esopt.plan: the jobs go to it, nothing is launched
+        if SWEEP_CONSUMER:  # python -m esopt.design: the jobs go to it, nothing is launched
             SWEEP_CONSUMER[-1](jobs)
             return []
         if self.config.sweep.get("dry_run"):

@@ -34,11 +34,11 @@ def test_defaults_validate():
         ("eval.ood_problems=0", "eval.ood_problems must be >= 1"),
         ("eval.problems=0", "eval.problems must be >= 1"),
         ("eval.ood_task={name:addition,n_trian:3}", "task addition: unknown option(s) n_trian"),
-        ("+sweep.plan_power={1:1.5}", "sweep.plan_power: 1: 1.5 is not a claim id (>= 1) and a power in [0, 1]"),
-        ("+sweep.plan_power={0:0.5}", "sweep.plan_power: 0: 0.5 is not a claim id"),
-        ("+sweep.plan_power={1:nan}", "sweep.plan_power: 1: nan is not a claim id"),
-        ("+sweep.plan_power={one:0.5}", "sweep.plan_power: 'one': 0.5 is not a claim id and a power"),
-        ("+sweep.plan_power=0.9", "sweep.plan_power must map claim ids to powers"),
+        ("+sweep.design_power={1:1.5}", "sweep.design_power: 1: 1.5 is not a claim id (>= 1) and a power in [0, 1]"),
+        ("+sweep.design_power={0:0.5}", "sweep.design_power: 0: 0.5 is not a claim id"),
+        ("+sweep.design_power={1:nan}", "sweep.design_power: 1: nan is not a claim id"),
+        ("+sweep.design_power={one:0.5}", "sweep.design_power: 'one': 0.5 is not a claim id and a power"),
+        ("+sweep.design_power=0.9", "sweep.design_power must map claim ids to powers"),
     ],
 )
 def test_bad_values_are_one_line(override, message):
@@ -48,13 +48,30 @@ def test_bad_values_are_one_line(override, message):
     assert "\n" not in str(err.value)
 
 
-def test_plan_power_is_read_as_claim_ids_and_powers():
-    """sweep.plan_power (what esopt.plan writes into a preset; the registration records it): ids
+def test_design_power_is_read_as_claim_ids_and_powers():
+    """sweep.design_power (what esopt.design writes into a preset; the registration records it): ids
     as integers, powers as floats, and none by default; not part of the run's id."""
-    rc = validate(compose_cfg("+sweep.plan_power={3:0.42,1:0.9}"))
-    assert rc.sweep.plan_power == {1: 0.9, 3: 0.42} and list(rc.sweep.plan_power) == [1, 3]
-    assert validate(compose_cfg()).sweep.plan_power is None
+    rc = validate(compose_cfg("+sweep.design_power={3:0.42,1:0.9}"))
+    assert rc.sweep.design_power == {1: 0.9, 3: 0.42} and list(rc.sweep.design_power) == [1, 3]
+    assert validate(compose_cfg()).sweep.design_power is None
     assert identity(rc) == identity(validate(compose_cfg()))
+
+
+def test_the_old_plan_power_key_is_read_for_a_release_with_one_warning(capsys):
+    """sweep.plan_power (design_power's name before) sets design_power, with one warning line per
+    process; the run id is the same (the sweep block is not in it)."""
+    from esopt.core import config
+
+    config._WARNED.clear()
+    old = validate(compose_cfg("sweep.plan_power={3:0.42,1:0.9}"))
+    validate(compose_cfg("sweep.plan_power={1:0.5}"))
+    err = capsys.readouterr().err
+    assert err.strip() == ("esopt: warning: sweep.plan_power is deprecated and goes in a later release: it is "
+                           "sweep.design_power now (the same run, the same id)")
+    new = validate(compose_cfg("sweep.design_power={3:0.42,1:0.9}"))
+    assert old.sweep.design_power == new.sweep.design_power == {1: 0.9, 3: 0.42}
+    assert old.run_id == new.run_id == validate(compose_cfg()).run_id
+    assert "plan_power" not in vars(old.sweep)
 
 
 def test_pop_is_read_as_a_key_not_the_method():
@@ -91,13 +108,14 @@ def test_defaults_come_from_the_code_that_owns_them():
     from esopt.algorithms import blocks
     from esopt.algorithms.es import ESConfig
     from esopt.algorithms.grpo import GRPOSettings
-    from esopt.core.config import EvalConfig, SweepConfig
+    from esopt.core.config import RENAMED, EvalConfig, SweepConfig
     from esopt.runtime.tuning import TuningConfig
 
     cfg = compose_cfg("algo=es_grpo")
     for key, cls in (("eval", EvalConfig), ("sweep", SweepConfig), ("tuning", TuningConfig),
                      ("es", ESConfig), ("grpo", GRPOSettings)):
         renamed = {old: None for old, _ in getattr(blocks().get(key), "renamed", ())}  # old spellings, unset
+        renamed |= {old.partition(".")[2]: None for old in RENAMED if old.partition(".")[0] == key}
         assert dict(cfg[key]) == {**asdict(cls()), **renamed}, key
     # every algorithm's blocks are composed (a grid over algorithms takes a key of any of them);
     # each run keeps its own algorithm's

@@ -194,7 +194,7 @@ def test_a_gpu_runs_hours_from_the_throughput_table_expected_tokens_and_parts(tm
     assert gp["train_pass"] == 2 * gp["train"] > 0
     assert g["hours"]["train"] == pytest.approx(6 * 1_543_714_304 * gp["train_pass"] * 0.21 / (989e12 * 0.3) / 3600)
     fixed = budget.run_cost(grpo, "H100", tokens_per_s={"qwen1.5b": 1000.0, "default": 5.0}, root=tmp_path)
-    assert fixed["rate"] == 1000.0 and fixed["rate_source"] == "plan.tokens_per_s"
+    assert fixed["rate"] == 1000.0 and fixed["rate_source"] == "design.tokens_per_s"
 
 
 def test_expected_tokens_from_recorded_runs_and_measured_rates(tmp_path):

@@ -107,7 +107,7 @@ def test_a_grpo_still_climbing_leaves_claim6_unclear_through_the_store(tmp_path)
     assert "GRPO had not saturated: its Pass@1 rose +0.05" in by[6]["reason"], by[6]["reason"]
     by, _ = verdicts_of(tmp_path, "saturated", {})
     assert by[6]["reproduced"] == "yes" and by[6]["details"]["saturation"]["from"] == [10]
-    assert out["family_size"] == 22 and out["look"]["confirmatory"] is False   # never registered
+    assert out["hypotheses"] == 22 and out["look"]["confirmatory"] is False   # never registered
     assert out["headline"] == {"yes": [], "no": [], "unclear": []} and all(c["exploratory"] for c in out["claims"])
 
 
@@ -405,10 +405,10 @@ def test_claim4_cells_needed_is_the_fisher_z_power():
         assert power(n, lv) >= 0.8 > power(n - 1, lv)
     assert 120 <= R.diversity_cells(0.05) <= 140
     assert R.cells_needed(0.3, level, reliability=0.5) > R.diversity_cells(0.05)
-    from esopt.study.claims.plan import claim_line
+    from esopt.study.claims.design import claim_line
     from esopt.study.claims.simulate import Design
 
-    note = R.REGISTRY[4].plan_note(Design(sizes=5, pops=(4, 8, 16)))
+    note = R.REGISTRY[4].design_note(Design(sizes=5, pops=(4, 8, 16)))
     assert f"needs >= {R.diversity_cells(0.05)} cells" in note and note.endswith("this design has 15")
     assert claim_line(4, {"key": "diversity", "why": "x", "note": note}).endswith(note)
 
@@ -629,7 +629,7 @@ def test_the_registered_graph_weights_claim_one_and_opens_the_gated_claims():
     m[1], m[2] = R.unclear("data", "-"), R.measured({"effect": 0.0265 + 0.0, "se": 0.01, "df": math.inf}, "planted")
     row = C.decide_all(m, S)[2]
     assert row["verdict"] == "unclear" and row["p_yes_adj"] == pytest.approx(0.004 * 13 / 0.4, rel=0.01)
-    assert C.family_size() == 22 and "22 yes and no hypotheses" in C.compute([rec("es", 0)])["claims"][0]["decision"]
+    assert C.hypothesis_count() == 22 and "22 yes and no hypotheses" in C.compute([rec("es", 0)])["claims"][0]["decision"]
 
 
 def test_the_graph_is_holm_where_holm_is_a_graph():
@@ -698,10 +698,10 @@ def test_a_registered_design_is_confirmatory_once(tmp_path):
     sweep = tmp_path / "paper_reg"
     write_planted_sweep(sweep, {}, seeds=(0, 1, 2, 3))
     ids = sorted(p.name for p in (sweep / "runs").iterdir())
-    rc = run_config("model=tiny-xs", "+sweep.plan_power={1:0.93,3:0.41}")   # as esopt.plan writes a preset
+    rc = run_config("model=tiny-xs", "+sweep.design_power={1:0.93,3:0.41}")   # as esopt.design writes a preset
     reg = C.register(sweep, [(i, rc) for i in ids], now="2026-12-03T00:00:00Z")
-    assert reg["design"]["run_ids"] == ids and reg["family_size"] == 22 and reg["amendments"] == []
-    assert reg["plan"] == {"1": 0.93, "3": 0.41}                           # the plan's power, registered
+    assert reg["design"]["run_ids"] == ids and reg["hypotheses"] == 22 and reg["amendments"] == []
+    assert reg["design_power"] == {"1": 0.93, "3": 0.41}                   # the design's power, registered
     assert C.register(sweep, [(i, rc) for i in ids]) == reg               # the same design: nothing changes
     out = C.claims(sweep)
     assert out["look"] == {"confirmatory": True, "why": "the registered design, first look"}
@@ -709,6 +709,9 @@ def test_a_registered_design_is_confirmatory_once(tmp_path):
 
     planned = dict(re.findall(r'<tr id="claim-(\d+)">.*?<td>([^<]*)</td><td class="claim-source">', claims_html(out)))
     assert planned["1"] == "93%" and planned["3"] == "41%" and planned["2"] == "-", planned
+    before7 = {k: v for k, v in out["registration"].items() if k not in ("design_power", "hypotheses")}
+    before7 |= {"plan": out["registration"]["design_power"], "family_size": 22}   # claims.json's keys before version 7
+    assert claims_html({**out, "registration": before7}) == claims_html(out) and C.hypotheses(before7) == 22
     assert out["headline"] == out["summary"] and not any(c["exploratory"] for c in out["claims"])
     assert C.table_lines(out)[0].startswith("# confirmatory")
     (sweep / "claims.json").write_text(json.dumps(out))                      # as the aggregator writes it
@@ -926,7 +929,7 @@ def test_null_control_end_to_end(tmp_path):
     assert out["summary"]["yes"] == [], C.table_lines(out)
     reg = out["registration"]                          # written by the sweep before any run started
     assert len(reg["design"]["run_ids"]) == 20 and reg["design"]["algos"]["es"]["seeds"] == [0, 1]
-    assert out["look"]["confirmatory"] is True and out["family_size"] == 22, out["look"]
+    assert out["look"]["confirmatory"] is True and out["hypotheses"] == 22, out["look"]
     for c in out["claims"]:
         assert c["reproduced"] in ("no", "unclear") and c["reason"]
     assert out["cell"]["model"] == "tiny-xs"

@@ -1,7 +1,7 @@
 """Claims 8-11, the 2026 rivals (Abdi et al.: ES forgets, its updates are dense and large;
 Schweighofer et al.: the drop is drift, anchored weight decay cures it; Hoy et al.: the two
 solutions are linearly connected though their updates are orthogonal), each through its real rule
-and the one Holm family: a planted effect says yes, a null does not, missing data says unclear
+and the one graph over all hypotheses: a planted effect says yes, a null does not, missing data says unclear
 with what to set. Claim 8's matched gain: the same held-out loss per unit of gain at different
 gains is no forgetting. Records only (the simulator's or hand-made): no model, no store."""
 
@@ -31,7 +31,7 @@ def decided(cid, data):
 
 
 def test_the_rivals_are_registered_beside_the_seven_with_their_sources():
-    assert sorted(R.REGISTRY) == list(range(1, 12)) and C.family_size() == 22
+    assert sorted(R.REGISTRY) == list(range(1, 12)) and C.hypothesis_count() == 22
     assert {R.REGISTRY[i].source for i in range(1, 8)} == {"arXiv 2608.27351"}
     assert "2601.20861" in R.REGISTRY[8].source == R.REGISTRY[9].source
     assert "2605.30148" in R.REGISTRY[10].source and "2604.01499" in R.REGISTRY[11].source

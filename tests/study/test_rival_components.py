@@ -1,7 +1,7 @@
 """The rivals' simulator components (claims 8-11) estimated from runs: recovered from sweeps the
 simulator drew with known ones, left assumed where the runs lack the probes or drift.json, one
 probe evaluation's noise from the probes' intervals; the planner's per-model shipped components
-and the pilot's ``Components(...)`` literal (``python -m esopt.plan --pilot DIR --print-components``)."""
+and the pilot's ``Components(...)`` literal (``python -m esopt.design --pilot DIR --print-components``)."""
 
 import json
 import math
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import cli, write_planted_sweep
 
-from esopt.study.claims import plan as P
+from esopt.study.claims import design as D
 from esopt.study.claims import simulate as sim
 from esopt.study.claims.simulate import Components, Design, estimate_components, probe_eval_var, simulate
 
@@ -94,21 +94,21 @@ def test_one_probe_evaluation_noise_from_the_intervals():
 
 
 def test_the_planner_uses_the_models_shipped_components(monkeypatch):
-    g = P.Grid(cell_model="smollm2-135m", cell_seeds={"es": 3, "grpo": 3}, problems=100, samples=32, split_rows=500,
+    g = D.Grid(cell_model="smollm2-135m", cell_seeds={"es": 3, "grpo": 3}, problems=100, samples=32, split_rows=500,
                iterations=30, ood=False, sparsity=(), es_temperature=1.0, es_samples=4, grpo_mid=True)
-    comps, source = P.model_components("smollm2-135m")   # shipped: its pilot's (not the simulator's defaults)
+    comps, source = D.model_components("smollm2-135m")   # shipped: its pilot's (not the simulator's defaults)
     assert comps == sim.MODEL_COMPONENTS["smollm2-135m"] and source.startswith("smollm2-135m: ")
     assert comps != Components() and comps.es_gain is not None and comps.log_l2 != Components().log_l2
-    assert P.model_components("tiny-s") == (sim.MEASURED, P.MEASURED_ON)
+    assert D.model_components("tiny-s") == (sim.MEASURED, D.MEASURED_ON)
     mine = Components(sigma_seed=0.0123, probe_per_gain=-0.9)
     monkeypatch.setitem(sim.MODEL_COMPONENTS, "smollm2-135m", mine)
-    report = P.plan(g, [], claims=[1], sims=2)
+    report = D.assess(g, [], claims=[1], sims=2)
     assert report["components"] == mine and report["source"].startswith("smollm2-135m: ")
-    line = next(ln for ln in P.lines(report) if ln.startswith("components ("))
+    line = next(ln for ln in D.lines(report) if ln.startswith("components ("))
     assert line.startswith("components (smollm2-135m: esopt/study/claims/simulate.py MODEL_COMPONENTS)")
     assert "sigma_seed 0.0123" in line
-    assert P.components_for(g) == mine
-    assert P.plan(P.Grid(**{**g.__dict__, "cell_model": "tiny-s"}), [], claims=[1], sims=2)["components"] == sim.MEASURED
+    assert D.components_for(g) == mine
+    assert D.assess(D.Grid(**{**g.__dict__, "cell_model": "tiny-s"}), [], claims=[1], sims=2)["components"] == sim.MEASURED
 
 
 def test_pilot_literal_carries_the_probes_and_drift_from_the_sweep(tmp_path):
@@ -133,7 +133,7 @@ def test_pilot_literal_carries_the_probes_and_drift_from_the_sweep(tmp_path):
         l2[d.name] = float(np.exp(rng.normal(2.0 if s["algo"] == "es" else 0.0, 0.1)))
         (d / "drift.json").write_text(json.dumps({"analysis": "drift", "update_l2": l2[d.name],
                                                   "update_top_share": 0.6 + rng.normal(0, 0.01)}))
-    r = cli("esopt.plan", "--pilot", str(pilot), "--print-components")
+    r = cli("esopt.design", "--pilot", str(pilot), "--print-components")
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert f"# components of {pilot}" in out and "#   probe_base: mean base_probe_pass1 of" in out
@@ -144,5 +144,5 @@ def test_pilot_literal_carries_the_probes_and_drift_from_the_sweep(tmp_path):
     assert c.sigma_probe_eval == pytest.approx(math.sqrt(m * 4 / 3 / (4 * 100)), rel=0.005)   # 3 digits
     grpo = [v for k, v in l2.items() if k.startswith("grpo")]
     assert c.log_l2 == pytest.approx(np.mean(np.log(grpo)), abs=0.002)
-    r = cli("esopt.plan", "--print-components")
+    r = cli("esopt.design", "--print-components")
     assert r.returncode == 2 and "give --pilot DIR" in r.stderr

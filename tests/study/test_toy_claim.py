@@ -8,7 +8,7 @@ import pytest
 import toy_claim
 
 from esopt.study import claims as C
-from esopt.study.claims import plan as P
+from esopt.study.claims import design as D
 from esopt.study.claims import rules as R
 from esopt.study.claims.simulate import Design, calibrate, simulate, table
 
@@ -38,10 +38,10 @@ def test_the_toy_claim_is_simulated_and_calibrated(toy):
 
 
 def test_the_toy_claim_is_planned(toy):
-    g = P.Grid(cell_model="m", cell_seeds={"es": 6, "grpo": 6}, problems=60, samples=16, split_rows=500,
+    g = D.Grid(cell_model="m", cell_seeds={"es": 6, "grpo": 6}, problems=60, samples=16, split_rows=500,
                iterations=30, ood=True, sparsity=(), es_temperature=1.0, es_samples=4, grpo_mid=True)
-    assert toy.id in P.bears_on(g) and P.generators_for(toy.id) == ["current", *R.PER_PROBLEM]
-    row = P.plan(g, [], claims=[toy.id], sims=8)["claims"][toy.id]
+    assert toy.id in D.bears_on(g) and D.generators_for(toy.id) == ["current", *R.PER_PROBLEM]
+    row = D.assess(g, [], claims=[toy.id], sims=8)["claims"][toy.id]
     assert row["key"] == "toy_shorter" and row["power"] >= 0.75 and row["false_yes"] <= 0.25, row
 
 
@@ -49,7 +49,7 @@ def test_the_toy_claim_is_decided_in_a_family_of_24(toy, tmp_path):
     recs = simulate(DESIGN, {toy.id: 2.0}, rng=np.random.default_rng(2), parts=("cell",))
     out = C.compute(recs)
     row = next(c for c in out["claims"] if c["id"] == toy.id)
-    assert C.family_size() == out["family_size"] == 24 and "24 yes and no hypotheses" in row["decision"]
+    assert C.hypothesis_count() == out["hypotheses"] == 24 and "24 yes and no hypotheses" in row["decision"]
     assert row["reproduced"] == "yes" and row["effect"] == pytest.approx(2.0, abs=0.6), row
     reg = {"design": {"run_ids": sorted(r["run_id"] for r in recs)}, "claims": list(range(1, 12)), "amendments": [],
            "graph": C.registered_graph()}

@@ -83,8 +83,8 @@ from esopt.study.claims.rules import DEFAULTS, SIDES, _start_level, hypothesis, 
 from esopt.study.claims.rules import CLAIMS, ES_ANCHOR, REGISTRY, SEQUENCES, VERDICTS, _num, one_per_seed
 
 __all__ = ["ALGOS", "ARMS", "CELL_ALGOS", "CLAIMS", "DEFAULTS", "REGISTRY", "SEQUENCES", "VERDICTS", "arm", "attach_details",
-           "cell_model", "claims",
-           "claims_sweep", "compute", "decide_all", "family_size", "judge_look", "records_from_tables", "register",
+           "cell_model", "claims", "design_power", "hypotheses",
+           "claims_sweep", "compute", "decide_all", "hypothesis_count", "judge_look", "records_from_tables", "register",
            "select_cell", "table_lines", "wanted"]
 ALGOS = tuple(ALGORITHMS)
 ARMS = (*ALGOS, ES_ANCHOR)      # the cell's arms: the algorithms, and ES with anchored weight decay
@@ -97,10 +97,11 @@ def arm(r: Mapping) -> str | None:
     a = r.get("algo")
     return ES_ANCHOR if a == "es" and (_num(r.get("anchor_decay")) or 0.0) > 0 else a
 MAX_DATA_NEEDED = 100
+# 7: "hypotheses" (m) and the registration's "design_power" (were "family_size" and "plan")
 # 6: the registered graph over the hypotheses (registration "graph", claims' p_yes_adj / p_no_adj / level)
 # 5: one Holm family of fixed size (family_size), the registration written before the runs
 #    (registration, looks, look, headline; claims' "exploratory"); 4: data_needed a mapping
-VERSION = 6
+VERSION = 7
 
 
 # ---------------------------------------------------------------------------------------
@@ -114,7 +115,7 @@ def cell_model(runs: Iterable[tuple[Any, str]]) -> Any:
     most distinct :data:`CELL_ALGOS` (anchored ES counts as ES; other algorithms, such as
     random_search, do not count), then the most runs of them, then the first name; None without
     such runs. The one pick for a sweep's records (:func:`select_cell`) and for the runs a grid
-    will make (``esopt.study.claims.plan.grid_of``)."""
+    will make (``esopt.study.claims.design.grid_of``)."""
     per: dict = {}
     for model, algo in runs:
         if algo in CELL_ALGOS:
@@ -162,9 +163,23 @@ def select_cell(records: list[dict]) -> dict:
 
 # ---------------------------------------------------------------------------------------
 # the decision
-def family_size() -> int:
-    """m, the family's hypotheses: every registered claim's yes and no (2 per claim)."""
+def hypothesis_count() -> int:
+    """m, the hypotheses whose family-wise error the graph controls: every registered claim's yes
+    and no (2 per claim)."""
     return 2 * len(REGISTRY)
+
+
+def hypotheses(registration: Mapping | None) -> int | None:
+    """m as a registration (or a claims.json result) recorded it: ``hypotheses``, or
+    ``family_size`` as claims.json spelt it before version 7; None when it records none."""
+    m = (registration or {}).get("hypotheses") or (registration or {}).get("family_size")
+    return int(m) if m else None
+
+
+def design_power(registration: Mapping) -> dict:
+    """The design's power per claim a registration (or one amendment) recorded: ``design_power``,
+    or ``plan`` as claims.json spelt it before version 7; {} when it records none."""
+    return dict(registration.get("design_power") or registration.get("plan") or {})
 
 
 def check_graph(graph: Mapping) -> Mapping:
@@ -312,9 +327,10 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
     registered afresh, labelled so (``replaces_corrupt``: its verdicts read as exploratory).
     A design whose data another look already read (the looks ledger, ``ledger.earlier``) is
     registered too, with one warning: its verdicts will be exploratory.
-    The plan's power per claim (``sweep.plan_power``: what ``python -m esopt.plan`` gave the
-    preset) is recorded beside the design (``plan``: {claim id: power}; the report's "planned
-    power"). Returns the registration."""
+    The design's power per claim (``sweep.design_power``: what ``python -m esopt.design`` gave
+    the preset) is recorded beside the design (``design_power``: {claim id: power}, ``plan`` in
+    registrations before version 7: :func:`design_power`; the report's "planned power"). Returns
+    the registration."""
     import time
 
     path = Path(sweep_dir) / "claims.json"
@@ -329,25 +345,25 @@ def register(sweep_dir, runs: list[tuple[str, Any]], now: str | None = None) -> 
         old = {}
     reg = old.get("registration")
     design = design_of(runs)
-    planned = next((dict(rc.sweep.plan_power) for _, rc in runs if getattr(rc.sweep, "plan_power", None)), None)
-    plan = {str(cid): float(pw) for cid, pw in (planned or {}).items()}
+    planned = next((dict(rc.sweep.design_power) for _, rc in runs if getattr(rc.sweep, "design_power", None)), None)
+    powers = {str(cid): float(pw) for cid, pw in (planned or {}).items()}
     stamp = now or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if reg is None:       # verdicts computed before any registration (claims.json before version 5): too late
         graph = check_graph(registered_graph())
-        reg = {"design": design, "design_sha256": stored.design_hash(design), "family_size": family_size(),
+        reg = {"design": design, "design_sha256": stored.design_hash(design), "hypotheses": hypothesis_count(),
                "graph": graph, "graph_sha256": stored.design_hash(graph),
                "claims": sorted(REGISTRY), "at": stamp, "amendments": [],
                "after_look": bool(old.get("claims") or old.get("looks"))}
         if replaced:
             reg["replaces_corrupt"] = replaced
-        if plan:
-            reg["plan"] = plan
+        if powers:
+            reg["design_power"] = powers
     elif current_design(reg) == design:
         return reg
     else:
         reg.setdefault("amendments", []).append({"design": design, "design_sha256": stored.design_hash(design),
                                                  "at": stamp, "after_look": bool(old.get("looks")),
-                                                 **({"plan": plan} if plan else {})})
+                                                 **({"design_power": powers} if powers else {})})
     with atomic_path(path) as tmp:      # fsynced, then renamed: a crash leaves the old file or the new
         tmp.write_text(json.dumps({**old, "version": VERSION, "registration": reg, "looks": old.get("looks") or []},
                                   indent=1))
@@ -394,7 +410,7 @@ def judge_look(reg: Mapping | None, records: list[dict], looks: list | None = No
             f"{what}: {', '.join(map(str, sorted(ids)))}" for what, ids in (("added since", now - then),
                                                                           ("removed since", then - now)) if ids) + ")")
     if not reg.get("graph"):
-        why.append("registered before the graph over the hypotheses (a Holm family): the verdicts, decided by the "
+        why.append("registered before the graph over the hypotheses (Holm over all of them): the verdicts, decided by the "
                    "graph, are not the registered procedure's")
     if any(a.get("after_look") for a in reg.get("amendments") or []):
         why.append("the design was changed after verdicts had been computed: a second look at the same draw")
@@ -437,7 +453,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
     done = [r for r in records if r.get("status", "completed") == "completed"]
     sweep = {"cell": A, "es": [r for r in done if kind(r.get("algo")) == "es" and arm(r) != ES_ANCHOR]}
     measures = {cid: c.rule(c.select(sweep), s) for cid, c in sorted(REGISTRY.items())}
-    m_family = int((registration or {}).get("family_size") or family_size())
+    n_hyp = hypotheses(registration) or hypothesis_count()
     graph = check_graph(registration["graph"]) if (registration or {}).get("graph") else registered_graph()
     decided = decide_all(measures, s, graph)
     look = judge_look(registration, records, looks, seen)
@@ -452,7 +468,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
             "id": cid, "key": c.key, "claim": c.text, "source": c.source, "estimand": c.estimand, "boundary": c.boundary,
             "sesoi": c.sesoi, "statistic": c.statistic, "variance": c.variance,
             "decision": (f"yes if the registered graph rejects theta <= {c.boundary:+g}; no if it rejects theta >= "
-                         f"{c.no_bound:+g}; family-wise alpha {s['alpha']:g} over the {m_family} yes and "
+                         f"{c.no_bound:+g}; family-wise alpha {s['alpha']:g} over the {n_hyp} yes and "
                          "no hypotheses of the registered claims (untested: p = 1; weights at the start: yes "
                          f"{graph['weights'].get(hypothesis(cid, 'yes'), 0.0):.3g}, no "
                          f"{graph['weights'].get(hypothesis(cid, 'no'), 0.0):.3g})"
@@ -477,7 +493,7 @@ def compute(records: list[dict], trend: Mapping | None = None, registration: Map
     return {
         "version": VERSION,
         "settings": s,
-        "family_size": m_family,
+        "hypotheses": n_hyp,
         "graph": graph,
         "registration": dict(registration) if registration else None,
         "look": look,

@@ -1,4 +1,4 @@
-"""Named component sets the planner can assume (``python -m esopt.plan --components NAME``).
+"""Named component sets the planner can assume (``python -m esopt.design --components NAME``).
 
     comps, source = component_set("paper")
     spreads = SEED_SPREADS                 # the paper set's seed spread is unknown: power over these

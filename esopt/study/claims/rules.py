@@ -89,13 +89,13 @@ class Claim:
     draw: Callable | None = None    # (records, knobs, components, rng, nothing_trains): adds the run fields it
     #                                 reads that the simulator's core does not make, in place
     generators: tuple = PER_PROBLEM  # the misspecified generators that change what it reads ("current" aside)
-    # --- the planner (esopt.study.claims.plan)
+    # --- the study design (esopt.study.claims.design)
     measure: str | None = None   # the opt-in measurement it reads (a Grid flag: probes, update_stats, connectivity)
     fields: tuple = ()           # the run fields that measurement makes (dropped from a grid without it)
     opt_in: bool = False         # listed only for a grid that makes ``measure``
     shown: tuple = ()            # the components the planner prints beside it
-    plan_gap: Callable | None = None   # (why, components) -> the planner's reading of a data gap, or None
-    plan_note: Callable | None = None  # (Design) -> a line the planner prints beside its power, or None
+    design_gap: Callable | None = None    # (why, components) -> the planner's reading of a data gap, or None
+    design_note: Callable | None = None   # (Design) -> a line the planner prints beside its power, or None
     more: tuple | None = None    # (Design field, values, floors): where its data fall short, its power at each value
     weights: dict = field(default_factory=dict)  # its hypotheses' initial weights in the registered graph
     #                                              ({"yes": w}); unset: an equal share of the rest (gated: 0)
@@ -201,7 +201,7 @@ def _cell(*algos):
 # Its yes holds 0.6 of alpha in the registered graph (claims.registered_graph): it is the study's
 # first question and the gate of claims 3, 4, 6 and 11, whose 8 hypotheses get that weight once it is
 # rejected; the other 13 hypotheses share 0.4. At paper_cpu's design and measured components its
-# power at +0.01 is about 0.8 at 0.6 alpha (0.87 at 0.8 alpha, 0.13 under the Holm family over 22
+# power at +0.01 is about 0.8 at 0.6 alpha (0.87 at 0.8 alpha, 0.13 under Holm over the 22 hypotheses
 # it replaces; docs/results/claims_calibration.md). 0.6, not 0.8: claim 1's t test is slightly
 # liberal at 16 seeds (its false yes about 1.2x its level), and at 0.8 the family-wise rate where
 # nothing trains came out 0.054 over 500 sims; at 0.6 the other 13 hypotheses start at twice the
@@ -457,7 +457,7 @@ def _level(name: str, y, xs: dict, Z, noise_y: float, noise_x: dict, dof: int, s
                 "cells the within-cell spread / seeds)",
        select=lambda sweep: {"es": sweep["es"]}, needs=(1,), units="ES runs", part="family", strong=0.6,
        plant=lambda theta, k, *_: k.update(rho=theta), rest={"rho": 0.0}, generators=(*PER_PROBLEM, "count_noise"),
-       plan_note=_diversity_note)
+       design_note=_diversity_note)
 def diversity(data, s):
     rows, seen, greedy, no_counts = [], set(), 0, 0
     per_k = int(s["samples_per_k"])
@@ -678,7 +678,7 @@ def grpo_saturation(runs: list[dict], alpha: float) -> dict:
        variance="seeds x problems, problems paired across algorithms, Welch-Satterthwaite df; the saturation "
                 "check over GRPO's runs (t at R - 1 df)",
        select=_cell("es", "grpo", *SEQUENCES), needs=(1,), strong=0.02, plant=_plant_sequence,
-       plan_gap=_saturation_gap, complement=True)
+       design_gap=_saturation_gap, complement=True)
 def sequence(data, s):
     orders = [o for o in SEQUENCES if data[o]]
     missing = [a for a in ("es", "grpo") if not data[a]] + ([] if orders else ["es_grpo or grpo_es"])

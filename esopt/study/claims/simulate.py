@@ -150,13 +150,13 @@ MEASURED = Components(unsolvable=0.146, beta=(0.649, 2.05), sigma_seed=0.00413, 
                       es_gain=0.0185, grpo_gain=0.0815, sigma_entropy=0.0217, grpo_per_gain=-0.0834, grpo_climb=0.034,
                       sigma_step=0.00262, s_random=0.185, s0=0.0085, sigma_size=0.000684, params=(3.01e4, 8.01e5))
 
-# per model, its components from a pilot sweep of that model (esopt.plan uses them for a grid whose
+# per model, its components from a pilot sweep of that model (esopt.design uses them for a grid whose
 # comparison cell runs it; other models get MEASURED). Regenerate a model's with
-#   python -m esopt.plan --pilot results/<pilot> --print-components
+#   python -m esopt.design --pilot results/<pilot> --print-components
 # SmolLM2-135M-Instruct on arith, from its pilot (2 seeds x es,grpo, 16 iterations, 100 held-out
 # problems x 4 samples, eval.probes=[copy,first_letter,passages], analysis=[drift]; run 2026-12-04 at
 # ae3bb9a; docs/results/claims_smollm2.md, "Pilot"), printed by
-# `python -m esopt.plan --pilot results/pilot_smollm2 --print-components`. Two seeds per algorithm:
+# `python -m esopt.design --pilot results/pilot_smollm2 --print-components`. Two seeds per algorithm:
 # the slopes on the gain (probe_per_gain, share_per_gain), beta, GRPO's climb and the entropy terms
 # stay at the simulator's assumed defaults. ES's two seeds (+0.015, +0.010) agree within their
 # binomial noise (sigma_seed 0: floored); GRPO's went +0.025 and -0.052 (sigma_seed_grpo; grpo_gain,

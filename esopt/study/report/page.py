@@ -47,7 +47,7 @@ from esopt.core.store import jsonable
 from esopt.study import fit
 from esopt.study import tables
 from esopt.study.report.analysis_figures import fig_drift, fig_sparsity
-from esopt.study.claims import look_line
+from esopt.study.claims import design_power, hypotheses, look_line
 from esopt.study.claims.rules import SEED_PAPER
 from esopt.study.report.figures import (best_groups, fig_curves, fig_entropy, fig_heatmap, fig_parcoords, fig_passk,
                                  fig_pruning, fig_status, fig_trend, optuna_figures)
@@ -186,7 +186,7 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
 
     colors = {"yes": "#1a7f37", "no": "#b42318", "unclear": "#8a6d00"}
     reg = result.get("registration") or {}
-    planned = ((reg.get("amendments") or [reg])[-1].get("plan") or {})   # the plan of the design registered last
+    planned = design_power((reg.get("amendments") or [reg])[-1])   # of the design registered last
     rows = []
     for c in result["claims"]:
         n = ", ".join(f"{k} {v}" for k, v in (c.get("n") or {}).items())
@@ -195,7 +195,7 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
         if low_rank:  # computed on low-rank ES runs: EGGROLL's verdict, not the study's ES's
             verdict += f" (low-rank ES runs: {'; '.join(low_rank)})"
         bound = f"boundary {c['boundary']:+g}, smallest effect of interest {c['sesoi']:g}"
-        plan_p = planned.get(str(c["id"]), planned.get(c["id"]))
+        design_p = planned.get(str(c["id"]), planned.get(c["id"]))
         rows.append(
             f'<tr id="claim-{c["id"]}"><td>{c["id"]}</td><td>{cell(c["claim"])}'
             f'<details><summary>test</summary><small>{cell(c["estimand"])}; {cell(c["statistic"])}; '
@@ -203,7 +203,7 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
             f'n: {cell(n or "-")}. {cell(c["reason"])}</small></details></td>'
             f'<td style="color:{colors.get(c["reproduced"], "#222")}"><b>{cell(verdict)}</b></td>'
             f'<td>{cell(fmt(c["effect"], c["ci"]))}</td><td>{cell(decide_text(c))}</td>'
-            f'<td>{cell("-" if plan_p is None else format(float(plan_p), ".0%"))}</td>'
+            f'<td>{cell("-" if design_p is None else format(float(design_p), ".0%"))}</td>'
             f'<td class="claim-source">{cell(c.get("source") or SEED_PAPER)}</td></tr>')
     sizes = ""
     per_size = next((c["details"].get("per_size") for c in result["claims"] if c["id"] == 7), None)
@@ -237,10 +237,10 @@ def claims_html(result: dict | None, low_rank: list[str] | None = None) -> str:
         '<details id="claims-method"><summary>How the claims are tested</summary><p>'
         f'Generated training tokens relative to ES: {cell(ratio or "-")}. Each claim is a pre-registered '
         'one-sided test (t over seeds and problems, problems paired); yes and no are decided by the registered graph '
-        f'(Bretz et al. 2009) over the yes and no hypotheses of every registered claim ({cell(result.get("family_size") or "all")} of '
+        f'(Bretz et al. 2009) over the yes and no hypotheses of every registered claim ({cell(hypotheses(result) or "all")} of '
         f'them, family-wise error {cell(s.get("alpha"))}); power is the test\'s power at the smallest effect of '
         'interest; "unclear: power" or "unclear: data" says which is missing; planned power is the registered '
-        'plan\'s (python -m esopt.plan), where the registration holds one. Calibration: '
+        'design\'s (python -m esopt.design), where the registration holds one. Calibration: '
         'docs/results/claims_calibration.md. Definitions: claims.json, esopt/study/claims/rules.py. Claims 1-7 '
         f'are the seed paper\'s ({SEED_PAPER}); the later ones are its 2026 rivals\', each with its source, '
         'decided on the same runs in the same family.</p></details></section>\n')

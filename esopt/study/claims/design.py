@@ -1,7 +1,7 @@
 """Before a study runs: can its grid decide each claim, and what does it cost (issue 40).
 
     grid = grid_of(runs)                       # runs: [(run_id, RunPlan)] as the sweeper validates them
-    report = plan(grid, runs, sims=100)        # per claim: power, false yes, decidable or what is missing; cost
+    report = assess(grid, runs, sims=100)      # per claim: power, false yes, decidable or what is missing; cost
     print("\\n".join(lines(report)))
     found = search(grid, runs, claims=[1, 3], target=0.8, max_hours=100)
 
@@ -266,7 +266,7 @@ def data_gap(cid: int, design: Design, comps: Components, shape) -> str | None:
     m = c.rule(c.select(sweep), _settings(design))
     if m.get("unclear") != "data":
         return None
-    return (c.plan_gap and c.plan_gap(m["why"], comps)) or m["why"]   # the claim's reading (its components')
+    return (c.design_gap and c.design_gap(m["why"], comps)) or m["why"]   # the claim's reading (its components')
 
 
 def generators_for(cid: int) -> list[str]:
@@ -361,11 +361,11 @@ def cost(runs: list, tokens_per_s=None, gpu: str | None = None, engine: str | No
 
 
 # ---------------------------------------------------------------------------------------------
-# the plan of a grid
-def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Components | None = None,
-         comp_source: str | None = None, bounds: tuple | None = None, sims: int = SIMS, seed: int = 0,
-         tokens_per_s=None, target: float = TARGET, gpu: str | None = None, engine: str | None = None,
-         spreads: tuple = (), spread_sims: int | None = None) -> dict:
+# a grid assessed: power per claim and cost
+def assess(grid: Grid, runs: list, claims: list[int] | None = None, comps: Components | None = None,
+           comp_source: str | None = None, bounds: tuple | None = None, sims: int = SIMS, seed: int = 0,
+           tokens_per_s=None, target: float = TARGET, gpu: str | None = None, engine: str | None = None,
+           spreads: tuple = (), spread_sims: int | None = None) -> dict:
     """Per claim (``claims``, default: those the grid bears on): what it lacks, or its power and
     false yes (``claim_power``) and at the pilot's ``bounds`` (pessimistic, optimistic
     components) its power there; with ``spreads`` (an unknown seed spread: ``component_sets``)
@@ -383,8 +383,8 @@ def plan(grid: Grid, runs: list, claims: list[int] | None = None, comps: Compone
     for cid in claims or bears_on(grid):
         gap = data_gap(cid, design, comps, shape)
         row = {"key": REGISTRY[cid].key, "units": REGISTRY[cid].units}
-        if REGISTRY[cid].plan_note:      # the claim's own line beside its power (claim 4: the cells it needs)
-            row["note"] = REGISTRY[cid].plan_note(design)
+        if REGISTRY[cid].design_note:      # the claim's own line beside its power (claim 4: the cells it needs)
+            row["note"] = REGISTRY[cid].design_note(design)
         if gap:
             more = REGISTRY[cid].more
             if more and max(more[1]) > getattr(design, more[0]):
@@ -500,7 +500,7 @@ def trend_line(rcs: list, sims: int = TREND_SIMS, target: float = TARGET) -> str
         try:
             line = _trend_line(cid, rcs, sims, target)
         except Exception as e:  # noqa: BLE001 - a note in a dry run never takes it down
-            line = f"plan: claim {cid} not estimated ({type(e).__name__}: {e}); python -m esopt.plan says more"
+            line = f"design: claim {cid} not estimated ({type(e).__name__}: {e}); python -m esopt.design says more"
         if line:
             out.append(line)
     return "\n".join(out) or None
@@ -512,16 +512,16 @@ def _trend_line(cid: int, rcs: list, sims: int, target: float) -> str | None:
         return None
     comps, design, shape = components_for(grid), design_of(grid), shaper(grid)
     what = REGISTRY[cid].text.split(" (")[0].rstrip(".")
-    head = f"plan: claim {cid} ({what[:1].lower() + what[1:]}): "
+    head = f"design: claim {cid} ({what[:1].lower() + what[1:]}): "
     gap = data_gap(cid, design, comps, shape)
     if not gap:
         p = claim_power(cid, design, comps, shape, sims, gens=["current"], false_yes=False)
         if p["power"] >= target:
             return head + (f"decidable (power {p['power']:.2f} {_fmt_ci(p['power_ci'])}, {sims} sims; "
-                           "python -m esopt.plan)")
+                           "python -m esopt.design)")
         gap = f"power {p['power']:.2f} {_fmt_ci(p['power_ci'])} < {target:g}"
     return (head + f"cannot decide: {gap}; {what_would(cid, grid, design, comps, sims)} "
-            f"({sims} sims; python -m esopt.plan <same overrides> for every claim)")
+            f"({sims} sims; python -m esopt.design <same overrides> for every claim)")
 
 
 def what_would(cid: int, grid: Grid, design: Design, comps: Components, sims: int = TREND_SIMS) -> str:
@@ -679,7 +679,7 @@ def search(grid: Grid, runs: list, claims: list[int], target: float = TARGET, ma
     screened on the simulator's own model, stopped once its Wilson upper bound is below the target),
     the first that passes is confirmed under every generator. Returns {"found", "design", "power",
     "hours", "overrides", "best"} (best: the highest power reached within ``max_hours``)."""
-    price = {"gpu": gpu, "engine": engine}   # the variants' hours, priced as the plan prices them
+    price = {"gpu": gpu, "engine": engine}   # the variants' hours, priced as the assessment prices them
 
     comps0 = comps or model_components(grid.cell_model)[0]
     rcs = list({rid: rc for rid, rc in runs}.values())
@@ -818,16 +818,16 @@ def _overrides(grid: Grid, design: Design, f, cell: bool) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # a preset's header comment
-HEADER = "# plan"   # the first line of a preset's plan block (sweeps/*_gpu.yaml), written by bench_plan.py
+HEADER = "# design"   # the first line of a preset's design block (sweeps/*_gpu.yaml), written by bench_design.py
 
 
 def header_lines(report: dict, command: str) -> list[str]:
-    """A preset's plan as comment lines: the command and settings, the cost, then one line per
+    """A preset's design as comment lines: the command and settings, the cost, then one line per
     claim (``claim N: power P [lo, hi], decidable | cannot decide`` or ``claim N: cannot decide:
-    <what the rule lacks>``); ``tests/study/test_plan.py`` checks them against esopt.plan."""
+    <what the rule lacks>``); ``tests/study/test_design.py`` checks them against esopt.design."""
     c = report["cost"]
     out = [f"{HEADER} ({command}; {report['sims']} sims, {report['source'].split(':')[0]} components; "
-           "docs/results/plan.md):",
+           "docs/results/design.md):",
            "#   " + header_cost(c), "#   " + decides_line(report)]
     for cid, row in report["claims"].items():
         if "power" in row:
@@ -840,7 +840,7 @@ def header_lines(report: dict, command: str) -> list[str]:
 
 
 def decides_line(report: dict) -> str:
-    """What a plan decides at power >= its target: the claims, each with the seed spreads where it
+    """What a design decides at power >= its target: the claims, each with the seed spreads where it
     holds when the components leave the spread unknown, or that it decides none (a pilot or a demo)."""
     parts = []
     for cid, row in report["claims"].items():
@@ -862,24 +862,25 @@ def header_cost(c: dict) -> str:
             "at the bound)")
 
 
-def plan_powers(report: dict) -> dict[int, float]:
-    """{claim id: power at its smallest effect of interest, 2 decimals} of the claims a plan
-    simulated (those it lacks data for have none): a preset's ``sweep.plan_power``, which the
+def design_powers(report: dict) -> dict[int, float]:
+    """{claim id: power at its smallest effect of interest, 2 decimals} of the claims a design
+    simulated (those it lacks data for have none): a preset's ``sweep.design_power``, which the
     claims registration records (``esopt.study.claims.register``)."""
     return {cid: round(float(row["power"]), 2) for cid, row in report["claims"].items() if "power" in row}
 
 
-def plan_power_text(powers: dict) -> str:
-    """``sweep.plan_power``'s YAML flow mapping: ``{1: 0.85, 3: 0.9}``."""
+def design_power_text(powers: dict) -> str:
+    """``sweep.design_power``'s YAML flow mapping: ``{1: 0.85, 3: 0.9}``."""
     return "{" + ", ".join(f"{cid}: {pw:g}" for cid, pw in sorted(powers.items())) + "}"
 
 
-def set_plan_power(text: str, powers: dict) -> str:
-    """A preset's text with ``sweep.plan_power`` set to ``powers`` (its line replaced, or added
-    after the ``sweep:`` block's ``name:``; a ``sweep:`` block added at the end when it has none);
+def set_design_power(text: str, powers: dict) -> str:
+    """A preset's text with ``sweep.design_power`` set to ``powers`` (its line replaced, or added
+    after the ``sweep:`` block's ``name:``; a ``sweep:`` block added at the end when it has none;
+    a line under its old name, ``plan_power``, is replaced by it);
     no powers (no claim simulated): the line removed."""
     lines = text.splitlines()
-    value = f"  plan_power: {plan_power_text(powers)}   # the plan's power per claim, registered with the claims"
+    value = f"  design_power: {design_power_text(powers)}   # the design's power per claim, registered with the claims"
     start = next((i for i, ln in enumerate(lines) if ln.rstrip() == "sweep:"), None)
     if start is None:
         return "\n".join([*lines, *(["sweep:", value] if powers else [])]) + "\n"
@@ -887,7 +888,7 @@ def set_plan_power(text: str, powers: dict) -> str:
     while end < len(lines) and (lines[end].startswith((" ", "#")) or not lines[end].strip()):
         end += 1
     body = range(start + 1, end)
-    at = next((i for i in body if lines[i].startswith("  plan_power:")), None)
+    at = next((i for i in body if lines[i].startswith(("  design_power:", "  plan_power:"))), None)   # or its old name
     if not powers:
         if at is not None:
             del lines[at]
@@ -900,7 +901,7 @@ def set_plan_power(text: str, powers: dict) -> str:
 
 
 def replace_header(text: str, block: list[str]) -> str:
-    """A preset's text with its plan block (``HEADER`` and the indented comment lines after it)
+    """A preset's text with its design block (``HEADER`` and the indented comment lines after it)
     replaced by ``block``, or inserted before its first non-comment line."""
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith(HEADER + " (")), None)

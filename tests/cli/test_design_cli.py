@@ -1,4 +1,4 @@
-"""python -m esopt.plan: composes the grid as esopt.sweep does and launches nothing; the headline
+"""python -m esopt.design: composes the grid as esopt.sweep does and launches nothing; the headline
 command is told it cannot decide the trend (also in the sweep's dry run); bad input is one line
 and exit 2; a pilot's components come with their bounds."""
 
@@ -10,10 +10,10 @@ HEADLINE = ("-m", "model=qwen1.5b,qwen7b", "pop=8,16,32")
 
 
 def test_headline_grid_cannot_decide_the_trend_and_nothing_is_launched(tmp_path):
-    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--sims", "5")
+    r = cli("esopt.design", *HEADLINE, f"sweep.root={tmp_path}", "--sims", "5")
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "esopt plan: 6 runs (nothing launched)" in out
+    assert "esopt design: 6 runs (nothing launched)" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("claim 7 (pop_vs_size)"))
     assert "cannot decide: 2 model size(s) with >= 2 populations of ES runs (need >= 5)" in line
     assert "sizes x 3 seeds: power" in line            # what would (or that nothing within 12 sizes would)
@@ -32,14 +32,14 @@ def test_readme_example_is_what_the_plan_prints(tmp_path):
     after = text.split("headline grid above (", 1)[1]
     hours, rest = after.split(" GPU-hours):\n", 1)
     shown = rest.splitlines()[0].strip("`").removesuffix("...").rstrip()
-    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--sims", "3")
+    r = cli("esopt.design", *HEADLINE, f"sweep.root={tmp_path}", "--sims", "3")
     assert any(ln.startswith(shown) for ln in r.stdout.splitlines()), shown
     assert f"; {hours} GPU-hours (H100;" in r.stdout
 
 
-def test_plan_composes_the_sweeps_run_ids(tmp_path):
+def test_design_composes_the_sweeps_run_ids(tmp_path):
     """The same grid, the same run ids as the sweep's dry run (one composition path)."""
-    from esopt.cli.plan import compose
+    from esopt.cli.design import compose
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
@@ -55,18 +55,18 @@ def test_plan_composes_the_sweeps_run_ids(tmp_path):
 def test_sweep_dry_run_prints_the_trend_verdict(tmp_path):
     r = cli("esopt.sweep", *HEADLINE, f"sweep.root={tmp_path}", "sweep.dry_run=true")
     assert r.returncode == 0, r.stderr
-    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("plan: claim 7"))
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("design: claim 7"))
     assert "cannot decide: 2 model size(s)" in line and "sizes x 3 seeds: power" in line
     r = cli("esopt.sweep", "-m", "model=tiny-xs,tiny-s,tiny-m,tiny-l,tiny-xl", "pop=4,8", "seed=0,1,2",
             f"sweep.root={tmp_path}", "sweep.dry_run=true")      # enough sizes: the verdict is power's
-    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("plan: claim 7"))
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("design: claim 7"))
     assert "cannot decide: power 0.0" in line and "< 0.8" in line and "12 sizes x 3 seeds: power" in line
     r = cli("esopt.sweep", "-m", "model=tiny-s", "pop=8,16", f"sweep.root={tmp_path}", "sweep.dry_run=true")
-    assert r.returncode == 0 and "plan: claim 7" not in r.stdout    # one size: no trend to judge
+    assert r.returncode == 0 and "design: claim 7" not in r.stdout    # one size: no trend to judge
 
 
 def test_target_power_search_prints_the_command_or_the_best_reachable(tmp_path):
-    r = cli("esopt.plan", "-m", "model=tiny-s", "algo=es", "seed=0,1,2", f"sweep.root={tmp_path}", "--sims", "5",
+    r = cli("esopt.design", "-m", "model=tiny-s", "algo=es", "seed=0,1,2", f"sweep.root={tmp_path}", "--sims", "5",
             "--target-power", "0.8", "--claims", "1", "--max-hours", "0.05")
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("search (claims 1, target 0.8)"))
@@ -77,7 +77,7 @@ def test_target_power_search_prints_the_command_or_the_best_reachable(tmp_path):
 def test_pilot_components_and_their_bounds(tmp_path):
     pilot = tmp_path / "pilot"
     write_planted_sweep(pilot, seeds=(0, 1, 2), problems=60, noise=0.01)
-    r = cli("esopt.plan", "-m", "model=tiny-s", "algo=es,grpo", "seed=0,1,2", f"sweep.root={tmp_path}",
+    r = cli("esopt.design", "-m", "model=tiny-s", "algo=es,grpo", "seed=0,1,2", f"sweep.root={tmp_path}",
             "--pilot", str(pilot), "--claims", "1", "--sims", "3")
     assert r.returncode == 0, r.stderr
     assert "# component sigma_seed: within-algorithm spread" in r.stdout
@@ -92,21 +92,21 @@ def test_pilot_components_and_their_bounds(tmp_path):
     (("-m", "model=tiny-s", "--claims", "12"), "unknown claim 12 (known: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)"),
     (("-m", "model=tiny-s", "pop=8,16", "--claims", "7"), "claim 7 compares model sizes: the grid's ES runs have 1"),
     (("-m", "model=tiny-s", "--target-power", "0.8", "--max-hours", "-5"), "--max-hours must be > 0"),
-    (("-m", "model=tiny-s", "plan.tokens_per_s=-3"), "plan.tokens_per_s must be a positive number"),
-    (("-m", "model=tiny-s", "plan.tokens_per_s.tiny-s=nan"), "plan.tokens_per_s.tiny-s must be a positive number"),
-    (("-m", "model=tiny-s", "plan.gpu=V100"), "plan.gpu: unknown GPU kind 'V100' (known: H100, H200, A100)"),
-    (("-m", "model=tiny-s", "plan.engine=tgi"), "plan.engine: unknown engine 'tgi'"),
+    (("-m", "model=tiny-s", "design.tokens_per_s=-3"), "design.tokens_per_s must be a positive number"),
+    (("-m", "model=tiny-s", "design.tokens_per_s.tiny-s=nan"), "design.tokens_per_s.tiny-s must be a positive number"),
+    (("-m", "model=tiny-s", "design.gpu=V100"), "design.gpu: unknown GPU kind 'V100' (known: H100, H200, A100)"),
+    (("-m", "model=tiny-s", "design.engine=tgi"), "design.engine: unknown engine 'tgi'"),
     (("-m", "model=tiny-s", "--components", "papers"), "--components: unknown component set 'papers' (known: tiny, "),
     (("-m", "model=tiny-s", "--target-power", "0.8", "--max-gpu-hours", "0"), "--max-gpu-hours must be > 0"),
     (("-m", "model=tiny-s", "--target-power", "0.8", "--max-gpu-hours", "nan"), "--max-gpu-hours must be > 0"),
     (("-m", "model=tiny-s", "--target-power", "0.8", "--write", "x.yaml"), "--write writes the design a pilot's"),
     (("-m", "model=tiny-s", "--target-power", "1.5"), "--target-power must be in (0, 1)"),
-    (("-m", "model=tiny-s", "plan.speed=3"), "unknown key 'plan.speed'"),
+    (("-m", "model=tiny-s", "design.speed=3"), "unknown key 'design.speed'"),
     (("-m", "model=tiny-s", "popp=8"), "unknown key 'popp'"),
     (("-m", "model=tiny-s", "hydra/sweeper=optuna"), "the optuna sweeper picks its runs as it goes"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words, tmp_path):
-    r = cli("esopt.plan", *args, f"sweep.root={tmp_path}")
+    r = cli("esopt.design", *args, f"sweep.root={tmp_path}")
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("esopt: error: ") and words in lines[0], r.stderr
@@ -131,7 +131,7 @@ def test_pilot_without_finished_runs_is_refused(make, tmp_path):
                 ev["correct_counts"] = [0] * len(ev["correct_counts"])
             s.write_text(json.dumps(d))
     literal = ("--print-components",) if make.endswith("literal") else ("-m", "model=tiny-s", f"sweep.root={tmp_path / 'r'}")
-    r = cli("esopt.plan", *literal, "--pilot", str(pilot))
+    r = cli("esopt.design", *literal, "--pilot", str(pilot))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"esopt: error: --pilot {pilot}"), r.stderr
     if make.startswith("unsolved"):
@@ -140,21 +140,36 @@ def test_pilot_without_finished_runs_is_refused(make, tmp_path):
 
 def test_exit_code_of_a_real_process(tmp_path):
     """The process itself is the subject: its exit status on bad input, as a shell sees it."""
-    r = run_cli("esopt.plan", "-m", "model=tiny-s", "--claims", "0", f"sweep.root={tmp_path}")
+    r = run_cli("esopt.design", "-m", "model=tiny-s", "--claims", "0", f"sweep.root={tmp_path}")
     assert r.returncode == 2 and r.stderr.startswith("esopt: error: unknown claim 0")
 
 
+def test_the_old_command_and_keys_are_read_for_a_release_with_one_warning_each(tmp_path):
+    """``python -m esopt.plan`` and ``plan.*`` (the names before esopt.design): the same answer,
+    one ``esopt: warning:`` line for the command and one for the keys."""
+    grid = (*HEADLINE, f"sweep.root={tmp_path}", "--claims", "1", "--sims", "2")
+    new = cli("esopt.design", *grid, "design.tokens_per_s=1e6", "design.gpu=H200")
+    old = cli("esopt.plan", *grid, "plan.tokens_per_s=1e6", "plan.gpu=H200")
+    assert new.returncode == old.returncode == 0, old.stderr
+    assert "warning" not in new.stderr
+    assert [ln for ln in old.stderr.splitlines() if ln.startswith("esopt: warning:")] == [
+        "esopt: warning: python -m esopt.plan is deprecated and goes in a later release: it is now python -m esopt.design",
+        "esopt: warning: plan.tokens_per_s is deprecated and goes in a later release: it is design.tokens_per_s now"]
+    assert "rate on H200 (hf), tokens/s: qwen1.5b 1,000,000, qwen7b 1,000,000; design.tokens_per_s" in new.stdout
+    assert old.stdout.splitlines()[:-1] == new.stdout.splitlines()[:-1]   # the last line: the seconds it took
+
+
 def test_tokens_per_s_override_prices_the_grid(tmp_path):
-    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--claims", "1", "--sims", "2",
-            "plan.tokens_per_s=1e6")
+    r = cli("esopt.design", *HEADLINE, f"sweep.root={tmp_path}", "--claims", "1", "--sims", "2",
+            "design.tokens_per_s=1e6")
     assert r.returncode == 0, r.stderr
     # hf costs the bound: 382.4M / 1e6 / 3600 = 0.106
     assert "cost: 6 runs, <= 382,402,560 generated tokens (+ 0 in analyses), about 256,209,712 expected; " \
            "0.106 GPU-hours (H100; 0.106 at the bound)" in r.stdout
-    assert "rate on H100 (hf), tokens/s: qwen1.5b 1,000,000, qwen7b 1,000,000; plan.tokens_per_s" in r.stdout
-    r = cli("esopt.plan", *HEADLINE, f"sweep.root={tmp_path}", "--claims", "1", "--sims", "2",
-            "plan.tokens_per_s=1e6", "plan.tokens_per_s.qwen7b=5e5", "plan.engine=vllm")   # per model size
-    assert "rate on H100 (vllm), tokens/s: qwen1.5b 1,000,000, qwen7b 500,000; plan.tokens_per_s" in r.stdout
+    assert "rate on H100 (hf), tokens/s: qwen1.5b 1,000,000, qwen7b 1,000,000; design.tokens_per_s" in r.stdout
+    r = cli("esopt.design", *HEADLINE, f"sweep.root={tmp_path}", "--claims", "1", "--sims", "2",
+            "design.tokens_per_s=1e6", "design.tokens_per_s.qwen7b=5e5", "design.engine=vllm")   # per model size
+    assert "rate on H100 (vllm), tokens/s: qwen1.5b 1,000,000, qwen7b 500,000; design.tokens_per_s" in r.stdout
     assert "about 256,209,712 expected; 0.107 GPU-hours (H100; 0.159 at the bound)" in r.stdout   # 0.67 x (191.2M / 1e6 + 191.2M / 5e5) / 3600
 
 
@@ -171,7 +186,7 @@ def test_a_pilot_run_whose_summary_has_another_shape_is_left_out(tmp_path):
         d = json.loads(s.read_text())
         f(d)
         s.write_text(json.dumps(d))
-    r = cli("esopt.plan", "--pilot", str(pilot), "--print-components")
+    r = cli("esopt.design", "--pilot", str(pilot), "--print-components")
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
     assert first == f"# components of {pilot} ({len(summaries) - len(spoil)} finished runs; estimate_components)", first
@@ -186,12 +201,12 @@ def test_write_refuses_an_existing_file_and_a_thin_pilot(tmp_path):
     target.write_text("# mine\n")
     args = ("-m", "model=tiny-s", "algo=es,grpo", f"sweep.root={tmp_path / 'r'}", "--pilot", str(pilot),
             "--target-power", "0.8", "--max-gpu-hours", "5", "--write")
-    r = cli("esopt.plan", *args, str(target))
+    r = cli("esopt.design", *args, str(target))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and lines == [f"esopt: error: --write: {target} exists (--force overwrites it)"]
     assert target.read_text() == "# mine\n"
     fresh = tmp_path / "fresh.yaml"
-    r = cli("esopt.plan", *args, str(fresh))
+    r = cli("esopt.design", *args, str(fresh))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("esopt: note")]
     assert r.returncode == 2 and len(lines) == 1 and "finished run(s); the components need >= 2 per algorithm" in lines[0]
     assert not fresh.exists()

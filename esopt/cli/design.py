@@ -1,19 +1,19 @@
-"""``python -m esopt.plan <the overrides a sweep takes>``: before a study runs, whether its grid
+"""``python -m esopt.design <the overrides a sweep takes>``: before a study runs, whether its grid
 can decide each claim and what it costs; launches nothing.
 
-    python -m esopt.plan +experiment=pop_vs_size_gpu
-    python -m esopt.plan -m model=qwen1.5b,qwen7b pop=8,16,32
-    python -m esopt.plan +experiment=paper_cpu --pilot results/paper_cpu_quick
-    python -m esopt.plan --pilot results/pilot_smollm2 --print-components   # the literal for MODEL_COMPONENTS
-    python -m esopt.plan +experiment=es_vs_grpo_gpu --target-power 0.8 --claims 1,3 --max-hours 5000
-    python -m esopt.plan +experiment=es_vs_grpo_gpu --pilot results/pilot_gpu --target-power 0.8 \
+    python -m esopt.design +experiment=pop_vs_size_gpu
+    python -m esopt.design -m model=qwen1.5b,qwen7b pop=8,16,32
+    python -m esopt.design +experiment=paper_cpu --pilot results/paper_cpu_quick
+    python -m esopt.design --pilot results/pilot_smollm2 --print-components   # the literal for MODEL_COMPONENTS
+    python -m esopt.design +experiment=es_vs_grpo_gpu --target-power 0.8 --claims 1,3 --max-hours 5000
+    python -m esopt.design +experiment=es_vs_grpo_gpu --pilot results/pilot_gpu --target-power 0.8 \
         --claims 1,3 --max-gpu-hours 2000 --write sweeps/es_vs_grpo_confirm.yaml   # a confirmatory preset
-    python -m esopt.plan ... plan.tokens_per_s=3000        # the throughput the hours are computed at
-    python -m esopt.plan ... plan.tokens_per_s.qwen7b=9000 plan.gpu=H200   # per model; the GPU kind priced
+    python -m esopt.design ... design.tokens_per_s=3000        # the throughput the hours are computed at
+    python -m esopt.design ... design.tokens_per_s.qwen7b=9000 design.gpu=H200   # per model; the GPU kind priced
 
 The grid is composed and validated by the esopt sweeper exactly as ``esopt.sweep`` composes it
-(``EsoptSweeper.composed``: same presets, validation, run ids); the plan is
-``esopt.study.claims.plan``'s. Flags: ``--claims 1,3`` (default: the claims the grid bears on),
+(``EsoptSweeper.composed``: same presets, validation, run ids); the assessment is
+``esopt.study.claims.design``'s. Flags: ``--claims 1,3`` (default: the claims the grid bears on),
 ``--pilot DIR`` (variance components from a finished pilot sweep, with bootstrap bounds; what it
 does not measure stays the model's: each line says which), ``--print-components`` (with --pilot:
 print the pilot's ``Components(...)`` for ``simulate.MODEL_COMPONENTS`` and exit; no grid needed),
@@ -42,16 +42,26 @@ from esopt.core.errors import ConfigError
 FLAGS = {"--pilot": str, "--target-power": float, "--claims": str, "--max-hours": float, "--sims": int,
          "--seed": int, "--components": str, "--max-gpu-hours": float, "--write": str}
 SWITCHES = ("--print-components", "--force")
-PLAN_KEYS = {"plan.tokens_per_s": float, "plan.gpu": str, "plan.engine": str}
+DESIGN_KEYS = {"design.tokens_per_s": float, "design.gpu": str, "design.engine": str}
+OLD_PREFIX = "plan."   # the design.* keys' spelling before they were renamed: read for a release, one warning
 
 
 def split_argv(argv: list[str]) -> tuple[dict, dict, list[str]]:
-    """(flags, plan.* keys, the sweep's own overrides); bad values: one line, exit 2."""
+    """(flags, design.* keys, the sweep's own overrides); bad values: one line, exit 2. A key
+    spelt ``plan.*`` (its old name) is read as ``design.*``, with one warning line."""
     flags, keys, rest = {}, {}, []
+    warned = False
     i = 0
     while i < len(argv):
         a = argv[i]
         name, eq, value = a.partition("=")
+        key = name.lstrip("+")
+        if key.startswith(OLD_PREFIX) and eq:
+            key = "design." + key.removeprefix(OLD_PREFIX)
+            if not warned:
+                warned = True
+                print(f"esopt: warning: {name.lstrip('+')} is deprecated and goes in a later release: it is {key} now",
+                      file=sys.stderr)
         if a in SWITCHES:
             flags[a] = True
         elif name in FLAGS:
@@ -63,13 +73,12 @@ def split_argv(argv: list[str]) -> tuple[dict, dict, list[str]]:
                 flags[name] = FLAGS[name](value)
             except ValueError:
                 fail(f"{name}: not a {FLAGS[name].__name__}: {value!r}")
-        elif name.lstrip("+").startswith("plan.tokens_per_s.") and eq:   # per model: plan.tokens_per_s.<model>=N
-            keys.setdefault("per_model", {})[name.lstrip("+").split(".", 2)[2]] = _number(name, value)
-        elif name.lstrip("+") in PLAN_KEYS and eq:
-            kind = PLAN_KEYS[name.lstrip("+")]
-            keys[name.lstrip("+")] = _number(name, value) if kind is float else value
-        elif name.lstrip("+").startswith("plan."):
-            fail(f"unknown key {name!r} (known: {', '.join(PLAN_KEYS)}, plan.tokens_per_s.<model>)")
+        elif key.startswith("design.tokens_per_s.") and eq:   # per model: design.tokens_per_s.<model>=N
+            keys.setdefault("per_model", {})[key.split(".", 2)[2]] = _number(key, value)
+        elif key in DESIGN_KEYS and eq:
+            keys[key] = _number(key, value) if DESIGN_KEYS[key] is float else value
+        elif key.startswith(("design.", OLD_PREFIX)):
+            fail(f"unknown key {name!r} (known: {', '.join(DESIGN_KEYS)}, design.tokens_per_s.<model>)")
         else:
             rest.append(a)
         i += 1
@@ -84,8 +93,8 @@ def _number(name: str, value: str) -> float:
 
 
 def rates(keys: dict):
-    """``plan.tokens_per_s``: None, one rate, or {model name: rate, "default": the rest's}."""
-    one, per = keys.get("plan.tokens_per_s"), keys.get("per_model")
+    """``design.tokens_per_s``: None, one rate, or {model name: rate, "default": the rest's}."""
+    one, per = keys.get("design.tokens_per_s"), keys.get("per_model")
     if not per:
         return one
     return {**per, **({"default": one} if one else {})}
@@ -130,14 +139,14 @@ def check(flags: dict, keys: dict) -> None:
     from esopt import engines
     from esopt.runtime.budget import GPU_KINDS
 
-    for name, rate in [("plan.tokens_per_s", keys.get("plan.tokens_per_s", 1.0)),
-                       *((f"plan.tokens_per_s.{m}", r) for m, r in (keys.get("per_model") or {}).items())]:
+    for name, rate in [("design.tokens_per_s", keys.get("design.tokens_per_s", 1.0)),
+                       *((f"design.tokens_per_s.{m}", r) for m, r in (keys.get("per_model") or {}).items())]:
         if not rate > 0 or math.isinf(rate):
             fail(f"{name} must be a positive number (got {rate:g})")
-    if keys.get("plan.gpu", GPU_KINDS[0]) not in GPU_KINDS:
-        fail(f"plan.gpu: unknown GPU kind {keys['plan.gpu']!r} (known: {', '.join(GPU_KINDS)})")
-    if keys.get("plan.engine", "hf") not in engines.ENGINES:
-        fail(f"plan.engine: unknown engine {keys['plan.engine']!r} (known: {', '.join(engines.ENGINES)})")
+    if keys.get("design.gpu", GPU_KINDS[0]) not in GPU_KINDS:
+        fail(f"design.gpu: unknown GPU kind {keys['design.gpu']!r} (known: {', '.join(GPU_KINDS)})")
+    if keys.get("design.engine", "hf") not in engines.ENGINES:
+        fail(f"design.engine: unknown engine {keys['design.engine']!r} (known: {', '.join(engines.ENGINES)})")
     if "--target-power" in flags and not 0 < flags["--target-power"] < 1:
         fail(f"--target-power must be in (0, 1) (got {flags['--target-power']:g})")
     if "--sims" in flags and flags["--sims"] < 1:
@@ -164,13 +173,13 @@ def compose(overrides: list[str]) -> list:
         SWEEP_CONSUMER.remove(jobs.extend)
         sys.argv = saved
     if not jobs:
-        fail("the overrides compose no runs (esopt.plan plans a grid of the esopt sweeper)")
+        fail("the overrides compose no runs (esopt.design assesses a grid of the esopt sweeper)")
     return [(j.rid, j.plan) for j in jobs]
 
 
 def _never(cfg):
     """The task function: never called (the sweeper hands the jobs over instead)."""
-    raise RuntimeError("esopt.plan launched a run")
+    raise RuntimeError("esopt.design launched a run")
 
 
 def family_models(grid) -> list:
@@ -193,7 +202,7 @@ def family_models(grid) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from esopt.study.claims import plan as P
+    from esopt.study.claims import design as D
 
     argv = command_argv(argv, __doc__)
     if argv is None:
@@ -203,18 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     claims = parse_claims(flags.get("--claims"))
     if "--print-components" in flags:
         try:
-            print("\n".join(P.pilot_literal(flags["--pilot"])))
+            print("\n".join(D.pilot_literal(flags["--pilot"])))
         except (ConfigError, FileNotFoundError, NotADirectoryError) as e:
             fail(f"--pilot {flags['--pilot']}: {e}" if "--pilot" not in str(e) else str(e))
         return 0
     t0 = time.time()
     runs = compose(overrides)
     try:
-        grid = P.grid_of(runs)
+        grid = D.grid_of(runs)
     except ConfigError as e:
         fail(str(e))
     sizes = len({p.model["name"] for _, p in runs if p.algo == "es"})
-    across = [c for c in claims or [] if (P.REGISTRY[c].more or ("",))[0] == "sizes"]   # compare model sizes
+    across = [c for c in claims or [] if (D.REGISTRY[c].more or ("",))[0] == "sizes"]   # compare model sizes
     if across and sizes < 2:
         fail(f"claim {across[0]} compares model sizes: the grid's ES runs have {sizes} "
              f"({grid.cell_model}); sweep model=a,b,c,... with >= 2 populations each")
@@ -228,32 +237,32 @@ def main(argv: list[str] | None = None) -> int:
             fail(str(e))
     if "--pilot" in flags:
         try:
-            start, start_source = P.model_components(grid.cell_model)   # what the pilot does not measure
-            comps, pess, opt, how = P.pilot_components(flags["--pilot"], start=start, start_source=start_source)
+            start, start_source = D.model_components(grid.cell_model)   # what the pilot does not measure
+            comps, pess, opt, how = D.pilot_components(flags["--pilot"], start=start, start_source=start_source)
         except (ConfigError, FileNotFoundError, NotADirectoryError) as e:
             fail(f"--pilot {flags['--pilot']}: {e}" if "--pilot" not in str(e) else str(e))
         if "--write" in flags:
             try:
-                P.pilot_enough(flags["--pilot"])
+                D.pilot_enough(flags["--pilot"])
             except ConfigError as e:
                 fail(str(e))
         source, bounds = f"pilot {flags['--pilot']}", (pess, opt)
         for k, v in how.items():
             print(f"# component {k}: {v}")
-    sims, seed, rate = flags.get("--sims", P.SIMS), flags.get("--seed", 0), rates(keys)
-    price = {"gpu": keys.get("plan.gpu"), "engine": keys.get("plan.engine")}
-    report = P.plan(grid, runs, claims, comps, source, bounds, sims=sims, seed=seed, tokens_per_s=rate,
-                    target=flags.get("--target-power", P.TARGET), spreads=spreads, **price)
-    print(f"esopt plan: {report['cost']['runs']} runs (nothing launched)")
-    for line in P.lines(report):
+    sims, seed, rate = flags.get("--sims", D.SIMS), flags.get("--seed", 0), rates(keys)
+    price = {"gpu": keys.get("design.gpu"), "engine": keys.get("design.engine")}
+    report = D.assess(grid, runs, claims, comps, source, bounds, sims=sims, seed=seed, tokens_per_s=rate,
+                      target=flags.get("--target-power", D.TARGET), spreads=spreads, **price)
+    print(f"esopt design: {report['cost']['runs']} runs (nothing launched)")
+    for line in D.lines(report):
         print(line)
     if "--target-power" in flags:
         named = claims or [c for c, r in report["claims"].items() if "power" in r]
         if not named:
             fail("--target-power: name the claims to search for (--claims 1,3): the grid measures none of them")
-        fam = family_models(grid) if any(P.REGISTRY[c].part == "family" for c in named) else None
+        fam = family_models(grid) if any(D.REGISTRY[c].part == "family" for c in named) else None
         try:
-            found = P.search(grid, runs, named, flags["--target-power"], flags.get("--max-hours", math.inf),
+            found = D.search(grid, runs, named, flags["--target-power"], flags.get("--max-hours", math.inf),
                              comps, sims, seed, rate, family_models=fam, **price)
         except ConfigError as e:
             fail(str(e))
@@ -272,12 +281,12 @@ def write_preset(path, found: dict, grid, runs, overrides: list[str], flags: dic
     """The design ``found`` as a confirmatory preset at ``path``: the grid's own preset (its
     ``+experiment=``) as its base, the found design's grids with seeds the pilot never ran and
     (where the task has test draws) the next fresh test draw, and a header with the command, the
-    design, its cost and power, the power per claim as ``sweep.plan_power`` (``claims.register``
+    design, its cost and power, the power per claim as ``sweep.design_power`` (``claims.register``
     records both when the sweep starts)."""
     import json
     from pathlib import Path
 
-    from esopt.study.claims import plan as P
+    from esopt.study.claims import design as D
     from esopt.study.claims.simulate import sweep_records
 
     path = Path(path)
@@ -291,7 +300,7 @@ def write_preset(path, found: dict, grid, runs, overrides: list[str], flags: dic
     design, f = found["_design"], found.get("_family")
     ev = {"eval.problems": design.problems, "eval.samples": design.samples}
     grids = []
-    if any(P.REGISTRY[c].part != "family" for c in found["power"]):
+    if any(D.REGISTRY[c].part != "family" for c in found["power"]):
         grids.append({"model": grid.cell_model, "algo": ",".join(sorted(grid.cell_seeds)),
                       "seed": f"range({first},{first + design.seeds})", **ev})
     if f:
@@ -299,15 +308,15 @@ def write_preset(path, found: dict, grid, runs, overrides: list[str], flags: dic
                       "seed": f"range({first},{first + f[3]})", **ev})
     h = found["hours"]
     lines = ["# @package _global_",
-             f"# Confirmatory (registered design): written by python -m esopt.plan {' '.join(argv)}",
+             f"# Confirmatory (registered design): written by python -m esopt.design {' '.join(argv)}",
              f"# from the pilot {flags['--pilot']}: the cheapest design whose power >= {flags['--target-power']:g} "
              f"for claims {', '.join(map(str, found['power']))}: {found['design']}; seeds from {first} (none the pilot "
              "ran)" + (f", test draw {draw} (task.test_draw: a fresh test split)" if draws else "") + ".",
-             f"# cost: {P.hours_text(h)} hours expected (GPU-hours for GPU runs); power "
+             f"# cost: {D.hours_text(h)} hours expected (GPU-hours for GPU runs); power "
              + ", ".join(f"claim {c} {p:.2f} ({found['generators'][c]})" for c, p in found["power"].items())
              + f" ({found['sims']} sims). Claims are registered into claims.json as the sweep starts.",
              "defaults:", *(f"  - {b}" for b in base), "  - _self_", "",
-             f"sweep:\n  name: {path.stem}\n  plan_power: {P.plan_power_text({c: round(p, 2) for c, p in found['power'].items()})}   # registered"]
+             f"sweep:\n  name: {path.stem}\n  design_power: {D.design_power_text({c: round(p, 2) for c, p in found['power'].items()})}   # registered"]
     if draws:
         lines.append(f"task:\n  test_draw: {draw}")
     lines.append("hydra:\n  sweeper:\n    params: null\n    grids:")
@@ -317,7 +326,7 @@ def write_preset(path, found: dict, grid, runs, overrides: list[str], flags: dic
 
 
 def search_lines(found: dict, claims: list[int], target: float, overrides: list[str]) -> str:
-    from esopt.study.claims.plan import hours_text
+    from esopt.study.claims.design import hours_text
 
     cl = ",".join(map(str, claims))
     if found["found"]:
