@@ -1,6 +1,6 @@
-"""esopt.study.claims.plan: a grid's power per claim through the claim rules, what a grid lacks in the
+"""esopt.study.claims.design: a grid's power per claim through the claim rules, what a grid lacks in the
 rules' words, the cheapest design that decides (re-evaluated from its own command line), a
-pilot's components and their bounds, the GPU throughput table and the presets' plan blocks."""
+pilot's components and their bounds, the GPU throughput table and the presets' design blocks."""
 
 import math
 import re
@@ -14,15 +14,15 @@ from hydra.core.global_hydra import GlobalHydra
 
 from esopt.core.errors import ConfigError
 from esopt.core.metrics import wilson_interval
-from esopt.study.claims import plan as P
+from esopt.study.claims import design as D
 from esopt.study.claims.simulate import MEASURED, Components, Design
 
-SIMS = 20  # few, seeded: the tests check the machinery, docs/results/plan.md the numbers
+SIMS = 20  # few, seeded: the tests check the machinery, docs/results/design.md the numbers
 
 
 def composed(*overrides):
-    """The runs esopt.sweep -m would compose for these overrides (the plan's own path)."""
-    from esopt.cli.plan import compose
+    """The runs esopt.sweep -m would compose for these overrides (the design's own path)."""
+    from esopt.cli.design import compose
 
     GlobalHydra.instance().clear()
     try:
@@ -35,7 +35,7 @@ def grid(**kw):
     base = dict(cell_model="m", cell_seeds={"es": 4, "grpo": 4}, problems=200, samples=32, split_rows=500,
                 iterations=30, ood=True, sparsity=((0.22,), ("global", "random", "equal_norm")),
                 es_temperature=1.0, es_samples=4, grpo_mid=True)
-    return P.Grid(**{**base, **kw})
+    return D.Grid(**{**base, **kw})
 
 
 def test_wilson_interval():
@@ -58,22 +58,22 @@ def test_wilson_interval():
 ])
 def test_what_a_grid_lacks_is_said_in_the_rules_words(kw, cid, words):
     g = grid(**kw)
-    gap = P.data_gap(cid, P.design_of(g), MEASURED, P.shaper(g))
+    gap = D.data_gap(cid, D.design_of(g), MEASURED, D.shaper(g))
     assert gap is not None and words in gap
 
 
 def test_greedy_members_and_too_few_sizes_leave_the_family_claims_undecidable():
     fam = {f"s{j}": {"params": 1e5 * 3 ** j, "pops": {8, 16}, "seeds": 3} for j in range(3)}
     g = grid(family=fam, es_temperature=0.0, es_samples=1)
-    d, c = P.design_of(g), P.components_for(g)
+    d, c = D.design_of(g), D.components_for(g)
     assert c.params == (1e5, 9e5)                         # the trend's range is the grid's
-    assert "greedily" in P.data_gap(4, d, c, P.shaper(g))
-    assert "3 model size(s)" in P.data_gap(7, d, c, P.shaper(g))
-    assert P.bears_on(g) == [1, 2, 3, 4, 5, 6, 7]
-    assert P.bears_on(grid(cell_seeds={"es": 3})) == [1, 5]
+    assert "greedily" in D.data_gap(4, d, c, D.shaper(g))
+    assert "3 model size(s)" in D.data_gap(7, d, c, D.shaper(g))
+    assert D.bears_on(g) == [1, 2, 3, 4, 5, 6, 7]
+    assert D.bears_on(grid(cell_seeds={"es": 3})) == [1, 5]
     # the rivals: where the grid measures what they read (probes, drift, connectivity, anchored ES)
-    assert P.bears_on(grid(probes=True, update_stats=True, connectivity=True)) == [1, 2, 3, 5, 6, 8, 9, 11]
-    assert 10 in P.bears_on(grid(cell_seeds={"es": 3, "es_anchor": 3}))
+    assert D.bears_on(grid(probes=True, update_stats=True, connectivity=True)) == [1, 2, 3, 5, 6, 8, 9, 11]
+    assert 10 in D.bears_on(grid(cell_seeds={"es": 3, "es_anchor": 3}))
 
 
 def test_the_rivals_data_are_there_when_the_grid_makes_them():
@@ -82,34 +82,34 @@ def test_the_rivals_data_are_there_when_the_grid_makes_them():
     g = grid(cell_seeds={"es": 4, "grpo": 4, "es_anchor": 4}, probes=True, update_stats=True, connectivity=True)
     level = replace(MEASURED, grpo_gain=MEASURED.es_gain)   # claims 8 and 9 read where the gains overlap
     for cid in (8, 9, 10, 11):
-        assert P.data_gap(cid, P.design_of(g), level, P.shaper(g)) is None, cid
+        assert D.data_gap(cid, D.design_of(g), level, D.shaper(g)) is None, cid
     for cid in (8, 9):                                       # the measured gains do not: the rule says so
-        assert "gains do not overlap" in P.data_gap(cid, P.design_of(g), MEASURED, P.shaper(g)), cid
+        assert "gains do not overlap" in D.data_gap(cid, D.design_of(g), MEASURED, D.shaper(g)), cid
     from esopt.study.claims.simulate import Design, simulate
 
     recs = simulate(Design(seeds=4, problems=50), rng=np.random.default_rng(0), parts=("cell",))
-    bare = P.shaper(grid())(recs)
+    bare = D.shaper(grid())(recs)
     assert not any(r.get("anchor_decay") for r in bare)
     assert not any(k in r for r in bare for k in ("final_probe_pass1", "update_l2", "connectivity_barrier"))
 
 
 def test_power_rises_with_seeds_and_false_yes_stays_low():
     g = grid()
-    low = P.claim_power(1, replace_seeds(g, 3), Components(), P.shaper(g), SIMS, gens=["current"])
-    high = P.claim_power(1, replace_seeds(g, 12), Components(), P.shaper(grid(cell_seeds={"es": 12})), SIMS,
+    low = D.claim_power(1, replace_seeds(g, 3), Components(), D.shaper(g), SIMS, gens=["current"])
+    high = D.claim_power(1, replace_seeds(g, 12), Components(), D.shaper(grid(cell_seeds={"es": 12})), SIMS,
                          gens=["current"])
     assert high["power"] > low["power"]
     assert high["false_yes"] <= 0.1 and high["power_ci"][0] <= high["power"] <= high["power_ci"][1]
 
 
 def replace_seeds(g, r):
-    return replace(P.design_of(g), seeds=r)
+    return replace(D.design_of(g), seeds=r)
 
 
 def test_power_is_the_least_favourable_generators():
     g = grid()
-    p = P.claim_power(2, P.design_of(g), MEASURED, P.shaper(g), 10, false_yes=False)
-    assert set(p["by_gen"]) == {"current", *P.REGISTRY[2].generators} and len(p["by_gen"]) >= 5
+    p = D.claim_power(2, D.design_of(g), MEASURED, D.shaper(g), 10, false_yes=False)
+    assert set(p["by_gen"]) == {"current", *D.REGISTRY[2].generators} and len(p["by_gen"]) >= 5
     assert p["power"] == min(p["by_gen"].values()) == p["by_gen"][p["power_gen"]]
 
 
@@ -117,41 +117,41 @@ def test_search_returns_a_design_whose_own_command_line_meets_the_target():
     """The search's design, composed again from the overrides it prints, has power >= the
     target at the search's sims and seed, and a fresh seed does not contradict it."""
     runs = composed("model=tiny-s", "algo=es", "seed=0,1,2")
-    g = P.grid_of(runs)
-    found = P.search(g, runs, [1], 0.8, 10.0, Components(), sims=SIMS, seeds=(3, 6, 12), problems=(200, 500),
+    g = D.grid_of(runs)
+    found = D.search(g, runs, [1], 0.8, 10.0, Components(), sims=SIMS, seeds=(3, 6, 12), problems=(200, 500),
                      samples=(32, 128))
     assert found["found"], found
     assert len(found["overrides"]) == 1 and "seed=range(" in found["overrides"][0]
     again = composed(*found["overrides"][0].split())
-    g2 = P.grid_of(again)
-    d2 = P.design_of(g2)
+    g2 = D.grid_of(again)
+    d2 = D.design_of(g2)
     assert (d2.seeds, d2.problems, d2.samples) == (found["_design"].seeds, found["_design"].problems,
                                                    found["_design"].samples)
-    assert found["hours"] == pytest.approx(P.cost(again)["cpu_hours"], rel=1e-6)
-    p = P.claim_power(1, d2, Components(), P.shaper(g2), SIMS, seed=0, false_yes=False)
+    assert found["hours"] == pytest.approx(D.cost(again)["cpu_hours"], rel=1e-6)
+    p = D.claim_power(1, d2, Components(), D.shaper(g2), SIMS, seed=0, false_yes=False)
     assert p["power"] >= 0.8
-    fresh = P.claim_power(1, d2, Components(), P.shaper(g2), SIMS, seed=1, false_yes=False)
+    fresh = D.claim_power(1, d2, Components(), D.shaper(g2), SIMS, seed=1, false_yes=False)
     assert fresh["power_ci"][1] >= 0.8
 
 
 def test_search_within_a_small_cap_says_nothing_reaches_it_and_the_best_power():
     runs = composed("model=tiny-s", "algo=es", "seed=0,1,2")
-    g = P.grid_of(runs)
-    found = P.search(g, runs, [1], 0.8, 0.1, MEASURED, sims=10, seeds=(3, 4), problems=(200,), samples=(32,))
+    g = D.grid_of(runs)
+    found = D.search(g, runs, [1], 0.8, 0.1, MEASURED, sims=10, seeds=(3, 4), problems=(200,), samples=(32,))
     assert not found["found"] and 0 <= found["best"]["power"] < 0.8 and found["best"]["hours"] <= 0.1
-    none = P.search(g, runs, [1], 0.8, 1e-9, MEASURED, sims=10, seeds=(3,), problems=(200,), samples=(32,))
+    none = D.search(g, runs, [1], 0.8, 1e-9, MEASURED, sims=10, seeds=(3,), problems=(200,), samples=(32,))
     assert not none["found"] and "design" not in none["best"]
 
 
 def test_pilot_components_have_bounds_around_the_point(tmp_path):
     write_planted_sweep(tmp_path / "pilot", seeds=(0, 1, 2, 3), problems=100, noise=0.01, rng_seed=3)
-    point, pess, opt, how = P.pilot_components(tmp_path / "pilot", boot=10)
+    point, pess, opt, how = D.pilot_components(tmp_path / "pilot", boot=10)
     assert point.sigma_seed > 0 and "bounds" in how and "sigma_seed" in how
     for k in ("sigma_seed", "sigma_problem_algo", "sigma_size"):
         assert getattr(opt, k) <= getattr(pess, k)
     (tmp_path / "empty" / "runs").mkdir(parents=True)
     with pytest.raises(ConfigError):
-        P.pilot_components(tmp_path / "empty")
+        D.pilot_components(tmp_path / "empty")
 
 
 def test_gpu_throughput_table_is_the_codes():
@@ -173,7 +173,7 @@ def test_gpu_throughput_table_is_the_codes():
 def _header(preset):
     text = (REPO / "sweeps" / f"{preset}.yaml").read_text()
     lines = text.splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.startswith(P.HEADER + " ("))
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(D.HEADER + " ("))
     block = []
     for ln in lines[start + 1:]:
         if not ln.startswith("#   "):
@@ -186,9 +186,9 @@ GPU_PRESETS = sorted(p.stem for p in (REPO / "sweeps").glob("*_gpu.yaml"))
 
 
 @pytest.mark.parametrize("preset", GPU_PRESETS)
-def test_gpu_presets_carry_their_plan(preset, tmp_path):
-    """The plan block in each *_gpu preset's header (bench_plan.py --write-presets, 100 sims)
-    matches esopt.plan now: the runs, token bound and GPU-hours exactly, what each claim lacks
+def test_gpu_presets_carry_their_design(preset, tmp_path):
+    """The design block in each *_gpu preset's header (bench_design.py --write-presets, 100 sims)
+    matches esopt.design now: the runs, token bound and GPU-hours exactly, what each claim lacks
     exactly, each power's Wilson 99% interval overlapping a seeded 20-sim recomputation's."""
     if not (SHARED_DATA / "gsm8k" / "test.jsonl").exists() and "countdown" not in preset:
         pytest.skip("the full GSM8K (../shared/data/gsm8k) sets these presets' problem counts")
@@ -206,9 +206,13 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
         base = compose(config_name="config", overrides=[f"+experiment={preset}"])
     data = local_data_overrides(base, tmp_path)
     runs = composed(f"+experiment={preset}", *data, *([] if vllm.available() else ["engine=hf"]))
-    g = P.grid_of(runs)
-    c = P.cost(runs, engine=str(base.engine.name))   # priced at the preset's engine (composed with hf here)
-    assert block[0] == P.header_cost(c)
+    g = D.grid_of(runs)
+    c = D.cost(runs, engine=str(base.engine.name))   # priced at the preset's engine (composed with hf here)
+    assert block[0] == D.header_cost(c)
+    command = re.match(r"# design \((python -m esopt\.design \+experiment=\S+ [^;]*);", head).group(1)
+    source = re.search(r" sims, (\w+) components;", head).group(1)
+    assert D.header_lines({"cost": c, "sims": sims, "source": source, "claims": {}}, command)[:2] == \
+        [head, "#   " + block[0]]   # the benchmark's formatter wrote this header line
     claimed = {int(m.group(1)): m.group(2) for ln in block[2:] if (m := re.match(r"claim (\d+): (.*)", ln))}
     decided = []
     for cid, text in claimed.items():   # under unknown seed spreads: where it decides; else the point value
@@ -219,15 +223,15 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
                         "decides no claim under these components: a pilot or a demo")
     first = (REPO / "sweeps" / f"{preset}.yaml").read_text().splitlines()[1]
     assert bool(decided) or first.startswith(("# Pilot", "# Demo")), first   # one that decides nothing says so
-    assert sorted(claimed) == P.bears_on(g)
+    assert sorted(claimed) == D.bears_on(g)
     powers = {cid: float(m.group(1)) for cid, text in claimed.items() if (m := re.match(r"power ([\d.]+) ", text))}
-    assert all((rc.sweep.plan_power or {}) == powers for _, rc in runs), (powers, runs[0][1].sweep.plan_power)
+    assert all((rc.sweep.design_power or {}) == powers for _, rc in runs), (powers, runs[0][1].sweep.design_power)
     from esopt.study.claims.component_sets import component_set
 
     named = component_set(re.search(r"--components (\S+?);", head).group(1))[0]   # the header's component set
-    d, comps, shape = P.design_of(g), P.components_for(g, named), P.shaper(g)
+    d, comps, shape = D.design_of(g), D.components_for(g, named), D.shaper(g)
     for cid, text in claimed.items():
-        gap = P.data_gap(cid, d, comps, shape)
+        gap = D.data_gap(cid, d, comps, shape)
         if text.startswith("cannot decide: "):
             assert gap is not None and text == f"cannot decide: {gap.split('; ')[0]}"
             continue
@@ -235,8 +239,8 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
         m = re.match(r"power ([\d.]+) \[[\d.]+, [\d.]+\] \((\w+)\), (decidable|cannot decide)", text)
         power = float(m.group(1))
         k = round(power * sims)
-        assert (m.group(3) == "decidable") == (power >= P.TARGET)
-        now = P.claim_power(cid, d, comps, shape, SIMS, gens=[m.group(2)], false_yes=False)
+        assert (m.group(3) == "decidable") == (power >= D.TARGET)
+        now = D.claim_power(cid, d, comps, shape, SIMS, gens=[m.group(2)], false_yes=False)
         lo, hi = wilson_interval(round(now["power"] * SIMS), SIMS, level=0.99)
         lo0, hi0 = wilson_interval(k, sims, level=0.99)
         assert lo <= hi0 and lo0 <= hi, (cid, power, now["power"])   # the two 99% intervals overlap
@@ -244,27 +248,27 @@ def test_gpu_presets_carry_their_plan(preset, tmp_path):
 
 def test_grid_of_reads_the_family_and_es_members_as_composed():
     runs = composed("model=tiny-s,tiny-m", "pop=4,8", "seed=0,1,2", "es.temperature=1.0", "es.samples=4")
-    g = P.grid_of(runs)
+    g = D.grid_of(runs)
     assert set(g.family) == {"tiny-s", "tiny-m"} and g.family_seeds == 3 and g.family_pops == (4, 8)
     assert (g.es_temperature, g.es_samples) == (1.0, 4)
-    d = P.design_of(g)
+    d = D.design_of(g)
     assert (d.sizes, d.pops, d.family_seeds) == (2, (4, 8), 3)
-    gap = P.data_gap(4, d, P.components_for(g), P.shaper(g))
+    gap = D.data_gap(4, d, D.components_for(g), D.shaper(g))
     assert gap is None or "greedily" not in gap
-    assert "2 model size(s)" in P.data_gap(7, d, P.components_for(g), P.shaper(g))
+    assert "2 model size(s)" in D.data_gap(7, d, D.components_for(g), D.shaper(g))
 
 
 def test_a_written_confirmatory_preset_recomposes_to_the_design_found(tmp_path):
-    """``esopt.plan --write``: the found design written as a preset (fresh seeds after the pilot's,
+    """``esopt.design --write``: the found design written as a preset (fresh seeds after the pilot's,
     its own sweep name), composed again through Hydra, is the same design at the same cost."""
-    from esopt.cli.plan import write_preset
+    from esopt.cli.design import write_preset
     from helpers import write_planted_sweep
 
     pilot = tmp_path / "pilot"
     write_planted_sweep(pilot, seeds=(0, 1, 2), problems=20)
     runs = composed("model=tiny-s", "algo=es", "seed=0,1,2")
-    g = P.grid_of(runs)
-    found = P.search(g, runs, [1], 0.8, 10.0, Components(), sims=SIMS, seeds=(3, 6, 12), problems=(200, 500),
+    g = D.grid_of(runs)
+    found = D.search(g, runs, [1], 0.8, 10.0, Components(), sims=SIMS, seeds=(3, 6, 12), problems=(200, 500),
                      samples=(32, 128))
     assert found["found"], found
     (tmp_path / "experiment").mkdir()
@@ -273,17 +277,17 @@ def test_a_written_confirmatory_preset_recomposes_to_the_design_found(tmp_path):
     text = path.read_text()
     assert text.startswith("# @package _global_\n# Confirmatory (registered design)") and "seeds from 3" in text
     again = composed(f"hydra.searchpath=[file://{tmp_path}]", "+experiment=confirm_t")
-    d2 = P.design_of(P.grid_of(again))
+    d2 = D.design_of(D.grid_of(again))
     d = found["_design"]
     assert (d2.seeds, d2.problems, d2.samples) == (d.seeds, d.problems, d.samples)
     assert sorted({rc.seed for _, rc in again}) == list(range(3, 3 + d.seeds))          # none the pilot ran
     assert {rc.sweep.name for _, rc in again} == {"confirm_t"}
-    assert found["hours"] == pytest.approx(P.cost(again)["cpu_hours"], rel=1e-6)
+    assert found["hours"] == pytest.approx(D.cost(again)["cpu_hours"], rel=1e-6)
     want = {c: round(pw, 2) for c, pw in found["power"].items()}
-    assert all(rc.sweep.plan_power == want for _, rc in again) and want[1] >= 0.8   # the power it was written with
+    assert all(rc.sweep.design_power == want for _, rc in again) and want[1] >= 0.8   # the power it was written with
     from esopt.study import claims as C   # registered as the sweep starts: the report's "planned power"
     reg = C.register(tmp_path / "confirm_t", again)
-    assert reg["plan"] == {str(c): pw for c, pw in want.items()}
+    assert reg["design_power"] == {str(c): pw for c, pw in want.items()}
 
 
 def test_one_cell_picker_for_composed_runs_and_records():
@@ -296,6 +300,6 @@ def test_one_cell_picker_for_composed_runs_and_records():
             + composed("model=tiny-m", "algo=random_search", "seed=0,1,2,3"))
     records = [{"run_id": rid, "model": p.model["name"], "algo": p.algo, "seed": p.seed, "pop": p.pop,
                 "iterations": p.iterations, "status": "completed"} for rid, p in runs]
-    assert P.grid_of(runs).cell_model == select_cell(records)["model"] == "tiny-s"
+    assert D.grid_of(runs).cell_model == select_cell(records)["model"] == "tiny-s"
     assert cell_model([("b", "es"), ("a", "es")]) == "a" and cell_model([]) is None
     assert cell_model([("b", "es"), ("b", "grpo"), ("a", "es"), ("a", "es"), ("a", "es")]) == "b"
