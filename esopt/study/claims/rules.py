@@ -488,17 +488,17 @@ def diversity(data, s):
     if len({r[8] for r in rows}) > 1:
         return unclear("data", "the ES runs were evaluated with different samples per problem (Pass@K differs)")
     cells = sorted({r[7] for r in rows})
-    dof = len(rows) - len(cells) - 1 - 3
-    if dof >= 2 and len(cells) >= MIN_CELLS:   # the machines' dummies take their degrees of freedom too
+    dof = 0
+    if len(cells) >= MIN_CELLS:   # within: partialled on the cells, the reward and the machines
         a = np.array([r[:7] for r in rows], dtype=np.float64)
         cell_of = np.array([cells.index(r[7]) for r in rows])
         D = np.column_stack([cell_of == i for i in range(len(cells))]).astype(np.float64)
         Z = np.column_stack([D, a[:, 2], machine_dummies([r[9] for r in rows])])
         dof = len(rows) - int(np.linalg.matrix_rank(Z)) - 3
-    if dof < 2 or len(cells) < MIN_CELLS:
+    if dof < 2:
         return unclear("data", f"{len(rows)} ES runs with sampled-member js_succ, p_pop, training reward and a "
-                       f"Pass@K gain in {len(cells)} (model, pop) cells (need runs - cells >= 6 and >= {MIN_CELLS} "
-                       "cells)")
+                       f"Pass@K gain in {len(cells)} (model, pop) cells (need runs - cells >= 6, one more per "
+                       f"machine past the first, and >= {MIN_CELLS} cells)")
     within = _level("within", a[:, 3], {"js_succ": a[:, 0], "p_pop": a[:, 1]}, Z,
                     float(a[:, 4].mean()), {"js_succ": float(a[:, 5].mean()), "p_pop": float(a[:, 6].mean())}, dof, s)
     size = D.sum(0)
