@@ -414,7 +414,7 @@ def parse(cfg: Any, blocks: Collection[str] | None = None) -> RunConfig:
         raise ConfigError("the configuration is not a mapping")
     raw = renamed(raw, RENAMED)      # this file's blocks' renamed keys move to where they are now
     if isinstance(blocks, Mapping):  # and the registry's blocks'
-        raw = renamed(raw, {f"{name}.{old}": new for name, b in blocks.items() for old, new in getattr(b, "renamed", ())})
+        raw = renamed(raw, {f"{name}.{old}": new for name, b in blocks.items() for old, new in b.renamed})
     check_keys(raw, blocks)
     names = [k for k in raw if k not in TOP_LEVEL and k != "hydra"] if blocks is None else list(blocks)
 

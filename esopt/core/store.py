@@ -34,6 +34,7 @@ from esopt.core.fingerprint import (FP_BLOCK, FP_CACHE_ENTRIES, FP_CACHE_FILE, F
                                     FP_WHOLE, fingerprint, fingerprint_key)
 
 STATUSES = ("running", "completed", "pruned", "failed")
+ENDED = ("completed", "pruned")   # the statuses of a run that ended: kept by every sweep (keep_recorded)
 UNREADABLE = "unreadable"   # RunDir.status of a summary.json that exists but cannot be parsed
 
 
@@ -251,7 +252,7 @@ def keep_recorded(status: str | None, retry_failed: bool, error_type: str | None
     failed on its input (``error_type`` ConfigError, found while loading, before any
     training): it is retried, so a fixed input needs no flag (a changed local input gets a new
     run id anyway, :func:`fingerprint`). The one rule of the sweepers and ``esopt.runtime.run``."""
-    if status in ("completed", "pruned"):
+    if status in ENDED:
         return True
     if status == "failed" and error_type == "ConfigError":
         return False

@@ -30,8 +30,6 @@ from esopt.runtime import runplan
 from esopt.runtime.runplan import RunPlan
 from esopt.runtime.validate import config_id, config_identity, recorded_plan, run_id
 
-MIGRATED = ("completed", "pruned")  # the recorded statuses a sweep keeps (store.keep_recorded)
-
 
 def old_identity(plan: RunPlan) -> dict:
     """The run's identity as ids hashed it before the resolved plan: its config as written
@@ -97,7 +95,7 @@ def migrate_one(path: Path, dry_run: bool = False) -> Move:
     if path.name != old:
         return Move(path, "unrecognised", old, new,
                     why=f"neither its old id {old} nor its current id {new} (edited inputs or config?)")
-    if rd.status not in MIGRATED:
+    if rd.status not in store.ENDED:
         return Move(path, "not ended", old, new,
                     why=f"recorded {rd.status}; a sweep runs it under its current id {new}")
     target = store.RunDir(path.parent / new)
